@@ -1,0 +1,5 @@
+"""``python -m router`` is ``drain-router``."""
+
+from router.cli import main
+
+main()
