@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -132,9 +133,16 @@ def main() -> None:
 def serve(**params: Any) -> None:
     """Run the draining reverse proxy in front of a model server."""
     cfg = _build(params)
+    # Record terminating signals from here on: the imports below take a moment, and a SIGTERM that
+    # arrives during startup must be honoured, not lost. The lifecycle replays them on its loop.
+    pending: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: pending.append(signum))
+    from router import logs
     from router.proxy import lifecycle  # the event loop and aiohttp only when serving
 
-    sys.exit(lifecycle.serve(cfg))
+    logs.configure(format=cfg.log.format, level=cfg.log.level)
+    sys.exit(lifecycle.serve(cfg, pending_signals=pending))
 
 
 @main.command()

@@ -70,7 +70,7 @@ class ProxySettings:
     host: str = "0.0.0.0"
     """Main (traffic) listener address."""
     port: int = 8080
-    """Main (traffic) listener port; what the Service targets."""
+    """Main (traffic) listener port; what the Service targets. 0 picks a free port (logged)."""
     upstream: Upstream
     """The model server."""
     upstream_connect_timeout_secs: int = 5
@@ -283,9 +283,9 @@ def build_config(
             f"declare it together with {flag_name(given)}: the probe window is their product",
         )
 
-    main_port = parse_int("port", port, minimum=1, maximum=65535)
-    adm_port = parse_int("admin_port", admin_port, minimum=1, maximum=65535)
-    if main_port == adm_port:
+    main_port = parse_int("port", port, minimum=0, maximum=65535)
+    adm_port = parse_int("admin_port", admin_port, minimum=0, maximum=65535)
+    if main_port == adm_port and main_port != 0:
         raise ConfigError(
             "admin_port", admin_port,
             f"must differ from --port ({main_port}): probes and metrics need their own listener; "

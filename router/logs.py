@@ -1,0 +1,49 @@
+"""Structured logging, configured once from the CLI.
+
+Events have stable dotted names (``drain.start``, ``startup.advisory``) and carry data in fields, never
+interpolated into the message. JSON lines on stdout by default; a console renderer for terminals.
+Records from the standard library (aiohttp, asyncio) go through the same renderer.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import structlog
+
+_SHARED: list[Any] = [
+    structlog.contextvars.merge_contextvars,
+    structlog.processors.add_log_level,
+    structlog.processors.TimeStamper(fmt="iso", utc=True),
+]
+
+
+def configure(*, format: str = "json", level: str = "info") -> None:
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if format == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())
+    )
+    numeric = logging.getLevelNamesMapping()[level.upper()]
+    structlog.configure(
+        processors=[*_SHARED, structlog.processors.format_exc_info, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stdout),
+        cache_logger_on_first_use=True,
+    )
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            foreign_pre_chain=[*_SHARED, structlog.stdlib.add_logger_name],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(max(numeric, logging.WARNING))
+
+
+def get(name: str = "drain_router") -> Any:
+    return structlog.get_logger(name)

@@ -1,0 +1,88 @@
+"""Every metric the router exports, in one place. Names are part of the contract (SPEC section 5).
+
+``Metrics(registry)`` takes a :class:`prometheus_client.CollectorRegistry` so tests build a fresh one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PREFIX = "drain_router_"
+
+#: Outcomes of a proxied request, the ``outcome`` label of ``requests_total``.
+OUTCOMES = ("completed", "client_aborted", "upstream_error", "deadline_aborted", "rejected")
+
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+TTFB_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class Metrics:
+    """The router's Prometheus metrics."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.inflight = Gauge(
+            PREFIX + "inflight_requests",
+            "Proxied requests between headers parsed and last byte written (probes and admin excluded).",
+            registry=registry,
+        )
+        self.requests = Counter(
+            PREFIX + "requests",
+            "Proxied requests by status code and outcome.",
+            ["code", "outcome"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            PREFIX + "request_duration_seconds",
+            "Proxied request duration, headers parsed to last byte written.",
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.ttfb = Histogram(
+            PREFIX + "time_to_first_byte_seconds",
+            "Headers parsed to response headers sent to the client.",
+            buckets=TTFB_BUCKETS,
+            registry=registry,
+        )
+        self.state = Gauge(PREFIX + "state", "1 for the router's current drain state.", ["state"], registry=registry)
+        self.upstream_up = Gauge(
+            PREFIX + "upstream_up",
+            "1 when the model server answered its last health check (or last connect), else 0.",
+            registry=registry,
+        )
+        self.advisory = Gauge(
+            PREFIX + "advisory", "1 for each startup advisory that applies.", ["code"], registry=registry
+        )
+        self.shutdown_drain_seconds = Gauge(
+            PREFIX + "shutdown_drain_seconds", "Configured --shutdown-drain-secs.", registry=registry
+        )
+        self.termination_grace_seconds = Gauge(
+            PREFIX + "termination_grace_seconds",
+            "Declared --termination-grace-secs (absent when not declared).",
+            registry=registry,
+        )
+        self._request_children: dict[tuple[int, str], Counter] = {}
+
+    def track_inflight(self, count: Callable[[], int]) -> None:
+        """Read the in-flight count at scrape time: nothing to update on the hot path."""
+        self.inflight.set_function(count)
+
+    def count_request(self, code: int, outcome: str, duration: float) -> None:
+        child = self._request_children.get((code, outcome))
+        if child is None:
+            child = self._request_children[(code, outcome)] = self.requests.labels(str(code), outcome)
+        child.inc()
+        self.duration.observe(duration)
+
+    def set_state(self, current: str, states: Iterable[str]) -> None:
+        for state in states:
+            self.state.labels(state).set(1 if state == current else 0)
+
+    def set_config(self, shutdown_drain_secs: int, termination_grace_secs: int | None, advisory_codes: Iterable[str]) -> None:
+        self.shutdown_drain_seconds.set(shutdown_drain_secs)
+        if termination_grace_secs is not None:
+            self.termination_grace_seconds.set(termination_grace_secs)
+        for code in advisory_codes:
+            self.advisory.labels(code).set(1)

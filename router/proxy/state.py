@@ -1,0 +1,107 @@
+"""The router's shared runtime state: the in-flight set, the drain status, upstream health.
+
+Handlers read it; only :mod:`router.proxy.lifecycle` changes the drain status (through
+:func:`router.decisions.drain.next_stage`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from router import config, metrics
+from router.decisions import drain
+
+#: Cancellation message used when the deadline (or a second SIGINT) aborts in-flight requests, so the
+#: handler can tell an abort from a client disconnect.
+ABORT_MESSAGE = "drain-router: deadline abort"
+
+
+class InFlight:
+    """Exactly the proxied requests between headers parsed and last byte written, or aborted.
+
+    A set of handler tasks: a request enters when its handler starts and leaves in the handler's
+    ``finally``, on every path (completion, error, cancellation, disconnect, deadline), so the count
+    cannot go negative and returns to zero when traffic stops. Probes, metrics and admin calls never
+    enter. The tasks are kept so the deadline can cancel exactly what is left.
+    """
+
+    __slots__ = ("_tasks", "_on_idle", "_clock", "idle_since", "completed")
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._on_idle: Callable[[], None] | None = None
+        self._clock = clock
+        self.idle_since: float | None = clock()
+        """Unix time the count last reached zero (process start if never busy); None while busy."""
+        self.completed = 0
+        """Requests that have left, for the 'served during the drain' log field."""
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __bool__(self) -> bool:
+        raise NotImplementedError("use len(inflight)")
+
+    def on_idle(self, callback: Callable[[], None]) -> None:
+        self._on_idle = callback
+
+    def enter(self, task: asyncio.Task[object]) -> None:
+        self._tasks.add(task)
+        self.idle_since = None
+
+    def leave(self, task: asyncio.Task[object]) -> None:
+        self._tasks.discard(task)
+        self.completed += 1
+        if not self._tasks:
+            self.idle_since = self._clock()
+            if self._on_idle is not None:
+                self._on_idle()
+
+    def abort_all(self) -> int:
+        """Cancel every in-flight request; returns how many were cancelled."""
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel(ABORT_MESSAGE)
+        return len(tasks)
+
+    async def wait_aborted(self, timeout: float) -> None:
+        """After :meth:`abort_all`, give the handlers a moment to run their ``finally``."""
+        tasks = list(self._tasks)
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
+
+class RouterState:
+    """What the handlers need to know about the router right now."""
+
+    def __init__(self, cfg: config.Config, registry_metrics: metrics.Metrics, *, clock: Callable[[], float] = time.time) -> None:
+        self.config = cfg
+        self.metrics = registry_metrics
+        self.clock = clock
+        self.started_at = clock()
+        self.inflight = InFlight(clock=clock)
+        self.status = drain.DrainStatus()
+        self.upstream_up: bool | None = None
+        """None: not checked (no health path). Otherwise the last health check's answer."""
+        self.drain_finished = asyncio.Event()
+        """Set once the drain is over (clean, deadline or abort), just before exit."""
+        self.drained_cleanly = False
+        registry_metrics.track_inflight(self.inflight.__len__)
+
+    @property
+    def phase(self) -> drain.Phase:
+        return self.status.phase
+
+    def readiness(self) -> tuple[int, dict[str, object]]:
+        code, word = drain.readiness(self.status.phase, self.upstream_up)
+        return code, {"status": word, "state": self.status.phase.value, "inflight": len(self.inflight)}
+
+    def inflight_report(self) -> dict[str, object]:
+        return {
+            "inflight": len(self.inflight),
+            "state": self.status.phase.value,
+            "idle_since": self.inflight.idle_since,
+            "started_at": self.started_at,
+        }
