@@ -1,0 +1,69 @@
+"""Turn the YAML case files under ``tests/cases/deletion/`` into the pure function's inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from router.decisions import deletion, durations
+
+CASES = Path(__file__).parent.parent / "cases" / "deletion"
+SERVICE = "llama"
+
+
+def load_dir(sub: str) -> list[Any]:
+    params = []
+    for path in sorted((CASES / sub).glob("*.yaml")):
+        case = yaml.safe_load(path.read_text())
+        params.append(pytest.param(case, id=case["id"]))
+    return params
+
+
+def load_table(name: str) -> list[Any]:
+    rows = yaml.safe_load((CASES / "helpers" / name).read_text())
+    return [pytest.param(row, id=row["id"]) for row in rows]
+
+
+def t(value: str | None) -> float | None:
+    return None if value is None else durations.parse_time(value)
+
+
+def object_observation(data: dict[str, Any]) -> deletion.ObjectObservation:
+    return deletion.ObjectObservation(
+        ref=deletion.ObjectRef.from_dict(data),
+        exists=data["exists"],
+        deleting=data.get("deleting", False),
+        service_label=data.get("serviceLabel"),
+    )
+
+
+def pod_observation(data: dict[str, Any]) -> deletion.PodObservation:
+    return deletion.PodObservation(
+        name=data["name"],
+        uid=data.get("uid", f"uid-{data['name']}"),
+        phase=data.get("phase", "Running"),
+        node=data.get("node"),
+        deletion_timestamp=t(data.get("deletionTimestamp")),
+        grace=data.get("grace"),
+    )
+
+
+def observations(data: dict[str, Any]) -> deletion.Observations:
+    route = data.get("route")
+    return deletion.Observations(
+        service=data.get("service", SERVICE),
+        suspend=data.get("suspend", False),
+        route=None if route is None else object_observation(route),
+        workload=tuple(object_observation(o) for o in data.get("workload", ())),
+        pods=tuple(pod_observation(p) for p in data.get("pods", ())),
+        nodes=data.get("nodes", {}),
+    )
+
+
+def action_dict(action: deletion.Action) -> dict[str, Any]:
+    if action.kind is deletion.ActionKind.FORCE_DELETE_POD:
+        return {"kind": action.kind.value, "pod": action.pod, "uid": action.uid}
+    return {"kind": action.kind.value, "ref": str(action.ref)}

@@ -1,0 +1,163 @@
+"""Helper tables (``tests/cases/deletion/helpers/``): knobs, next stage edges, pod counts, route lookup,
+plus the duration language shared by annotations and the CRD."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from router.decisions import deletion, durations
+
+from . import casefiles
+
+T0 = durations.parse_time("2025-01-01T00:00:00Z")
+
+
+@pytest.mark.parametrize("row", casefiles.load_table("knobs.yaml"))
+def test_knobs(row: dict[str, Any]) -> None:
+    resolution = deletion.resolve_knobs(row["annotations"], row["spec"])
+    expect = row["expect"]
+    knobs = resolution.knobs
+    got = {"maxWait": knobs.max_wait, "routeSettle": knobs.route_settle,
+           "forceDeleteAfter": knobs.force_delete_after, "orphan": knobs.orphan,
+           "invalid": [i.key for i in resolution.invalid]}
+    assert {k: got[k] for k in expect} == expect
+
+
+def test_invalid_annotation_message_names_key_value_and_fallback() -> None:
+    (invalid,) = deletion.resolve_knobs({deletion.ANNOTATION_ROUTE_SETTLE: "soon"}, None).invalid
+    assert invalid.event_reason is deletion.Reason.INVALID_ANNOTATION
+    assert "drainrouter.dev/route-settle='soon'" in invalid.message
+    assert "60s" in invalid.message and "spec or default" in invalid.message
+
+
+@pytest.mark.parametrize("row", casefiles.load_table("pod-counts.yaml"))
+def test_pod_counts(row: dict[str, Any]) -> None:
+    pods = [casefiles.pod_observation(p) for p in row["pods"]]
+    counted = deletion.count_pods(pods, row["nodes"], T0 + 600)
+    expect = row["expect"]
+    assert counted.count == expect["count"]
+    assert [p.name for p in counted.remaining if p.stuck] == expect["stuck"]
+    assert counted.message == expect["message"]
+
+
+@pytest.mark.parametrize("row", casefiles.load_table("route-lookup.yaml"))
+def test_route_lookup(row: dict[str, Any]) -> None:
+    found = deletion.find_route(row["spec"])
+    assert (None if found is None else found.as_dict()) == row["expect"]
+
+
+ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "name": "llama"}
+
+
+def _object(state: str, ref: dict[str, str]) -> deletion.ObjectObservation:
+    return deletion.ObjectObservation(
+        ref=deletion.ObjectRef.from_dict(ref), exists=state != "absent", deleting=state == "deleting",
+        service_label="other" if state == "foreign" else None)
+
+
+def _status(data: dict[str, Any] | None) -> deletion.DeletionStatus | None:
+    if data is None:
+        return None
+    times = {"startedAt", "deadline", "routeRemovedAt", "uninstalledAt", "podsGoneAt"}
+    return deletion.DeletionStatus.from_dict(
+        {k: durations.format_time(T0 + v) if k in times else v for k, v in data.items()})
+
+
+@pytest.mark.parametrize("row", casefiles.load_table("next-stage.yaml"))
+def test_next_stage(row: dict[str, Any]) -> None:
+    knob_rows = row.get("knobs", {})
+    knobs = deletion.Knobs(
+        max_wait=knob_rows.get("maxWait", deletion.DEFAULT_MAX_WAIT_SECS),
+        route_settle=knob_rows.get("routeSettle", deletion.DEFAULT_ROUTE_SETTLE_SECS),
+        force_delete_after=knob_rows.get("forceDeleteAfter"), orphan=knob_rows.get("orphan", False))
+    pods = row.get("pods", [])
+    if isinstance(pods, int):
+        pods = [f"p{i:02d}" for i in range(pods)]
+    workload = row.get("workload", ["present"])
+    obs = deletion.Observations(
+        service="llama",
+        route=None if row["route"] == "none" else _object(row["route"], ROUTE),
+        workload=tuple(_object(state, {"apiVersion": "apps/v1", "kind": "Deployment", "name": f"w{i}"})
+                       for i, state in enumerate(workload)),
+        pods=tuple(deletion.PodObservation(name=name, uid=f"uid-{name}", node="n1") for name in pods),
+        nodes={"n1": True},
+    )
+    decision = deletion.next_stage(_status(row["status"]), obs, knobs, T0 + row["now"])
+    expect = row["expect"]
+    status = decision.status
+    if "verdict" in expect:
+        assert decision.verdict.value == expect["verdict"]
+    if "stage" in expect:
+        assert status is not None and status.stage is not None and status.stage.value == expect["stage"]
+    if "outcome" in expect:
+        assert status is not None and status.outcome is not None and status.outcome.value == expect["outcome"]
+    if "deadline" in expect:
+        assert status is not None and status.deadline == T0 + expect["deadline"]
+    if "requeueAt" in expect:
+        assert decision.requeue_at == (None if expect["requeueAt"] is None else T0 + expect["requeueAt"])
+    if "actions" in expect:
+        assert sorted({a.kind.value for a in decision.actions}) == expect["actions"]
+    if "actionCount" in expect:
+        assert len(decision.actions) == expect["actionCount"]
+    if "events" in expect:
+        assert [e.reason.value for e in decision.events] == expect["events"]
+    if "podsRemaining" in expect:
+        assert status is not None and status.pods_remaining == expect["podsRemaining"]
+    if "listedPods" in expect:
+        assert status is not None and len(status.pods) == expect["listedPods"]
+    if "forceDeletedListed" in expect:
+        assert status is not None and len(status.force_deleted) == expect["forceDeletedListed"]
+
+
+def test_condition_reasons_cover_every_stage() -> None:
+    for stage in deletion.Stage:
+        for outcome in (None, *deletion.Outcome):
+            cond = deletion.condition_for(deletion.DeletionStatus(stage=stage, outcome=outcome))
+            assert cond.type == "Deleting"
+            assert cond.status == ("False" if stage is deletion.Stage.RELEASED else "True")
+
+
+def test_merge_condition_keeps_transition_time_while_unchanged() -> None:
+    cond = deletion.Condition(status="True", reason=deletion.Reason.WAITING_FOR_PODS, message="waiting for 2 pods")
+    first = deletion.merge_condition([{"type": "Ready", "status": "True"}], cond, T0)
+    later = deletion.merge_condition(first, deletion.Condition(status="True", reason=deletion.Reason.WAITING_FOR_PODS,
+                                                               message="waiting for 1 pod"), T0 + 5)
+    assert later[0] == {"type": "Ready", "status": "True"}
+    assert later[1]["lastTransitionTime"] == "2025-01-01T00:00:00Z" and later[1]["message"] == "waiting for 1 pod"
+    moved = deletion.merge_condition(later, deletion.Condition(status="False", reason=deletion.Reason.RELEASED,
+                                                               message="released"), T0 + 9)
+    assert moved[1]["lastTransitionTime"] == "2025-01-01T00:00:09Z"
+
+
+def test_status_round_trips() -> None:
+    status = deletion.DeletionStatus(stage=deletion.Stage.FORCE_DELETING, outcome=deletion.Outcome.PODS_FORCE_DELETED,
+                                     started_at=T0, deadline=T0 + 3600, route_removed_at=T0 + 1.25,
+                                     pods_remaining=1, force_deleted=("a",), message="m")
+    assert deletion.DeletionStatus.from_dict(status.as_dict()) == status
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("0", 0), ("0s", 0), ("60s", 60), ("1h", 3600), ("1h30m", 5400), ("1.5s", 1.5), ("250ms", 0.25), ("2m3s", 123),
+])
+def test_durations(text: str, seconds: float) -> None:
+    assert durations.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "60", "-1s", "1d", "1 h", "s", "1h-5m", "∞", "1.s"])
+def test_invalid_durations(text: str) -> None:
+    with pytest.raises(durations.DurationError):
+        durations.parse_duration(text)
+
+
+@given(st.integers(min_value=0, max_value=10**9))
+def test_format_duration_round_trips(millis: int) -> None:
+    assert durations.parse_duration(durations.format_duration(millis / 1000)) == pytest.approx(millis / 1000)
+
+
+@given(st.floats(min_value=0, max_value=4_000_000_000, allow_nan=False))
+def test_time_round_trips(epoch: float) -> None:
+    assert durations.parse_time(durations.format_time(epoch)) == pytest.approx(epoch, abs=1e-5)
