@@ -1,0 +1,126 @@
+"""e2e fixtures: every process in its own process group, killed at teardown whatever happened."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from e2e import haproxy
+from router.tools import cluster
+
+E2E_DIR = Path(__file__).parent
+REPORT_KEY = pytest.StashKey[list[str]]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark everything under e2e/ as ``e2e`` and ``slow``, and run it last (a stable sort)."""
+    def is_e2e(item: pytest.Item) -> bool:
+        return E2E_DIR in Path(str(item.path)).parents
+
+    for item in items:
+        if is_e2e(item):
+            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=is_e2e)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[REPORT_KEY] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
+    lines = config.stash.get(REPORT_KEY, [])
+    if lines:
+        terminalreporter.section("drain e2e: lost requests")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def report(request: pytest.FixtureRequest) -> Iterator[list[str]]:
+    """Lines for the end-of-run summary (the lost counts must be visible in the test output)."""
+    lines: list[str] = []
+    yield lines
+    request.config.stash[REPORT_KEY].extend(f"{request.node.name}: {line}" for line in lines)
+
+
+@pytest.fixture
+def haproxy_bin() -> str:
+    exe = haproxy.binary()
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("haproxy is not installed but CI is set: .ci/run must install it")
+        pytest.skip("HAProxy is not installed (Debian: apt-get install haproxy); the load-balancer e2e tests need it")
+    return exe
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    """For probes, admin calls and stats: a fresh connection each time, nothing pooled."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+        yield s
+
+
+CALL_REPORT_KEY = pytest.StashKey[pytest.TestReport]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    rep = yield
+    if rep.when == "call":
+        item.stash[CALL_REPORT_KEY] = rep
+    return rep
+
+
+@pytest.fixture
+def processes(request: pytest.FixtureRequest) -> Iterator[list[cluster.Process]]:
+    """Register every started process here; each one's group is SIGKILLed at teardown.
+
+    When the test failed, the tail of each process's log is printed (shown with the failure).
+    """
+    procs: list[cluster.Process] = []
+    yield procs
+    for proc in procs:
+        proc.kill()
+    rep = request.node.stash.get(CALL_REPORT_KEY, None)
+    if rep is not None and rep.failed:
+        for proc in procs:
+            print(f"----- {proc.name} ({proc.log_path}) -----\n{proc.log_tail(40)}")
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Path:
+    path = tmp_path / "logs"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def start_fake_model(processes: list[cluster.Process], session: aiohttp.ClientSession,
+                     logs: Path) -> Any:
+    """``await start_fake_model(name=..., **FakeModel fields)``: a running fake model server."""
+    async def start(name: str = "fake-model", **kwargs: Any) -> cluster.FakeModel:
+        model = cluster.FakeModel(logs, name=name, **kwargs)
+        processes.append(model.process)
+        await model.start(session)
+        return model
+
+    return start
+
+
+@pytest.fixture
+def start_replica(processes: list[cluster.Process], session: aiohttp.ClientSession, logs: Path) -> Any:
+    """``await start_replica(name, upstream_url, **Replica fields)``: a router whose /readyz says 200."""
+    async def start(name: str, upstream: str, **kwargs: Any) -> cluster.Replica:
+        replica = cluster.Replica(name, upstream, logs, **kwargs)
+        processes.append(replica.process)
+        await replica.start(session)
+        return replica
+
+    return start
