@@ -32,7 +32,7 @@ demo: $(STAMP)
 	$(BIN)/drain-router demo
 
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	bash bench/install.sh $(BIN) && $(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

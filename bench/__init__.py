@@ -1,0 +1,15 @@
+"""bench: what the router costs, measured side by side with direct, nginx, HAProxy, Envoy and Traefik.
+
+Run as ``python -m bench`` (``make bench``). Not part of the router package and never imported by
+it: the harness starts the router as a separate process, like any other target, so it measures
+exactly what a user would run. Modules:
+
+- ``upstream``: the stand-in model server (raw asyncio protocol on uvloop).
+- ``loadgen``: the aiohttp load generator that sees SSE like a client (TTFB, inter-chunk gaps), and
+  the wrk wrapper for plain request/response workloads.
+- ``targets``: how each target is configured, started, probed and stopped.
+- ``procstat``: CPU and memory of a process tree, from /proc.
+- ``runner``: the interleaved rounds and the results file.
+- ``report``: the ratios, the goals, the markdown table and the chart.
+- ``profile``: py-spy on the router under load, summarised by frame.
+"""

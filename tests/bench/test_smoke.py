@@ -1,0 +1,73 @@
+"""The bench harness cannot rot: a seconds-long run of every workload against every target that is
+installed here (direct and the router always), with no performance assertion."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import report, stats, targets
+
+ROOT = Path(__file__).resolve().parents[2]
+ALWAYS = {"direct", "router"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_smoke_run_measures_every_workload_on_every_installed_target(tmp_path: Path) -> None:
+    """1. `python -m bench --smoke` against all targets 2. read its results file.
+    Result: direct and the router have every workload, with no failed cell; the router drained its
+    streams losslessly and exited 0; a target whose binary is absent is reported, not fatal."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--results", str(tmp_path), "--no-docs"],
+        cwd=ROOT, capture_output=True, text=True, timeout=140,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = list(tmp_path.glob("*-smoke.json"))
+    assert len(files) == 1
+    results = json.loads(files[0].read_text())
+
+    installed = {t.name for t in targets.all_targets() if t.missing() is None}
+    assert ALWAYS <= installed, "direct and the router must always run"
+    for name, info in results["targets"].items():
+        assert info["available"] == (name in installed), (name, info)
+
+    cells = {(r["workload"], r["target"]): r["metrics"] for r in results["records"]}
+    for workload in ("small_get", "sse_burst", "sse_paced_4", "upload_1mib"):
+        for name in installed:
+            metrics = cells[(workload, name)]
+            assert "failed" not in metrics, (workload, name, metrics)
+            assert metrics.get("errors", 0) == 0, (workload, name, metrics)
+    for name in installed - {"direct"}:
+        assert cells[("idle_hold", name)]["steps"][0]["held"] == 20, name
+    drain = cells[("drain", "router")]
+    assert drain["streams_complete"] == drain["streams"], drain
+    assert drain["exit_code"] == 0 and drain["readyz_503_ms"] is not None, drain
+
+    derived = results["derived"]
+    assert {g["goal"].split(" (")[0] for g in derived["goals"]} >= {"/readyz 503 after SIGTERM"}
+    assert "| workload |" in proc.stdout  # the generated table
+    assert list(tmp_path.glob("*-smoke.png")) or "chart skipped" in proc.stderr
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    got = stats.percentiles(values)
+    assert (got["p50"], got["p99"], got["max"]) == (50.0, 99.0, 100.0)
+    assert stats.summary([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3, "spread": 1.0}
+    assert stats.summary([None])["median"] is None
+
+
+def test_table_goes_between_the_markers_only(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{report.BEGIN}\nold table\n{report.END}\noutro\n")
+    assert report.inject(readme, "| new |\n")
+    assert readme.read_text() == f"intro\n{report.BEGIN}\n| new |\n{report.END}\noutro\n"
+    plain = tmp_path / "plain.md"
+    plain.write_text("no markers\n")
+    assert not report.inject(plain, "| new |\n")
+    assert plain.read_text() == "no markers\n"
