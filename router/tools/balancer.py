@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import itertools
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 
 import aiohttp
@@ -39,6 +40,8 @@ class Backend:
     """Requests this balancer has open to the backend."""
     fails: int = 0
     oks: int = 0
+    errors: Counter[str] = dataclasses.field(default_factory=Counter)
+    """Requests answered 502 or cut because of this backend, by exception type."""
 
 
 def _forward_headers(headers: Mapping[str, str], connection: str | None) -> list[tuple[str, str]]:
@@ -141,6 +144,7 @@ class Balancer:
                     request.method, backend.url + request.path_qs, headers=headers, data=body,
                     allow_redirects=False, timeout=aiohttp.ClientTimeout(total=None, connect=2))
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                backend.errors[type(exc).__name__] += 1
                 return web.json_response({"error": f"backend {backend.name}: {type(exc).__name__}"}, status=502)
             try:
                 response = web.StreamResponse(
@@ -150,7 +154,8 @@ class Balancer:
                 try:
                     async for data in upstream.content.iter_any():
                         await response.write(data)
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                    backend.errors[f"{type(exc).__name__} mid-stream"] += 1
                     # The backend died mid-answer: the status is sent, so the only honest signal
                     # left is to cut the client's connection (no terminating chunk).
                     if request.transport is not None:
