@@ -259,10 +259,14 @@ class Router:
         """Set once the listeners are bound (or startup was cut short by a signal)."""
         return self._started
 
-    async def run(self, *, pending_signals: Iterable[int] = ()) -> int:
-        """Serve until the drain finishes; return the exit status (0, 1, or 2 if startup failed)."""
+    async def run(self, *, pending_signals: Iterable[int] = (), install_signals: bool = True) -> int:
+        """Serve until the drain finishes; return the exit status (0, 1, or 2 if startup failed).
+
+        ``install_signals=False`` is for in-process tests, which call :meth:`handle_exit` instead.
+        """
         self._loop = asyncio.get_running_loop()
-        restore_signals = self._install_signals()  # first: a SIGTERM during startup is honoured
+        # First, before anything slow: a SIGTERM during startup is honoured.
+        restore_signals = self._install_signals() if install_signals else (lambda: None)
         try:
             for sig in pending_signals:
                 self.handle_exit(sig)
@@ -279,8 +283,9 @@ class Router:
         for advisory in advisories:
             log.warning("startup.advisory", **advisory.as_dict())
         try:
-            await self._start_admin()
-            self._session = app_mod.make_session(cfg)
+            if self.state.status.phase == drain.Phase.STARTING:
+                await self._start_admin()
+                self._session = app_mod.make_session(cfg)
             if self.state.status.phase == drain.Phase.STARTING:
                 await self._start_main()
         except OSError as exc:
@@ -289,9 +294,10 @@ class Router:
                       remedy="choose free ports with --port / --admin-port")
             await self._cleanup()
             return EXIT_STARTUP_FAILED
-        log.info("startup.listening", port=self.port, admin_port=self.admin_port, upstream=cfg.proxy.upstream.url,
-                 shutdown_drain_secs=cfg.drain.shutdown_drain_secs,
-                 termination_grace_secs=cfg.drain.termination_grace_secs)
+        if self.port is not None:
+            log.info("startup.listening", port=self.port, admin_port=self.admin_port,
+                     upstream=cfg.proxy.upstream.url, shutdown_drain_secs=cfg.drain.shutdown_drain_secs,
+                     termination_grace_secs=cfg.drain.termination_grace_secs)
         self._started.set()
         if self.state.status.phase == drain.Phase.STARTING:
             if cfg.health.upstream_health_path is None:

@@ -1,0 +1,228 @@
+"""Proxying: streaming both ways, headers, errors, Unix sockets, disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+import socket
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests import upstream as upstream_mod
+from tests.conftest import wait_until
+from tests.upstream import sse_events
+
+
+async def test_sse_reaches_client_chunk_by_chunk(fake_upstream, start_router, http):
+    """1. upstream writes an event every 150 ms  2. the client reads as they come.
+    Result: the first event arrives long before the stream ends (nothing is buffered whole)."""
+    r = await start_router(upstream=fake_upstream.url)
+    t0 = time.monotonic()
+    async with http.get(f"{r.url}/sse?n=4&iv=0.15") as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        first = await resp.content.readuntil(b"\n\n")
+        first_at = time.monotonic() - t0
+        rest = await resp.read()
+    total = time.monotonic() - t0
+    assert first == b"data: 0\n\n"
+    assert sse_events(first + rest) == ["0", "1", "2", "3", "[DONE]"]
+    assert total >= 0.45
+    assert first_at < total - 0.3, f"first event at {first_at:.3f}s of {total:.3f}s: buffered"
+
+
+async def test_request_body_streams_and_arrives_intact(fake_upstream, start_router, http):
+    r = await start_router(upstream=fake_upstream.url)
+    payload = os.urandom(3 * 1024 * 1024)
+
+    async def chunks():
+        for i in range(0, len(payload), 65536):
+            yield payload[i:i + 65536]
+
+    async with http.post(f"{r.url}/echo?x=1&y=%20", data=chunks()) as resp:  # chunked upload
+        body = await resp.json()
+    assert body["size"] == len(payload)
+    assert body["sha256"] == hashlib.sha256(payload).hexdigest()
+    assert body["path_qs"] == "/echo?x=1&y=%20"
+    async with http.put(f"{r.url}/echo", data=io.BytesIO(payload)) as resp:  # Content-Length upload
+        assert (await resp.json())["size"] == len(payload)
+
+
+async def test_hop_by_hop_dropped_both_ways_and_forwarded_headers_set(fake_upstream, start_router):
+    r = await start_router(upstream=fake_upstream.url)
+    async with aiohttp.ClientSession(skip_auto_headers=["User-Agent"]) as s:
+        async with s.get(f"{r.url}/echo", headers={
+            "Host": "api.example.com", "Connection": "keep-alive, X-Secret-Hop", "X-Secret-Hop": "1",
+            "Keep-Alive": "timeout=5", "TE": "trailers", "Proxy-Authorization": "Basic x",
+            "X-Forwarded-For": "203.0.113.7", "X-Custom": "kept",
+        }) as resp:
+            seen = (await resp.json())["headers"]
+            assert "Keep-Alive" not in resp.headers
+            assert "X-Drop-Me" not in resp.headers, "a header named in the upstream's Connection is hop-by-hop"
+            assert resp.headers["X-Upstream"] == "yes"
+    assert seen["Host"] == "api.example.com"
+    assert seen["X-Custom"] == "kept"
+    for hop in ("X-Secret-Hop", "Keep-Alive", "TE", "Proxy-Authorization"):
+        assert hop not in seen
+    assert seen["X-Forwarded-For"] == "203.0.113.7, 127.0.0.1"
+    assert seen["X-Forwarded-Proto"] == "http"
+    assert seen["X-Forwarded-Host"] == "api.example.com"
+    assert "User-Agent" not in seen, "the router adds no headers the client did not send"
+
+
+async def test_unix_socket_upstream(tmp_path: Path, start_router, http):
+    async with upstream_mod.running(unix_path=tmp_path / "model.sock") as fake:
+        r = await start_router(upstream=fake.url)
+        async with http.get(f"{r.url}/sse?n=3&iv=0") as resp:
+            assert sse_events(await resp.read()) == ["0", "1", "2", "[DONE]"]
+
+
+async def test_upstream_status_passes_through(fake_upstream, start_router, http):
+    r = await start_router(upstream=fake_upstream.url)
+    for code in (201, 404, 429, 500):
+        async with http.get(f"{r.url}/status/{code}") as resp:
+            assert resp.status == code
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_upstream_refused_is_502_json(start_router, http):
+    r = await start_router(upstream=f"http://127.0.0.1:{_free_port()}")
+    async with http.get(f"{r.url}/v1/models") as resp:
+        assert resp.status == 502
+        body = await resp.json()
+    assert body["error"]["type"] == "upstream_unavailable"
+    assert len(r.state.inflight) == 0
+
+
+async def test_upstream_connect_timeout_is_504(start_router, http):
+    """A listener whose accept queue is full never completes the handshake: a connect timeout."""
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen(0)
+    fillers = []
+    try:
+        for _ in range(8):  # fill the SYN/accept queue so the next connect hangs
+            c = socket.socket()
+            c.setblocking(False)
+            try:
+                c.connect(blocker.getsockname())
+            except BlockingIOError:
+                pass
+            fillers.append(c)
+        r = await start_router(upstream=f"http://127.0.0.1:{blocker.getsockname()[1]}",
+                               upstream_connect_timeout_secs=1)
+        t0 = time.monotonic()
+        async with http.get(f"{r.url}/x") as resp:
+            assert resp.status == 504
+            assert (await resp.json())["error"]["type"] == "upstream_timeout"
+        assert time.monotonic() - t0 < 5
+    finally:
+        for c in fillers:
+            c.close()
+        blocker.close()
+
+
+async def test_oversized_body_is_413(fake_upstream, start_router, http):
+    r = await start_router(upstream=fake_upstream.url, max_request_body_bytes=1000)
+    async with http.post(f"{r.url}/echo", data=b"x" * 1001) as resp:
+        assert resp.status == 413
+        assert (await resp.json())["error"]["type"] == "request_too_large"
+
+    async def chunks():
+        for _ in range(20):
+            yield b"y" * 100
+
+    async with http.post(f"{r.url}/echo", data=chunks()) as resp:  # no Content-Length
+        assert resp.status == 413
+    async with http.post(f"{r.url}/echo", data=b"z" * 1000) as resp:
+        assert resp.status == 200
+    await wait_until(lambda: len(r.state.inflight) == 0)
+
+
+async def test_upgrade_is_501(fake_upstream, start_router, http):
+    r = await start_router(upstream=fake_upstream.url)
+    async with http.get(f"{r.url}/ws", headers={"Connection": "Upgrade", "Upgrade": "websocket"}) as resp:
+        assert resp.status == 501
+        assert (await resp.json())["error"]["type"] == "upgrade_not_supported"
+
+
+async def test_upstream_dies_after_headers_closes_client_connection(fake_upstream, start_router, http):
+    r = await start_router(upstream=fake_upstream.url)
+    async with http.get(f"{r.url}/cut?n=2") as resp:
+        assert resp.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await resp.read()
+    await wait_until(lambda: len(r.state.inflight) == 0)
+    # and the router keeps serving others
+    async with http.get(f"{r.url}/sse?n=2&iv=0") as resp:
+        assert sse_events(await resp.read())[-1] == "[DONE]"
+
+
+@pytest.mark.parametrize("first", [0.0, 30.0], ids=["mid-stream", "silent-prefill"])
+async def test_client_disconnect_cancels_upstream_within_1s(fake_upstream, start_router, first):
+    """1. a client starts a long stream (or one still in a 30 s silent prefill)  2. the client
+    goes away. Result: the model server sees its request cancelled within 1 s, in-flight is 0."""
+    r = await start_router(upstream=fake_upstream.url)
+    reader, writer = await asyncio.open_connection("127.0.0.1", r.router.port)
+    writer.write(f"GET /sse?n=1000&iv=0.05&first={first} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    await writer.drain()
+    await asyncio.wait_for(fake_upstream.request_seen.wait(), 5)
+    if not first:
+        await reader.readuntil(b"data: 0")
+    assert len(r.state.inflight) == 1
+    writer.close()
+    t0 = time.monotonic()
+    await asyncio.wait_for(fake_upstream.cancel_seen.wait(), 1.0)
+    assert time.monotonic() - t0 < 1.0
+    await wait_until(lambda: len(r.state.inflight) == 0, 1.0, "in-flight back to 0")
+    outcomes = {s.labels["outcome"]: s.value for m in r.router.metrics.registry.collect()
+                if m.name == "drain_router_requests" for s in m.samples if s.name.endswith("_total")}
+    assert outcomes.get("client_aborted") == 1
+
+
+async def test_upstream_pool_is_not_capped_at_100(fake_upstream, start_router, http):
+    """aiohttp's default connector limit is 100; 150 concurrent streams must all be open at once."""
+    r = await start_router(upstream=fake_upstream.url)
+
+    async def one():
+        async with http.get(f"{r.url}/sse?n=1&first=0.6") as resp:
+            return await resp.read()
+
+    tasks = [asyncio.ensure_future(one()) for _ in range(150)]
+    await wait_until(lambda: fake_upstream.started == 150, 5, "150 upstream requests in flight together")
+    results = await asyncio.gather(*tasks)
+    assert all(sse_events(b)[-1] == "[DONE]" for b in results)
+
+
+async def test_emfile_is_a_clean_503(fake_upstream, start_router, http, monkeypatch):
+    """Out of descriptors while connecting upstream: 503 with a JSON body and a log event, no 500."""
+    import errno
+
+    from structlog.testing import capture_logs
+
+    r = await start_router(upstream=fake_upstream.url)
+    session = r.router._session  # noqa: SLF001
+    connector = session.connector
+
+    async def no_fds(*args, **kwargs):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(connector, "_create_connection", no_fds)
+    with capture_logs() as logs:
+        async with http.get(f"{r.url}/sse") as resp:
+            assert resp.status == 503
+            assert (await resp.json())["error"]["type"] == "out_of_file_descriptors"
+    assert any(e["event"] == "proxy.emfile" for e in logs)
+    monkeypatch.undo()
+    async with http.get(f"{r.url}/sse?n=1") as resp:
+        assert resp.status == 200
