@@ -1,0 +1,33 @@
+"""Every ``drain_router_controller_*`` metric, in one place. Takes a registry so tests use a fresh one."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class ControllerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.deletion_transitions = Counter(
+            "drain_router_controller_deletion_transitions_total",
+            "Staged-deletion transitions, by the stage entered and the event reason.",
+            ["stage", "reason"], registry=registry)
+        self.deletion_passes = Counter(
+            "drain_router_controller_deletion_passes_total",
+            "Staged-deletion passes, by verdict (Hold, Skip, Continue, Release).",
+            ["verdict"], registry=registry)
+        self.deletions_finished = Counter(
+            "drain_router_controller_deletions_finished_total",
+            "ModelService teardowns that dropped their finalizer, by outcome (Orphaned/Foreign for skips).",
+            ["outcome"], registry=registry)
+        self.pods_force_deleted = Counter(
+            "drain_router_controller_pods_force_deleted_total",
+            "Pods deleted with grace 0 after force-delete-after.", registry=registry)
+        self.pods_remaining = Gauge(
+            "drain_router_controller_deletion_pods_remaining",
+            "Pods still holding a ModelService's finalizer, at its last pass.",
+            ["namespace", "name"], registry=registry)
+        self.action_errors = Counter(
+            "drain_router_controller_action_errors_total",
+            "API errors while carrying out a decision (retried on the next pass), by action.",
+            ["action"], registry=registry)

@@ -1,0 +1,74 @@
+"""Running the operator: one kopf registry, one API client, one metrics registry per run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import kopf
+from kubernetes_asyncio import client, config as k8s_config
+from prometheus_client import CollectorRegistry, start_http_server
+
+from router.controller import handlers, kube as kube_, metrics as metrics_, settings as settings_
+
+
+def connection_from(configuration: client.Configuration) -> kopf.ConnectionInfo:
+    """kopf's credentials from the same Configuration our own client uses."""
+    token = None
+    for key in ("authorization", "BearerToken"):
+        value = (configuration.api_key or {}).get(key)
+        if value:
+            token = value.removeprefix("Bearer ").strip()
+    return kopf.ConnectionInfo(
+        server=configuration.host, ca_path=configuration.ssl_ca_cert, insecure=not configuration.verify_ssl,
+        token=token, scheme="Bearer" if token else None,
+        certificate_path=configuration.cert_file, private_key_path=configuration.key_file)
+
+
+async def load_configuration() -> client.Configuration:
+    configuration = client.Configuration()
+    try:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    except k8s_config.ConfigException:
+        await k8s_config.load_kube_config(client_configuration=configuration)
+    return configuration
+
+
+@contextlib.asynccontextmanager
+async def context(settings: settings_.ControllerSettings, *, configuration: client.Configuration | None = None,
+                  registry: CollectorRegistry | None = None) -> AsyncIterator[handlers.Context]:
+    """The shared state of one run. With an explicit ``configuration`` (tests), kopf logs in with it
+    too; otherwise kopf does its own in-cluster or kubeconfig login."""
+    explicit = configuration is not None
+    configuration = configuration or await load_configuration()
+    async with client.ApiClient(configuration) as api:
+        yield handlers.Context(
+            settings=settings, kube=kube_.Kube(api),
+            metrics=metrics_.ControllerMetrics(registry or CollectorRegistry()),
+            connection=connection_from(configuration) if explicit else None)
+
+
+async def operate(ctx: handlers.Context, *, stop_flag: asyncio.Event | None = None,
+                  ready_flag: asyncio.Event | None = None) -> None:
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, ctx)
+    await kopf.operator(
+        registry=registry, standalone=True, clusterwide=ctx.settings.all_namespaces,
+        namespaces=list(ctx.settings.namespaces), stop_flag=stop_flag, ready_flag=ready_flag)
+
+
+def run(settings: settings_.ControllerSettings) -> int:
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    registry = CollectorRegistry()
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port, registry=registry)
+
+    async def main() -> None:
+        async with context(settings, registry=registry) as ctx:
+            await operate(ctx)
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,110 @@
+"""Fixtures for the controller tests: the emulated API server, a simulated kubelet, and the real kopf
+operator started in this process (and stoppable, for the restart test)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import kmock
+import pytest
+from kubernetes_asyncio import client
+
+from router.controller import crd, handlers, settings as settings_
+
+from .emulator import ClusterEmulator
+
+NAMESPACE = "ns"
+MSVC = f"{crd.group()}/{crd.version()}/{crd.plural()}"
+REQUEUE = 0.2
+
+
+async def eventually(check: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05,
+                     what: str = "condition") -> Any:
+    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+@pytest.fixture()
+async def cluster() -> AsyncIterator[tuple[ClusterEmulator, kmock.Server]]:
+    spec = crd.load()["spec"]
+    emulator = ClusterEmulator()
+    emulator.resources[MSVC] = kmock.ResourceInfo(
+        kind=spec["names"]["kind"], namespaced=True, shortnames=set(spec["names"]["shortNames"]),
+        subresources=set(spec["versions"][0]["subresources"]), verbs={"get", "list", "watch", "patch", "delete"})
+    async with emulator, kmock.Server(emulator) as server:
+        kubelet = asyncio.create_task(emulator.kubelet())
+        try:
+            yield emulator, server
+        finally:
+            kubelet.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await kubelet
+
+
+class Operator:
+    """The real operator (kopf + our handlers) in its own thread and event loop, as kopf's own
+    ``KopfRunner`` does: on stop, kopf cancels every task of its loop that it did not start with,
+    which in the test's loop would include pytest's own. ``stop()`` and ``start()`` again."""
+
+    def __init__(self, server: kmock.Server) -> None:
+        self.server = server
+        self.thread: threading.Thread | None = None
+        self.stop_flag = threading.Event()
+        self.ctx: handlers.Context | None = None
+        self.error: BaseException | None = None
+
+    async def start(self) -> None:
+        from router.controller import operator
+
+        settings = settings_.ControllerSettings(namespaces=(NAMESPACE,), requeue_secs=REQUEUE, metrics_port=0)
+        configuration = client.Configuration(host=str(self.server.url).rstrip("/"))
+        self.stop_flag, ready = threading.Event(), threading.Event()
+
+        async def main() -> None:
+            async with operator.context(settings, configuration=configuration) as ctx:
+                self.ctx = ctx
+                await operator.operate(ctx, stop_flag=self.stop_flag, ready_flag=ready)
+
+        def run() -> None:
+            try:
+                asyncio.run(main())
+            except BaseException as exc:  # reported by stop()
+                self.error = exc
+
+        self.thread = threading.Thread(target=run, name="operator", daemon=True)
+        self.thread.start()
+        await eventually(lambda: ready.is_set() or self.error is not None, what="the operator to be ready")
+        if self.error is not None:
+            raise self.error
+
+    async def stop(self) -> None:
+        if self.thread is not None:
+            self.stop_flag.set()
+            thread = self.thread
+            await eventually(lambda: not thread.is_alive(), what="the operator to stop")
+            self.thread = None
+        if self.error is not None and not isinstance(self.error, asyncio.CancelledError):
+            raise self.error
+
+
+@pytest.fixture()
+async def operator(cluster: tuple[ClusterEmulator, kmock.Server]) -> AsyncIterator[Operator]:
+    op = Operator(cluster[1])
+    await op.start()
+    try:
+        yield op
+    finally:
+        await op.stop()
+
