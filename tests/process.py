@@ -20,10 +20,10 @@ class RouterProcess:
         self._new_event = asyncio.Event()
 
     @classmethod
-    async def start(cls, *args: str) -> RouterProcess:
+    async def start(cls, *args: str, preexec_fn: Any = None) -> RouterProcess:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "router", "serve", "--host", "127.0.0.1", "--admin-host", "127.0.0.1",
-            *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, preexec_fn=preexec_fn,
         )
         return cls(proc)
 
