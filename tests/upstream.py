@@ -5,6 +5,7 @@ Routes:
   ``data: i`` (plus ``pad`` filler bytes) every ``iv`` seconds, then ``data: [DONE]``.
 - ``/echo``: reads the whole body, answers its size, the headers it saw, and a digest.
 - ``/cut?n=N``: N events, then the connection is aborted mid-stream (a crashed model server).
+- ``/short``: promises a 100-byte body, sends 10 bytes, aborts.
 - ``/status/{code}``: an empty answer with that status.
 - ``/health``: 200 while ``healthy`` is true, else 503.
 It runs with ``handler_cancellation`` so it sees a cancelled request exactly as a model server does.
@@ -42,6 +43,7 @@ class FakeUpstream:
         app.router.add_post("/v1/completions", self.sse)
         app.router.add_route("*", "/echo", self.echo)
         app.router.add_get("/cut", self.cut)
+        app.router.add_get("/short", self.short)
         app.router.add_route("*", "/status/{code}", self.status)
         app.router.add_get("/health", self.health)
         return app
@@ -87,6 +89,16 @@ class FakeUpstream:
         await resp.prepare(request)
         for i in range(int(request.query.get("n", 2))):
             await resp.write(f"data: {i}\n\n".encode())
+        await asyncio.sleep(0.05)
+        assert request.transport is not None
+        request.transport.abort()
+        return resp
+
+    async def short(self, request: web.Request) -> web.StreamResponse:
+        """Promise 100 bytes, send 10, die: a crash before the small body is complete."""
+        resp = web.StreamResponse(headers={"Content-Length": "100"})
+        await resp.prepare(request)
+        await resp.write(b"0123456789")
         await asyncio.sleep(0.05)
         assert request.transport is not None
         request.transport.abort()

@@ -169,8 +169,15 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         if length is not None and length <= SMALL_BODY_BYTES and request.method != hdrs.METH_HEAD:
             # A small body of known size: read it and send headers and body in one write (one
             # syscall instead of three); streams (chunked, SSE) never take this path.
+            try:
+                body_bytes = await upstream.read()
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                # Nothing was sent yet, so the client can still be told.
+                outcome, code = "upstream_error", 502
+                log.warning("proxy.upstream_cut", error=repr(exc), path=request.path)
+                return error_response(502, "upstream_unavailable", "the model server closed the response early")
             small = web.Response(status=upstream.status, reason=upstream.reason,
-                                 headers=response_headers(upstream), body=await upstream.read())
+                                 headers=response_headers(upstream), body=body_bytes)
             st.metrics.ttfb.observe(loop.time() - start)
             return small
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,

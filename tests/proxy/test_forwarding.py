@@ -168,6 +168,14 @@ async def test_upstream_dies_after_headers_closes_client_connection(fake_upstrea
         assert sse_events(await resp.read())[-1] == "[DONE]"
 
 
+async def test_upstream_dies_inside_a_small_body_is_502(fake_upstream, start_router, http):
+    r = await start_router(upstream=fake_upstream.url)
+    async with http.get(f"{r.url}/short") as resp:
+        assert resp.status == 502
+        assert (await resp.json())["error"]["type"] == "upstream_unavailable"
+    await wait_until(lambda: len(r.state.inflight) == 0)
+
+
 @pytest.mark.parametrize("first", [0.0, 30.0], ids=["mid-stream", "silent-prefill"])
 async def test_client_disconnect_cancels_upstream_within_1s(fake_upstream, start_router, first):
     """1. a client starts a long stream (or one still in a 30 s silent prefill)  2. the client
