@@ -180,7 +180,7 @@ async def run_scenario(label: str, drain_secs: int, opts: Options, model: cluste
     def flipped(backend: balancer.Backend, up: bool) -> None:
         result.rotation.append((now(), backend.name, up))
         view.replicas[backend.name].in_rotation = up
-        view.event(f"balancer: {backend.name} {'back in rotation' if up else 'out of rotation'}")
+        view.event(f"balancer: {backend.name} {'in rotation' if up else 'out of rotation'}")
 
     lb = balancer.Balancer([balancer.Backend(r.name, r.url, f"{r.url}/readyz") for r in replicas],
                            probe_interval=opts.probe_interval_ms / 1000, fall=opts.probe_fall, rise=1,
@@ -335,20 +335,21 @@ def comparison_table(runs: list[RunResult]) -> str:
         ["drain (SIGTERM to exit)",
          *[_secs(sum(r.drain_durations) / len(r.drain_durations)) if r.drain_durations else "-" for r in runs]],
     ]
+    notes: list[str] = []
     for run in runs:
         kinds = Counter(f"{x.status}" if x.outcome.value == "http_error" else x.outcome.value for x in run.lost)
-        run_kinds = ", ".join(f"{k} x{n}" for k, n in kinds.most_common())
-        if run.balancer_errors:
-            run_kinds += " (" + ", ".join(f"{k} x{n}" for k, n in run.balancer_errors.most_common()) + ")"
-        if run_kinds:
-            rows.append([f"lost in {run.label}", *[run_kinds if r is run else "" for r in runs]])
+        if kinds:
+            why = ", ".join(f"{k} x{n}" for k, n in kinds.most_common())
+            if run.balancer_errors:
+                why += " (balancer: " + ", ".join(f"{k} x{n}" for k, n in run.balancer_errors.most_common()) + ")"
+            notes.append(f"lost in {run.label}: {why}")
     widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
 
     def fmt(row: list[str]) -> str:
         return "  ".join([row[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(row[1:], widths[1:])]]).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
-    return "\n".join([fmt(headers), rule, *[fmt(r) for r in rows]])
+    return "\n".join([fmt(headers), rule, *[fmt(r) for r in rows], *([""] + notes if notes else [])])
 
 
 async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) -> int:
