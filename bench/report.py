@@ -12,8 +12,8 @@ from typing import Any
 from bench import stats
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
-BASELINES = ("direct", "nginx", "envoy")
-TARGET_ORDER = ("direct", "router", "nginx", "haproxy", "envoy", "traefik")
+BASELINES = ("direct", "nginx", "envoy", "aiohttp")
+TARGET_ORDER = ("direct", "router", "aiohttp", "nginx", "haproxy", "envoy", "traefik")
 
 #: Per workload, the metrics worth summarising (name, unit, higher_is_better).
 METRICS: dict[str, list[tuple[str, str, bool]]] = {
@@ -297,7 +297,7 @@ def chart(results: dict[str, Any], derived: dict[str, Any], path: Path) -> bool:
     summary = derived["summary"]
     plan = results["plan"]
     present = [t for t in TARGET_ORDER if t in results["targets"] and results["targets"][t]["available"]]
-    colors = {"direct": "#999999", "router": "#d62728", "nginx": "#2ca02c", "haproxy": "#1f77b4",
+    colors = {"direct": "#999999", "router": "#d62728", "aiohttp": "#e377c2", "nginx": "#2ca02c", "haproxy": "#1f77b4",
               "envoy": "#9467bd", "traefik": "#ff7f0e"}
     paced = [f"sse_paced_{c}" for c in plan["paced_concurrency"]]
     panels = [

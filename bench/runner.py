@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -381,6 +382,8 @@ class Bench:
                         await self.drain(target, round_no)
         finally:
             self.stop_all()
+            if not os.environ.get("BENCH_KEEP_WORKDIR"):
+                shutil.rmtree(self.workdir, ignore_errors=True)
         wall = time.perf_counter() - wall0
         busy = _machine_busy_seconds() - busy0
         own = _own_cpu_seconds() - own0
@@ -402,10 +405,27 @@ class Bench:
                 "foreign_cores": round(max(0.0, busy - own) / wall, 3),
                 "wrk": loadgen.wrk_available(),
             },
+            "source": _source(),
             "plan": asdict(plan) | {"hold_steps": [min(s, self.max_held) for s in plan.hold_steps]},
             "targets": self.info,
             "records": self.records,
         }
+
+
+def _source() -> dict[str, Any]:
+    """Which code was measured: the repository commit, whether the tree had changes, and a router
+    source override if one was used."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"commit": git("rev-parse", "--short", "HEAD") or None,
+            "router_dirty": bool(git("status", "--porcelain", "--", "router")),
+            "router_src_override": os.environ.get(targets.ROUTER_SRC_ENV)}
 
 
 def fresh_rss(target: targets.Target) -> Callable[[], int]:

@@ -163,9 +163,14 @@ def _bin_dir() -> Path:
     return Path(sys.executable).parent
 
 
+#: Run the router from another source tree (a candidate change) instead of the installed package.
+ROUTER_SRC_ENV = "BENCH_ROUTER_SRC"
+
+
 class Router(Target):
     """drain-router as shipped: metrics, in-flight counting, readiness, default log level; the
-    drain window at its default too (stopped with SIGINT, which skips the window)."""
+    drain window at its default too (stopped with SIGINT, which skips the window). With
+    ``BENCH_ROUTER_SRC=/path/to/checkout`` the router is run from that tree instead."""
 
     def missing(self) -> str | None:
         if importlib.util.find_spec("router.proxy.lifecycle") is None:
@@ -179,18 +184,39 @@ class Router(Target):
 
     def command(self, ctx: Context) -> list[str]:
         script = _bin_dir() / "drain-router"
-        base = [str(script)] if script.exists() else [sys.executable, "-m", "router"]
+        use_script = script.exists() and not os.environ.get(ROUTER_SRC_ENV)
+        base = [str(script)] if use_script else [sys.executable, "-m", "router"]
         return [
             *base, "serve", "--upstream", f"http://127.0.0.1:{ctx.upstream_port}", "--host", "127.0.0.1",
             "--port", str(self.port), "--admin-host", "127.0.0.1", "--admin-port", str(self.admin_port),
             *self.extra_args,
         ]
 
+    def env(self) -> dict[str, str]:
+        src = os.environ.get(ROUTER_SRC_ENV)
+        return {**os.environ, "PYTHONPATH": src} if src else dict(os.environ)
+
     def stop_signal(self) -> int:
         return signal.SIGINT
 
     def readiness_url(self) -> str | None:
         return f"http://127.0.0.1:{self.admin_port}/readyz"
+
+
+class AiohttpProxy(Target):
+    """The smallest streaming aiohttp proxy (bench/aiohttp_proxy.py): the floor under the router."""
+
+    def version(self) -> str:
+        from importlib.metadata import version
+
+        return "aiohttp " + version("aiohttp")
+
+    def command(self, ctx: Context) -> list[str]:
+        return [sys.executable, "-m", "bench.aiohttp_proxy", "--upstream", f"http://127.0.0.1:{ctx.upstream_port}",
+                "--port", str(self.port)]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
 
 
 NGINX_CONF = """\
@@ -430,6 +456,7 @@ def all_targets() -> list[Target]:
     return [
         Direct("direct", "direct (no proxy)"),
         Router("router", "drain-router", drain_signal=signal.SIGTERM),
+        AiohttpProxy("aiohttp", "bare aiohttp proxy"),
         Nginx("nginx", "nginx", drain_signal=signal.SIGQUIT),
         Haproxy("haproxy", "HAProxy", drain_signal=signal.SIGUSR1),
         Envoy("envoy", "Envoy"),
