@@ -81,6 +81,16 @@ class Decision:
 EXIT_CLEAN = 0
 EXIT_ABORTED = 1
 
+#: The state each log event announces (one decision can pass through closing to exited).
+EVENT_PHASE = {
+    "state.serving": Phase.SERVING,
+    "drain.start": Phase.DRAINING,
+    "drain.closing": Phase.CLOSING,
+    "drain.complete": Phase.EXITED,
+    "drain.deadline": Phase.EXITED,
+    "drain.aborted": Phase.EXITED,
+}
+
 
 def _to_closing(status: DrainStatus, *, now: float, inflight: int, reason: str) -> Decision:
     """Enter closing; if nothing is in flight, exit right away (the idle router does not linger)."""

@@ -84,6 +84,7 @@ class Router:
         self._admin_runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._completed_at_t0 = 0
+        self._started_at_t0 = 0
         self.state.inflight.on_idle(self._on_idle)
 
     # -- signals -------------------------------------------------------------------------------
@@ -111,6 +112,7 @@ class Router:
         self.state.status = decision.status
         if decision.status.t0 is not None and before.t0 is None:
             self._completed_at_t0 = self.state.inflight.completed
+            self._started_at_t0 = self.state.inflight.started
         inflight_before_actions = len(self.state.inflight)
         for action in decision.actions:
             self._do(action)
@@ -148,13 +150,16 @@ class Router:
     def _log_event(self, name: str, event: drain.Event, decision: drain.Decision, inflight: int) -> None:
         status = decision.status
         deadline = self.config.drain.deadline()
+        since_t0 = status.t0 is not None
         fields: dict[str, Any] = {
-            "state": status.phase.value,
+            "state": drain.EVENT_PHASE.get(name, status.phase).value,
             "signal": event.value,
             "t0": status.t0,
             "deadline": None if (deadline is None or status.t0 is None) else status.t0 + deadline.total_seconds(),
             "inflight": inflight,
-            "served_during_drain": self.state.inflight.completed - self._completed_at_t0 if status.t0 is not None else 0,
+            # finished since t0 (including streams already running at SIGTERM) / arrived since t0
+            "served_during_drain": self.state.inflight.completed - self._completed_at_t0 if since_t0 else 0,
+            "started_during_drain": self.state.inflight.started - self._started_at_t0 if since_t0 else 0,
         }
         if decision.reason is not None:
             fields["reason"] = decision.reason

@@ -27,7 +27,7 @@ class InFlight:
     enter. The tasks are kept so the deadline can cancel exactly what is left.
     """
 
-    __slots__ = ("_tasks", "_on_idle", "_clock", "idle_since", "completed")
+    __slots__ = ("_tasks", "_on_idle", "_clock", "idle_since", "started", "completed")
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._tasks: set[asyncio.Task[object]] = set()
@@ -35,6 +35,8 @@ class InFlight:
         self._clock = clock
         self.idle_since: float | None = clock()
         """Unix time the count last reached zero (process start if never busy); None while busy."""
+        self.started = 0
+        """Requests that have entered, for the 'started during the drain' log field."""
         self.completed = 0
         """Requests that have left, for the 'served during the drain' log field."""
 
@@ -49,6 +51,7 @@ class InFlight:
 
     def enter(self, task: asyncio.Task[object]) -> None:
         self._tasks.add(task)
+        self.started += 1
         self.idle_since = None
 
     def leave(self, task: asyncio.Task[object]) -> None:

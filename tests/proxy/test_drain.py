@@ -220,7 +220,22 @@ async def test_drain_log_events_carry_the_timeline(fake_upstream, start_router, 
     assert start["deadline"] == pytest.approx(start["t0"] + 18)
     assert start["inflight"] == 1 and start["shutdown_drain_secs"] == 1
     assert events["drain.complete"]["served_during_drain"] == 1
+    assert events["drain.complete"]["started_during_drain"] == 0
     assert events["drain.complete"]["exit_code"] == 0
+    assert [events[n]["state"] for n in events] == ["draining", "closing", "exited"]
+
+
+async def test_one_decision_through_closing_to_exited_logs_each_state(fake_upstream, start_router, http):
+    r = await start_router(upstream=fake_upstream.url, shutdown_drain_secs=1)
+    with capture_logs() as logs:
+        r.sigterm()
+        async with http.get(f"{r.url}/sse?n=1&iv=0") as resp:  # arrives during the window
+            await resp.read()
+        assert await r.exit_code() == 0
+    states = {e["event"]: e["state"] for e in logs if e["event"].startswith("drain.")}
+    assert states == {"drain.start": "draining", "drain.closing": "closing", "drain.complete": "exited"}
+    complete = next(e for e in logs if e["event"] == "drain.complete")
+    assert complete["started_during_drain"] == 1 and complete["served_during_drain"] == 1
 
 
 async def test_upstream_health_gates_readiness(fake_upstream, start_router, http):
