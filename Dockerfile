@@ -1,18 +1,28 @@
 # drain-router: one image for the router sidecar and the controller.
 # Build: docker build -t drain-router . (or buildah bud). Python is PID 1 and installs its own
 # SIGTERM/SIGINT handlers first thing, so the kubelet's SIGTERM starts the drain directly.
+#
+# BASE is any Debian bookworm image with python3 (>= 3.11) and its venv module: the official
+# python slim image by default, or a plain Debian rootfs with python3 + python3-venv where no
+# registry is reachable (scripts/build-image.sh, docs/image.md). Everything is installed into a
+# virtualenv, so Debian's "externally managed" system Python never refuses pip.
+ARG BASE=python:3.11.14-slim-bookworm
 
-FROM python:3.11.14-slim-bookworm AS build
+FROM ${BASE} AS build
+RUN python3 -m venv /opt/drain-router
+ENV PATH=/opt/drain-router/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY router ./router
 RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[controller]'
 
-FROM python:3.11.14-slim-bookworm
+FROM ${BASE}
 ENV PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    PATH=/opt/drain-router/bin:$PATH
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir --no-index --find-links=/wheels 'drain-router[controller]==0.1.0' \
+RUN python3 -m venv /opt/drain-router \
+    && pip install --no-cache-dir --no-index --find-links=/wheels 'drain-router[controller]==0.1.0' \
     && rm -rf /wheels \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin drainrouter
 USER 10001:10001

@@ -44,6 +44,20 @@ def test_dockerfile_runs_non_root_with_exec_form_entrypoint():
     assert re.search(r"^STOPSIGNAL SIGTERM$", final_stage, re.M)
 
 
+def test_dockerfile_stages_share_one_pinned_base():
+    """One ARG BASE feeds both stages (wheels are built for the Python they run on); its default is the
+    official slim image, pinned to a patch release; and everything lives in a virtualenv on PATH, so a
+    plain Debian base (externally-managed system Python) works too."""
+    text = DOCKERFILE.read_text()
+    [default] = re.findall(r"^ARG BASE=(\S+)$", text, re.M)
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", default)
+    assert re.findall(r"^FROM\s+(\S+)", text, re.M) == ["${BASE}", "${BASE}"]
+    assert text.index("ARG BASE=") < text.index("\nFROM "), "a global ARG, before the first FROM"
+    final_stage = text.split("\nFROM ")[-1]
+    assert "python3 -m venv /opt/drain-router" in final_stage
+    assert re.search(r"PATH=/opt/drain-router/bin:\$PATH", final_stage)
+
+
 def test_dockerfile_installs_this_version():
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert f"drain-router[controller]=={version}" in DOCKERFILE.read_text()
