@@ -109,6 +109,8 @@ async def test_route_first_settle_then_workload_then_pods(cluster: tuple[Cluster
     assert uninstalled - removed >= 1.0, "the settle was skipped"
     assert last["stage"] == "Released" and last["outcome"] == "Clean"
     assert exists(emu, "v1/pods", "other")
+    # kopf posts events from a background poster, so the last one may land after the release.
+    await eventually(lambda: "Released" in [reason for _, reason in events(emu)], what="the Released event")
     reasons = [reason for _, reason in events(emu)]
     for reason in ("RouteRemoving", "RouteSettling", "Uninstalling", "Uninstalled", "Released"):
         assert reasons.count(reason) == 1, (reason, reasons)
@@ -167,6 +169,8 @@ async def test_force_delete_with_uid_precondition(cluster: tuple[ClusterEmulator
     forced = [r for r in emu._requests if r.action == kmock.action.DELETE and r.resource == kmock.resource("v1/pods")
               and (r.data or {}).get("gracePeriodSeconds") == 0]
     assert {r.name: r.data["preconditions"]["uid"] for r in forced} == uids
+    await eventually(lambda: [reason for _, reason in events(emu)].count("PodForceDeleted") == 2,
+                     what="one PodForceDeleted event per pod")
     reasons = [reason for _, reason in events(emu)]
     assert reasons.count("PodForceDeleted") == 2 and reasons.count("PodsForceDeleted") == 1
     assert ("Warning", "PodForceDeleted") in events(emu)
@@ -216,7 +220,7 @@ async def test_orphan_skips_every_stage(cluster: tuple[ClusterEmulator, kmock.Se
     assert delete_order(emu) == []
     for path in ("gateway.networking.k8s.io/v1/httproutes", "apps/v1/deployments", "v1/services"):
         assert exists(emu, path), path
-    assert ("Normal", "Orphaned") in events(emu)
+    await eventually(lambda: ("Normal", "Orphaned") in events(emu), what="the Orphaned event")
 
 
 async def test_foreign_workload_skips_every_stage(cluster: tuple[ClusterEmulator, kmock.Server],
@@ -229,7 +233,7 @@ async def test_foreign_workload_skips_every_stage(cluster: tuple[ClusterEmulator
     await eventually(lambda: msvc(emu) is None, what="the ModelService to go")
     assert delete_order(emu) == []
     assert exists(emu, "v1/services") and exists(emu, "gateway.networking.k8s.io/v1/httproutes")
-    assert ("Warning", "ForeignWorkload") in events(emu)
+    await eventually(lambda: ("Warning", "ForeignWorkload") in events(emu), what="the ForeignWorkload warning")
 
 
 async def test_suspend_holds_then_resumes(cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator) -> None:
