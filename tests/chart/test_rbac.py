@@ -14,14 +14,12 @@ Rule = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 
 #: (apiGroups, resources, verbs) per namespace watched.
 EXPECTED_RULES: list[Rule] = [
-    (("drainrouter.dev",), ("modelservices",), ("get", "list", "watch", "patch", "delete")),
+    (("drainrouter.dev",), ("modelservices",), ("get", "list", "watch", "patch")),
     (("drainrouter.dev",), ("modelservices/status",), ("get", "patch")),
-    (("drainrouter.dev",), ("modelservices/finalizers",), ("update",)),
     (("",), ("events",), ("create",)),
-    (("",), ("pods",), ("get", "list", "watch", "delete")),
-    (("",), ("pods/eviction",), ("create",)),
+    (("",), ("pods",), ("list", "delete")),
     (("",), ("services",), ("get", "delete")),
-    (("apps",), ("deployments",), ("get", "list", "patch", "delete")),
+    (("apps",), ("deployments",), ("get", "delete")),
     (("gateway.networking.k8s.io",), ("httproutes",), ("get", "delete")),
 ]
 #: Cluster-scoped, needed even in namespaced mode.

@@ -5,44 +5,37 @@ and kopf's namespace and CRD scanning is off, so no namespaces or customresource
 tests/chart/test_rbac.py pins this list: broadening it fails the test on purpose.
 */}}
 {{- define "drain-router.controllerRules" -}}
-# Watch ModelServices, add/remove the finalizer and kopf's progress annotations (patch); DeleteSelf
-# lifecycle rule (delete).
+# Watch ModelServices; add/remove the finalizer and kopf's progress annotations (patch).
 - apiGroups: [drainrouter.dev]
   resources: [modelservices]
-  verbs: [get, list, watch, patch, delete]
+  verbs: [get, list, watch, patch]
 # The staged-deletion status, written before each action.
 - apiGroups: [drainrouter.dev]
   resources: [modelservices/status]
   verbs: [get, patch]
-# Setting finalizers where the OwnerReferencesPermissionEnforcement admission plugin is on.
-- apiGroups: [drainrouter.dev]
-  resources: [modelservices/finalizers]
-  verbs: [update]
-# The events of the staged deletion, recycling and lifecycle rules (core v1 events).
+# The events of the staged deletion (core v1 events).
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-# Count and watch the service's pods; delete only for the opt-in force delete (grace 0, UID precondition).
+# Count the service's pods (list); delete only for the opt-in force delete (grace 0, UID precondition).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, delete]
-# Pod recycling goes through the Eviction API, so PodDisruptionBudgets are honoured.
-- apiGroups: [""]
-  resources: [pods/eviction]
-  verbs: [create]
+  verbs: [list, delete]
 # The workload's Service (Uninstalling stage).
 - apiGroups: [""]
   resources: [services]
   verbs: [get, delete]
-# The workload's Deployment: stability checks before recycling (get, list), ScaleToZero (patch),
-# Uninstalling (delete).
+# The workload's Deployment (Uninstalling stage).
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, patch, delete]
+  verbs: [get, delete]
 # The route (RouteRemoving stage).
 - apiGroups: [gateway.networking.k8s.io]
   resources: [httproutes]
   verbs: [get, delete]
+# Other kinds listed in a ModelService's spec.workload need get and delete here: add them with
+# controller.rbac.extraRules. (Pod recycling and lifecycle rules, when built, will add
+# pods/eviction and deployments patch, with the code that needs them.)
 {{- with .Values.controller.rbac.extraRules }}
 {{ toYaml . }}
 {{- end }}
