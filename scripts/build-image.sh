@@ -18,6 +18,8 @@
 #                   /usr/local/share/ca-certificates, so pip works behind a TLS-inspecting proxy;
 #                   set it empty to skip). The official-base path never adds certificates.
 #   REBUILD_BASE=1  discard the cached rootfs and the local base image, and make them again
+#   GIT_REF         build from this commit (git archive) instead of the working tree, e.g. HEAD:
+#                   reproducible, and without others' uncommitted edits or __pycache__ in the context
 #   IMAGE           tag to build (default: localhost/drain-router:<version>)
 # Needs root (debootstrap, buildah's rootful storage).
 set -euo pipefail
@@ -100,7 +102,7 @@ build_local_base() {
     local ctr mnt
     ctr=$(buildah from scratch)
     mnt=$(buildah mount "$ctr")
-    tar --numeric-owner --xattrs -C "$mnt" -xf "$tar"
+    tar --numeric-owner --xattrs -C "$mnt" -xf "$tar" || { buildah rm "$ctr" >/dev/null; die "could not unpack $tar"; }
     local ca_dir=${EXTRA_CA_DIR-/usr/local/share/ca-certificates} certs=()
     [ -n "$ca_dir" ] && [ -d "$ca_dir" ] && mapfile -t certs < <(find "$ca_dir" -maxdepth 1 -name '*.crt' | sort)
     if [ ${#certs[@]} -gt 0 ]; then
@@ -125,11 +127,18 @@ if [ -z "${BASE:-}" ]; then
 fi
 
 # --- the image ---------------------------------------------------------------------------------
-step "buildah bud --build-arg BASE=$BASE -t $IMAGE ."
+CONTEXT=.
+if [ -n "${GIT_REF:-}" ]; then
+    CONTEXT=$(mktemp -d)
+    trap 'rc=$?; rm -rf "$CONTEXT"; [ $rc -eq 0 ] || printf "build-image: FAILED (exit %s) at line %s: %s\n" "$rc" "$LINENO" "$BASH_COMMAND" >&2' EXIT
+    git archive "$GIT_REF" | tar -x -C "$CONTEXT" || die "git archive $GIT_REF failed"
+    echo "context: $GIT_REF ($(git rev-parse --short "$GIT_REF")) unpacked from git"
+fi
+step "buildah bud --build-arg BASE=$BASE -t $IMAGE $CONTEXT"
 start=$(date +%s)
 # Host networking for RUN steps: pip fetches the pinned wheels from the package index.
-buildah bud --runtime "$RUNTIME" --network host --layers "${bud_args[@]}" \
-    --build-arg "BASE=$BASE" -t "$IMAGE" .
+buildah bud --runtime "$RUNTIME" --network host --layers --force-rm "${bud_args[@]}" \
+    --build-arg "BASE=$BASE" -t "$IMAGE" -f "$CONTEXT/Dockerfile" "$CONTEXT"
 echo
 echo "built $IMAGE in $(( $(date +%s) - start ))s"
 buildah inspect --type image --format \
