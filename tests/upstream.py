@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -135,6 +134,3 @@ async def running(unix_path: Path | None = None) -> AsyncIterator[FakeUpstream]:
 def sse_events(body: bytes) -> list[str]:
     return [line[len("data: "):] for line in body.decode().split("\n") if line.startswith("data: ")]
 
-
-def dumps(obj: object) -> str:
-    return json.dumps(obj)

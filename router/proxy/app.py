@@ -1,4 +1,7 @@
-"""The two aiohttp applications: the traffic listener (probes + everything else proxied) and admin."""
+"""The traffic application (probes + everything else proxied) and the upstream session.
+
+The admin application is :func:`router.proxy.health.make_admin_app`.
+"""
 
 from __future__ import annotations
 
@@ -48,6 +51,3 @@ def make_app(state: RouterState, session: aiohttp.ClientSession) -> web.Applicat
     app.on_response_prepare.append(_connection_close_while_draining)
     return app
 
-
-def make_admin_app(state: RouterState) -> web.Application:
-    return health.make_admin_app(state)

@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from router import config, logs, metrics
 from router.decisions import drain
 from router.proxy import app as app_mod
+from router.proxy import health
 from router.proxy.state import RouterState
 
 log = logs.get("drain_router.lifecycle")
@@ -210,7 +211,7 @@ class Router:
         return restore
 
     async def _start_admin(self) -> None:
-        runner = web.AppRunner(app_mod.make_admin_app(self.state), access_log=None,
+        runner = web.AppRunner(health.make_admin_app(self.state), access_log=None,
                                shutdown_timeout=CLEANUP_TIMEOUT_SECS)
         await runner.setup()
         site = web.TCPSite(runner, self.config.admin.host, self.config.admin.port)

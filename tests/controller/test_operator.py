@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 import kmock
-import pytest
 
 from router.controller import crd
 from router.decisions import deletion, durations
