@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test unit e2e lint demo bench clean
+.PHONY: test unit e2e lint demo bench image clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	bash bench/install.sh $(BIN) && $(BIN)/python -m bench $(BENCH_ARGS)
+
+## make image: build the image with buildah (local Debian base unless BASE=...) and smoke-test it
+## under runc as a real container (needs root; not part of make test)
+image:
+	bash scripts/build-image.sh
+	python3 scripts/image-smoke.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

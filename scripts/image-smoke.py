@@ -157,7 +157,7 @@ def smoke(image: str, keep_logs: Path | None) -> int:
     checks = Checks()
     cid = f"drain-router-smoke-{os.getpid()}"
     up_port, port, admin_port = free_port(), free_port(), free_port()
-    base, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
+    admin = f"http://127.0.0.1:{admin_port}"
     timings: dict[str, float] = {}
     logs: list[str] = []
     work_ctr = bundle = proc = None
