@@ -14,9 +14,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## make test: lint (import layers) + every test, e2e last
+## make test: lint (import layers, pyflakes-class errors) + every test, e2e last
 test: $(STAMP)
 	$(BIN)/lint-imports
+	$(BIN)/ruff check .
 	$(BIN)/pytest
 
 unit: $(STAMP)
@@ -27,6 +28,7 @@ e2e: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/lint-imports
+	$(BIN)/ruff check .
 
 demo: $(STAMP)
 	$(BIN)/drain-router demo
