@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench import report, runner
+from bench import report, runner, targets
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "bench.md"
@@ -26,7 +26,7 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def publish(results: dict, results_path: Path, *, docs: bool, chart_path: Path | None) -> None:
+def publish(results: dict, results_path: Path, *, docs: bool, chart_path: Path | None, readme: bool = True) -> None:
     derived = report.summarize(results)
     table = report.markdown(results, derived)
     print(table)
@@ -34,7 +34,7 @@ def publish(results: dict, results_path: Path, *, docs: bool, chart_path: Path |
         drawn = report.chart(results, derived, chart_path)
         _log(f"chart: {chart_path}" if drawn else "chart skipped: matplotlib not installed (the 'plot' extra)")
     if docs:
-        for path in (DOCS, README):
+        for path in (DOCS, README) if readme else (DOCS,):
             if report.inject(path, table):
                 _log(f"table written into {path.relative_to(ROOT)}")
     _log(f"results: {results_path}")
@@ -52,13 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_const", dest="mode", const="quick", help="a few minutes")
     mode.add_argument("--smoke", action="store_const", dest="mode", const="smoke", help="seconds, no assertions")
-    parser.add_argument("--targets", default=",".join(report.TARGET_ORDER),
-                        help="comma-separated subset of: %(default)s")
+    parser.add_argument("--targets", default=",".join(targets.DEFAULT_TARGETS),
+                        help=f"comma-separated, from {','.join(report.TARGET_ORDER)} (default: %(default)s)")
     parser.add_argument("--rounds", type=int, help="override the mode's number of rounds")
     parser.add_argument("--seconds", type=float, help="override the mode's measurement window")
     parser.add_argument("--results", type=Path, default=runner.RESULTS_DIR, help="where the JSON goes")
     parser.add_argument("--no-docs", dest="docs", action="store_false",
                         help="do not write the table into docs/bench.md and README.md, nor the chart into docs/img")
+    parser.add_argument("--no-readme", dest="readme", action="store_false",
+                        help="write docs/bench.md and the chart, but leave README.md alone")
     args = parser.parse_args(argv)
     plan = runner.plan_for(args.mode or "full", args.rounds, args.seconds)
     names = [n.strip() for n in args.targets.split(",") if n.strip()]
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     results["derived"] = report.summarize(results)
     path = runner.write_results(results, args.results)
     chart_path = CHART if args.docs else args.results / (path.stem + ".png")
-    publish(results, path, docs=args.docs, chart_path=chart_path)
+    publish(results, path, docs=args.docs, chart_path=chart_path, readme=args.readme)
     return 0
 
 
@@ -80,13 +82,14 @@ def cmd_report(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench report")
     parser.add_argument("file", nargs="?", type=Path, help="results JSON (default: latest full run)")
     parser.add_argument("--no-docs", dest="docs", action="store_false")
+    parser.add_argument("--no-readme", dest="readme", action="store_false")
     args = parser.parse_args(argv)
     path = args.file or report.latest(runner.RESULTS_DIR)
     if path is None:
         _log("no results yet: run `make bench` first")
         return 1
     results = json.loads(path.read_text())
-    publish(results, path, docs=args.docs, chart_path=CHART if args.docs else None)
+    publish(results, path, docs=args.docs, chart_path=CHART if args.docs else None, readme=args.readme)
     return 0
 
 

@@ -13,7 +13,7 @@ from bench import stats
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 BASELINES = ("direct", "nginx", "envoy", "aiohttp")
-TARGET_ORDER = ("direct", "router", "aiohttp", "nginx", "haproxy", "envoy", "traefik")
+TARGET_ORDER = ("direct", "router", "aiohttp", "raw", "nginx", "haproxy", "envoy", "traefik")
 
 #: Per workload, the metrics worth summarising (name, unit, higher_is_better).
 METRICS: dict[str, list[tuple[str, str, bool]]] = {
@@ -28,7 +28,7 @@ METRICS: dict[str, list[tuple[str, str, bool]]] = {
     "upload_1mib": [("mib_per_s", "MiB/s", True), ("lat_p50_ms", "ms", False), ("lat_p99_ms", "ms", False),
                     ("target_cpu_us_per_unit", "CPU µs/req", False)],
     "idle_hold": [("kib_per_stream_first", "KiB/stream", False), ("kib_per_stream_last", "KiB/stream", False),
-                  ("held_last", "streams", True), ("open_seconds_last", "s", False)],
+                  ("held_first", "streams", True), ("held_last", "streams", True), ("open_seconds_last", "s", False)],
     "drain": [("readyz_503_ms", "ms", False), ("exit_after_last_stream_ms", "ms", False),
               ("signal_to_exit_ms", "ms", False), ("streams_complete", "streams", True)],
 }
@@ -216,17 +216,17 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
     lines = []
     pinned = (f"load generator pinned to core {machine['loadgen_cpus']}, upstream and proxies on "
               f"{machine['server_cpus']}" if machine.get("loadgen_cpus") else "no pinning (one core)")
-    noise_max = max((n["max_spread"] for n in derived["noise"].values()), default=None)
-    direct_spreads = [n["spread_by_target"].get("direct") for n in derived["noise"].values()]
-    direct_spreads = [s for s in direct_spreads if s is not None]
+    all_spreads = sorted(s for n in derived["noise"].values() for s in n["spread_by_target"].values())
+    noise_med = all_spreads[len(all_spreads) // 2] if all_spreads else 0.0
+    noise_max = all_spreads[-1] if all_spreads else 0.0
     shared = machine.get("foreign_cores", 0)
     lines.append(
         f"Run `{results['started_at']}` ({results['mode']}, {plan['rounds']} interleaved rounds, "
         f"{plan['seconds']:g} s windows, {results['wall_seconds']:.0f} s in all) on {machine['cores']} cores "
-        f"({machine['cpu_model']}), {pinned}. Noise: round-to-round spread (max−min)/median of direct's "
-        f"throughput up to {_fmt(100 * max(direct_spreads, default=0))} %, of any target's up to "
-        f"{_fmt(100 * (noise_max or 0))} %. Other processes used {shared:.2f} cores on average during the run"
-        f"{' (the machine was shared)' if shared > 0.1 else ''}."
+        f"({machine['cpu_model']}), {pinned}. Noise: the round-to-round spread (max−min)/median of a "
+        f"throughput cell is {_fmt(100 * noise_med)} % at the median, up to {_fmt(100 * noise_max)} %. "
+        f"Other processes used {shared:.2f} cores on average during the run"
+        f"{' (the machine was shared with other work: read single cells with care, ratios of the same round less so)' if shared > 0.1 else ''}."
     )
     lines.append("")
     lines.append("| goal (issue 4) | target | measured: median (min–max) | |")
@@ -251,6 +251,13 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
                 continue
             label = label_t.format(c=conc, **fmt)
             cells = [_cell(summary[workload].get(t, {}).get(metric), unit) for t in present]
+            if workload == "idle_hold":  # say so where a target held fewer streams than asked
+                counts = "held_first" if metric == "kib_per_stream_first" else "held_last"
+                step = plan["hold_steps"][0 if counts == "held_first" else -1]
+                for i, t in enumerate(present):
+                    held = (summary[workload].get(t, {}).get(counts) or {}).get("median")
+                    if held is not None and held < step:
+                        cells[i] += f" ({held:,.0f} held)"
             if all(c == "–" for c in cells) or (metric == "kib_per_stream_last" and len(plan["hold_steps"]) < 2):
                 continue
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -297,7 +304,7 @@ def chart(results: dict[str, Any], derived: dict[str, Any], path: Path) -> bool:
     summary = derived["summary"]
     plan = results["plan"]
     present = [t for t in TARGET_ORDER if t in results["targets"] and results["targets"][t]["available"]]
-    colors = {"direct": "#999999", "router": "#d62728", "aiohttp": "#e377c2", "nginx": "#2ca02c", "haproxy": "#1f77b4",
+    colors = {"direct": "#999999", "router": "#d62728", "aiohttp": "#e377c2", "raw": "#8c564b", "nginx": "#2ca02c", "haproxy": "#1f77b4",
               "envoy": "#9467bd", "traefik": "#ff7f0e"}
     paced = [f"sse_paced_{c}" for c in plan["paced_concurrency"]]
     panels = [

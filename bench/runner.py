@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import math
 import os
 import platform
 import resource
@@ -452,9 +453,20 @@ def plan_for(mode: str, rounds: int | None = None, seconds: float | None = None)
     return plan
 
 
+def _rounded(value: Any) -> Any:
+    """Four significant digits are more than the noise allows; they keep the file small."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}") if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
 def write_results(results: dict[str, Any], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = results["started_at"].replace(":", "").replace("-", "").replace("+0000", "Z")
     path = out_dir / f"{stamp}-{results['mode']}.json"
-    path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    path.write_text(json.dumps(_rounded(results), sort_keys=True, separators=(",", ":")) + "\n")
     return path

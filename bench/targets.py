@@ -219,6 +219,16 @@ class AiohttpProxy(Target):
         return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
 
 
+class RawRelay(Target):
+    """bench/raw_relay.py: a raw-protocol relay prototype, the ceiling for a Python proxy here."""
+
+    def command(self, ctx: Context) -> list[str]:
+        return [sys.executable, "-m", "bench.raw_relay", str(self.port), str(ctx.upstream_port)]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+
+
 NGINX_CONF = """\
 {user}worker_processes 1;
 worker_rlimit_nofile {fds};
@@ -451,12 +461,17 @@ class Traefik(Target):
         return f"http://127.0.0.1:{self.admin_port}/ping"
 
 
+#: Targets measured when none are named: everything but the prototype.
+DEFAULT_TARGETS = ("direct", "router", "aiohttp", "nginx", "haproxy", "envoy", "traefik")
+
+
 def all_targets() -> list[Target]:
     """Every target, in run order (direct first: every ratio divides by something in the same round)."""
     return [
         Direct("direct", "direct (no proxy)"),
         Router("router", "drain-router", drain_signal=signal.SIGTERM),
         AiohttpProxy("aiohttp", "bare aiohttp proxy"),
+        RawRelay("raw", "raw-protocol relay (prototype)"),
         Nginx("nginx", "nginx", drain_signal=signal.SIGQUIT),
         Haproxy("haproxy", "HAProxy", drain_signal=signal.SIGUSR1),
         Envoy("envoy", "Envoy"),
