@@ -262,13 +262,25 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
                 continue
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append("")
-    ratio_lines = []
-    for base in BASELINES[1:]:
-        if base in present and "router" in present:
-            sg = derived["ratios"].get("small_get", {}).get(f"router/{base}", {}).get("rate", {}).get("ratio")
-            ratio_lines.append(f"router / {base} small GET req/s {_cell(sg, 'x')}")
-    if ratio_lines:
-        lines.append("Ratios (per round, then median): " + "; ".join(ratio_lines) + ".")
+    bases = [b for b in BASELINES if b in present and "router" in present]
+    if bases:
+        lines.append("Ratios, router / X, taken per round and then the median (min–max): throughput "
+                     "(above 1 is faster than X) and proxy CPU per unit (above 1 costs more than X).")
+        lines.append("")
+        lines.append("| workload | metric | " + " | ".join(f"router / {b}" for b in bases) + " |")
+        lines.append("| --- | --- |" + " --- |" * len(bases))
+        heads = [("small_get", "rate", "req/s"), ("small_get", "target_cpu_us_per_unit", "CPU per request"),
+                 ("sse_burst", "streams_per_s", "streams/s"),
+                 *((f"sse_paced_{c}", m, label) for c in plan["paced_concurrency"]
+                   for m, label in (("events_per_s", "chunks/s"), ("target_cpu_us_per_unit", "CPU per chunk"))),
+                 ("upload_1mib", "mib_per_s", "MiB/s")]
+        for workload, metric, label in heads:
+            row = [(derived["ratios"].get(workload, {}).get(f"router/{b}", {}).get(metric) or {}).get("ratio")
+                   for b in bases]
+            if any(r and r.get("median") is not None for r in row):
+                name = {"small_get": "small GET", "sse_burst": "SSE back to back",
+                        "upload_1mib": "1 MiB upload"}.get(workload) or f"SSE paced, {workload.rsplit('_', 1)[1]} streams"
+                lines.append(f"| {name} | {label} | " + " | ".join(_cell(r, "x") for r in row) + " |")
         lines.append("")
     client_cores = [summary.get(w, {}).get(t, {}).get("loadgen_core", {}).get("median") for w in summary for t in present]
     client_cores = [c for c in client_cores if c is not None]
