@@ -138,6 +138,7 @@ def main(argv: list[str]) -> int:
     finally:
         router.stop()
         bench.stop_all()
+        shutil.rmtree(bench.workdir, ignore_errors=True)
     brief = {k: round(v, 3) for k, v in result.items() if isinstance(v, float)}
     title = f"router, {args.workload} at {args.concurrency}: {brief}"
     print(render(title, *parse(raw.read_text())))
