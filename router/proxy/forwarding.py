@@ -184,8 +184,9 @@ async def proxy(request: web.Request) -> web.StreamResponse:
                                       headers=response_headers(upstream))
         await response.prepare(request)
         st.metrics.ttfb.observe(loop.time() - start)
+        content = upstream.content
         try:
-            async for chunk in upstream.content.iter_any():
+            while chunk := await content.readany():  # whatever has arrived: SSE events go out as they come
                 await response.write(chunk)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             # The upstream died after the status went out; it can no longer change. Close the client

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import resource
 import signal
 import time
@@ -40,6 +41,12 @@ EXIT_STARTUP_FAILED = 2
 
 #: How long cleanup waits for handlers after the drain decided to exit (they are done or aborted).
 CLEANUP_TIMEOUT_SECS = 1.0
+
+#: Generation-0 threshold of the cyclic garbage collector while serving (CPython's default is 700).
+#: Every request allocates a few hundred container objects, so the default runs a collection every
+#: couple of requests; measured in bench/, 50,000 cut CPU per small GET by ~10 % and per relayed
+#: chunk by ~7 %. Reference counting still frees almost everything at once; only cycles wait longer.
+GC_GEN0_THRESHOLD = 50_000
 
 _EVENTS = {signal.SIGTERM: drain.Event.SIGTERM, signal.SIGINT: drain.Event.SIGINT}
 
@@ -357,5 +364,14 @@ def serve(cfg: config.Config, *, pending_signals: Iterable[int] = ()) -> int:
     """Run a router process to completion on uvloop; returns its exit status."""
     before, soft, hard = raise_open_files_limit()
     log.info("startup.rlimit", nofile_soft_before=before, nofile_soft=soft, nofile_hard=hard)
+    # Everything imported so far lives until exit: move it out of the collector's sight, so neither
+    # the hot path nor the final collection at interpreter exit (measured: 110-200 ms, after the last
+    # stream) walks it again.
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(Router(cfg).run(pending_signals=pending_signals))
+        code = runner.run(Router(cfg).run(pending_signals=pending_signals))
+    gc.freeze()  # what the run left behind is freed by the OS at exit, not walked by the collector
+    return code
