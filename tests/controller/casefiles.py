@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
-
 from router.decisions import deletion, durations
+from tests import casefiles
 
-CASES = Path(__file__).parent.parent / "cases" / "deletion"
 SERVICE = "llama"
 
 
 def load_dir(sub: str) -> list[Any]:
-    params = []
-    for path in sorted((CASES / sub).glob("*.yaml")):
-        case = yaml.safe_load(path.read_text())
-        params.append(pytest.param(case, id=case["id"]))
-    return params
+    """One case per file in ``tests/cases/deletion/<sub>/``."""
+    files = sorted((casefiles.CASES / "deletion" / sub).glob("*.yaml"))
+    return casefiles.params([casefiles.load(f"deletion/{sub}/{path.name}") for path in files])
 
 
 def load_table(name: str) -> list[Any]:
-    rows = yaml.safe_load((CASES / "helpers" / name).read_text())
-    return [pytest.param(row, id=row["id"]) for row in rows]
+    """One case per row of ``tests/cases/deletion/helpers/<name>``."""
+    return casefiles.params(casefiles.load(f"deletion/helpers/{name}"))
 
 
 def t(value: str | None) -> float | None:
