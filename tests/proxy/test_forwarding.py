@@ -212,6 +212,26 @@ async def test_upstream_pool_is_not_capped_at_100(fake_upstream, start_router, h
     assert all(sse_events(b)[-1] == "[DONE]" for b in results)
 
 
+async def test_upstream_max_connections_bounds_the_pool(fake_upstream, start_router, http):
+    """--upstream-max-connections 3: at most 3 requests reach the model server at once; the rest
+    queue for a pooled connection (not refused) and all complete."""
+    r = await start_router(upstream=fake_upstream.url, upstream_max_connections=3)
+    peak = 0
+
+    async def one():
+        async with http.get(f"{r.url}/sse?n=1&first=0.3") as resp:
+            return await resp.read()
+
+    tasks = [asyncio.ensure_future(one()) for _ in range(8)]
+    while not all(t.done() for t in tasks):
+        peak = max(peak, fake_upstream.started - fake_upstream.finished - fake_upstream.cancelled)
+        await asyncio.sleep(0.01)
+    results = await asyncio.gather(*tasks)
+    assert all(sse_events(b)[-1] == "[DONE]" for b in results)
+    assert peak == 3
+    assert fake_upstream.finished == 8
+
+
 async def test_emfile_is_a_clean_503(fake_upstream, start_router, http, monkeypatch):
     """Out of descriptors while connecting upstream: 503 with a JSON body and a log event, no 500."""
     import errno
