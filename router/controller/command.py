@@ -39,6 +39,14 @@ def command(namespaces: tuple[str, ...], all_namespaces: bool, metrics_port: int
                                            log_level=log_level.lower())
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    from router.controller import operator  # kopf and kubernetes_asyncio from here on
+    try:
+        from router.controller import operator  # kopf and kubernetes_asyncio from here on
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("kopf", "kubernetes_asyncio"):
+            raise
+        raise click.ClickException(
+            f"the controller needs {exc.name}, which is not installed: "
+            "pip install 'drain-router[controller]'"
+        ) from None
 
     sys.exit(operator.run(cfg))

@@ -136,3 +136,16 @@ def test_top_level_help_lists_lazy_commands_without_importing_them() -> None:
     for name in ("serve", "check", "controller", "fake-model", "demo"):
         assert name in out
     assert "kopf" not in sys.modules
+
+
+def test_controller_without_the_extra_says_how_to_install_it():
+    """Without kopf installed, `drain-router controller` names the missing extra (exit 1), no traceback."""
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['kopf'] = None; from router.cli import main; main()"
+    result = subprocess.run([sys.executable, "-c", code, "controller", "--namespace", "models"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "pip install 'drain-router[controller]'" in result.stderr
+    assert "Traceback" not in result.stderr
