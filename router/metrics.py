@@ -80,7 +80,9 @@ class Metrics:
         for state in states:
             self.state.labels(state).set(1 if state == current else 0)
 
-    def set_config(self, shutdown_drain_secs: int, termination_grace_secs: int | None, advisory_codes: Iterable[str]) -> None:
+    def set_config(
+        self, shutdown_drain_secs: int, termination_grace_secs: int | None, advisory_codes: Iterable[str]
+    ) -> None:
         self.shutdown_drain_seconds.set(shutdown_drain_secs)
         if termination_grace_secs is not None:
             self.termination_grace_seconds.set(termination_grace_secs)

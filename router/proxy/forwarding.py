@@ -108,6 +108,18 @@ def _is_emfile(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in _EMFILE
 
 
+async def _sent(request: web.Request, response: web.Response) -> web.Response:
+    """Write a whole response now, inside the handler: in-flight covers it to its last byte (aiohttp
+    would otherwise write it after the handler returned, after the request left the count)."""
+    await response.prepare(request)
+    await response.write_eof()
+    return response
+
+
+async def _error(request: web.Request, status: int, kind: str, message: str) -> web.Response:
+    return await _sent(request, error_response(status, kind, message))
+
+
 async def proxy(request: web.Request) -> web.StreamResponse:
     """Forward one request. The in-flight count covers this whole function, on every path."""
     st = request.app[STATE_KEY]
@@ -123,15 +135,13 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         if request.headers.get(hdrs.UPGRADE):
             outcome = "rejected"
             code = 501
-            return error_response(
-                501, "upgrade_not_supported",
-                "WebSocket and other Upgrade requests are not supported by drain-router v1",
-            )
+            return await _error(request, 501, "upgrade_not_supported",
+                                "WebSocket and other Upgrade requests are not supported by drain-router v1")
         limit = st.config.proxy.max_request_body_bytes
         length = request.content_length
         if length is not None and length > limit:
             outcome, code = "rejected", 413
-            return error_response(413, "request_too_large", f"request body is larger than {limit} bytes")
+            return await _error(request, 413, "request_too_large", f"request body is larger than {limit} bytes")
 
         too_large: list[bool] = []
         body: object = None
@@ -150,19 +160,19 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         except Exception as exc:  # noqa: BLE001 - every failure before headers maps to one answer
             if too_large:
                 outcome, code = "rejected", 413
-                return error_response(413, "request_too_large", f"request body is larger than {limit} bytes")
+                return await _error(request, 413, "request_too_large", f"request body is larger than {limit} bytes")
             outcome = "upstream_error"
             if _is_emfile(exc):
                 code = 503
                 log.error("proxy.emfile", error=str(exc), inflight=len(st.inflight))
-                return error_response(503, "out_of_file_descriptors",
-                                      "the router is out of file descriptors; retry on another replica")
+                return await _error(request, 503, "out_of_file_descriptors",
+                                    "the router is out of file descriptors; retry on another replica")
             if isinstance(exc, asyncio.TimeoutError):
                 code = 504
-                return error_response(504, "upstream_timeout", "connecting to the model server timed out")
+                return await _error(request, 504, "upstream_timeout", "connecting to the model server timed out")
             code = 502
             log.warning("proxy.upstream_error", error=repr(exc), path=request.path)
-            return error_response(502, "upstream_unavailable", f"the model server is unreachable: {exc}")
+            return await _error(request, 502, "upstream_unavailable", f"the model server is unreachable: {exc}")
 
         code = upstream.status
         length = upstream.content_length
@@ -175,11 +185,11 @@ async def proxy(request: web.Request) -> web.StreamResponse:
                 # Nothing was sent yet, so the client can still be told.
                 outcome, code = "upstream_error", 502
                 log.warning("proxy.upstream_cut", error=repr(exc), path=request.path)
-                return error_response(502, "upstream_unavailable", "the model server closed the response early")
+                return await _error(request, 502, "upstream_unavailable", "the model server closed the response early")
             small = web.Response(status=upstream.status, reason=upstream.reason,
                                  headers=response_headers(upstream), body=body_bytes)
             st.metrics.ttfb.observe(loop.time() - start)
-            return small
+            return await _sent(request, small)
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
                                       headers=response_headers(upstream))
         await response.prepare(request)

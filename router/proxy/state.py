@@ -79,7 +79,9 @@ class InFlight:
 class RouterState:
     """What the handlers need to know about the router right now."""
 
-    def __init__(self, cfg: config.Config, registry_metrics: metrics.Metrics, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, cfg: config.Config, registry_metrics: metrics.Metrics, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self.config = cfg
         self.metrics = registry_metrics
         self.clock = clock
