@@ -135,3 +135,19 @@ async def test_startup_logs_rlimit_and_advisory(fake_upstream, spawn):
     p.signal(signal.SIGTERM)
     p.signal(signal.SIGTERM)
     assert await p.wait() == 0
+
+
+async def test_port_in_use_exits_2_naming_the_ports(fake_upstream):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        p = await RouterProcess.start("--upstream", fake_upstream.url, "--port", str(port), "--admin-port", "0")
+        try:
+            assert await p.wait(15) == 2
+            failed = await p.wait_event("startup.bind_failed")
+            assert failed["port"] == port and "--port" in failed["remedy"]
+        finally:
+            await p.kill()
