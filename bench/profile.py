@@ -27,8 +27,13 @@ _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 _ENTRY_FILES = ("click/", "asyncio/runners.py", "drain-router", "router/cli.py", "router/proxy/lifecycle.py")
 
 
+_REPO_ROOT = str(Path(__file__).resolve().parents[1]) + "/"
+
+
 def _short(path: str) -> str:
-    for marker in ("site-packages/", "/lib/python3.", "/work/"):
+    if path.startswith(_REPO_ROOT):
+        return path[len(_REPO_ROOT):]
+    for marker in ("site-packages/", "/lib/python3."):
         if marker in path:
             tail = path.split(marker, 1)[1]
             return tail.split("/", 1)[1] if marker == "/lib/python3." else tail

@@ -17,7 +17,7 @@ Endpoints:
 
 On SIGTERM it stops accepting, lets running streams finish, and exits 0. With ``--exit-on-sigterm``
 it dies at once, cutting every stream, like a model server that does not drain: the reason the
-model server container needs a preStop hold (see SPEC, "Why the model server needs a preStop hold").
+model server container needs a preStop hold (see the README, "Why the model server needs a preStop hold").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Seed 003's advisory cases, as a table (tests/cases/advisory/seed003.yaml)."""
+"""sgl-router PR #39015's advisory cases, as a table (tests/cases/advisory/shutdown-drain.yaml)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from router import config
 from router.decisions import advisory
 from tests import casefiles
 
-CASES = casefiles.load("advisory/seed003.yaml")
+CASES = casefiles.load("advisory/shutdown-drain.yaml")
 
 
 @pytest.mark.parametrize("case", casefiles.params(CASES["drain_consumes_grace"]))
