@@ -33,21 +33,44 @@ def make_session(cfg: config.Config) -> aiohttp.ClientSession:
     )
 
 
-async def _connection_close_while_draining(request: web.Request, response: web.StreamResponse) -> None:
-    if drain.closes_connections(request.app[forwarding.STATE_KEY].phase):
-        # This hook runs after aiohttp chose the Connection header, so set both: the header tells
-        # the client, force_close() makes the server really close after this response.
-        response.force_close()
-        response.headers[hdrs.CONNECTION] = "close"
+class TrafficHandler:
+    """The traffic listener's one request handler: ``/livez`` and ``/readyz`` are answered here,
+    everything else is proxied.
+
+    It runs on aiohttp's low-level ``web.Server``, not a ``web.Application``: with one catch-all route
+    there is nothing to resolve, no middleware and no signal to send, and skipping that machinery
+    measured about 14 % more small requests per second (bench/). What the Application gave for free
+    is done here explicitly: ``Connection: close`` from draining on (before the response is
+    prepared, so aiohttp writes the header itself) and ``Expect: 100-continue``.
+    """
+
+    def __init__(self, state: RouterState, session: aiohttp.ClientSession) -> None:
+        self.state = state
+        self.session = session
+
+    def _mark(self, response: web.StreamResponse) -> web.StreamResponse:
+        if drain.closes_connections(self.state.phase):
+            response.force_close()
+        return response
+
+    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.method in _PROBE_METHODS:
+            path = request.path
+            if path == "/readyz":
+                code, body = self.state.readiness()
+                return self._mark(web.json_response(body, status=code))
+            if path == "/livez":
+                return self._mark(web.json_response(health.ALIVE))
+        return await forwarding.proxy(request, self.state, self.session, self._mark)
 
 
-def make_app(state: RouterState, session: aiohttp.ClientSession) -> web.Application:
-    """The traffic application. ``session`` is owned by the caller (it outlives listener shutdown)."""
-    app = web.Application(client_max_size=state.config.proxy.max_request_body_bytes)
-    app[forwarding.STATE_KEY] = state
-    app[forwarding.SESSION_KEY] = session
-    health.add_probe_routes(app)
-    app.router.add_route("*", "/{tail:.*}", forwarding.proxy)
-    app.on_response_prepare.append(_connection_close_while_draining)
-    return app
+_PROBE_METHODS = frozenset({hdrs.METH_GET, hdrs.METH_HEAD})
 
+
+def make_server(state: RouterState, session: aiohttp.ClientSession) -> web.Server:
+    """The traffic server. ``session`` is owned by the caller (it outlives listener shutdown).
+
+    ``handler_cancellation``: a client that leaves cancels its handler, and with it the upstream
+    request, at once, even while the upstream is silent.
+    """
+    return web.Server(TrafficHandler(state, session), handler_cancellation=True, access_log=None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 from aiohttp import hdrs, web
@@ -41,8 +41,7 @@ _EMFILE = frozenset({errno.EMFILE, errno.ENFILE})
 #: Responses with a Content-Length up to this size are relayed in one write instead of streamed.
 SMALL_BODY_BYTES = 64 * 1024
 
-STATE_KEY = web.AppKey("router_state", state_mod.RouterState)
-SESSION_KEY = web.AppKey("upstream_session", aiohttp.ClientSession)
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class BodyTooLarge(Exception):
@@ -108,21 +107,28 @@ def _is_emfile(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in _EMFILE
 
 
-async def _sent(request: web.Request, response: web.Response) -> web.Response:
+Mark = Callable[[web.StreamResponse], web.StreamResponse]
+
+
+async def _sent(request: web.BaseRequest, response: web.Response, mark: Mark) -> web.Response:
     """Write a whole response now, inside the handler: in-flight covers it to its last byte (aiohttp
     would otherwise write it after the handler returned, after the request left the count)."""
-    await response.prepare(request)
+    await mark(response).prepare(request)
     await response.write_eof()
     return response
 
 
-async def _error(request: web.Request, status: int, kind: str, message: str) -> web.Response:
-    return await _sent(request, error_response(status, kind, message))
+async def _error(request: web.BaseRequest, mark: Mark, status: int, kind: str, message: str) -> web.Response:
+    return await _sent(request, error_response(status, kind, message), mark)
 
 
-async def proxy(request: web.Request) -> web.StreamResponse:
-    """Forward one request. The in-flight count covers this whole function, on every path."""
-    st = request.app[STATE_KEY]
+async def proxy(
+    request: web.BaseRequest, st: state_mod.RouterState, session: aiohttp.ClientSession, mark: Mark
+) -> web.StreamResponse:
+    """Forward one request. The in-flight count covers this whole function, on every path.
+
+    ``mark`` is applied to every response before it is prepared (``Connection: close`` while draining).
+    """
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
@@ -135,20 +141,22 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         if request.headers.get(hdrs.UPGRADE):
             outcome = "rejected"
             code = 501
-            return await _error(request, 501, "upgrade_not_supported",
+            return await _error(request, mark, 501, "upgrade_not_supported",
                                 "WebSocket and other Upgrade requests are not supported by drain-router v1")
         limit = st.config.proxy.max_request_body_bytes
         length = request.content_length
         if length is not None and length > limit:
             outcome, code = "rejected", 413
-            return await _error(request, 413, "request_too_large", f"request body is larger than {limit} bytes")
+            return await _error(request, mark, 413, "request_too_large", f"request body is larger than {limit} bytes")
 
         too_large: list[bool] = []
         body: object = None
         if request.body_exists:
+            if request.headers.get(hdrs.EXPECT, "").lower() == "100-continue" and request.version >= (1, 1):
+                await request.writer.write(_CONTINUE)  # what aiohttp's Application would have done
+                request.writer.output_size = 0
             body = request.content if length is not None else _limited(request.content, limit, too_large)
 
-        session = request.app[SESSION_KEY]
         url = URL(st.config.proxy.upstream.base_url + request.raw_path, encoded=True)
         try:
             upstream = await session.request(
@@ -160,19 +168,20 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         except Exception as exc:  # noqa: BLE001 - every failure before headers maps to one answer
             if too_large:
                 outcome, code = "rejected", 413
-                return await _error(request, 413, "request_too_large", f"request body is larger than {limit} bytes")
+                return await _error(request, mark, 413, "request_too_large",
+                                    f"request body is larger than {limit} bytes")
             outcome = "upstream_error"
             if _is_emfile(exc):
                 code = 503
                 log.error("proxy.emfile", error=str(exc), inflight=len(st.inflight))
-                return await _error(request, 503, "out_of_file_descriptors",
+                return await _error(request, mark, 503, "out_of_file_descriptors",
                                     "the router is out of file descriptors; retry on another replica")
             if isinstance(exc, asyncio.TimeoutError):
                 code = 504
-                return await _error(request, 504, "upstream_timeout", "connecting to the model server timed out")
+                return await _error(request, mark, 504, "upstream_timeout", "connecting to the model server timed out")
             code = 502
             log.warning("proxy.upstream_error", error=repr(exc), path=request.path)
-            return await _error(request, 502, "upstream_unavailable", f"the model server is unreachable: {exc}")
+            return await _error(request, mark, 502, "upstream_unavailable", f"the model server is unreachable: {exc}")
 
         code = upstream.status
         length = upstream.content_length
@@ -185,13 +194,14 @@ async def proxy(request: web.Request) -> web.StreamResponse:
                 # Nothing was sent yet, so the client can still be told.
                 outcome, code = "upstream_error", 502
                 log.warning("proxy.upstream_cut", error=repr(exc), path=request.path)
-                return await _error(request, 502, "upstream_unavailable", "the model server closed the response early")
+                return await _error(request, mark, 502, "upstream_unavailable",
+                                    "the model server closed the response early")
             small = web.Response(status=upstream.status, reason=upstream.reason,
                                  headers=response_headers(upstream), body=body_bytes)
             st.metrics.ttfb.observe(loop.time() - start)
-            return await _sent(request, small)
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                      headers=response_headers(upstream))
+            return await _sent(request, small, mark)
+        response = mark(web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                           headers=response_headers(upstream)))
         await response.prepare(request)
         st.metrics.ttfb.observe(loop.time() - start)
         content = upstream.content

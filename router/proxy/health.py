@@ -13,12 +13,15 @@ from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from router import config
-from router.proxy.forwarding import STATE_KEY, error_response
+from router.proxy.forwarding import error_response
 from router.proxy.state import RouterState
 
 
+ALIVE = {"status": "alive"}
+
+
 async def livez(request: web.Request) -> web.Response:
-    return web.json_response({"status": "alive"})
+    return web.json_response(ALIVE)
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -59,15 +62,14 @@ async def drain_wait(request: web.Request) -> web.Response:
     return web.json_response({"drained": st.drained_cleanly, "state": st.phase.value, "inflight": len(st.inflight)})
 
 
-def add_probe_routes(app: web.Application) -> None:
-    app.router.add_get("/livez", livez)
-    app.router.add_get("/readyz", readyz)
+STATE_KEY = web.AppKey("router_state", RouterState)
 
 
 def make_admin_app(state: RouterState) -> web.Application:
     app = web.Application()
     app[STATE_KEY] = state
-    add_probe_routes(app)
+    app.router.add_get("/livez", livez)
+    app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", make_aiohttp_handler(state.metrics.registry))
     app.router.add_get("/admin/inflight", inflight)
     app.router.add_get("/admin/drain-wait", drain_wait)

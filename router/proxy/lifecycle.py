@@ -87,7 +87,7 @@ class Router:
         self._started = asyncio.Event()
         self._timers: list[asyncio.TimerHandle] = []
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._main_runner: web.AppRunner | None = None
+        self._main_runner: web.ServerRunner | None = None
         self._main_site: web.TCPSite | None = None
         self._admin_runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -228,12 +228,8 @@ class Router:
 
     async def _start_main(self) -> None:
         assert self._session is not None
-        runner = web.AppRunner(
-            app_mod.make_app(self.state, self._session),
-            handler_cancellation=True,  # a client that leaves cancels its upstream request at once
-            access_log=None,
-            shutdown_timeout=CLEANUP_TIMEOUT_SECS,
-        )
+        runner = web.ServerRunner(app_mod.make_server(self.state, self._session),
+                                  shutdown_timeout=CLEANUP_TIMEOUT_SECS)
         await runner.setup()
         self._main_runner = runner
         site = web.TCPSite(runner, self.config.proxy.host, self.config.proxy.port, backlog=4096)

@@ -47,6 +47,8 @@ async def test_draining_keeps_serving_with_readyz_503_and_connection_close(fake_
                 assert resp.status == 503
                 body = await resp.json()
                 assert body["status"] == "draining" and body["inflight"] == 1
+                if base == r.url:
+                    assert resp.headers["Connection"] == "close", "probes on the traffic port too"
             async with fresh.get(f"{base}/livez") as resp:
                 assert resp.status == 200
         async with fresh.get(f"{r.url}/sse?n=2&iv=0") as resp:

@@ -75,6 +75,13 @@ async def test_hop_by_hop_dropped_both_ways_and_forwarded_headers_set(fake_upstr
     assert "User-Agent" not in seen, "the router adds no headers the client did not send"
 
 
+async def test_expect_100_continue_is_answered_and_the_body_forwarded(fake_upstream, start_router, http):
+    r = await start_router(upstream=fake_upstream.url)
+    async with http.post(f"{r.url}/echo", data=b"x" * 5000, expect100=True) as resp:
+        assert resp.status == 200
+        assert (await resp.json())["size"] == 5000
+
+
 async def test_unix_socket_upstream(tmp_path: Path, start_router, http):
     async with upstream_mod.running(unix_path=tmp_path / "model.sock") as fake:
         r = await start_router(upstream=fake.url)
