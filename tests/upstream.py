@@ -6,6 +6,7 @@ Routes:
 - ``/echo``: reads the whole body, answers its size, the headers it saw, and a digest.
 - ``/cut?n=N``: N events, then the connection is aborted mid-stream (a crashed model server).
 - ``/short``: promises a 100-byte body, sends 10 bytes, aborts.
+- ``/lowercase-hops``: answers with lowercase hop-by-hop headers.
 - ``/status/{code}``: an empty answer with that status.
 - ``/health``: 200 while ``healthy`` is true, else 503.
 It runs with ``handler_cancellation`` so it sees a cancelled request exactly as a model server does.
@@ -43,6 +44,7 @@ class FakeUpstream:
         app.router.add_route("*", "/echo", self.echo)
         app.router.add_get("/cut", self.cut)
         app.router.add_get("/short", self.short)
+        app.router.add_get("/lowercase-hops", self.lowercase_hops)
         app.router.add_route("*", "/status/{code}", self.status)
         app.router.add_get("/health", self.health)
         return app
@@ -92,6 +94,11 @@ class FakeUpstream:
         assert request.transport is not None
         request.transport.abort()
         return resp
+
+    async def lowercase_hops(self, request: web.Request) -> web.Response:
+        """Hop-by-hop headers with lowercase names, as many servers send them."""
+        return web.Response(text="ok", headers={"keep-alive": "timeout=5", "connection": "X-Drop-Lower",
+                                                "x-drop-lower": "1", "x-kept": "yes"})
 
     async def short(self, request: web.Request) -> web.StreamResponse:
         """Promise 100 bytes, send 10, die: a crash before the small body is complete."""

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 from aiohttp import hdrs, web
-from multidict import CIMultiDict, istr
+from multidict import CIMultiDict, CIMultiDictProxy, istr
 from yarl import URL
 
 from router import logs
@@ -25,17 +25,16 @@ from router.proxy import state as state_mod
 log = logs.get("drain_router.proxy")
 
 #: RFC 9110 section 7.6.1 plus the legacy ones still seen in the wild. Also dropped: any header
-#: named in ``Connection``, and ``Expect`` (the router already answered any 100-continue).
-HOP_BY_HOP = frozenset(
-    istr(h)
-    for h in (
-        "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
-        "TE", "Trailer", "Transfer-Encoding", "Upgrade", "Expect",
-    )
-)
+#: named in ``Connection``, and ``Expect`` (the router already answered any 100-continue). Lowercase:
+#: names compare case-insensitively (gateways speaking HTTP/2 upstream send them all lowercase).
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
+    "te", "trailer", "transfer-encoding", "upgrade", "expect",
+})
 _X_FORWARDED_FOR = istr("X-Forwarded-For")
 _X_FORWARDED_PROTO = istr("X-Forwarded-Proto")
 _X_FORWARDED_HOST = istr("X-Forwarded-Host")
+_REPLACED_UPSTREAM = frozenset({"x-forwarded-for"})
 _EMFILE = frozenset({errno.EMFILE, errno.ENFILE})
 
 #: Responses with a Content-Length up to this size are relayed in one write instead of streamed.
@@ -48,22 +47,23 @@ class BodyTooLarge(Exception):
     pass
 
 
-def _connection_tokens(headers: CIMultiDict[str] | object) -> frozenset[istr]:
-    values = headers.getall(hdrs.CONNECTION, ())  # type: ignore[attr-defined]
-    if not values:
-        return frozenset()
-    return frozenset(istr(token.strip()) for value in values for token in value.split(",") if token.strip())
+def end_to_end(incoming: CIMultiDictProxy[str], also_drop: frozenset[str] = frozenset()) -> CIMultiDict[str]:
+    """``incoming`` without its hop-by-hop headers (and those named in its ``Connection``), nor the
+    lowercase names in ``also_drop``. Every comparison ignores case."""
+    named = {token.strip().lower() for value in incoming.getall(hdrs.CONNECTION, ()) for token in value.split(",")}
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in incoming.items():
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower in named or lower in also_drop:
+            continue
+        out.add(name, value)
+    return out
 
 
 def request_headers(request: web.BaseRequest) -> CIMultiDict[str]:
     """Headers to send upstream: hop-by-hop dropped, ``Host`` kept, ``X-Forwarded-*`` added."""
     incoming = request.headers
-    named = _connection_tokens(incoming)
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in incoming.items():
-        if name in HOP_BY_HOP or (named and istr(name) in named) or name == _X_FORWARDED_FOR:
-            continue
-        out.add(name, value)
+    out = end_to_end(incoming, _REPLACED_UPSTREAM)
     prior = incoming.getall(_X_FORWARDED_FOR, ())
     peer = request.remote or ""
     out[_X_FORWARDED_FOR] = ", ".join([*prior, peer]) if prior else peer
@@ -75,14 +75,7 @@ def request_headers(request: web.BaseRequest) -> CIMultiDict[str]:
 
 def response_headers(upstream: aiohttp.ClientResponse) -> CIMultiDict[str]:
     """Headers to send the client: hop-by-hop (and those named in ``Connection``) dropped."""
-    incoming = upstream.headers
-    named = _connection_tokens(incoming)
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in incoming.items():
-        if name in HOP_BY_HOP or (named and istr(name) in named):
-            continue
-        out.add(name, value)
-    return out
+    return end_to_end(upstream.headers)
 
 
 def error_response(status: int, kind: str, message: str) -> web.Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import json
 import os
 import socket
 import time
@@ -73,6 +74,28 @@ async def test_hop_by_hop_dropped_both_ways_and_forwarded_headers_set(fake_upstr
     assert seen["X-Forwarded-Proto"] == "http"
     assert seen["X-Forwarded-Host"] == "api.example.com"
     assert "User-Agent" not in seen, "the router adds no headers the client did not send"
+
+
+async def test_hop_by_hop_names_match_in_any_case(fake_upstream, start_router):
+    """Gateways speaking HTTP/2 upstream send every header name lowercase, while a Connection
+    header may name them in any case; hop-by-hop still means hop-by-hop."""
+    r = await start_router(upstream=fake_upstream.url)
+    reader, writer = await asyncio.open_connection("127.0.0.1", r.router.port)
+    writer.write(b"GET /echo HTTP/1.1\r\nhost: api.example.com\r\nconnection: keep-alive, X-Secret-Hop\r\n"
+                 b"x-secret-hop: 1\r\nkeep-alive: timeout=5\r\nte: trailers\r\nproxy-authorization: Basic x\r\n"
+                 b"x-forwarded-for: 203.0.113.7\r\nx-custom: kept\r\n\r\n")
+    await writer.drain()
+    head, _, rest = (await reader.readuntil(b"}}")).partition(b"\r\n\r\n")
+    writer.close()
+    seen = {k.lower(): v for k, v in json.loads(rest)["headers"].items()}
+    for hop in ("x-secret-hop", "keep-alive", "te", "proxy-authorization"):
+        assert hop not in seen, hop
+    assert seen["x-custom"] == "kept"
+    assert seen["x-forwarded-for"] == "203.0.113.7, 127.0.0.1", "one X-Forwarded-For, appended"
+    async with aiohttp.ClientSession() as s, s.get(f"{r.url}/lowercase-hops") as resp:
+        names = {k.lower() for k in resp.headers}
+    assert "keep-alive" not in names and "x-drop-lower" not in names
+    assert resp.headers["x-kept"] == "yes"
 
 
 async def test_expect_100_continue_is_answered_and_the_body_forwarded(fake_upstream, start_router, http):
