@@ -1,5 +1,5 @@
 """``python -m router`` is ``drain-router``."""
 
-from router.cli import main
+from router.entry import main
 
 main()

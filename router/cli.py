@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import signal
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
 
-from router import config
+from router import config, entry
 
 EXIT_CONFIG_ERROR = 2
 
@@ -98,6 +97,16 @@ ROUTER_OPTIONS = [
                  "concurrent streams (excess requests queue)."),
     _option("max-request-body-bytes", default=str(config.DEFAULT_MAX_REQUEST_BODY_BYTES), show_default=True,
             metavar="BYTES", help="Larger request bodies are answered 413."),
+    _option("client-header-timeout-secs", default=str(config.DEFAULT_CLIENT_HEADER_TIMEOUT_SECS), show_default=True,
+            metavar="SECS",
+            help="A client's request head must arrive whole within this long (from the connection opening, "
+                 "or from its first byte on a reused connection), else the connection is closed: bounds "
+                 "slowloris clients. Never applies to request bodies or streaming responses."),
+    _option("client-keepalive-timeout-secs", default=str(config.DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS),
+            show_default=True, metavar="SECS",
+            help="Close a client's keep-alive connection after this long with no request. Keep it above "
+                 "your load balancer's own idle timeout for pooled connections (AWS ALB 60, GCP 600), so "
+                 "the balancer always closes first and no pooled request races the close."),
     _option("log-format", default="json", show_default=True, type=click.Choice(config.LOG_FORMATS),
             help="json: one object a line on stdout, for aggregators. console: for a terminal."),
     _option("log-level", default="info", show_default=True, type=click.Choice(config.LOG_LEVELS, case_sensitive=False)),
@@ -124,25 +133,26 @@ def _build(params: dict[str, Any]) -> config.Config:
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="drain-router")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """drain-router: lossless pod termination for LLM model servers on Kubernetes."""
+    if ctx.invoked_subcommand != "serve":
+        entry.release()  # only serve drains; every other command gets the default signal handling
 
 
 @main.command()
 @router_options
 def serve(**params: Any) -> None:
     """Run the draining reverse proxy in front of a model server."""
+    # The entry point has recorded terminating signals since the process started (installed again
+    # here for callers that did not come through it); the lifecycle replays them on its loop.
+    entry.install()
     cfg = _build(params)
-    # Record terminating signals from here on: the imports below take a moment, and a SIGTERM that
-    # arrives during startup must be honoured, not lost. The lifecycle replays them on its loop.
-    pending: list[int] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: pending.append(signum))
     from router import logs
     from router.proxy import lifecycle  # the event loop and aiohttp only when serving
 
     logs.configure(format=cfg.log.format, level=cfg.log.level)
-    sys.exit(lifecycle.serve(cfg, pending_signals=pending))
+    sys.exit(lifecycle.serve(cfg, pending_signals=entry.pending))
 
 
 @main.command()

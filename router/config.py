@@ -30,6 +30,15 @@ SHUTDOWN_DEADLINE_MARGIN_SECS = 2
 
 DEFAULT_MAX_REQUEST_BODY_BYTES = 100 * 1024 * 1024
 
+#: Behind a gateway a request head arrives in one packet; a client that takes longer is either
+#: broken or a slowloris. nginx's client_header_timeout is 60 s for clients on the open internet.
+DEFAULT_CLIENT_HEADER_TIMEOUT_SECS = 10
+
+#: Above every common load balancer's own pool idle timeout (AWS ALB 60 s, nginx 60 s, GCP's 600 s),
+#: so the balancer closes an idle pooled connection before the router does and no request races the
+#: close. nginx's keepalive_timeout is 75 s; Envoy's idle_timeout is 1 h.
+DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS = 650
+
 LOG_FORMATS = ("json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -81,6 +90,14 @@ class ProxySettings:
     silently cap concurrent streams at 100."""
     max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES
     """Larger request bodies get 413. 100 MiB fits long multimodal prompts."""
+    client_header_timeout_secs: int = DEFAULT_CLIENT_HEADER_TIMEOUT_SECS
+    """A request's head (request line and headers) must arrive whole within this many seconds of the
+    connection opening, or of its first byte on a reused connection; else the connection is closed.
+    Bounds slowloris clients. Never applies to a body or to a response that is streaming."""
+    client_keepalive_timeout_secs: int = DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS
+    """An idle keep-alive client connection (no request in progress) is closed after this long.
+    Keep it above the idle timeout of the load balancer's connection pool, or a pooled request can
+    race the close."""
 
     def upstream_connect_timeout(self) -> datetime.timedelta:
         return datetime.timedelta(seconds=self.upstream_connect_timeout_secs)
@@ -119,6 +136,11 @@ class DrainSettings:
         return datetime.timedelta(
             seconds=max(self.termination_grace_secs - SHUTDOWN_DEADLINE_MARGIN_SECS, 0)
         )
+
+    def drain_wait_cap(self) -> datetime.timedelta:
+        """Longest /admin/drain-wait hold: the declared grace, else the longest drain there can be."""
+        grace = self.termination_grace_secs
+        return datetime.timedelta(seconds=MAX_SHUTDOWN_DRAIN_SECS if grace is None else grace)
 
     def drain_wait_timeout(self) -> datetime.timedelta:
         """Default timeout of /admin/drain-wait: the declared grace, else the Kubernetes default."""
@@ -250,6 +272,8 @@ def build_config(
     upstream_connect_timeout_secs: object = 5,
     upstream_max_connections: object = 0,
     max_request_body_bytes: object = DEFAULT_MAX_REQUEST_BODY_BYTES,
+    client_header_timeout_secs: object = DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
+    client_keepalive_timeout_secs: object = DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS,
     log_format: str = "json",
     log_level: str = "info",
     access_log: bool = False,
@@ -297,7 +321,10 @@ def build_config(
         raise ConfigError("upstream_health_path", upstream_health_path, "must start with '/', e.g. /health")
     health_interval = parse_seconds("upstream_health_interval_secs", upstream_health_interval_secs, minimum=1)
     connect_timeout = parse_seconds("upstream_connect_timeout_secs", upstream_connect_timeout_secs, minimum=1)
+    header_timeout = parse_seconds("client_header_timeout_secs", client_header_timeout_secs, minimum=1)
+    keepalive_timeout = parse_seconds("client_keepalive_timeout_secs", client_keepalive_timeout_secs, minimum=1)
     assert health_interval is not None and connect_timeout is not None
+    assert header_timeout is not None and keepalive_timeout is not None
 
     if log_format not in LOG_FORMATS:
         raise ConfigError("log_format", log_format, f"must be one of {', '.join(LOG_FORMATS)}")
@@ -312,6 +339,8 @@ def build_config(
             upstream_connect_timeout_secs=connect_timeout,
             upstream_max_connections=parse_int("upstream_max_connections", upstream_max_connections, minimum=0),
             max_request_body_bytes=parse_int("max_request_body_bytes", max_request_body_bytes, minimum=0),
+            client_header_timeout_secs=header_timeout,
+            client_keepalive_timeout_secs=keepalive_timeout,
         ),
         admin=AdminSettings(host=admin_host, port=adm_port),
         drain=DrainSettings(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Any
 
 import structlog
@@ -47,3 +48,28 @@ def configure(*, format: str = "json", level: str = "info") -> None:
 
 def get(name: str = "drain_router") -> Any:
     return structlog.get_logger(name)
+
+
+class RateLimited:
+    """One log event at most once per ``interval`` seconds, with the number of occurrences that were
+    not logged since the last line (``suppressed``), so a client cannot fill the log with its mistakes."""
+
+    def __init__(self, logger: Any, event: str, *, level: str = "info", interval: float = 10.0,
+                 clock: Any = time.monotonic) -> None:
+        self._log = getattr(logger, level)
+        self._event = event
+        self._interval = interval
+        self._clock = clock
+        self._next = 0.0
+        self.suppressed = 0
+
+    def emit(self, **fields: Any) -> bool:
+        """Log now (returns True) or count the occurrence as suppressed."""
+        now = self._clock()
+        if now < self._next:
+            self.suppressed += 1
+            return False
+        self._next = now + self._interval
+        self._log(self._event, suppressed=self.suppressed, **fields)
+        self.suppressed = 0
+        return True

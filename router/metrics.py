@@ -63,6 +63,13 @@ class Metrics:
             "Declared --termination-grace-secs (absent when not declared).",
             registry=registry,
         )
+        self.connections_refused = Counter(
+            PREFIX + "connections_refused",
+            "Client connections the traffic listener closed unserved: reason connection_limit (the "
+            "descriptor reserve for the admin listener) or header_timeout (a request head too slow).",
+            ["reason"],
+            registry=registry,
+        )
         self._request_children: dict[tuple[int, str], Counter] = {}
 
     def track_inflight(self, count: Callable[[], int]) -> None:

@@ -70,7 +70,9 @@ class FakeUpstream:
                     await asyncio.sleep(iv)
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ConnectionError):
+            # Cancelled (the router closed the connection while we waited) or a write failed (it
+            # closed it while we wrote): either way the model server sees the request gone.
             self.cancelled += 1
             self.cancel_seen.set()
             raise

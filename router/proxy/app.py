@@ -5,12 +5,16 @@ The admin application is :func:`router.proxy.health.make_admin_app`.
 
 from __future__ import annotations
 
+import socket
+
 import aiohttp
 from aiohttp import hdrs, web
 
-from router import config
+from yarl import URL
+
+from router import config, logs
 from router.decisions import drain
-from router.proxy import forwarding, health
+from router.proxy import connection, forwarding, health
 from router.proxy.state import RouterState
 
 
@@ -22,15 +26,30 @@ def make_session(cfg: config.Config) -> aiohttp.ClientSession:
     if proxy.upstream.unix_path is not None:
         connector = aiohttp.UnixConnector(path=proxy.upstream.unix_path, limit=limit, limit_per_host=0)
     else:
-        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=None, use_dns_cache=True)
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=None, use_dns_cache=True,
+                                         socket_factory=_upstream_socket)
     return aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=proxy.upstream_connect_timeout().total_seconds()),
-        auto_decompress=False,  # bytes pass through as the model server encoded them
+        auto_decompress=False,
+        read_bufsize=forwarding.RELAY_CHUNK_BYTES,  # pause the upstream read at 2x this (back-pressure)  # bytes pass through as the model server encoded them
         cookie_jar=aiohttp.DummyCookieJar(),  # never share one client's cookies with another
         skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
         trust_env=False,
     )
+
+
+#: Receive buffer of each upstream socket. The model server is in the same pod (microseconds away),
+#: so a small window costs no throughput, and it bounds what one read can pull in while the client
+#: on the other side has stopped reading (the kernel would otherwise autotune it to megabytes).
+UPSTREAM_RCVBUF_BYTES = 16 * 1024
+
+
+def _upstream_socket(addr_info: tuple) -> socket.socket:  # type: ignore[type-arg]
+    family, type_, proto, _, _ = addr_info
+    sock = socket.socket(family, type_, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UPSTREAM_RCVBUF_BYTES)
+    return sock
 
 
 class TrafficHandler:
@@ -48,10 +67,13 @@ class TrafficHandler:
     def __init__(self, state: RouterState, session: aiohttp.ClientSession) -> None:
         self.state = state
         self.session = session
+        self.base = URL(state.config.proxy.upstream.base_url)
+        self.bad_target_log = logs.RateLimited(forwarding.log, "proxy.bad_target", level="info")
 
     def _mark(self, response: web.StreamResponse) -> web.StreamResponse:
         if drain.closes_connections(self.state.phase):
             response.force_close()
+        response.headers.setdefault(hdrs.SERVER, connection.SERVER_HEADER)  # never aiohttp's with its version
         return response
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -62,16 +84,23 @@ class TrafficHandler:
                 return self._mark(web.json_response(body, status=code))
             if path == "/livez":
                 return self._mark(web.json_response(health.ALIVE))
-        return await forwarding.proxy(request, self.state, self.session, self._mark)
+        return await forwarding.proxy(request, self.state, self.session, self._mark, self.base, self.bad_target_log)
 
 
 _PROBE_METHODS = frozenset({hdrs.METH_GET, hdrs.METH_HEAD})
 
 
-def make_server(state: RouterState, session: aiohttp.ClientSession) -> web.Server:
+def make_server(state: RouterState, session: aiohttp.ClientSession, *, connection_limit: int) -> web.Server:
     """The traffic server. ``session`` is owned by the caller (it outlives listener shutdown).
 
     ``handler_cancellation``: a client that leaves cancels its handler, and with it the upstream
-    request, at once, even while the upstream is silent.
+    request, at once, even while the upstream is silent. ``connection_limit``: client connections
+    past it are answered 503 and closed (see :mod:`router.proxy.connection`).
     """
-    return web.Server(TrafficHandler(state, session), handler_cancellation=True, access_log=None)
+    proxy = state.config.proxy
+    return connection.TrafficServer(
+        TrafficHandler(state, session), state=state, handler_cancellation=True, access_log=None,
+        header_timeout=float(proxy.client_header_timeout_secs),
+        keepalive_timeout=float(proxy.client_keepalive_timeout_secs),
+        connection_limit=connection_limit,
+    )

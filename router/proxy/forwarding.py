@@ -34,8 +34,18 @@ HOP_BY_HOP = frozenset({
 _X_FORWARDED_FOR = istr("X-Forwarded-For")
 _X_FORWARDED_PROTO = istr("X-Forwarded-Proto")
 _X_FORWARDED_HOST = istr("X-Forwarded-Host")
-_REPLACED_UPSTREAM = frozenset({"x-forwarded-for"})
+_REPLACED_UPSTREAM = frozenset({"x-forwarded-for", "forwarded", "x-real-ip"})
+#: Never removed by being named in ``Connection``: SPEC keeps ``Host``, and a client must not be able
+#: to make the model server see the router's upstream address as the host.
+_NEVER_NAMED = frozenset({"host"})
 _EMFILE = frozenset({errno.EMFILE, errno.ENFILE})
+
+#: Most bytes relayed per read from the upstream, and the upstream reader's buffer size: with the
+#: client transport's high-water mark, what one stalled reader can hold in the router.
+RELAY_CHUNK_BYTES = 8 * 1024
+
+#: Bytes queued for a client before the relay waits for it to read (the transport's high-water mark).
+CLIENT_HIGH_WATER_BYTES = 16 * 1024
 
 #: Responses with a Content-Length up to this size are relayed in one write instead of streamed.
 SMALL_BODY_BYTES = 64 * 1024
@@ -48,9 +58,10 @@ class BodyTooLarge(Exception):
 
 
 def end_to_end(incoming: CIMultiDictProxy[str], also_drop: frozenset[str] = frozenset()) -> CIMultiDict[str]:
-    """``incoming`` without its hop-by-hop headers (and those named in its ``Connection``), nor the
-    lowercase names in ``also_drop``. Every comparison ignores case."""
+    """``incoming`` without its hop-by-hop headers (and those named in its ``Connection``, except
+    ``Host``), nor the lowercase names in ``also_drop``. Every comparison ignores case."""
     named = {token.strip().lower() for value in incoming.getall(hdrs.CONNECTION, ()) for token in value.split(",")}
+    named -= _NEVER_NAMED
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in incoming.items():
         lower = name.lower()
@@ -60,16 +71,39 @@ def end_to_end(incoming: CIMultiDictProxy[str], also_drop: frozenset[str] = froz
     return out
 
 
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _forwarded_node(value: str) -> str:
+    """A value for RFC 7239 ``Forwarded``: an IPv6 address bracketed, anything not a token quoted."""
+    if value.count(":") > 1 and not value.startswith("["):
+        value = f"[{value}]"
+    if value and all(c in _TOKEN_CHARS for c in value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def request_headers(request: web.BaseRequest) -> CIMultiDict[str]:
-    """Headers to send upstream: hop-by-hop dropped, ``Host`` kept, ``X-Forwarded-*`` added."""
+    """Headers to send upstream: hop-by-hop dropped, ``Host`` kept, this hop appended to
+    ``X-Forwarded-For`` and ``Forwarded``, ``X-Forwarded-Proto`` and ``X-Forwarded-Host`` set.
+
+    Trust model: the router vouches only for what it saw itself (its peer, the scheme, the Host), which
+    it appends last; earlier entries of the list-valued headers are passed on as claims. A
+    single-valued client-identity claim (``X-Real-IP``) is dropped: the router cannot tell who set it.
+    """
     incoming = request.headers
     out = end_to_end(incoming, _REPLACED_UPSTREAM)
-    prior = incoming.getall(_X_FORWARDED_FOR, ())
     peer = request.remote or ""
+    prior = incoming.getall(_X_FORWARDED_FOR, ())
     out[_X_FORWARDED_FOR] = ", ".join([*prior, peer]) if prior else peer
     out[_X_FORWARDED_PROTO] = request.scheme
-    if (host := incoming.get(hdrs.HOST)) is not None:
+    host = incoming.get(hdrs.HOST)
+    if host is not None:
         out[_X_FORWARDED_HOST] = host
+    hop = f"for={_forwarded_node(peer)};proto={request.scheme}"
+    if host is not None:
+        hop += f";host={_forwarded_node(host)}"
+    out[hdrs.FORWARDED] = ", ".join([*incoming.getall(hdrs.FORWARDED, ()), hop])
     return out
 
 
@@ -79,8 +113,15 @@ def response_headers(upstream: aiohttp.ClientResponse) -> CIMultiDict[str]:
 
 
 def error_response(status: int, kind: str, message: str) -> web.Response:
+    """A router-made JSON error. ``message`` is static text: never an address or exception (the log
+    has those)."""
     body = json.dumps({"error": {"type": kind, "message": message, "code": status}})
     return web.Response(status=status, text=body, content_type="application/json")
+
+
+def _closing(response: web.Response) -> web.Response:
+    response.force_close()
+    return response
 
 
 async def _limited(stream: aiohttp.StreamReader, limit: int, flag: list[bool]) -> AsyncIterator[bytes]:
@@ -115,12 +156,39 @@ async def _error(request: web.BaseRequest, mark: Mark, status: int, kind: str, m
     return await _sent(request, error_response(status, kind, message), mark)
 
 
+def upstream_url(base: URL, target: str) -> URL:
+    """The upstream URL for a request target: ``base`` plus an origin-form target (``/path?query``).
+
+    Raises :class:`BadTarget` for anything else, and checks the result: no request target can change
+    the scheme, host or port the router connects to (``/@evil:6443`` stays a path).
+    """
+    if not target.startswith("/"):
+        raise BadTarget(target)
+    url = URL(str(base) + target, encoded=True)
+    if url.scheme != base.scheme or url.raw_host != base.raw_host or url.port != base.port:
+        raise BadTarget(target)
+    return url
+
+
+class BadTarget(ValueError):
+    """A request target that is not origin-form (CONNECT authority, absolute-form, ``*``)."""
+
+
+def _client_gone(request: web.BaseRequest) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
 async def proxy(
-    request: web.BaseRequest, st: state_mod.RouterState, session: aiohttp.ClientSession, mark: Mark
+    request: web.BaseRequest, st: state_mod.RouterState, session: aiohttp.ClientSession, mark: Mark,
+    base: URL, log_bad_target: logs.RateLimited,
 ) -> web.StreamResponse:
     """Forward one request. The in-flight count covers this whole function, on every path.
 
     ``mark`` is applied to every response before it is prepared (``Connection: close`` while draining).
+    Outcomes name the side that failed: ``client_aborted`` when the client left (also when a write to
+    it failed), ``rejected`` for a request the router refuses, ``upstream_error`` only for the model
+    server's failures.
     """
     task = asyncio.current_task()
     assert task is not None
@@ -131,11 +199,23 @@ async def proxy(
     outcome = "completed"
     upstream: aiohttp.ClientResponse | None = None
     try:
+        try:
+            if request.method == hdrs.METH_CONNECT:
+                raise BadTarget(request.raw_path)
+            url = upstream_url(base, request.raw_path)
+        except BadTarget:
+            outcome, code = "rejected", 400
+            log_bad_target.emit(method=request.method, target=request.raw_path[:120])
+            return await _error(request, mark, 400, "bad_request_target",
+                                "only origin-form request targets (/path?query) are proxied")
         if request.headers.get(hdrs.UPGRADE):
             outcome = "rejected"
             code = 501
-            return await _error(request, mark, 501, "upgrade_not_supported",
-                                "WebSocket and other Upgrade requests are not supported by drain-router v1")
+            # Close the connection: the body of the refused request (and anything pipelined behind
+            # it) must not be read as a next request.
+            return await _sent(request, _closing(error_response(
+                501, "upgrade_not_supported",
+                "WebSocket and other Upgrade requests are not supported by drain-router v1")), mark)
         limit = st.config.proxy.max_request_body_bytes
         length = request.content_length
         if length is not None and length > limit:
@@ -150,7 +230,6 @@ async def proxy(
                 request.writer.output_size = 0
             body = request.content if length is not None else _limited(request.content, limit, too_large)
 
-        url = URL(st.config.proxy.upstream.base_url + request.raw_path, encoded=True)
         try:
             upstream = await session.request(
                 request.method, url, headers=request_headers(request), data=body,
@@ -163,6 +242,9 @@ async def proxy(
                 outcome, code = "rejected", 413
                 return await _error(request, mark, 413, "request_too_large",
                                     f"request body is larger than {limit} bytes")
+            if _client_gone(request):
+                # The client left while its body was being sent: its failure, not the model server's.
+                raise ConnectionResetError("the client left while its request was sent") from exc
             outcome = "upstream_error"
             if _is_emfile(exc):
                 code = 503
@@ -171,10 +253,11 @@ async def proxy(
                                     "the router is out of file descriptors; retry on another replica")
             if isinstance(exc, asyncio.TimeoutError):
                 code = 504
+                log.warning("proxy.upstream_timeout", path=request.path)
                 return await _error(request, mark, 504, "upstream_timeout", "connecting to the model server timed out")
             code = 502
             log.warning("proxy.upstream_error", error=repr(exc), path=request.path)
-            return await _error(request, mark, 502, "upstream_unavailable", f"the model server is unreachable: {exc}")
+            return await _error(request, mark, 502, "upstream_unavailable", "the model server is unreachable")
 
         code = upstream.status
         length = upstream.content_length
@@ -198,23 +281,35 @@ async def proxy(
         await response.prepare(request)
         st.metrics.ttfb.observe(loop.time() - start)
         content = upstream.content
-        try:
-            while chunk := await content.readany():  # whatever has arrived: SSE events go out as they come
-                await response.write(chunk)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            # The upstream died after the status went out; it can no longer change. Close the client
-            # connection without the terminating chunk, so the client sees the stream as cut.
-            outcome = "upstream_error"
-            log.warning("proxy.upstream_cut", error=repr(exc), path=request.path)
-            request.protocol.force_close()
-            return response
+        writer = request.writer
+        if (transport := request.transport) is not None:
+            transport.set_write_buffer_limits(high=CLIENT_HIGH_WATER_BYTES)
+        while True:
+            # Whatever has arrived, up to RELAY_CHUNK_BYTES (SSE events go out as they come); then wait
+            # while the client's socket buffer is above its high-water mark, so a client that stops
+            # reading holds the upstream back instead of growing the router's memory. A failed read
+            # is the model server's failure; a failed write (ConnectionError) is the client's.
+            try:
+                chunk = await content.read(RELAY_CHUNK_BYTES)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                # The upstream died after the status went out; it can no longer change. Close the
+                # client connection without the terminating chunk, so the client sees the stream cut.
+                outcome = "upstream_error"
+                log.warning("proxy.upstream_cut", error=repr(exc), path=request.path)
+                request.protocol.force_close()
+                return response
+            if not chunk:
+                break
+            await response.write(chunk)
+            await writer.drain()
         await response.write_eof()
         return response
     except asyncio.CancelledError as exc:
         outcome = "deadline_aborted" if exc.args and exc.args[0] == state_mod.ABORT_MESSAGE else "client_aborted"
         raise
     except ConnectionError:
-        # The client went away while we were writing to it.
+        # The client went away while we were writing to it (aiohttp's ClientConnectionResetError is
+        # also a ClientError: it is caught here first, as the client's failure).
         outcome = "client_aborted"
         raise
     finally:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import math
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from router import config
+from router.proxy.connection import SERVER_HEADER
 from router.proxy.forwarding import error_response
 from router.proxy.state import RouterState
 
@@ -37,14 +38,25 @@ async def admin_config(request: web.Request) -> web.Response:
     return web.json_response(config.effective(request.app[STATE_KEY].config))
 
 
+#: Callers of /admin/drain-wait held at once; more are answered 503. A pod has one preStop hook per
+#: container, so a handful is plenty; the cap keeps a flood of callers from holding memory and fds.
+MAX_DRAIN_WAITERS = 16
+
+
 async def drain_wait(request: web.Request) -> web.Response:
     """The model server's preStop hold: answer once the router has drained, or at ``timeout``.
 
     Called before the router is draining, it waits for the drain to start and finish. The kubelet
     sends the model server its SIGTERM only after this returns, so the model keeps generating for
-    every stream the router still relays.
+    every stream the router still relays. ``timeout`` is capped at the declared grace (else
+    ``MAX_SHUTDOWN_DRAIN_SECS``): no hold outlives the pod's budget. At most
+    :data:`MAX_DRAIN_WAITERS` callers wait at once.
     """
     st = request.app[STATE_KEY]
+    waiters = request.app[WAITERS_KEY]
+    if waiters[0] >= MAX_DRAIN_WAITERS:
+        return error_response(503, "too_many_waiters",
+                              f"at most {MAX_DRAIN_WAITERS} callers may wait for the drain at once")
     raw = request.query.get("timeout")
     if raw is None:
         timeout = st.config.drain.drain_wait_timeout().total_seconds()
@@ -54,20 +66,31 @@ async def drain_wait(request: web.Request) -> web.Response:
         except ValueError:
             timeout = math.nan
         if not math.isfinite(timeout) or timeout < 0:
-            return error_response(400, "bad_timeout", f"timeout must be a non-negative number of seconds, got {raw!r}")
+            return error_response(400, "bad_timeout", "timeout must be a non-negative number of seconds")
+    timeout = min(timeout, st.config.drain.drain_wait_cap().total_seconds())
+    waiters[0] += 1
     try:
         await asyncio.wait_for(st.drain_finished.wait(), timeout)
     except asyncio.TimeoutError:
         return web.json_response({"drained": False, "state": st.phase.value, "inflight": len(st.inflight)})
+    finally:
+        waiters[0] -= 1
     return web.json_response({"drained": st.drained_cleanly, "state": st.phase.value, "inflight": len(st.inflight)})
 
 
 STATE_KEY = web.AppKey("router_state", RouterState)
+WAITERS_KEY = web.AppKey("drain_waiters", list)
+
+
+async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers[hdrs.SERVER] = SERVER_HEADER
 
 
 def make_admin_app(state: RouterState) -> web.Application:
     app = web.Application()
     app[STATE_KEY] = state
+    app[WAITERS_KEY] = [0]
+    app.on_response_prepare.append(_server_header)
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", make_aiohttp_handler(state.metrics.registry))

@@ -48,6 +48,10 @@ CLEANUP_TIMEOUT_SECS = 1.0
 #: chunk by ~7 %. Reference counting still frees almost everything at once; only cycles wait longer.
 GC_GEN0_THRESHOLD = 50_000
 
+#: Descriptors kept free of client traffic for the admin listener (probes, metrics, preStop), the
+#: upstream health check and the process itself; see :func:`traffic_connection_limit`.
+ADMIN_RESERVE_FDS = 64
+
 _EVENTS = {signal.SIGTERM: drain.Event.SIGTERM, signal.SIGINT: drain.Event.SIGINT}
 
 
@@ -61,6 +65,12 @@ def raise_open_files_limit() -> tuple[int, int, int]:
         except (ValueError, OSError):
             target = soft
     return soft, target, hard
+
+
+def traffic_connection_limit(nofile_soft: int) -> int:
+    """Client connections the traffic listener accepts at once: each proxied request holds two
+    descriptors (client and upstream), and :data:`ADMIN_RESERVE_FDS` stay for the admin listener."""
+    return max((nofile_soft - ADMIN_RESERVE_FDS) // 2, 1)
 
 
 class Router:
@@ -228,14 +238,20 @@ class Router:
 
     async def _start_main(self) -> None:
         assert self._session is not None
-        runner = web.ServerRunner(app_mod.make_server(self.state, self._session),
-                                  shutdown_timeout=CLEANUP_TIMEOUT_SECS)
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        limit = traffic_connection_limit(soft if soft != resource.RLIM_INFINITY else 1 << 20)
+        server = app_mod.make_server(self.state, self._session, connection_limit=limit)
+        runner = web.ServerRunner(server, shutdown_timeout=CLEANUP_TIMEOUT_SECS)
         await runner.setup()
         self._main_runner = runner
         site = web.TCPSite(runner, self.config.proxy.host, self.config.proxy.port, backlog=4096)
         await site.start()
         self._main_site = site
         self.port = _bound_port(site)
+
+    def _connection_limit(self) -> int | None:
+        server = self._main_runner.server if self._main_runner is not None else None
+        return getattr(server, "connection_limit", None)
 
     async def _watch_upstream(self) -> None:
         """Poll the upstream health path; the first success moves ``starting`` to ``serving``."""
@@ -305,6 +321,7 @@ class Router:
             return EXIT_STARTUP_FAILED
         if self.port is not None:
             log.info("startup.listening", port=self.port, admin_port=self.admin_port,
+                     connection_limit=self._connection_limit(),
                      upstream=cfg.proxy.upstream.url, shutdown_drain_secs=cfg.drain.shutdown_drain_secs,
                      termination_grace_secs=cfg.drain.termination_grace_secs)
         self._started.set()

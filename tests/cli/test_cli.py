@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from router import cli, config
+from router import cli, config, entry
 from router.proxy import lifecycle
 from tests import casefiles
 
@@ -25,7 +25,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[config.Config]:
         return 0
 
     monkeypatch.setattr(lifecycle, "serve", fake_serve)
-    monkeypatch.setattr(cli.signal, "signal", lambda *a: None)
+    monkeypatch.setattr(entry, "install", lambda: None)
     monkeypatch.setattr("router.logs.configure", lambda **kw: None)
     return seen
 

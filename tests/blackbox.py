@@ -1,0 +1,118 @@
+"""Helpers for black-box tests of a real ``drain-router serve`` process over raw sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+from collections.abc import AsyncIterator
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def _complete(answer: bytes) -> bool:
+    """One whole response with a Content-Length has arrived."""
+    head, sep, body = answer.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(body) >= int(value)
+    return False
+
+
+async def raw_exchange(port: int, data: bytes, *, timeout: float = 3.0, whole: bool = False) -> tuple[bytes, bool]:
+    """Send ``data`` on a new connection; return what came back and whether the router closed the
+    connection (False: still open at ``timeout``). ``whole``: return as soon as one response with a
+    Content-Length is complete (then ``closed`` says only whether the close came with it)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    out = b""
+    closed = False
+    try:
+        while True:
+            chunk = await asyncio.wait_for(reader.read(65536), timeout)
+            if not chunk:
+                closed = True
+                break
+            out += chunk
+            if whole and _complete(out):
+                break
+    except asyncio.TimeoutError:
+        pass
+    except ConnectionResetError:
+        closed = True
+    finally:
+        writer.close()
+    return out, closed
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound for a moment, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def status_of(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/") else 0
+
+
+def reset(writer: asyncio.StreamWriter) -> None:
+    """Close with an RST (SO_LINGER 0), as a client that crashes or times out hard does."""
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+async def requests_total(admin_port: int) -> dict[tuple[str, str], float]:
+    """``drain_router_requests_total`` by (code, outcome), scraped from /metrics."""
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{admin_port}/metrics") as resp:
+        text = await resp.text()
+    out: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == "drain_router_requests":
+            for sample in family.samples:
+                if sample.name == "drain_router_requests_total":
+                    out[(sample.labels["code"], sample.labels["outcome"])] = sample.value
+    return out
+
+
+async def inflight(admin_port: int) -> dict[str, object]:
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{admin_port}/admin/inflight") as resp:
+        return await resp.json()
+
+
+def by_outcome(totals: dict[tuple[str, str], float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for (_, outcome), value in totals.items():
+        out[outcome] = out.get(outcome, 0) + value
+    return out
+
+
+class Canary:
+    """A listener no request may ever make the router reach; counts the connections it gets."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.port = 0
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\ncanary")
+        writer.close()
+
+
+@contextlib.asynccontextmanager
+async def canary() -> AsyncIterator[Canary]:
+    c = Canary()
+    server = await asyncio.start_server(c._handle, "127.0.0.1", 0)
+    c.port = server.sockets[0].getsockname()[1]
+    try:
+        yield c
+    finally:
+        server.close()
+        await server.wait_closed()
