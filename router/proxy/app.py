@@ -77,7 +77,7 @@ class TrafficHandler:
         return response
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
-        if request.method in _PROBE_METHODS:
+        if request.method in _PROBE_METHODS and request.version in forwarding.HTTP_1X:
             path = request.path
             if path == "/readyz":
                 code, body = self.state.readiness()

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion10, HttpVersion11
 from multidict import CIMultiDict, CIMultiDictProxy, istr
 from yarl import URL
 
@@ -51,6 +52,9 @@ CLIENT_HIGH_WATER_BYTES = 16 * 1024
 SMALL_BODY_BYTES = 64 * 1024
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+#: The HTTP versions proxied; anything else is refused 400.
+HTTP_1X = frozenset({HttpVersion10, HttpVersion11})
 
 
 class BodyTooLarge(Exception):
@@ -199,6 +203,14 @@ async def proxy(
     outcome = "completed"
     upstream: aiohttp.ClientResponse | None = None
     try:
+        if request.version not in HTTP_1X:
+            # llhttp reports a request line without a version as HTTP/0.9; aiohttp would answer in
+            # kind. Refuse it in HTTP/1.1, and close.
+            request._message = request._message._replace(version=HttpVersion11)  # noqa: SLF001
+            request = request.clone()  # a fresh object: the old one has cached its version
+            outcome, code = "rejected", 400
+            return await _sent(request, _closing(error_response(
+                400, "bad_request", "the request is not valid HTTP/1.1")), mark)
         try:
             if request.method == hdrs.METH_CONNECT:
                 raise BadTarget(request.raw_path)

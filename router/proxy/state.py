@@ -109,4 +109,7 @@ class RouterState:
             "state": self.status.phase.value,
             "idle_since": self.inflight.idle_since,
             "started_at": self.started_at,
+            # Proxied requests finished since start (any outcome; probes and admin calls never count):
+            # a replica that has served nothing (0) says nothing about the service's idle clock.
+            "served": self.inflight.completed,
         }

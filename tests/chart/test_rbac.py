@@ -98,5 +98,5 @@ def test_no_wildcards_or_secrets_anywhere(helm: Helm, values: dict[str, Any]) ->
 def test_controller_disabled_renders_no_controller_pieces(helm: Helm) -> None:
     docs = helm.template(values_sets.NO_CONTROLLER)
     kinds = {d["kind"] for d in docs}
-    assert kinds == {"Deployment", "Service", "PodDisruptionBudget"}
+    assert kinds == {"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"}
     assert len(find(docs, "Deployment")) == 1

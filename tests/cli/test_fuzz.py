@@ -81,6 +81,7 @@ def world() -> Iterator[World]:
         proc.stdout.close()
         loop.call_soon_threadsafe(stop.set)
         thread.join(10)
+        loop.close()
     assert code == 0
     assert not [e for e in lines if e.get("level") == "error"], "no client input is logged as an error"
 

@@ -34,6 +34,7 @@ async def test_admin_inflight_matches_open_streams_and_ignores_probes(fake_upstr
         idle = await resp.json()
     assert idle["inflight"] == 0 and idle["state"] == "serving"
     assert idle["idle_since"] is not None and idle["started_at"] <= idle["idle_since"]
+    assert idle["served"] == 0, "a fresh router has served nothing"
 
     async def stream():
         async with http.get(f"{r.url}/sse?n=20&iv=0.05") as resp:
@@ -46,13 +47,14 @@ async def test_admin_inflight_matches_open_streams_and_ignores_probes(fake_upstr
             assert (await resp.json())["inflight"] == 7
     async with http.get(f"{r.admin}/admin/inflight") as resp:
         busy = await resp.json()
-    assert busy["inflight"] == 7 and busy["idle_since"] is None
+    assert busy["inflight"] == 7 and busy["idle_since"] is None and busy["served"] == 0
     async with http.get(f"{r.admin}/metrics") as resp:
         assert "drain_router_inflight_requests 7.0" in await resp.text()
     await asyncio.gather(*tasks)
     async with http.get(f"{r.admin}/admin/inflight") as resp:
         after = await resp.json()
     assert after["inflight"] == 0 and after["idle_since"] >= idle["idle_since"]
+    assert after["served"] == 7, "the 7 streams, not the probes and admin calls"
 
 
 async def test_admin_config_and_advisory_metric(fake_upstream, start_router, http):

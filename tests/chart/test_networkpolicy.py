@@ -1,0 +1,76 @@
+"""The NetworkPolicy: the traffic port open, the router's admin port only for the controller (and
+the peers the operator lists). Checked by evaluating the rendered policy against the labels of the
+pods the chart itself renders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.chart import values_sets
+from tests.chart.conftest import Helm, find, model_deployment, one
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def _allowed(policy: dict[str, Any], pod_labels: dict[str, str], port: int) -> bool:
+    """Whether a pod of this namespace with ``pod_labels`` may connect to ``port`` of the policy's pods."""
+    for rule in policy["spec"]["ingress"]:
+        if port not in [p["port"] for p in rule.get("ports", [])]:
+            continue
+        peers = rule.get("from")
+        if peers is None:
+            return True
+        if any("podSelector" in peer and "namespaceSelector" not in peer and _selects(peer["podSelector"], pod_labels)
+               for peer in peers):
+            return True
+    return False
+
+
+def _pod_labels(deployment: dict[str, Any]) -> dict[str, str]:
+    return deployment["spec"]["template"]["metadata"]["labels"]
+
+
+def _controller(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (dep,) = [d for d in find(docs, "Deployment")
+              if d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "controller"]
+    return dep
+
+
+def test_admin_port_is_closed_to_everyone_but_the_controller(helm: Helm) -> None:
+    docs = helm.template()
+    policy = one(docs, "NetworkPolicy")
+    model = model_deployment(docs)
+    assert _selects(policy["spec"]["podSelector"], _pod_labels(model)), "it applies to the model server pods"
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    client = {"app": "gateway"}
+    assert _allowed(policy, client, 8080), "anyone reaches the traffic port"
+    assert not _allowed(policy, client, 9091), "a client does not reach the admin port"
+    assert not _allowed(policy, client, 8000), "nor the model server's own port"
+    assert _allowed(policy, _pod_labels(_controller(docs)), 9091), "the controller's idle probe does"
+    assert not _allowed(policy, _pod_labels(model), 9091), "another model pod does not"
+
+
+def test_ports_follow_the_router_values_and_extra_peers_are_added(helm: Helm) -> None:
+    monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    values = {**values_sets.OTHER_SERVER, "networkPolicy": {"enabled": True, "adminFrom": [monitoring],
+                                                             "trafficFrom": [{"podSelector": {"matchLabels": {"app": "gw"}}}]}}
+    policy = one(helm.template(values), "NetworkPolicy")
+    assert _allowed(policy, {"app": "gw"}, 8081)
+    assert not _allowed(policy, {"app": "other"}, 8081), "trafficFrom narrows the traffic port"
+    assert not _allowed(policy, {"app": "gw"}, 9091)
+    admin_rule = [r for r in policy["spec"]["ingress"] if r["ports"] == [{"port": 9191, "protocol": "TCP"}]]
+    assert monitoring in admin_rule[0]["from"]
+
+
+def test_without_a_controller_the_admin_port_is_closed_to_every_pod(helm: Helm) -> None:
+    policy = one(helm.template(values_sets.NO_CONTROLLER), "NetworkPolicy")
+    assert _allowed(policy, {"app": "gateway"}, 8080)
+    assert not _allowed(policy, {"app": "gateway"}, 9091)
+    assert all(rule.get("from") != [] for rule in policy["spec"]["ingress"]), "an empty from would allow all"
+
+
+def test_it_can_be_turned_off(helm: Helm) -> None:
+    assert not find(helm.template({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
+    assert not find(helm.template(values_sets.CONTROLLER_ONLY), "NetworkPolicy")
