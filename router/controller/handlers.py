@@ -81,14 +81,15 @@ async def run_pass(ctx: Context, body: Mapping[str, Any], logger: Any) -> None:
         return
     meta = fresh["metadata"]
     now = ctx.clock()
-    resolution = deletion.resolve_knobs(meta.get("annotations") or {}, (fresh.get("spec") or {}).get("deletion"))
+    spec = observe.service_spec(fresh.get("spec") or {})
+    resolution = deletion.resolve_knobs(meta.get("annotations") or {}, spec.deletion)
     for invalid in resolution.invalid:
         key = (meta.get("uid", ""), invalid.key, str(invalid.value))
         if key not in ctx.warned:
             ctx.warned.add(key)
             kopf.warn(body, reason=invalid.event_reason.value, message=invalid.message)
 
-    obs = await observe.observe(ctx.kube, fresh)
+    obs = await observe.observe(ctx.kube, fresh, spec)
     status = fresh.get("status") or {}
     recorded = status.get("deletion") or {}
     previous = deletion.DeletionStatus.from_dict(recorded) if recorded.get("stage") else None

@@ -1,4 +1,7 @@
-"""Kubernetes reads -> :class:`deletion.Observations`. Reads only; decisions live in router.decisions."""
+"""Kubernetes reads -> :class:`deletion.Observations`, and the ModelService's dicts -> typed specs.
+
+Reads and parsing only; decisions live in router.decisions and never see a raw API dict.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +23,35 @@ def label_selector(pod_selector: Mapping[str, Any]) -> str:
     if not parts:
         raise ValueError("spec.podSelector selects nothing (empty); refusing to count every pod")
     return ",".join(parts)
+
+
+def object_ref(data: Mapping[str, Any]) -> deletion.ObjectRef:
+    """``{apiVersion, kind, name}`` -> a reference (a missing key is an error, not a default)."""
+    return deletion.ObjectRef(api_version=data["apiVersion"], kind=data["kind"], name=data["name"])
+
+
+def _duration_text(value: Any) -> str | None:
+    # The CRD types these as strings; a number arrives only past validation, and is read as its
+    # text (a bare ``60`` is then reported invalid like the annotation ``"60"``).
+    return None if value is None else str(value)
+
+
+def deletion_spec(data: Mapping[str, Any] | None) -> deletion.DeletionSpec:
+    """``spec.deletion`` -> the raw knob strings (resolved against annotations by the decisions)."""
+    data = data or {}
+    return deletion.DeletionSpec(max_wait=_duration_text(data.get("maxWait")),
+                                 route_settle=_duration_text(data.get("routeSettle")),
+                                 force_delete_after=_duration_text(data.get("forceDeleteAfter")))
+
+
+def service_spec(spec: Mapping[str, Any]) -> deletion.ServiceSpec:
+    """A ModelService's ``spec`` -> what the staged deletion reads."""
+    route = spec.get("route")
+    return deletion.ServiceSpec(
+        route=object_ref(route) if route else None,
+        workload=tuple(object_ref(item) for item in spec.get("workload") or ()),
+        suspend=bool(spec.get("suspend")),
+        deletion=deletion_spec(spec.get("deletion")))
 
 
 def _object(ref: deletion.ObjectRef, obj: Mapping[str, Any] | None) -> deletion.ObjectObservation:
@@ -51,20 +83,21 @@ def node_ready(node: Mapping[str, Any]) -> bool:
     return False
 
 
-async def observe(kube: kube_.Kube, body: Mapping[str, Any]) -> deletion.Observations:
-    meta, spec = body["metadata"], body.get("spec") or {}
+async def observe(kube: kube_.Kube, body: Mapping[str, Any], spec: deletion.ServiceSpec) -> deletion.Observations:
+    """Read the route, the workload objects, the pods and their nodes; ``spec`` is ``body``'s, parsed."""
+    meta, raw_spec = body["metadata"], body.get("spec") or {}
     namespace = meta["namespace"]
     route_ref = deletion.find_route(spec)
-    refs = deletion.workload_refs(spec)
+    refs = spec.workload
     targets = ([route_ref] if route_ref else []) + list(refs)
     objs = list(await asyncio.gather(*(kube.get(ref, namespace) for ref in targets)))
     route_obj = objs.pop(0) if route_ref else None
-    pods = [_pod(p) for p in await kube.list_pods(namespace, label_selector(spec.get("podSelector") or {}))]
+    pods = [_pod(p) for p in await kube.list_pods(namespace, label_selector(raw_spec.get("podSelector") or {}))]
     node_names = sorted({p.node for p in pods if p.node})
     node_objs = await asyncio.gather(*(kube.get_node(n) for n in node_names))
     nodes = {n: node_ready(obj) for n, obj in zip(node_names, node_objs) if obj is not None}
     return deletion.Observations(
-        service=meta["name"], suspend=bool(spec.get("suspend")),
+        service=meta["name"], suspend=spec.suspend,
         route=None if route_ref is None else _object(route_ref, route_obj),
         workload=tuple(_object(ref, obj) for ref, obj in zip(refs, objs)),
         pods=tuple(pods), nodes=nodes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from router.controller import observe
 from router.decisions import deletion, durations
 from tests import casefiles
 
@@ -27,7 +28,7 @@ def t(value: str | None) -> float | None:
 
 def object_observation(data: dict[str, Any]) -> deletion.ObjectObservation:
     return deletion.ObjectObservation(
-        ref=deletion.ObjectRef.from_dict(data),
+        ref=observe.object_ref(data),
         exists=data["exists"],
         deleting=data.get("deleting", False),
         service_label=data.get("serviceLabel"),

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from router.controller import observe
 from router.decisions import deletion
 
 from . import casefiles
@@ -24,7 +25,8 @@ def test_there_are_eighteen_cases() -> None:
 
 @pytest.mark.parametrize("case", CONTROLLER_CASES)
 def test_controller_case(case: dict[str, Any]) -> None:
-    resolution = deletion.resolve_knobs(case.get("annotations") or {}, (case.get("spec") or {}).get("deletion"))
+    spec = observe.deletion_spec((case.get("spec") or {}).get("deletion"))
+    resolution = deletion.resolve_knobs(case.get("annotations") or {}, spec)
     status = None if case["status"] is None else deletion.DeletionStatus.from_dict(case["status"])
     now = casefiles.t(case["now"])
     assert now is not None

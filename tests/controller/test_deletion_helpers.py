@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from router.controller import observe
 from router.decisions import deletion, durations
 
 from . import casefiles
@@ -18,7 +19,7 @@ T0 = durations.parse_time("2025-01-01T00:00:00Z")
 
 @pytest.mark.parametrize("row", casefiles.load_table("knobs.yaml"))
 def test_knobs(row: dict[str, Any]) -> None:
-    resolution = deletion.resolve_knobs(row["annotations"], row["spec"])
+    resolution = deletion.resolve_knobs(row["annotations"], observe.deletion_spec(row["spec"]))
     expect = row["expect"]
     knobs = resolution.knobs
     got = {"maxWait": knobs.max_wait, "routeSettle": knobs.route_settle,
@@ -46,8 +47,9 @@ def test_pod_counts(row: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("row", casefiles.load_table("route-lookup.yaml"))
 def test_route_lookup(row: dict[str, Any]) -> None:
-    found = deletion.find_route(row["spec"])
-    assert (None if found is None else found.as_dict()) == row["expect"]
+    found = deletion.find_route(observe.service_spec(row["spec"]))
+    as_dict = None if found is None else {"apiVersion": found.api_version, "kind": found.kind, "name": found.name}
+    assert as_dict == row["expect"]
 
 
 ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "name": "llama"}
@@ -55,7 +57,7 @@ ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "nam
 
 def _object(state: str, ref: dict[str, str]) -> deletion.ObjectObservation:
     return deletion.ObjectObservation(
-        ref=deletion.ObjectRef.from_dict(ref), exists=state != "absent", deleting=state == "deleting",
+        ref=observe.object_ref(ref), exists=state != "absent", deleting=state == "deleting",
         service_label="other" if state == "foreign" else None)
 
 

@@ -1,0 +1,71 @@
+"""Staged deletion of a ModelService: the route goes first, then the workload, then the pods.
+
+Rule of this package: purely computational, no side effects. :func:`next_stage` takes the persisted
+status, what the caller observed in the cluster, the resolved knobs and ``now`` (Unix seconds), and
+returns a :class:`Decision`. The caller writes ``decision.status`` first, then carries out
+``decision.actions``, then posts ``decision.events``, then requeues or releases the finalizer.
+Nothing here reads a clock or a raw API dict (``router.controller.observe`` parses those).
+
+Stages only move forward::
+
+    (start) -> RouteRemoving -> RouteSettling -> Uninstalling -> PodsTerminating -> ForceDeleting -> Released
+            \\-- no route (NoRoute) --------------^      ^-- route still there at the deadline (RouteStuck)
+
+Only the stage and timestamps carry meaning across passes (``startedAt``, ``routeRemovedAt``,
+``uninstalledAt``), so a restarted controller resumes on the same clock; everything else in the status
+is recomputed from observations on every pass.
+
+Modules, each importable on its own; this facade re-exports their public names:
+``enums`` (stages, outcomes, reasons, verdicts), ``refs`` (object references, the typed spec, the
+route lookup), ``knobs`` (annotation > spec > default), ``observations``, ``pods`` (which pods still
+count), ``status`` (``status.deletion`` and its wire format), ``conditions`` (the ``Deleting``
+condition) and ``stages`` (the state machine).
+"""
+
+from router.decisions.deletion.conditions import Condition, condition_for, merge_condition
+from router.decisions.deletion.enums import ActionKind, Outcome, Reason, Stage, Verdict
+from router.decisions.deletion.knobs import (
+    ANNOTATION_DELETION_POLICY,
+    ANNOTATION_FORCE_DELETE_AFTER,
+    ANNOTATION_MAX_WAIT,
+    ANNOTATION_ROUTE_SETTLE,
+    DEFAULT_MAX_WAIT_SECS,
+    DEFAULT_ROUTE_SETTLE_SECS,
+    DeletionSpec,
+    InvalidKnob,
+    KnobResolution,
+    Knobs,
+    resolve_knobs,
+)
+from router.decisions.deletion.observations import ObjectObservation, Observations, PodObservation
+from router.decisions.deletion.pods import (
+    IGNORED_POD_PHASES,
+    POD_GONE_AFTER_GRACE_SECS,
+    PodCount,
+    PodEntry,
+    count_pods,
+    pods_message,
+)
+from router.decisions.deletion.refs import (
+    GATEWAY_GROUP,
+    GROUP,
+    ROUTE_KINDS,
+    SERVICE_LABEL,
+    ObjectRef,
+    ServiceSpec,
+    find_route,
+    is_route_kind,
+)
+from router.decisions.deletion.stages import Action, Advance, Decision, Event, Pass, Stop, next_stage
+from router.decisions.deletion.status import MAX_LISTED_PODS, DeletionStatus
+
+__all__ = [
+    "ANNOTATION_DELETION_POLICY", "ANNOTATION_FORCE_DELETE_AFTER", "ANNOTATION_MAX_WAIT", "ANNOTATION_ROUTE_SETTLE",
+    "DEFAULT_MAX_WAIT_SECS", "DEFAULT_ROUTE_SETTLE_SECS", "GATEWAY_GROUP", "GROUP", "IGNORED_POD_PHASES",
+    "MAX_LISTED_PODS", "POD_GONE_AFTER_GRACE_SECS", "ROUTE_KINDS", "SERVICE_LABEL",
+    "Action", "ActionKind", "Advance", "Condition", "Decision", "DeletionSpec", "DeletionStatus", "Event",
+    "InvalidKnob", "KnobResolution", "Knobs", "ObjectObservation", "ObjectRef", "Observations", "Outcome",
+    "Pass", "PodCount", "PodEntry", "PodObservation", "Reason", "ServiceSpec", "Stage", "Stop", "Verdict",
+    "condition_for", "count_pods", "find_route", "is_route_kind", "merge_condition", "next_stage",
+    "pods_message", "resolve_knobs",
+]
