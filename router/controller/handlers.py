@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from router.controller import crd, kube as kube_, metrics as metrics_, observe, settings as settings_
 from router.decisions import deletion
@@ -36,6 +35,9 @@ class Context:
     """Wall clock (Unix seconds): status timestamps must survive a restart on another machine."""
     warned: set[tuple[str, str, str]] = dataclasses.field(default_factory=set)
     """(uid, key, value) of invalid knobs already warned about, so a 5 s requeue does not repeat them."""
+    failed_actions: dict[str, tuple[deletion.ApiFailure, ...]] = dataclasses.field(default_factory=dict)
+    """uid -> the actions of its last pass that failed, fed to the next pass as observations (lost on
+    a restart: the next pass then tries again and fails again, which is observed the same way)."""
 
 
 class _QuietRequeue(logging.Filter):
@@ -89,10 +91,16 @@ async def run_pass(ctx: Context, body: Mapping[str, Any], logger: Any) -> None:
             ctx.warned.add(key)
             kopf.warn(body, reason=invalid.event_reason.value, message=invalid.message)
 
+    uid = meta.get("uid", "")
     obs = await observe.observe(ctx.kube, fresh, spec)
+    obs = dataclasses.replace(obs, failed_actions=ctx.failed_actions.pop(uid, ()))
+    for failed in obs.failed_reads:
+        logger.warning(f"read failed, nothing decided on it this pass: {failed.failure}")
     status = fresh.get("status") or {}
     recorded = status.get("deletion") or {}
-    previous = deletion.DeletionStatus.from_dict(recorded) if recorded.get("stage") else None
+    # A status without a stage but with startedAt: a first pass whose reads failed started the clock.
+    previous = deletion.DeletionStatus.from_dict(recorded) if recorded.get("stage") or recorded.get(
+        "startedAt") else None
     decision = deletion.next_stage(previous, obs, resolution.knobs, now)
     ctx.metrics.deletion_passes.labels(decision.verdict.value).inc()
 
@@ -103,13 +111,17 @@ async def run_pass(ctx: Context, body: Mapping[str, Any], logger: Any) -> None:
             await ctx.kube.patch_modelservice_status(namespace, name, written)
         ctx.metrics.pods_remaining.labels(namespace, name).set(decision.status.pods_remaining or 0)
 
-    # 2. Act. Errors are counted and logged; the next pass observes and decides again.
+    # 2. Act. Failures are counted, logged and handed to the next pass, which decides again.
+    failures = []
     for action in decision.actions:
         try:
             await _act(ctx, namespace, action)
-        except (ApiException, kube_.DiscoveryError) as exc:
+        except kube_.CallFailed as exc:
+            failures.append(exc.failure)
             ctx.metrics.action_errors.labels(action.kind.value).inc()
-            logger.warning(f"{action.kind.value} {action.ref or action.pod} failed, retried next pass: {exc}")
+            logger.warning(f"{action.kind.value} failed, retried next pass: {exc.failure}")
+    if failures and decision.verdict is deletion.Verdict.CONTINUE:
+        ctx.failed_actions[uid] = tuple(failures)
 
     # 3. Events: one per transition, one PodForceDeleted per pod.
     for event in decision.events:

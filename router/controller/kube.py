@@ -6,8 +6,11 @@ API discovery, cached per group version, so any kind works (Deployment, Service,
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -19,6 +22,48 @@ MERGE_PATCH = "application/merge-patch+json"
 
 class DiscoveryError(LookupError):
     """A kind that the API server does not serve (CRD not installed, typo in ``spec.workload``)."""
+
+    def __init__(self, code: int | None, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+class CallFailed(Exception):
+    """An API call that failed, as data the decisions can read (``failure``)."""
+
+    def __init__(self, failure: deletion.ApiFailure) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+#: What a call can fail with: an error answer, a kind not served, no answer at all.
+_FAILURES = (ApiException, DiscoveryError, aiohttp.ClientError, asyncio.TimeoutError)
+
+
+def failure(call: str, exc: BaseException) -> deletion.ApiFailure:
+    """An exception from one of :data:`_FAILURES` -> the failure, with the API server's ``Status``
+    message when the answer carried one."""
+    if isinstance(exc, DiscoveryError):
+        return deletion.ApiFailure(call=call, code=exc.code, message=exc.message)
+    if isinstance(exc, ApiException):
+        message = exc.reason or ""
+        try:
+            message = json.loads(exc.body or "{}").get("message") or message
+        except (ValueError, AttributeError):
+            pass
+        return deletion.ApiFailure(call=call, code=exc.status, message=message)
+    return deletion.ApiFailure(call=call, code=None, message=f"{type(exc).__name__}: {exc}")
+
+
+def guess_plural(kind: str) -> str:
+    """The resource name kubectl would guess for a kind (``HTTPRoute`` -> ``httproutes``), used only
+    to name a call when discovery itself failed."""
+    lower = kind.lower()
+    if lower.endswith("s"):
+        return lower + "es"
+    if lower.endswith("y") and lower[-2:-1] not in "aeiou":
+        return lower[:-1] + "ies"
+    return lower + "s"
 
 
 class Kube:
@@ -44,12 +89,16 @@ class Kube:
         key = (api_version, kind)
         if key not in self._plurals:
             base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-            listing = await self._call(base, "GET")
+            try:
+                listing = await self._call(base, "GET")
+            except ApiException as exc:
+                raise DiscoveryError(exc.status, f"{api_version} is not served by the API server "
+                                                 f"(GET {base}: {exc.status} {exc.reason})") from None
             for item in listing.get("resources", []):
                 if "/" not in item["name"]:
                     self._plurals[(api_version, item["kind"])] = (item["name"], bool(item.get("namespaced")))
             if key not in self._plurals:
-                raise DiscoveryError(f"{api_version} {kind} is not served by the API server")
+                raise DiscoveryError(404, f"{kind} is not served in {api_version} by the API server")
         return self._plurals[key]
 
     async def _path(self, ref: deletion.ObjectRef, namespace: str) -> str:
@@ -58,25 +107,38 @@ class Kube:
         scope = f"/namespaces/{namespace}" if namespaced else ""
         return f"{base}{scope}/{plural}/{ref.name}"
 
+    def _name(self, verb: str, ref: deletion.ObjectRef) -> str:
+        """``GET gateway.networking.k8s.io/v1 httproutes/llama``: the call as an operator looks it up."""
+        known = self._plurals.get((ref.api_version, ref.kind))
+        return f"{verb} {ref.api_version} {known[0] if known else guess_plural(ref.kind)}/{ref.name}"
+
     async def get(self, ref: deletion.ObjectRef, namespace: str) -> dict[str, Any] | None:
+        """The object, ``None`` for NotFound; :class:`CallFailed` for any other failure."""
         try:
             return await self._call(await self._path(ref, namespace), "GET")
-        except ApiException as exc:
-            if exc.status == 404:
+        except _FAILURES as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
                 return None
-            raise
+            raise CallFailed(failure(self._name("GET", ref), exc)) from exc
 
     async def delete(self, ref: deletion.ObjectRef, namespace: str) -> int:
         """Background propagation, like ``kubectl delete``: dependents (ReplicaSets, pods) are
-        garbage-collected after the owner goes. Returns the HTTP status (404 counts as done)."""
+        garbage-collected after the owner goes. Returns the HTTP status (404 counts as done);
+        :class:`CallFailed` for a refusal (403, 500) or no answer."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
-        return await self._delete(await self._path(ref, namespace), body)
+        try:
+            return await self._delete(await self._path(ref, namespace), body)
+        except _FAILURES as exc:
+            raise CallFailed(failure(self._name("DELETE", ref), exc)) from exc
 
     async def force_delete_pod(self, namespace: str, name: str, uid: str) -> int:
         """Grace 0 with a UID precondition: a replacement pod that reuses the name answers 409."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
                 "preconditions": {"uid": uid}}
-        return await self._delete(f"/api/v1/namespaces/{namespace}/pods/{name}", body)
+        try:
+            return await self._delete(f"/api/v1/namespaces/{namespace}/pods/{name}", body)
+        except _FAILURES as exc:
+            raise CallFailed(failure(f"DELETE v1 pods/{name} (grace 0)", exc)) from exc
 
     async def _delete(self, path: str, body: dict[str, Any]) -> int:
         try:
@@ -88,17 +150,20 @@ class Kube:
             raise
 
     async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        listing = await self._call(f"/api/v1/namespaces/{namespace}/pods", "GET",
-                                   query=[("labelSelector", label_selector)])
+        try:
+            listing = await self._call(f"/api/v1/namespaces/{namespace}/pods", "GET",
+                                       query=[("labelSelector", label_selector)])
+        except _FAILURES as exc:
+            raise CallFailed(failure(f"LIST v1 pods labelSelector={label_selector}", exc)) from exc
         return list(listing.get("items") or [])
 
     async def get_node(self, name: str) -> dict[str, Any] | None:
         try:
             return await self._call(f"/api/v1/nodes/{name}", "GET")
-        except ApiException as exc:
-            if exc.status == 404:
+        except _FAILURES as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
                 return None
-            raise
+            raise CallFailed(failure(f"GET v1 nodes/{name}", exc)) from exc
 
     def _modelservice_path(self, namespace: str, name: str) -> str:
         return f"/apis/{crd.group()}/{crd.version()}/namespaces/{namespace}/{crd.plural()}/{name}"

@@ -6,7 +6,7 @@ Reads and parsing only; decisions live in router.decisions and never see a raw A
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from router.controller import kube as kube_
@@ -54,7 +54,10 @@ def service_spec(spec: Mapping[str, Any]) -> deletion.ServiceSpec:
         deletion=deletion_spec(spec.get("deletion")))
 
 
-def _object(ref: deletion.ObjectRef, obj: Mapping[str, Any] | None) -> deletion.ObjectObservation:
+def _object(ref: deletion.ObjectRef, obj: Mapping[str, Any] | None,
+            failure: deletion.ApiFailure | None = None) -> deletion.ObjectObservation:
+    if failure is not None:  # unknown: assumed to exist; the stage that needs it waits
+        return deletion.ObjectObservation(ref=ref, exists=True)
     if obj is None:
         return deletion.ObjectObservation(ref=ref, exists=False)
     meta = obj.get("metadata") or {}
@@ -83,21 +86,43 @@ def node_ready(node: Mapping[str, Any]) -> bool:
     return False
 
 
+async def _read(call: Awaitable[Any]) -> tuple[Any, deletion.ApiFailure | None]:
+    """(answer, None), or (None, the failure): a failed read is an observation, not an exception."""
+    try:
+        return await call, None
+    except kube_.CallFailed as exc:
+        return None, exc.failure
+
+
 async def observe(kube: kube_.Kube, body: Mapping[str, Any], spec: deletion.ServiceSpec) -> deletion.Observations:
-    """Read the route, the workload objects, the pods and their nodes; ``spec`` is ``body``'s, parsed."""
+    """Read the route, the workload objects, the pods and their nodes; ``spec`` is ``body``'s, parsed.
+
+    Never raises for a failed read: it is listed in ``failed_reads`` (and the object is reported as
+    existing, since unknown is not gone), so the state machine can wait on it and, at the deadline,
+    time out naming the call."""
     meta, raw_spec = body["metadata"], body.get("spec") or {}
     namespace = meta["namespace"]
+    failed: list[deletion.FailedRead] = []
+
+    async def read(subject: deletion.Subject, call: Awaitable[Any]) -> Any:
+        answer, failure = await _read(call)
+        if failure is not None:
+            failed.append(deletion.FailedRead(subject=subject, failure=failure))
+        return answer, failure
+
     route_ref = deletion.find_route(spec)
-    refs = spec.workload
-    targets = ([route_ref] if route_ref else []) + list(refs)
-    objs = list(await asyncio.gather(*(kube.get(ref, namespace) for ref in targets)))
-    route_obj = objs.pop(0) if route_ref else None
-    pods = [_pod(p) for p in await kube.list_pods(namespace, label_selector(raw_spec.get("podSelector") or {}))]
+    route = None
+    if route_ref is not None:
+        route = _object(route_ref, *await read(deletion.Subject.ROUTE, kube.get(route_ref, namespace)))
+    answers = await asyncio.gather(*(read(deletion.Subject.WORKLOAD, kube.get(ref, namespace))
+                                     for ref in spec.workload))
+    selector = label_selector(raw_spec.get("podSelector") or {})
+    listed, _ = await read(deletion.Subject.PODS, kube.list_pods(namespace, selector))
+    pods = [_pod(p) for p in listed or ()]
     node_names = sorted({p.node for p in pods if p.node})
-    node_objs = await asyncio.gather(*(kube.get_node(n) for n in node_names))
-    nodes = {n: node_ready(obj) for n, obj in zip(node_names, node_objs) if obj is not None}
+    node_answers = await asyncio.gather(*(read(deletion.Subject.NODES, kube.get_node(n)) for n in node_names))
+    nodes = {n: node_ready(obj) for n, (obj, _) in zip(node_names, node_answers) if obj is not None}
     return deletion.Observations(
-        service=meta["name"], suspend=spec.suspend,
-        route=None if route_ref is None else _object(route_ref, route_obj),
-        workload=tuple(_object(ref, obj) for ref, obj in zip(refs, objs)),
-        pods=tuple(pods), nodes=nodes)
+        service=meta["name"], suspend=spec.suspend, route=route,
+        workload=tuple(_object(ref, *answer) for ref, answer in zip(spec.workload, answers)),
+        pods=tuple(pods), nodes=nodes, failed_reads=tuple(failed))

@@ -8,6 +8,10 @@ them, Background garbage collection by ``ownerReferences``, a status subresource
 alone (and a main-resource write that leaves status alone), and node readiness (a kubelet on a
 NotReady node never confirms anything).
 
+Faults on purpose: :meth:`ClusterEmulator.fail` makes one call answer an error status (a 403 on a
+DELETE, a 500 on a GET) until :meth:`ClusterEmulator.heal`; deleting an entry of ``resources`` makes
+its group version unserved (discovery answers 404), as when a CRD such as the Gateway API is missing.
+
 Not emulated: admission, OpenAPI validation and defaulting (the CRD schema is checked separately),
 optimistic concurrency on ``resourceVersion`` in patches, field selectors, watch bookmarks and
 ``resourceVersion`` resumption, RBAC, strategic merge patch.
@@ -85,6 +89,7 @@ def _selector_matches(selector: str, labels: dict[str, str]) -> bool:
 class ClusterEmulator(kmock.KubernetesEmulator):
     clock: Any = time.time
     _rv: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
+    _faults: dict[Any, tuple[int, str, str]] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -109,6 +114,13 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             created = self._create(kmock.resource(path), copy.deepcopy(obj))[1]
             await self._flush()
             return created
+
+    def fail(self, action: str, path: str, name: str, status: int, reason: str, message: str) -> None:
+        """Answer ``action`` (``fetch``, ``delete``, ...) on ``path``/``name`` with this error status."""
+        self._faults[(kmock.action(action.upper()), kmock.resource(path), name)] = (status, reason, message)
+
+    def heal(self) -> None:
+        self._faults.clear()
 
     async def set_node_ready(self, name: str, ready: bool) -> None:
         async with self._lock:
@@ -244,6 +256,10 @@ class ClusterEmulator(kmock.KubernetesEmulator):
 
     async def _handle(self, request: Any) -> Any:
         action = request.action
+        fault = self._faults.get((action, request.resource, request.name))
+        if fault is not None:
+            status, reason, message = fault
+            return await self._render_error(kmock.KubernetesError(status=status, reason=reason, message=message))
         if request.resource is not None and action in (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE):
             try:
                 async with self._lock:

@@ -69,7 +69,11 @@ def _status(data: dict[str, Any] | None) -> deletion.DeletionStatus | None:
         {k: durations.format_time(T0 + v) if k in times else v for k, v in data.items()})
 
 
-@pytest.mark.parametrize("row", casefiles.load_table("next-stage.yaml"))
+def _failure(data: dict[str, Any]) -> deletion.ApiFailure:
+    return deletion.ApiFailure(call=data["call"], code=data["code"], message=data["message"])
+
+
+@pytest.mark.parametrize("row", casefiles.load_table("next-stage.yaml") + casefiles.load_table("failures.yaml"))
 def test_next_stage(row: dict[str, Any]) -> None:
     knob_rows = row.get("knobs", {})
     knobs = deletion.Knobs(
@@ -80,13 +84,18 @@ def test_next_stage(row: dict[str, Any]) -> None:
     if isinstance(pods, int):
         pods = [f"p{i:02d}" for i in range(pods)]
     workload = row.get("workload", ["present"])
+    deleted = None if row.get("podsDeletedAt") is None else T0 + row["podsDeletedAt"]
     obs = deletion.Observations(
         service="llama",
         route=None if row["route"] == "none" else _object(row["route"], ROUTE),
         workload=tuple(_object(state, {"apiVersion": "apps/v1", "kind": "Deployment", "name": f"w{i}"})
                        for i, state in enumerate(workload)),
-        pods=tuple(deletion.PodObservation(name=name, uid=f"uid-{name}", node="n1") for name in pods),
-        nodes={"n1": True},
+        pods=tuple(deletion.PodObservation(name=name, uid=f"uid-{name}", node="n1", deletion_timestamp=deleted)
+                   for name in pods),
+        nodes=row.get("nodes", {"n1": True}),
+        failed_reads=tuple(deletion.FailedRead(subject=deletion.Subject(f["subject"]), failure=_failure(f))
+                           for f in row.get("failedReads", ())),
+        failed_actions=tuple(_failure(f) for f in row.get("failedActions", ())),
     )
     decision = deletion.next_stage(_status(row["status"]), obs, knobs, T0 + row["now"])
     expect = row["expect"]
@@ -94,7 +103,11 @@ def test_next_stage(row: dict[str, Any]) -> None:
     if "verdict" in expect:
         assert decision.verdict.value == expect["verdict"]
     if "stage" in expect:
-        assert status is not None and status.stage is not None and status.stage.value == expect["stage"]
+        assert status is not None and (status.stage and status.stage.value) == expect["stage"]
+    if "startedAt" in expect:
+        assert status is not None and status.started_at == T0 + expect["startedAt"]
+    if "message" in expect:
+        assert status is not None and status.message == expect["message"]
     if "outcome" in expect:
         assert status is not None and status.outcome is not None and status.outcome.value == expect["outcome"]
     if "deadline" in expect:

@@ -8,80 +8,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import kmock
 
-from router.controller import crd
 from router.decisions import deletion, durations
 
 from .conftest import MSVC, NAMESPACE, ClusterEmulator, Operator, eventually
-from .emulator import EXITS_AFTER
-
-LABELS = {"app.kubernetes.io/instance": "llama"}
-ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "name": "llama"}
-
-
-async def make_service(cluster: ClusterEmulator, *, deletion_spec: dict[str, Any] | None = None,
-                       annotations: dict[str, str] | None = None, pods: int = 2, grace: int = 30,
-                       exits_after: float | None = 0.5, suspend: bool = False,
-                       service_labels: dict[str, str] | None = None, node: str = "gpu-1") -> None:
-    await cluster.put("v1/nodes", {"metadata": {"name": node}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
-    deployment = await cluster.put("apps/v1/deployments", {"metadata": {"name": "llama", "namespace": NAMESPACE}})
-    await cluster.put("v1/services", {"metadata": {"name": "llama", "namespace": NAMESPACE, "labels": service_labels or {}}})
-    await cluster.put("gateway.networking.k8s.io/v1/httproutes", {"metadata": {"name": "llama", "namespace": NAMESPACE}})
-    owner = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama", "uid": deployment["metadata"]["uid"]}]
-    for i in range(pods):
-        await cluster.put("v1/pods", {
-            "metadata": {"name": f"llama-{i}", "namespace": NAMESPACE, "labels": LABELS, "ownerReferences": owner,
-                         "annotations": {} if exits_after is None else {EXITS_AFTER: str(exits_after)}},
-            "spec": {"nodeName": node, "terminationGracePeriodSeconds": grace}})
-    # An unrelated pod and a finished one: neither may hold the finalizer.
-    await cluster.put("v1/pods", {"metadata": {"name": "other", "namespace": NAMESPACE, "labels": {"app": "other"}},
-                                  "spec": {"nodeName": node}})
-    await cluster.put("v1/pods", {"metadata": {"name": "llama-job", "namespace": NAMESPACE, "labels": LABELS},
-                                  "spec": {"nodeName": node}, "status": {"phase": "Succeeded"}})
-    await cluster.put(MSVC, {
-        "apiVersion": f"{crd.group()}/{crd.version()}", "kind": "ModelService",
-        "metadata": {"name": "llama", "namespace": NAMESPACE, "annotations": annotations or {}},
-        "spec": {"podSelector": {"matchLabels": LABELS}, "route": ROUTE, "suspend": suspend,
-                 "workload": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"},
-                              {"apiVersion": "v1", "kind": "Service", "name": "llama"}],
-                 "deletion": {"routeSettle": "1s", **(deletion_spec or {})}}})
-
-
-def msvc(cluster: ClusterEmulator) -> dict[str, Any] | None:
-    return cluster.get(MSVC, NAMESPACE, "llama")
-
-
-def stage(cluster: ClusterEmulator) -> str | None:
-    obj = msvc(cluster)
-    return None if obj is None else ((obj.get("status") or {}).get("deletion") or {}).get("stage")
-
-
-def exists(cluster: ClusterEmulator, path: str, name: str = "llama") -> bool:
-    return cluster.get(path, NAMESPACE, name) is not None
-
-
-async def delete_msvc(cluster: ClusterEmulator, server: kmock.Server) -> None:
-    await eventually(lambda: "drainrouter.dev/staged-deletion" in (msvc(cluster) or {}).get("metadata", {}).get("finalizers", []),
-                     what="the finalizer added by the operator")
-    response = await server.client.delete(f"/apis/{MSVC.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/{crd.plural()}/llama")
-    assert response.status == 200, await response.text()
-
-
-def events(cluster: ClusterEmulator) -> list[tuple[str, str]]:
-    out = []
-    for (res, _, _), obj in cluster.objects.items():
-        if res == kmock.resource("v1/events") and obj.history:
-            raw = obj.last
-            out.append((raw["type"], raw["reason"]))
-    return out
-
-
-def delete_order(cluster: ClusterEmulator) -> list[str]:
-    return [f"{r.resource.plural}/{r.name}" for r in cluster._requests
-            if r.action == kmock.action.DELETE and r.resource is not None and r.resource.plural != crd.plural()]
+from .scenario import (
+    delete_msvc,
+    delete_order,
+    events,
+    exists,
+    final_status,
+    finalizer_held,
+    make_service,
+    msvc,
+    msvc_url,
+    passes,
+    stage,
+)
 
 
 async def test_route_first_settle_then_workload_then_pods(cluster: tuple[ClusterEmulator, kmock.Server],
@@ -113,25 +58,6 @@ async def test_route_first_settle_then_workload_then_pods(cluster: tuple[Cluster
     reasons = [reason for _, reason in events(emu)]
     for reason in ("RouteRemoving", "RouteSettling", "Uninstalling", "Uninstalled", "Released"):
         assert reasons.count(reason) == 1, (reason, reasons)
-
-
-def msvc_url() -> str:
-    return f"/apis/{crd.group()}/{crd.version()}/namespaces/{NAMESPACE}/{crd.plural()}/llama"
-
-
-def finalizer_held(cluster: ClusterEmulator) -> bool:
-    obj = msvc(cluster)
-    return obj is not None and "drainrouter.dev/staged-deletion" in obj["metadata"].get("finalizers", [])
-
-
-def final_status(cluster: ClusterEmulator) -> dict[str, Any]:
-    return cluster.objects[cluster.key(MSVC, NAMESPACE, "llama")].last["status"]["deletion"]
-
-
-def passes(cluster: ClusterEmulator) -> int:
-    """GETs of the ModelService itself: one per pass of the handler."""
-    return sum(1 for r in cluster._requests if r.action == kmock.action.FETCH and r.resource is not None
-               and r.resource.plural == crd.plural())
 
 
 async def test_pod_wait_holds_the_finalizer(cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator) -> None:

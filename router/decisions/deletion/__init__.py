@@ -23,7 +23,7 @@ condition) and ``stages`` (the state machine).
 """
 
 from router.decisions.deletion.conditions import Condition, condition_for, merge_condition
-from router.decisions.deletion.enums import ActionKind, Outcome, Reason, Stage, Verdict
+from router.decisions.deletion.enums import ActionKind, Outcome, Reason, Stage, Subject, Verdict
 from router.decisions.deletion.knobs import (
     ANNOTATION_DELETION_POLICY,
     ANNOTATION_FORCE_DELETE_AFTER,
@@ -37,7 +37,13 @@ from router.decisions.deletion.knobs import (
     Knobs,
     resolve_knobs,
 )
-from router.decisions.deletion.observations import ObjectObservation, Observations, PodObservation
+from router.decisions.deletion.observations import (
+    ApiFailure,
+    FailedRead,
+    ObjectObservation,
+    Observations,
+    PodObservation,
+)
 from router.decisions.deletion.pods import (
     IGNORED_POD_PHASES,
     POD_GONE_AFTER_GRACE_SECS,
@@ -63,7 +69,7 @@ __all__ = [
     "ANNOTATION_DELETION_POLICY", "ANNOTATION_FORCE_DELETE_AFTER", "ANNOTATION_MAX_WAIT", "ANNOTATION_ROUTE_SETTLE",
     "DEFAULT_MAX_WAIT_SECS", "DEFAULT_ROUTE_SETTLE_SECS", "GATEWAY_GROUP", "GROUP", "IGNORED_POD_PHASES",
     "MAX_LISTED_PODS", "POD_GONE_AFTER_GRACE_SECS", "ROUTE_KINDS", "SERVICE_LABEL",
-    "Action", "ActionKind", "Advance", "Condition", "Decision", "DeletionSpec", "DeletionStatus", "Event",
+    "Action", "ActionKind", "ApiFailure", "FailedRead", "Subject", "Advance", "Condition", "Decision", "DeletionSpec", "DeletionStatus", "Event",
     "InvalidKnob", "KnobResolution", "Knobs", "ObjectObservation", "ObjectRef", "Observations", "Outcome",
     "Pass", "PodCount", "PodEntry", "PodObservation", "Reason", "ServiceSpec", "Stage", "Stop", "Verdict",
     "condition_for", "count_pods", "find_route", "is_route_kind", "merge_condition", "next_stage",

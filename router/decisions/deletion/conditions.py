@@ -41,8 +41,8 @@ def condition_for(status: DeletionStatus) -> Condition:
         reason = Reason.TIMED_OUT if status.outcome is Outcome.TIMED_OUT else Reason.RELEASED
     elif status.stage is not None:
         reason = _STAGE_REASONS[status.stage]
-    else:
-        raise ValueError(f"no Deleting condition before the first stage: {status!r}")
+    else:  # the first pass could not start (its reads failed): the clock runs, nothing acted on yet
+        reason = Reason.STARTING
     return Condition(status="False" if status.stage is Stage.RELEASED else "True", reason=reason,
                      message=status.message)
 

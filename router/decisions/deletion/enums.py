@@ -32,6 +32,8 @@ class Outcome(str, enum.Enum):
 class Reason(str, enum.Enum):
     """Reasons of the ``Deleting`` condition and of the per-transition events."""
 
+    STARTING = "Starting"
+    """Not a stage: the reads needed to start (the foreign check) failed; the clock runs meanwhile."""
     ROUTE_REMOVING = "RouteRemoving"
     ROUTE_SETTLING = "RouteSettling"
     ROUTE_STUCK = "RouteStuck"
@@ -61,6 +63,15 @@ class Verdict(str, enum.Enum):
     """Write the status, act, requeue."""
     RELEASE = "Release"
     """Write the status, drop the finalizer: the teardown is over."""
+
+
+class Subject(str, enum.Enum):
+    """What a failed read was about; each stage names the subjects it cannot decide without."""
+
+    ROUTE = "route"
+    WORKLOAD = "workload"
+    PODS = "pods"
+    NODES = "nodes"
 
 
 class ActionKind(str, enum.Enum):

@@ -4,19 +4,23 @@ Purely computational, no side effects. Each stage function takes the status so f
 inputs and returns either :class:`Advance` (the next stage needs no action and no wait: run it in the
 same pass) or :class:`Stop` (the pass ends here with this decision). Stages only move forward, so the
 driver ends after at most one visit per stage.
+
+``maxWait`` is an overall budget: a stage whose reads failed (see ``_NEEDS``) waits without acting
+and ends in TimedOut at the deadline, and so does a workload whose deletes keep failing. The
+TimedOut warning names the failing calls.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from router.decisions import durations
 from router.decisions.deletion.conditions import Condition, condition_for
-from router.decisions.deletion.enums import ActionKind, Outcome, Reason, Stage, Verdict
+from router.decisions.deletion.enums import ActionKind, Outcome, Reason, Stage, Subject, Verdict
 from router.decisions.deletion.knobs import Knobs
-from router.decisions.deletion.observations import Observations, PodObservation
+from router.decisions.deletion.observations import ApiFailure, Observations, PodObservation
 from router.decisions.deletion.pods import PodCount, count_pods, plural
 from router.decisions.deletion.refs import SERVICE_LABEL, ObjectRef
 from router.decisions.deletion.status import MAX_LISTED_PODS, DeletionStatus
@@ -105,7 +109,8 @@ def next_stage(status: DeletionStatus | None, obs: Observations, knobs: Knobs, n
     step = Pass(obs=obs, knobs=knobs, now=now, deadline=deadline, pods=count_pods(obs.pods, obs.nodes, now))
     events: list[Event] = []
     while True:
-        result = _STEPS[current.stage](current, step)
+        unread = obs.unread(*_NEEDS[current.stage])
+        result = _blocked(current, step, unread) if unread else _STEPS[current.stage](current, step)
         if isinstance(result, Stop):
             return dataclasses.replace(result.decision, events=(*events, *result.decision.events))
         assert _order(result.status.stage) > _order(current.stage), "stages only move forward"
@@ -114,7 +119,7 @@ def next_stage(status: DeletionStatus | None, obs: Observations, knobs: Knobs, n
 
 
 def _before_stages(current: DeletionStatus, obs: Observations, knobs: Knobs) -> Decision | None:
-    """Suspend, an earlier release, the Orphan policy and foreign objects end a pass before any stage."""
+    """Suspend, an earlier release and the Orphan policy end a pass before any stage."""
     if obs.suspend:
         return Decision(verdict=Verdict.HOLD)
     if current.stage is Stage.RELEASED:
@@ -123,20 +128,21 @@ def _before_stages(current: DeletionStatus, obs: Observations, knobs: Knobs) -> 
         return Decision(verdict=Verdict.SKIP, events=(Event(
             type="Normal", reason=Reason.ORPHANED,
             message="deletion-policy Orphan: route, workload and pods left in place"),))
-    if current.stage is None:
-        foreign = [o for o in (obs.route, *obs.workload) if o is not None and o.foreign_to(obs.service)]
-        if foreign:
-            names = ", ".join(f"{o.ref} ({SERVICE_LABEL}={o.service_label})" for o in foreign)
-            return Decision(verdict=Verdict.SKIP, events=(Event(
-                type="Warning", reason=Reason.FOREIGN_WORKLOAD,
-                message=f"belongs to another service, nothing deleted: {names}"),))
     return None
 
 
 # --- the stages -----------------------------------------------------------------------------------
 
 
-def _start(status: DeletionStatus, p: Pass) -> Advance:
+def _start(status: DeletionStatus, p: Pass) -> Advance | Stop:
+    """A route or workload object labelled for another service stops everything; otherwise the first
+    stage is RouteRemoving, or Uninstalling when no route is configured (NoRoute)."""
+    foreign = [o for o in (p.obs.route, *p.obs.workload) if o is not None and o.foreign_to(p.obs.service)]
+    if foreign:
+        names = ", ".join(f"{o.ref} ({SERVICE_LABEL}={o.service_label})" for o in foreign)
+        return Stop(decision=Decision(verdict=Verdict.SKIP, events=(Event(
+            type="Warning", reason=Reason.FOREIGN_WORKLOAD,
+            message=f"belongs to another service, nothing deleted: {names}"),)))
     if p.obs.route is None:
         return _enter(status, p, Stage.UNINSTALLING, Reason.NO_ROUTE, outcome=Outcome.NO_ROUTE, uninstalled_at=p.now)
     return _enter(status, p, Stage.ROUTE_REMOVING, Reason.ROUTE_REMOVING)
@@ -167,9 +173,13 @@ def _uninstalling(status: DeletionStatus, p: Pass) -> Advance | Stop:
     route_ref = None if p.obs.route is None else p.obs.route.ref
     pending = [o for o in p.obs.workload
                if o.exists and not o.deleting and o.ref != route_ref and not o.foreign_to(p.obs.service)]
-    if pending:  # the message stays the one written on entering the stage
-        return Stop(decision=Decision(verdict=Verdict.CONTINUE, status=status, actions=tuple(
-            Action(kind=ActionKind.DELETE_WORKLOAD, ref=o.ref) for o in pending)))
+    if pending:
+        # One pass after entering (the deletes were asked for at least once), the deadline ends it.
+        tried = status.uninstalled_at is None or status.uninstalled_at < p.now
+        if tried and p.now >= p.deadline:
+            names = ", ".join(str(o.ref) for o in pending)
+            return _timed_out(status, p, f"in Uninstalling, not deleted: {names}", p.obs.failed_actions)
+        return _wait(status, p, actions=[Action(kind=ActionKind.DELETE_WORKLOAD, ref=o.ref) for o in pending])
     return _enter(status, p, Stage.PODS_TERMINATING, Reason.UNINSTALLED, prefix="workload deleted; ",
                   **p.pod_fields())
 
@@ -204,6 +214,16 @@ def _force_deleting(status: DeletionStatus, p: Pass) -> Advance | Stop:
     return Stop(decision=dataclasses.replace(stop.decision, events=events))
 
 
+_NEEDS: dict[Stage | None, tuple[Subject, ...]] = {
+    None: (Subject.ROUTE, Subject.WORKLOAD),  # the foreign check
+    Stage.ROUTE_REMOVING: (Subject.ROUTE,),
+    Stage.ROUTE_SETTLING: (),
+    Stage.UNINSTALLING: (Subject.WORKLOAD,),
+    Stage.PODS_TERMINATING: (Subject.PODS, Subject.NODES),
+    Stage.FORCE_DELETING: (Subject.PODS, Subject.NODES),
+}
+"""What each stage cannot decide without: when one of these reads failed, the stage is blocked."""
+
 _STEPS: dict[Stage | None, Step] = {
     None: _start,
     Stage.ROUTE_REMOVING: _route_removing,
@@ -222,18 +242,44 @@ def _order(stage: Stage | None) -> int:
 
 
 def _enter(status: DeletionStatus, p: Pass, stage: Stage, reason: Reason, event_type: str = "Normal",
-           prefix: str = "", **changes: Any) -> Advance:
+           prefix: str = "", message: str | None = None, **changes: Any) -> Advance:
     """Move to ``stage`` with ``changes``; the transition's event carries the new stage's message."""
     moved = dataclasses.replace(status, stage=stage, **changes)
-    moved = dataclasses.replace(moved, message=_stage_message(moved, p))
+    moved = dataclasses.replace(moved, message=_stage_message(moved, p) if message is None else message)
     return Advance(status=moved, event=Event(type=event_type, reason=reason, message=prefix + moved.message))
 
 
 def _wait(status: DeletionStatus, p: Pass, *, actions: Any = (), requeue_at: float | None = None) -> Stop:
     """Stay in the stage: write the status (with a fresh message), act, requeue."""
-    status = dataclasses.replace(status, message=_stage_message(status, p))
+    message = _stage_message(status, p)
+    if p.obs.failed_actions:
+        message += f"; last attempt failed: {_named(p.obs.failed_actions)}"
+    status = dataclasses.replace(status, message=message)
     return Stop(decision=Decision(verdict=Verdict.CONTINUE, status=status, actions=tuple(actions),
                                   requeue_at=requeue_at))
+
+
+def _named(failures: Sequence[ApiFailure]) -> str:
+    return "; ".join(str(f) for f in failures)
+
+
+def _blocked(status: DeletionStatus, p: Pass, unread: Sequence[ApiFailure]) -> Stop:
+    """A read this stage needs failed: wait without acting (nothing is decided on unknown state);
+    at the deadline, TimedOut naming the calls."""
+    if p.now >= p.deadline:
+        return _timed_out(status, p, f"in {status.stage.value if status.stage else 'the first pass'}, "
+                                     f"cannot read {_named(unread)}")
+    message = (f"cannot read {_named(unread)}; retrying until the deadline "
+               f"{durations.format_time(p.deadline)}")
+    if status.stage is not None:
+        message = f"{_stage_message(status, p)}; {message}"
+    return Stop(decision=Decision(verdict=Verdict.CONTINUE, status=dataclasses.replace(status, message=message)))
+
+
+def _timed_out(status: DeletionStatus, p: Pass, detail: str, failures: Sequence[ApiFailure] = ()) -> Stop:
+    last = f" (last failure: {_named(failures)})" if failures else ""
+    message = f"timed out after {durations.format_duration(p.knobs.max_wait)} {detail}{last}; finalizer dropped"
+    return _release(status, p, Reason.TIMED_OUT, "Warning", outcome=Outcome.TIMED_OUT, message=message)
 
 
 def _release(status: DeletionStatus, p: Pass, reason: Reason, event_type: str, **changes: Any) -> Stop:
@@ -246,7 +292,7 @@ def _pods_gone_or_timed_out(status: DeletionStatus, p: Pass) -> Stop | None:
         return _release(status, p, Reason.RELEASED, "Normal", pods_gone_at=p.now,
                         outcome=status.outcome or Outcome.CLEAN)
     if p.now >= p.deadline:
-        return _release(status, p, Reason.TIMED_OUT, "Warning", outcome=Outcome.TIMED_OUT)
+        return _timed_out(status, p, f"with {plural(p.pods.count, 'pod')} remaining", p.obs.failed_actions)
     return None
 
 
@@ -288,8 +334,5 @@ def _stage_message(status: DeletionStatus, p: Pass) -> str:
     if stage in (Stage.PODS_TERMINATING, Stage.FORCE_DELETING):
         return p.pods.message
     if stage is Stage.RELEASED:
-        if status.outcome is Outcome.TIMED_OUT:
-            return (f"timed out after {durations.format_duration(p.knobs.max_wait)} with "
-                    f"{plural(status.pods_remaining or 0, 'pod')} remaining; finalizer dropped")
         return f"released: all pods gone (outcome {status.outcome.value if status.outcome else 'Clean'})"
     return ""
