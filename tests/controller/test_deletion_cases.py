@@ -1,8 +1,10 @@
 """The 18 staged-deletion cases, one YAML file each, driving the pure ``deletion.next_stage``.
 
 Each file is ``{id, scenario, now, annotations?, spec?, status, observations, expect}``. ``expect.status``
-is a subset of ``status.deletion`` as written to the API (RFC 3339 times); ``actions``, ``events`` and
-``requeueAt`` are compared exactly when present.
+is a subset of ``status.deletion`` as written to the API (RFC 3339 times); ``events`` and ``requeueAt``
+are compared exactly when present. ``actions`` is always compared: a case without it asserts that the
+decision has none. ``condition`` (``{status, reason}`` of ``Deleting``) is required whenever the
+decision writes a status, and must be absent when it writes none.
 """
 
 from __future__ import annotations
@@ -50,8 +52,13 @@ def test_controller_case(case: dict[str, Any]) -> None:
             assert decision.status is not None
             written = decision.status.as_dict()
             assert {k: written[k] for k in expect["status"]} == expect["status"]
-    if "actions" in expect:
-        assert [casefiles.action_dict(a) for a in decision.actions] == expect["actions"]
+    assert [casefiles.action_dict(a) for a in decision.actions] == expect.get("actions", [])
+    if decision.condition is None:
+        assert "condition" not in expect, "no status is written, so no condition"
+    else:
+        assert "condition" in expect, f"the case must state the condition: {decision.condition}"
+        got = {"status": decision.condition.status, "reason": decision.condition.reason.value}
+        assert decision.condition.type == "Deleting" and got == expect["condition"]
     if "events" in expect:
         got_events = [{"type": e.type, "reason": e.reason.value, "message": e.message} for e in decision.events]
         wanted = expect["events"]

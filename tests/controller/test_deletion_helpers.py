@@ -128,6 +128,24 @@ def test_next_stage(row: dict[str, Any]) -> None:
         assert status is not None and len(status.force_deleted) == expect["forceDeletedListed"]
 
 
+@pytest.mark.parametrize(("stage", "outcome", "status", "reason"), [
+    (None, None, "True", "Starting"),
+    ("RouteRemoving", None, "True", "RouteRemoving"),
+    ("RouteSettling", None, "True", "RouteSettling"),
+    ("Uninstalling", None, "True", "Uninstalling"),
+    ("Uninstalling", "NoRoute", "True", "NoRoute"),
+    ("Uninstalling", "RouteStuck", "True", "RouteStuck"),
+    ("PodsTerminating", "RouteStuck", "True", "WaitingForPods"),
+    ("ForceDeleting", "PodsForceDeleted", "True", "PodsForceDeleted"),
+    ("Released", "Clean", "False", "Released"),
+    ("Released", "PodsForceDeleted", "False", "Released"),
+    ("Released", "TimedOut", "False", "TimedOut"),
+])
+def test_condition_reason(stage: str | None, outcome: str | None, status: str, reason: str) -> None:
+    cond = deletion.condition_for(deletion.DeletionStatus.from_dict({"stage": stage, "outcome": outcome}))
+    assert (cond.type, cond.status, cond.reason.value) == ("Deleting", status, reason)
+
+
 def test_condition_reasons_cover_every_stage() -> None:
     for stage in deletion.Stage:
         for outcome in (None, *deletion.Outcome):
