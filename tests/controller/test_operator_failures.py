@@ -10,8 +10,28 @@ from __future__ import annotations
 
 import kmock
 
-from .conftest import ClusterEmulator, Operator, eventually
+from .conftest import NAMESPACE, ClusterEmulator, Operator, eventually
 from .scenario import delete_msvc, delete_order, event_messages, exists, final_status, make_service, message, msvc
+
+
+async def test_emulator_fault_answers_a_status_and_never_mutates(cluster: tuple[ClusterEmulator, kmock.Server]) -> None:
+    """The emulator's injected error answers with a real Status body, leaves the object alone, and
+    stops after heal(); a group version removed from ``resources`` answers 404 to discovery."""
+    emu, server = cluster
+    del emu.resources["gateway.networking.k8s.io/v1/httproutes"]
+    response = await server.client.get("/apis/gateway.networking.k8s.io/v1")
+    assert response.status == 404
+    await make_service(emu, route_object=False)
+    emu.fail("delete", "apps/v1/deployments", "llama", 403, "Forbidden", "not allowed")
+    url = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama"
+    response = await server.client.delete(url)
+    body = await response.json()
+    assert response.status == 403
+    assert (body["kind"], body["code"], body["reason"], body["message"]) == ("Status", 403, "Forbidden", "not allowed")
+    assert exists(emu, "apps/v1/deployments")
+    emu.heal()
+    response = await server.client.delete(url)
+    assert response.status == 200 and not exists(emu, "apps/v1/deployments")
 
 
 def timed_out_warning(cluster: ClusterEmulator, call: str) -> bool:
