@@ -19,10 +19,11 @@ Modules, each importable on its own; this facade re-exports their public names:
 ``enums`` (stages, outcomes, reasons, verdicts), ``refs`` (object references, the typed spec, the
 route lookup), ``knobs`` (annotation > spec > default), ``observations``, ``pods`` (which pods still
 count), ``status`` (``status.deletion`` and its wire format), ``conditions`` (the ``Deleting``
-condition) and ``stages`` (the state machine).
+condition), ``decision`` (what a pass returns) and ``stages`` (the state machine).
 """
 
 from router.decisions.deletion.conditions import Condition, condition_for, merge_condition
+from router.decisions.deletion.decision import Action, Decision, Event
 from router.decisions.deletion.enums import ActionKind, Outcome, Reason, Stage, Subject, Verdict
 from router.decisions.deletion.knobs import (
     ANNOTATION_DELETION_POLICY,
@@ -62,7 +63,7 @@ from router.decisions.deletion.refs import (
     find_route,
     is_route_kind,
 )
-from router.decisions.deletion.stages import Action, Advance, Decision, Event, Pass, Stop, next_stage
+from router.decisions.deletion.stages import Advance, Pass, Stop, next_stage
 from router.decisions.deletion.status import MAX_LISTED_PODS, DeletionStatus
 
 __all__ = [

@@ -17,45 +17,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from router.decisions import durations
-from router.decisions.deletion.conditions import Condition, condition_for
+from router.decisions.deletion.decision import Action, Decision, Event
 from router.decisions.deletion.enums import ActionKind, Outcome, Reason, Stage, Subject, Verdict
 from router.decisions.deletion.knobs import Knobs
 from router.decisions.deletion.observations import ApiFailure, Observations, PodObservation
 from router.decisions.deletion.pods import PodCount, count_pods, plural
-from router.decisions.deletion.refs import SERVICE_LABEL, ObjectRef
+from router.decisions.deletion.refs import SERVICE_LABEL
 from router.decisions.deletion.status import MAX_LISTED_PODS, DeletionStatus
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Action:
-    kind: ActionKind
-    ref: ObjectRef | None = None
-    pod: str | None = None
-    uid: str | None = None
-    """For force deletes: the precondition, so a replacement pod with the same name is not hit."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Event:
-    type: str
-    """``Normal`` or ``Warning``."""
-    reason: Reason
-    message: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Decision:
-    verdict: Verdict
-    status: DeletionStatus | None = None
-    """What to write before acting; ``None`` for Hold and Skip (nothing to record)."""
-    actions: tuple[Action, ...] = ()
-    events: tuple[Event, ...] = ()
-    requeue_at: float | None = None
-    """Continue: look again at exactly this time (the settle remainder); ``None``: the standard requeue."""
-
-    @property
-    def condition(self) -> Condition | None:
-        return None if self.status is None else condition_for(self.status)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
