@@ -52,7 +52,7 @@ def failure(call: str, exc: BaseException) -> deletion.ApiFailure:
         except (ValueError, AttributeError):
             pass
         return deletion.ApiFailure(call=call, code=exc.status, message=message)
-    return deletion.ApiFailure(call=call, code=None, message=f"{type(exc).__name__}: {exc}")
+    return deletion.ApiFailure(call=call, code=None, message=f"no answer ({type(exc).__name__}: {exc})")
 
 
 def guess_plural(kind: str) -> str:

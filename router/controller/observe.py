@@ -116,8 +116,14 @@ async def observe(kube: kube_.Kube, body: Mapping[str, Any], spec: deletion.Serv
         route = _object(route_ref, *await read(deletion.Subject.ROUTE, kube.get(route_ref, namespace)))
     answers = await asyncio.gather(*(read(deletion.Subject.WORKLOAD, kube.get(ref, namespace))
                                      for ref in spec.workload))
-    selector = label_selector(raw_spec.get("podSelector") or {})
-    listed, _ = await read(deletion.Subject.PODS, kube.list_pods(namespace, selector))
+    try:
+        selector = label_selector(raw_spec.get("podSelector") or {})
+    except ValueError as exc:  # never list every pod; the pod stages wait, then time out naming this
+        listed = None
+        failed.append(deletion.FailedRead(subject=deletion.Subject.PODS, failure=deletion.ApiFailure(
+            call="LIST v1 pods", code=None, message=f"not sent: {exc}")))
+    else:
+        listed, _ = await read(deletion.Subject.PODS, kube.list_pods(namespace, selector))
     pods = [_pod(p) for p in listed or ()]
     node_names = sorted({p.node for p in pods if p.node})
     node_answers = await asyncio.gather(*(read(deletion.Subject.NODES, kube.get_node(n)) for n in node_names))

@@ -20,7 +20,7 @@ async def make_service(cluster: ClusterEmulator, *, deletion_spec: dict[str, Any
                        annotations: dict[str, str] | None = None, pods: int = 2, grace: int = 30,
                        exits_after: float | None = 0.5, suspend: bool = False,
                        service_labels: dict[str, str] | None = None, node: str = "gpu-1",
-                       route_object: bool = True) -> None:
+                       route_object: bool = True, pod_selector: dict[str, Any] | None = None) -> None:
     await cluster.put("v1/nodes", {"metadata": {"name": node}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
     deployment = await cluster.put("apps/v1/deployments", {"metadata": {"name": "llama", "namespace": NAMESPACE}})
     await cluster.put("v1/services", {"metadata": {"name": "llama", "namespace": NAMESPACE, "labels": service_labels or {}}})
@@ -40,7 +40,7 @@ async def make_service(cluster: ClusterEmulator, *, deletion_spec: dict[str, Any
     await cluster.put(MSVC, {
         "apiVersion": f"{crd.group()}/{crd.version()}", "kind": "ModelService",
         "metadata": {"name": "llama", "namespace": NAMESPACE, "annotations": annotations or {}},
-        "spec": {"podSelector": {"matchLabels": LABELS}, "route": ROUTE, "suspend": suspend,
+        "spec": {"podSelector": {"matchLabels": LABELS} if pod_selector is None else pod_selector, "route": ROUTE, "suspend": suspend,
                  "workload": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"},
                               {"apiVersion": "v1", "kind": "Service", "name": "llama"}],
                  "deletion": {"routeSettle": "1s", **(deletion_spec or {})}}})

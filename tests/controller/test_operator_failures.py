@@ -91,3 +91,18 @@ async def test_refused_workload_delete_times_out_naming_the_call(cluster: tuple[
     assert last["outcome"] == "TimedOut" and "not deleted: Deployment/llama" in last["message"], last["message"]
     await eventually(lambda: timed_out_warning(emu, call), what="a TimedOut warning naming the DELETE")
     assert exists(emu, "apps/v1/deployments") and not exists(emu, "v1/services")
+
+
+async def test_pod_selector_that_selects_nothing_times_out(cluster: tuple[ClusterEmulator, kmock.Server],
+                                                          operator: Operator) -> None:
+    """1. spec.podSelector is {matchLabels: {}} (admitted by the CRD's minProperties, selects every
+    pod). routeSettle 0s, maxWait 2s. 2. Deleted. Result: route and workload go, but the pods are
+    never listed with an empty selector; at the deadline TimedOut, naming the pod list not sent."""
+    emu, server = cluster
+    await make_service(emu, pod_selector={"matchLabels": {}}, deletion_spec={"routeSettle": "0s", "maxWait": "2s"})
+    await delete_msvc(emu, server)
+    await eventually(lambda: msvc(emu) is None, what="release at the deadline")
+    last = final_status(emu)
+    assert last["outcome"] == "TimedOut" and "LIST v1 pods: not sent: spec.podSelector selects nothing" in last["message"]
+    assert not exists(emu, "apps/v1/deployments")
+    await eventually(lambda: timed_out_warning(emu, "LIST v1 pods: not sent"), what="a TimedOut warning naming it")

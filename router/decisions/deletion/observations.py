@@ -21,12 +21,12 @@ class ApiFailure:
     call: str
     """The call, named as an operator would look it up: ``GET gateway.networking.k8s.io/v1 httproutes/llama``."""
     code: int | None
-    """The HTTP status; ``None`` when there was no answer (connection refused, timeout)."""
+    """The HTTP status; ``None`` when there was no answer or the call could not be made."""
     message: str
     """The API server's ``Status`` message, or what went wrong without one."""
 
     def __str__(self) -> str:
-        return f"{self.call}: {'no answer' if self.code is None else self.code} {self.message}"
+        return f"{self.call}: {self.message}" if self.code is None else f"{self.call}: {self.code} {self.message}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
