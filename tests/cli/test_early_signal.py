@@ -51,7 +51,18 @@ def floor() -> float:
 
 @pytest.mark.parametrize("after_ms", [20, 50, 100])
 def test_sigterm_right_after_the_interpreters_floor_is_honoured(floor: float, after_ms: int) -> None:
+    """A router killed at floor + N ms fails the test only if a bare interpreter signalled 20 ms
+    earlier than it, right after, survives: then the router was slower than the floor + 20 ms. If the
+    bare interpreter dies too, the machine was momentarily slower than when the floor was measured
+    (other processes on the cores): that trial says nothing and is run again, up to 5 times."""
     argv = [*_entry_point(), "serve", "--upstream", "http://127.0.0.1:9", "--host", "127.0.0.1", "--port", "0",
             "--admin-host", "127.0.0.1", "--admin-port", "0", "--shutdown-drain-secs", "5", "--log-format", "json"]
-    code = _survives(argv, floor + after_ms / 1000)
-    assert code == 0, f"SIGTERM at {floor * 1000:.0f} + {after_ms} ms killed the router (exit {code})"
+    delay = floor + after_ms / 1000
+    for _ in range(5):
+        code = _survives(argv, delay)
+        if code == 0:
+            return
+        bare = _survives([sys.executable, "-c", BARE], delay - 0.020)
+        assert bare != 0, (f"SIGTERM at {floor * 1000:.0f} + {after_ms} ms killed the router (exit {code}), "
+                           f"while a bare interpreter survived one 20 ms earlier")
+    raise AssertionError("the machine stayed too slow to tell (a bare interpreter died 5 times)")
