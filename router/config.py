@@ -5,13 +5,14 @@
 :class:`ConfigError` naming the flag, the value and the remedy. ``serve`` and ``check`` share it, so
 ``drain-router check`` refuses exactly what ``drain-router serve`` would refuse.
 
-Seconds become :class:`datetime.timedelta` here and nowhere else (see :meth:`DrainSettings.shutdown_drain`).
+Durations have one representation everywhere: whole seconds in ``int`` fields named ``*_secs``
+(what the flags say and what asyncio's timers take). The user's text becomes seconds in exactly
+one place, :func:`parse_seconds`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import urllib.parse
 from typing import Any, Literal
 
@@ -99,9 +100,6 @@ class ProxySettings:
     Keep it above the idle timeout of the load balancer's connection pool, or a pooled request can
     race the close."""
 
-    def upstream_connect_timeout(self) -> datetime.timedelta:
-        return datetime.timedelta(seconds=self.upstream_connect_timeout_secs)
-
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class AdminSettings:
@@ -125,27 +123,22 @@ class DrainSettings:
     readiness_probe_failure_threshold: int | None = None
     """The load balancer's probe failure threshold."""
 
-    def shutdown_drain(self) -> datetime.timedelta:
-        """The drain window. The only place its seconds become a duration."""
-        return datetime.timedelta(seconds=self.shutdown_drain_secs)
-
-    def deadline(self) -> datetime.timedelta | None:
-        """Time from the first SIGTERM at which in-flight work is aborted; ``None`` without a declared grace."""
+    def deadline_secs(self) -> int | None:
+        """Seconds from the first SIGTERM at which in-flight work is aborted; ``None`` without a
+        declared grace."""
         if self.termination_grace_secs is None:
             return None
-        return datetime.timedelta(
-            seconds=max(self.termination_grace_secs - SHUTDOWN_DEADLINE_MARGIN_SECS, 0)
-        )
+        return max(self.termination_grace_secs - SHUTDOWN_DEADLINE_MARGIN_SECS, 0)
 
-    def drain_wait_cap(self) -> datetime.timedelta:
+    def drain_wait_cap_secs(self) -> int:
         """Longest /admin/drain-wait hold: the declared grace, else the longest drain there can be."""
         grace = self.termination_grace_secs
-        return datetime.timedelta(seconds=MAX_SHUTDOWN_DRAIN_SECS if grace is None else grace)
+        return MAX_SHUTDOWN_DRAIN_SECS if grace is None else grace
 
-    def drain_wait_timeout(self) -> datetime.timedelta:
+    def drain_wait_timeout_secs(self) -> int:
         """Default timeout of /admin/drain-wait: the declared grace, else the Kubernetes default."""
         grace = self.termination_grace_secs
-        return datetime.timedelta(seconds=K8S_DEFAULT_GRACE_SECS if grace is None else grace)
+        return K8S_DEFAULT_GRACE_SECS if grace is None else grace
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,9 +147,6 @@ class HealthSettings:
     """When set (e.g. ``/health``), /readyz also needs the model server to answer 2xx on it."""
     upstream_health_interval_secs: int = 2
     """How often the upstream health path is polled, in seconds."""
-
-    def upstream_health_interval(self) -> datetime.timedelta:
-        return datetime.timedelta(seconds=self.upstream_health_interval_secs)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,9 +173,7 @@ class Config:
         """The effective configuration as plain JSON-able data (for ``check`` and /admin/config)."""
         data = dataclasses.asdict(self)
         data["proxy"]["upstream"] = self.proxy.upstream.url
-        data["drain"]["deadline_secs"] = (
-            None if (d := self.drain.deadline()) is None else d.total_seconds()
-        )
+        data["drain"]["deadline_secs"] = self.drain.deadline_secs()
         return data
 
 

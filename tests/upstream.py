@@ -132,7 +132,7 @@ async def running(unix_path: Path | None = None) -> AsyncIterator[FakeUpstream]:
     else:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        fake.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # noqa: SLF001
+        fake.port = runner.addresses[0][1]
         fake.url = f"http://127.0.0.1:{fake.port}"
     try:
         yield fake

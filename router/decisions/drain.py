@@ -3,7 +3,8 @@
 :func:`next_stage` is a purely computational function with no side effects: it takes the current
 :class:`DrainStatus`, one :class:`Event`, what the caller observed (the in-flight count) and ``now``,
 and returns a :class:`Decision` with the new status, the :class:`Action` s to carry out in order, and
-the names of the log events to emit. The caller (``router.proxy.lifecycle``) does the I/O.
+the :class:`LogEvent` s to emit (each knows its level and the state it announces). The caller
+(``router.proxy.lifecycle``) does the I/O.
 """
 
 from __future__ import annotations
@@ -56,7 +57,42 @@ class Action(str, enum.Enum):
     """Cancel every in-flight request, counting them."""
     EXIT = "exit"
     """Finish: close the upstream session and the admin listener, exit with ``status.exit_code``."""
-    WARN_ALREADY_CLOSING = "warn_already_closing"
+
+
+class LogEvent(str, enum.Enum):
+    """The structured log events of the drain, one per state change, with their level."""
+
+    STATE_SERVING = "state.serving"
+    DRAIN_START = "drain.start"
+    DRAIN_CLOSING = "drain.closing"
+    DRAIN_COMPLETE = "drain.complete"
+    DRAIN_DEADLINE = "drain.deadline"
+    """The deadline struck: what was left is aborted and counted."""
+    DRAIN_ABORTED = "drain.aborted"
+    """A second SIGINT aborted everything."""
+    SIGNAL_IGNORED = "drain.signal_ignored"
+    """A SIGTERM while closing ("already closing; SIGKILL forces"), or a first SIGINT while closing."""
+
+    @property
+    def level(self) -> str:
+        return "warning" if self in _WARNINGS else "info"
+
+    @property
+    def phase(self) -> Phase | None:
+        """The state this event announces (one decision can pass through closing to exited);
+        ``None`` for an event that announces no state."""
+        return _EVENT_PHASE.get(self)
+
+
+_WARNINGS = frozenset({LogEvent.DRAIN_DEADLINE, LogEvent.DRAIN_ABORTED, LogEvent.SIGNAL_IGNORED})
+_EVENT_PHASE = {
+    LogEvent.STATE_SERVING: Phase.SERVING,
+    LogEvent.DRAIN_START: Phase.DRAINING,
+    LogEvent.DRAIN_CLOSING: Phase.CLOSING,
+    LogEvent.DRAIN_COMPLETE: Phase.EXITED,
+    LogEvent.DRAIN_DEADLINE: Phase.EXITED,
+    LogEvent.DRAIN_ABORTED: Phase.EXITED,
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,8 +108,8 @@ class DrainStatus:
 class Decision:
     status: DrainStatus
     actions: tuple[Action, ...] = ()
-    events: tuple[str, ...] = ()
-    """Log event names, one per state change (plus ``drain.signal_ignored``)."""
+    events: tuple[LogEvent, ...] = ()
+    """Log events, one per state change (plus ``drain.signal_ignored``)."""
     reason: str | None = None
     """Why closing began (``window_elapsed``, ``second_sigterm``, ...), for the log fields."""
 
@@ -81,27 +117,16 @@ class Decision:
 EXIT_CLEAN = 0
 EXIT_ABORTED = 1
 
-#: The state each log event announces (one decision can pass through closing to exited).
-EVENT_PHASE = {
-    "state.serving": Phase.SERVING,
-    "drain.start": Phase.DRAINING,
-    "drain.closing": Phase.CLOSING,
-    "drain.complete": Phase.EXITED,
-    "drain.deadline": Phase.EXITED,
-    "drain.aborted": Phase.EXITED,
-}
-
-
 def _to_closing(status: DrainStatus, *, now: float, inflight: int, reason: str) -> Decision:
     """Enter closing; if nothing is in flight, exit right away (the idle router does not linger)."""
     first_signal = status.t0 is None
     actions: list[Action] = [Action.START_DEADLINE] if first_signal else []
     actions.append(Action.CLOSE_LISTENERS)
     closing = dataclasses.replace(status, phase=Phase.CLOSING, t0=now if first_signal else status.t0)
-    events = ["drain.closing"]
+    events = [LogEvent.DRAIN_CLOSING]
     if inflight == 0:
         actions.append(Action.EXIT)
-        events.append("drain.complete")
+        events.append(LogEvent.DRAIN_COMPLETE)
         closing = dataclasses.replace(closing, phase=Phase.EXITED, exit_code=EXIT_CLEAN)
     return Decision(closing, tuple(actions), tuple(events), reason)
 
@@ -114,7 +139,7 @@ def next_stage(status: DrainStatus, event: Event, *, inflight: int, drain_secs: 
 
     if event == Event.UPSTREAM_HEALTHY:
         if phase == Phase.STARTING:
-            return Decision(dataclasses.replace(status, phase=Phase.SERVING), (), ("state.serving",))
+            return Decision(dataclasses.replace(status, phase=Phase.SERVING), (), (LogEvent.STATE_SERVING,))
         return Decision(status)
 
     if event == Event.SIGTERM:
@@ -125,19 +150,19 @@ def next_stage(status: DrainStatus, event: Event, *, inflight: int, drain_secs: 
             if drain_secs <= 0:
                 return _to_closing(status, now=now, inflight=inflight, reason="no_drain_window")
             draining = dataclasses.replace(status, phase=Phase.DRAINING, t0=now)
-            return Decision(draining, (Action.START_WINDOW, Action.START_DEADLINE), ("drain.start",))
+            return Decision(draining, (Action.START_WINDOW, Action.START_DEADLINE), (LogEvent.DRAIN_START,))
         if phase == Phase.DRAINING:
             return _to_closing(status, now=now, inflight=inflight, reason="second_sigterm")
-        return Decision(status, (Action.WARN_ALREADY_CLOSING,), ("drain.signal_ignored",))
+        return Decision(status, (), (LogEvent.SIGNAL_IGNORED,))
 
     if event == Event.SIGINT:
         counted = dataclasses.replace(status, sigints=status.sigints + 1)
         if status.sigints >= 1:
             aborted = dataclasses.replace(counted, phase=Phase.EXITED, exit_code=EXIT_ABORTED,
                                           t0=status.t0 if status.t0 is not None else now)
-            return Decision(aborted, (Action.ABORT_INFLIGHT, Action.EXIT), ("drain.aborted",))
+            return Decision(aborted, (Action.ABORT_INFLIGHT, Action.EXIT), (LogEvent.DRAIN_ABORTED,))
         if phase == Phase.CLOSING:
-            return Decision(counted, (), ("drain.signal_ignored",))
+            return Decision(counted, (), (LogEvent.SIGNAL_IGNORED,))
         return _to_closing(counted, now=now, inflight=inflight, reason="sigint")
 
     if event == Event.WINDOW_ELAPSED:
@@ -148,14 +173,14 @@ def next_stage(status: DrainStatus, event: Event, *, inflight: int, drain_secs: 
     if event == Event.IDLE:
         if phase == Phase.CLOSING and inflight == 0:
             done = dataclasses.replace(status, phase=Phase.EXITED, exit_code=EXIT_CLEAN)
-            return Decision(done, (Action.EXIT,), ("drain.complete",))
+            return Decision(done, (Action.EXIT,), (LogEvent.DRAIN_COMPLETE,))
         return Decision(status)
 
     if event == Event.DEADLINE:
         if phase in (Phase.DRAINING, Phase.CLOSING):
             code = EXIT_ABORTED if inflight > 0 else EXIT_CLEAN
             done = dataclasses.replace(status, phase=Phase.EXITED, exit_code=code)
-            return Decision(done, (Action.ABORT_INFLIGHT, Action.EXIT), ("drain.deadline",))
+            return Decision(done, (Action.ABORT_INFLIGHT, Action.EXIT), (LogEvent.DRAIN_DEADLINE,))
         return Decision(status)
 
     raise ValueError(f"unknown drain event {event!r}")

@@ -30,7 +30,7 @@ def make_session(cfg: config.Config) -> aiohttp.ClientSession:
                                          socket_factory=_upstream_socket)
     return aiohttp.ClientSession(
         connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=proxy.upstream_connect_timeout().total_seconds()),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=proxy.upstream_connect_timeout_secs),
         auto_decompress=False,
         read_bufsize=forwarding.RELAY_CHUNK_BYTES,  # pause the upstream read at 2x this (back-pressure)  # bytes pass through as the model server encoded them
         cookie_jar=aiohttp.DummyCookieJar(),  # never share one client's cookies with another

@@ -114,6 +114,17 @@ class TrafficConnection(RequestHandler):
         if self._messages or self._request_in_progress:
             self._disarm_header_timer()  # a whole head has been parsed
 
+    def close_when_idle(self) -> None:
+        """Close now if idle (waiting for the next request with nothing queued), else right after
+        the current response. aiohttp's own ``pre_shutdown()`` only marks connections, so an idle one
+        would stay open until cleanup and a pooled client would keep sending to a closing pod.
+        (Reads aiohttp 3.14's waiter; the version is pinned, and a test fails if this changes.)"""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and not self._messages:
+            self.force_close()
+        else:
+            self.close()
+
     def _arm_header_timer(self) -> None:
         self._header_timer = self._loop.call_later(self._header_timeout, self._header_timed_out)
 

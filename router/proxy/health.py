@@ -59,7 +59,7 @@ async def drain_wait(request: web.Request) -> web.Response:
                               f"at most {MAX_DRAIN_WAITERS} callers may wait for the drain at once")
     raw = request.query.get("timeout")
     if raw is None:
-        timeout = st.config.drain.drain_wait_timeout().total_seconds()
+        timeout = st.config.drain.drain_wait_timeout_secs()
     else:
         try:
             timeout = float(raw)
@@ -67,7 +67,7 @@ async def drain_wait(request: web.Request) -> web.Response:
             timeout = math.nan
         if not math.isfinite(timeout) or timeout < 0:
             return error_response(400, "bad_timeout", "timeout must be a non-negative number of seconds")
-    timeout = min(timeout, st.config.drain.drain_wait_cap().total_seconds())
+    timeout = min(timeout, st.config.drain.drain_wait_cap_secs())
     waiters[0] += 1
     try:
         await asyncio.wait_for(st.drain_finished.wait(), timeout)

@@ -11,13 +11,13 @@ import signal
 
 import aiohttp
 
-from router.proxy import lifecycle
+from router.proxy import tuning
 from tests.conftest import wait_until
 from tests.process import RouterProcess
 from tests.upstream import sse_events
 
 NOFILE = 160  # soft = hard, so the router's own raise to the hard limit cannot lift it
-LIMIT = lifecycle.traffic_connection_limit(NOFILE)  # 48 client connections
+LIMIT = tuning.traffic_connection_limit(NOFILE)  # 48 client connections
 
 
 def _tight_nofile() -> None:

@@ -65,3 +65,13 @@ def test_connection_close_from_draining_on() -> None:
 def test_phase_has_no_truth_value() -> None:
     with pytest.raises(NotImplementedError):
         bool(drain.Phase.SERVING)
+
+
+def test_log_events_carry_their_level_and_the_state_they_announce() -> None:
+    warnings = {e.value for e in drain.LogEvent if e.level == "warning"}
+    assert warnings == {"drain.deadline", "drain.aborted", "drain.signal_ignored"}
+    assert {e.value: e.phase.value for e in drain.LogEvent if e.phase is not None} == {
+        "state.serving": "serving", "drain.start": "draining", "drain.closing": "closing",
+        "drain.complete": "exited", "drain.deadline": "exited", "drain.aborted": "exited",
+    }
+    assert drain.LogEvent.SIGNAL_IGNORED.phase is None
