@@ -7,6 +7,7 @@ Every flag of ``serve`` and ``check`` can also come from ``DRAIN_ROUTER_<FLAG_IN
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import sys
@@ -16,8 +17,6 @@ from typing import Any
 import click
 
 from router import config, entry
-
-EXIT_CONFIG_ERROR = 2
 
 #: Subcommands that live in other packages, imported only when invoked, so ``serve`` never loads kopf.
 LAZY_COMMANDS = {
@@ -53,66 +52,21 @@ def _env(flag: str) -> str:
     return "DRAIN_ROUTER_" + flag.upper().replace("-", "_")
 
 
-def _option(flag: str, **kwargs: Any) -> Callable[[click.decorators.FC], click.decorators.FC]:
-    return click.option(f"--{flag}", envvar=_env(flag), show_envvar=True, **kwargs)
+def _click_option(flag: config.Flag, default: Any) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """A click option generated from a setting: flag, variable, default and help are said once, in
+    :mod:`router.config`. Values stay text here; :func:`config.build_config` parses them."""
+    common: dict[str, Any] = {"envvar": _env(flag.name), "show_envvar": True, "help": flag.help}
+    if flag.boolean:
+        return click.option(f"--{flag.name}/--no-{flag.name}", default=bool(default), show_default=True, **common)
+    if default is dataclasses.MISSING:
+        return click.option(f"--{flag.name}", required=True, metavar=flag.metavar, **common)
+    shown = None if default is None else str(default)
+    kind = click.Choice(flag.choices, case_sensitive=False) if flag.choices else None
+    return click.option(f"--{flag.name}", default=shown, show_default=shown is not None, metavar=flag.metavar,
+                        type=kind, **common)
 
 
-ROUTER_OPTIONS = [
-    _option("upstream", required=True, metavar="URL",
-            help="The model server: http://HOST:PORT or unix:/path/to.sock. Requests are forwarded with "
-                 "their path and query unchanged."),
-    _option("host", default="0.0.0.0", show_default=True, help="Main (traffic) listener address."),
-    _option("port", default="8080", show_default=True, help="Main (traffic) listener port; point the Service here."),
-    _option("admin-host", default="0.0.0.0", show_default=True, help="Admin listener address."),
-    _option("admin-port", default="9091", show_default=True,
-            help="Admin listener port: /livez, /readyz, /metrics, /admin/*. The model server's preStop "
-                 "hook calls /admin/drain-wait here. Must differ from --port."),
-    _option("shutdown-drain-secs", default="30", show_default=True, metavar="SECS",
-            help="After SIGTERM, keep serving this long with /readyz answering 503, so endpoint removal "
-                 "reaches kube-proxy and gateways before the listener closes. If a probe-driven load "
-                 "balancer removes the pod, size it above failureThreshold * periodSeconds. It must "
-                 "leave room under terminationGracePeriodSeconds for in-flight streams: the default "
-                 "equals the Kubernetes default grace, so startup warns until you declare a larger "
-                 "--termination-grace-secs. 0 disables the pause. At most 1800."),
-    _option("termination-grace-secs", default=None, metavar="SECS",
-            help="The pod's real terminationGracePeriodSeconds (feed both from one value). Enables the "
-                 "deadline: at SIGTERM + grace - 2 s, remaining requests are aborted, counted and the "
-                 "router exits 1. Unset: the advisory assumes the Kubernetes default 30, and the router "
-                 "waits for in-flight work until it is killed."),
-    _option("readiness-probe-period-secs", default=None, metavar="SECS",
-            help="The load balancer's readiness probe period, declared so startup can check the drain "
-                 "window against failureThreshold * periodSeconds."),
-    _option("readiness-probe-failure-threshold", default=None, metavar="N",
-            help="The load balancer's readiness probe failure threshold (with the period above)."),
-    _option("upstream-health-path", default=None, metavar="PATH",
-            help="When set (e.g. /health), /readyz also needs the model server to answer 2xx there; the "
-                 "router stays 'starting' until it first does."),
-    _option("upstream-health-interval-secs", default="2", show_default=True, metavar="SECS",
-            help="How often the upstream health path is polled."),
-    _option("upstream-connect-timeout-secs", default="5", show_default=True, metavar="SECS",
-            help="Connect timeout to the model server (answered 504). There is no read timeout: "
-                 "completions stream for minutes and prefill can be silent."),
-    _option("upstream-max-connections", default="0", show_default=True, metavar="N",
-            help="Pooled keep-alive connections to the model server; 0 = no limit. A limit caps "
-                 "concurrent streams (excess requests queue)."),
-    _option("max-request-body-bytes", default=str(config.DEFAULT_MAX_REQUEST_BODY_BYTES), show_default=True,
-            metavar="BYTES", help="Larger request bodies are answered 413."),
-    _option("client-header-timeout-secs", default=str(config.DEFAULT_CLIENT_HEADER_TIMEOUT_SECS), show_default=True,
-            metavar="SECS",
-            help="A client's request head must arrive whole within this long (from the connection opening, "
-                 "or from its first byte on a reused connection), else the connection is closed: bounds "
-                 "slowloris clients. Never applies to request bodies or streaming responses."),
-    _option("client-keepalive-timeout-secs", default=str(config.DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS),
-            show_default=True, metavar="SECS",
-            help="Close a client's keep-alive connection after this long with no request. Keep it above "
-                 "your load balancer's own idle timeout for pooled connections (AWS ALB 60, GCP 600), so "
-                 "the balancer always closes first and no pooled request races the close."),
-    _option("log-format", default="json", show_default=True, type=click.Choice(config.LOG_FORMATS),
-            help="json: one object a line on stdout, for aggregators. console: for a terminal."),
-    _option("log-level", default="info", show_default=True, type=click.Choice(config.LOG_LEVELS, case_sensitive=False)),
-    click.option("--access-log/--no-access-log", envvar=_env("access-log"), show_envvar=True, default=False,
-                 show_default=True, help="One structured line per proxied request."),
-]
+ROUTER_OPTIONS = [_click_option(flag, field.default) for _, field, flag in config.settings()]
 
 
 def router_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -7,19 +7,22 @@
 
 Durations have one representation everywhere: whole seconds in ``int`` fields named ``*_secs``
 (what the flags say and what asyncio's timers take). The user's text becomes seconds in exactly
-one place, :func:`parse_seconds`.
+one place, :func:`parse_seconds`. Each setting is declared once, as a dataclass field with its flag,
+default, help and parser (:func:`setting`); the CLI generates its options from them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import urllib.parse
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from router.decisions import advisory
 
-#: The Kubernetes default ``terminationGracePeriodSeconds``. Assumed when the operator declares none.
-K8S_DEFAULT_GRACE_SECS = 30
+#: The Kubernetes default ``terminationGracePeriodSeconds``, assumed when the operator declares none:
+#: defined once, beside the advisory that compares against it (decisions import nothing of ours).
+K8S_DEFAULT_GRACE_SECS = advisory.K8S_DEFAULT_GRACE_SECS
 
 #: Hard ceiling for ``--shutdown-drain-secs``. A longer value is a typo (an extra digit, or
 #: milliseconds for seconds), not a drain: no grace period rescues it.
@@ -75,53 +78,206 @@ class Upstream:
     """Socket path when the upstream is ``unix:/path``."""
 
 
+# --------------------------------------------------------------------------------------------------
+# Settings: each field of the tree below says once its flag, its default, its help and its parser.
+# The CLI generates its options from them (router.cli), build_config() parses with them.
+
+Parser = Callable[[str, object], Any]
+"""``parse(key, raw) -> value``: raw is a string (flag or variable) or a Python value (tests)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Flag:
+    """How one setting is given: ``--<name>`` and ``DRAIN_ROUTER_<NAME>``."""
+
+    name: str
+    help: str
+    parse: Parser
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    boolean: bool = False
+
+    @property
+    def key(self) -> str:
+        """The keyword of :func:`build_config` and the ``field`` of a :class:`ConfigError`."""
+        return self.name.replace("-", "_")
+
+
+def setting(default: Any, flag: Flag) -> Any:
+    """A dataclass field with its flag (``dataclasses.MISSING`` as default: the flag is required)."""
+    if default is dataclasses.MISSING:
+        return dataclasses.field(metadata={"flag": flag})
+    return dataclasses.field(default=default, metadata={"flag": flag})
+
+
+def _plural(n: int, unit: str) -> str:
+    return f"{n} {unit}" if n == 1 else f"{n} {unit}s"
+
+
+def parse_seconds(key: str, value: object, *, minimum: int = 0, optional: bool = False) -> int | None:
+    """Whole seconds, at least ``minimum``. Rejects negatives, fractions and words, naming the flag.
+    The only place a user's text becomes a duration."""
+    if value is None or value == "":
+        if optional:
+            return None
+        raise ConfigError(key, value, "a whole number of seconds is required")
+    if isinstance(value, bool):
+        raise ConfigError(key, value, "must be a whole number of seconds")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        seconds = int(value.strip())
+    else:
+        raise ConfigError(key, value, "must be a whole number of seconds (no fractions or units), e.g. 30")
+    if seconds < minimum:
+        raise ConfigError(key, value, f"must be at least {_plural(minimum, 'second')}")
+    return seconds
+
+
+def parse_int(key: str, value: object, *, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(key, value, "must be a whole number")
+    try:
+        number = int(value) if isinstance(value, int) else int(str(value).strip())
+    except ValueError:
+        raise ConfigError(key, value, "must be a whole number") from None
+    if number < minimum or (maximum is not None and number > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise ConfigError(key, value, f"must be {bound}")
+    return number
+
+
+def _seconds(*, minimum: int = 0, optional: bool = False) -> Parser:
+    return lambda key, value: parse_seconds(key, value, minimum=minimum, optional=optional)
+
+
+def _required_seconds(*, minimum: int = 0) -> Parser:
+    def parse(key: str, value: object) -> int:
+        seconds = parse_seconds(key, value, minimum=minimum)
+        assert seconds is not None  # not optional: parse_seconds raised instead
+        return seconds
+
+    return parse
+
+
+def _integer(*, minimum: int, maximum: int | None = None, optional: bool = False) -> Parser:
+    def parse(key: str, value: object) -> int | None:
+        if optional and value in (None, ""):
+            return None
+        return parse_int(key, value, minimum=minimum, maximum=maximum)
+
+    return parse
+
+
+def _text(key: str, value: object) -> str:
+    return str(value)
+
+
+def _choice(choices: tuple[str, ...]) -> Parser:
+    def parse(key: str, value: object) -> str:
+        text = str(value).lower()
+        if text not in choices:
+            raise ConfigError(key, value, f"must be one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+def _path(key: str, value: object) -> str | None:
+    if value in (None, ""):
+        return None
+    text = str(value)
+    if not text.startswith("/"):
+        raise ConfigError(key, value, "must start with '/', e.g. /health")
+    return text
+
+
+def _boolean(key: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(key, value, "must be true or false")
+
+
+def _upstream(key: str, value: object) -> Upstream:
+    return parse_upstream(value)
+
+
+def _port(key: str, value: object) -> int:
+    return parse_int(key, value, minimum=0, maximum=65535)
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ProxySettings:
-    host: str = "0.0.0.0"
-    """Main (traffic) listener address."""
-    port: int = 8080
-    """Main (traffic) listener port; what the Service targets. 0 picks a free port (logged)."""
-    upstream: Upstream
-    """The model server."""
-    upstream_connect_timeout_secs: int = 5
-    """Connect timeout to the upstream, in seconds. There is no read timeout: a completion can stream
-    for many minutes and a long prefill may be silent before the first token."""
-    upstream_max_connections: int = 0
-    """Pooled connections to the upstream; 0 means no limit. aiohttp's own default of 100 would
-    silently cap concurrent streams at 100."""
-    max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES
-    """Larger request bodies get 413. 100 MiB fits long multimodal prompts."""
-    client_header_timeout_secs: int = DEFAULT_CLIENT_HEADER_TIMEOUT_SECS
-    """A request's head (request line and headers) must arrive whole within this many seconds of the
-    connection opening, or of its first byte on a reused connection; else the connection is closed.
-    Bounds slowloris clients. Never applies to a body or to a response that is streaming."""
-    client_keepalive_timeout_secs: int = DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS
-    """An idle keep-alive client connection (no request in progress) is closed after this long.
-    Keep it above the idle timeout of the load balancer's connection pool, or a pooled request can
-    race the close."""
+    upstream: Upstream = setting(dataclasses.MISSING, Flag(
+        name="upstream", metavar="URL", parse=_upstream,
+        help="The model server: http://HOST:PORT or unix:/path/to.sock. Requests are forwarded with "
+             "their path and query unchanged."))
+    host: str = setting("0.0.0.0", Flag(name="host", metavar="ADDRESS", parse=_text,
+                                        help="Main (traffic) listener address."))
+    port: int = setting(8080, Flag(name="port", metavar="PORT", parse=_port,
+                                   help="Main (traffic) listener port; point the Service here. 0 picks a free "
+                                        "port (logged)."))
+    upstream_connect_timeout_secs: int = setting(5, Flag(
+        name="upstream-connect-timeout-secs", metavar="SECS", parse=_required_seconds(minimum=1),
+        help="Connect timeout to the model server (answered 504). There is no read timeout: "
+             "completions stream for minutes and prefill can be silent."))
+    upstream_max_connections: int = setting(0, Flag(
+        name="upstream-max-connections", metavar="N", parse=_integer(minimum=0),
+        help="Pooled keep-alive connections to the model server; 0 = no limit. A limit caps "
+             "concurrent streams (excess requests queue)."))
+    max_request_body_bytes: int = setting(DEFAULT_MAX_REQUEST_BODY_BYTES, Flag(
+        name="max-request-body-bytes", metavar="BYTES", parse=_integer(minimum=0),
+        help="Larger request bodies are answered 413."))
+    client_header_timeout_secs: int = setting(DEFAULT_CLIENT_HEADER_TIMEOUT_SECS, Flag(
+        name="client-header-timeout-secs", metavar="SECS", parse=_required_seconds(minimum=1),
+        help="A client's request head must arrive whole within this long (from the connection opening, "
+             "or from its first byte on a reused connection), else the connection is closed: bounds "
+             "slowloris clients. Never applies to request bodies or streaming responses."))
+    client_keepalive_timeout_secs: int = setting(DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS, Flag(
+        name="client-keepalive-timeout-secs", metavar="SECS", parse=_required_seconds(minimum=1),
+        help="Close a client's keep-alive connection after this long with no request. Keep it above "
+             "your load balancer's own idle timeout for pooled connections (AWS ALB 60, GCP 600), so "
+             "the balancer always closes first and no pooled request races the close."))
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class AdminSettings:
-    host: str = "0.0.0.0"
-    """Admin listener address (probes, metrics, /admin/*)."""
-    port: int = 9091
-    """Admin listener port; the preStop hook and the controller call it."""
+    host: str = setting("0.0.0.0", Flag(name="admin-host", metavar="ADDRESS", parse=_text,
+                                        help="Admin listener address."))
+    port: int = setting(9091, Flag(
+        name="admin-port", metavar="PORT", parse=_port,
+        help="Admin listener port: /livez, /readyz, /metrics, /admin/*. The model server's preStop "
+             "hook calls /admin/drain-wait here. Must differ from --port."))
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class DrainSettings:
-    shutdown_drain_secs: int = 30
-    """Seconds to keep serving with /readyz 503 after SIGTERM, so endpoint removal and probe-driven
-    load balancers catch up. 0 skips the pause. Equal to the Kubernetes default grace on purpose:
-    a pod that has not raised its grace has nothing left for in-flight work and is told so."""
-    termination_grace_secs: int | None = None
-    """The pod's real terminationGracePeriodSeconds. ``None``: assume 30 for the advisory and set no
-    deadline (the router cannot know the real budget and will not cut streams early)."""
-    readiness_probe_period_secs: int | None = None
-    """The load balancer's probe period, declared so the advisory can check the drain against it."""
-    readiness_probe_failure_threshold: int | None = None
-    """The load balancer's probe failure threshold."""
+    shutdown_drain_secs: int = setting(30, Flag(
+        name="shutdown-drain-secs", metavar="SECS", parse=_required_seconds(),
+        help="After SIGTERM, keep serving this long with /readyz answering 503, so endpoint removal "
+             "reaches kube-proxy and gateways before the listener closes. If a probe-driven load "
+             "balancer removes the pod, size it above failureThreshold * periodSeconds. It must "
+             "leave room under terminationGracePeriodSeconds for in-flight streams: the default "
+             "equals the Kubernetes default grace, so startup warns until you declare a larger "
+             "--termination-grace-secs. 0 disables the pause. At most 1800."))
+    termination_grace_secs: int | None = setting(None, Flag(
+        name="termination-grace-secs", metavar="SECS", parse=_seconds(minimum=1, optional=True),
+        help="The pod's real terminationGracePeriodSeconds (feed both from one value). Enables the "
+             "deadline: at SIGTERM + grace - 2 s, remaining requests are aborted, counted and the "
+             "router exits 1. Unset: the advisory assumes the Kubernetes default 30, and the router "
+             "waits for in-flight work until it is killed."))
+    readiness_probe_period_secs: int | None = setting(None, Flag(
+        name="readiness-probe-period-secs", metavar="SECS", parse=_seconds(minimum=1, optional=True),
+        help="The load balancer's readiness probe period, declared so startup can check the drain "
+             "window against failureThreshold * periodSeconds."))
+    readiness_probe_failure_threshold: int | None = setting(None, Flag(
+        name="readiness-probe-failure-threshold", metavar="N", parse=_integer(minimum=1, optional=True),
+        help="The load balancer's readiness probe failure threshold (with the period above)."))
 
     def deadline_secs(self) -> int | None:
         """Seconds from the first SIGTERM at which in-flight work is aborted; ``None`` without a
@@ -143,20 +299,25 @@ class DrainSettings:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class HealthSettings:
-    upstream_health_path: str | None = None
-    """When set (e.g. ``/health``), /readyz also needs the model server to answer 2xx on it."""
-    upstream_health_interval_secs: int = 2
-    """How often the upstream health path is polled, in seconds."""
+    upstream_health_path: str | None = setting(None, Flag(
+        name="upstream-health-path", metavar="PATH", parse=_path,
+        help="When set (e.g. /health), /readyz also needs the model server to answer 2xx there; the "
+             "router stays 'starting' until it first does."))
+    upstream_health_interval_secs: int = setting(2, Flag(
+        name="upstream-health-interval-secs", metavar="SECS", parse=_required_seconds(minimum=1),
+        help="How often the upstream health path is polled."))
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class LogSettings:
-    format: Literal["json", "console"] = "json"
-    """``json``: one JSON object a line on stdout, for log aggregators. ``console``: for a terminal."""
-    level: str = "info"
-    """Minimum level logged."""
-    access_log: bool = False
-    """One structured line per proxied request. Off by default: at thousands of streams it is noise."""
+    format: Literal["json", "console"] = setting("json", Flag(
+        name="log-format", parse=_choice(LOG_FORMATS), choices=LOG_FORMATS,
+        help="json: one object a line on stdout, for aggregators. console: for a terminal."))
+    level: str = setting("info", Flag(name="log-level", parse=_choice(LOG_LEVELS), choices=LOG_LEVELS,
+                                      help="Minimum level logged."))
+    access_log: bool = setting(False, Flag(
+        name="access-log", parse=_boolean, boolean=True,
+        help="One structured line per proxied request. Off by default: at thousands of streams it is noise."))
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,42 +338,20 @@ class Config:
         return data
 
 
+#: The sections of :class:`Config`, in the order their flags are listed.
+SECTIONS: dict[str, type[Any]] = {"proxy": ProxySettings, "admin": AdminSettings, "drain": DrainSettings,
+                                  "health": HealthSettings, "log": LogSettings}
+
+
+def settings() -> Iterator[tuple[str, dataclasses.Field[Any], Flag]]:
+    """Every setting: (section, dataclass field, flag), in the order the CLI lists them."""
+    for section, cls in SECTIONS.items():
+        for field in dataclasses.fields(cls):
+            yield section, field, field.metadata["flag"]
+
+
 # --------------------------------------------------------------------------------------------------
 # Parsing and validation: one function, one error type.
-
-
-def parse_seconds(field: str, value: object, *, minimum: int = 0, optional: bool = False) -> int | None:
-    """Whole seconds, at least ``minimum``. Rejects negatives, fractions and words, naming the flag."""
-    if value is None or value == "":
-        if optional:
-            return None
-        raise ConfigError(field, value, "a whole number of seconds is required")
-    if isinstance(value, bool):
-        raise ConfigError(field, value, "must be a whole number of seconds")
-    if isinstance(value, int):
-        seconds = value
-    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-        seconds = int(value.strip())
-    else:
-        raise ConfigError(
-            field, value, "must be a whole number of seconds (no fractions or units), e.g. 30"
-        )
-    if seconds < minimum:
-        raise ConfigError(field, value, f"must be at least {minimum} seconds")
-    return seconds
-
-
-def parse_int(field: str, value: object, *, minimum: int, maximum: int | None = None) -> int:
-    if isinstance(value, bool):
-        raise ConfigError(field, value, "must be a whole number")
-    try:
-        number = int(value) if isinstance(value, int) else int(str(value).strip())
-    except ValueError:
-        raise ConfigError(field, value, "must be a whole number") from None
-    if number < minimum or (maximum is not None and number > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-        raise ConfigError(field, value, f"must be {bound}")
-    return number
 
 
 def parse_upstream(value: object) -> Upstream:
@@ -244,104 +383,48 @@ def parse_upstream(value: object) -> Upstream:
     return Upstream(url=text, base_url=f"http://{netloc}", host=host, port=port)
 
 
-def build_config(
-    *,
-    upstream: object,
-    host: str = "0.0.0.0",
-    port: object = 8080,
-    admin_host: str = "0.0.0.0",
-    admin_port: object = 9091,
-    shutdown_drain_secs: object = 30,
-    termination_grace_secs: object = None,
-    readiness_probe_period_secs: object = None,
-    readiness_probe_failure_threshold: object = None,
-    upstream_health_path: str | None = None,
-    upstream_health_interval_secs: object = 2,
-    upstream_connect_timeout_secs: object = 5,
-    upstream_max_connections: object = 0,
-    max_request_body_bytes: object = DEFAULT_MAX_REQUEST_BODY_BYTES,
-    client_header_timeout_secs: object = DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
-    client_keepalive_timeout_secs: object = DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS,
-    log_format: str = "json",
-    log_level: str = "info",
-    access_log: bool = False,
-) -> Config:
-    """Validate raw values into a :class:`Config`. Raises :class:`ConfigError` on the first bad one."""
-    drain_secs = parse_seconds("shutdown_drain_secs", shutdown_drain_secs)
-    assert drain_secs is not None
-    if drain_secs > MAX_SHUTDOWN_DRAIN_SECS:
+def build_config(**raw: object) -> Config:
+    """Validate raw values into a :class:`Config`: keywords are the flags' names with underscores
+    (``shutdown_drain_secs=30``); what is not given takes its default. Raises :class:`ConfigError`
+    on the first bad value, naming its flag."""
+    values: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
+    given_raw = dict(raw)  # as the user wrote them, for the messages of the checks across settings
+    for section, field, flag in settings():
+        if flag.key in raw:
+            given = raw.pop(flag.key)
+        elif field.default is dataclasses.MISSING:
+            given = None
+        else:
+            values[section][field.name] = field.default
+            continue
+        values[section][field.name] = flag.parse(flag.key, given)
+    if raw:
+        raise TypeError(f"build_config() got unknown settings: {', '.join(sorted(raw))}")
+    drain, proxy, admin = values["drain"], values["proxy"], values["admin"]
+
+    if drain["shutdown_drain_secs"] > MAX_SHUTDOWN_DRAIN_SECS:
         raise ConfigError(
-            "shutdown_drain_secs",
-            shutdown_drain_secs,
+            "shutdown_drain_secs", given_raw["shutdown_drain_secs"],
             f"must be at most {MAX_SHUTDOWN_DRAIN_SECS}; past the ceiling a value is a typo rather "
             "than a drain, and the pod would be SIGKILLed long before the pause elapsed. A long but "
             "deliberate drain is fine: declare --termination-grace-secs so startup can check it "
             "against the pod's real budget",
         )
-    grace = parse_seconds("termination_grace_secs", termination_grace_secs, minimum=1, optional=True)
-    probe_period = parse_seconds(
-        "readiness_probe_period_secs", readiness_probe_period_secs, minimum=1, optional=True
-    )
-    probe_threshold = (
-        None
-        if readiness_probe_failure_threshold in (None, "")
-        else parse_int("readiness_probe_failure_threshold", readiness_probe_failure_threshold, minimum=1)
-    )
-    if (probe_period is None) != (probe_threshold is None):
-        missing = "readiness_probe_failure_threshold" if probe_threshold is None else "readiness_probe_period_secs"
-        given = "readiness_probe_period_secs" if probe_threshold is None else "readiness_probe_failure_threshold"
+    period, threshold = drain["readiness_probe_period_secs"], drain["readiness_probe_failure_threshold"]
+    if (period is None) != (threshold is None):
+        missing = "readiness_probe_failure_threshold" if threshold is None else "readiness_probe_period_secs"
+        given = "readiness_probe_period_secs" if threshold is None else "readiness_probe_failure_threshold"
+        raise ConfigError(missing, None, f"declare it together with {flag_name(given)}: the probe window is their product")
+    if proxy["port"] == admin["port"] and proxy["port"] != 0:
+        other = 9091 if proxy["port"] != 9091 else 9092
         raise ConfigError(
-            missing, None,
-            f"declare it together with {flag_name(given)}: the probe window is their product",
+            "admin_port", given_raw.get("admin_port", admin["port"]),
+            f"must differ from --port ({proxy['port']}): probes and metrics need their own listener; "
+            f"pick another port, e.g. {other}",
         )
-
-    main_port = parse_int("port", port, minimum=0, maximum=65535)
-    adm_port = parse_int("admin_port", admin_port, minimum=0, maximum=65535)
-    if main_port == adm_port and main_port != 0:
-        raise ConfigError(
-            "admin_port", admin_port,
-            f"must differ from --port ({main_port}): probes and metrics need their own listener; "
-            "pick another port, e.g. 9091",
-        )
-
-    health_path = upstream_health_path or None
-    if health_path is not None and not health_path.startswith("/"):
-        raise ConfigError("upstream_health_path", upstream_health_path, "must start with '/', e.g. /health")
-    health_interval = parse_seconds("upstream_health_interval_secs", upstream_health_interval_secs, minimum=1)
-    connect_timeout = parse_seconds("upstream_connect_timeout_secs", upstream_connect_timeout_secs, minimum=1)
-    header_timeout = parse_seconds("client_header_timeout_secs", client_header_timeout_secs, minimum=1)
-    keepalive_timeout = parse_seconds("client_keepalive_timeout_secs", client_keepalive_timeout_secs, minimum=1)
-    assert health_interval is not None and connect_timeout is not None
-    assert header_timeout is not None and keepalive_timeout is not None
-
-    if log_format not in LOG_FORMATS:
-        raise ConfigError("log_format", log_format, f"must be one of {', '.join(LOG_FORMATS)}")
-    if log_level.lower() not in LOG_LEVELS:
-        raise ConfigError("log_level", log_level, f"must be one of {', '.join(LOG_LEVELS)}")
-
     return Config(
-        proxy=ProxySettings(
-            host=host,
-            port=main_port,
-            upstream=parse_upstream(upstream),
-            upstream_connect_timeout_secs=connect_timeout,
-            upstream_max_connections=parse_int("upstream_max_connections", upstream_max_connections, minimum=0),
-            max_request_body_bytes=parse_int("max_request_body_bytes", max_request_body_bytes, minimum=0),
-            client_header_timeout_secs=header_timeout,
-            client_keepalive_timeout_secs=keepalive_timeout,
-        ),
-        admin=AdminSettings(host=admin_host, port=adm_port),
-        drain=DrainSettings(
-            shutdown_drain_secs=drain_secs,
-            termination_grace_secs=grace,
-            readiness_probe_period_secs=probe_period,
-            readiness_probe_failure_threshold=probe_threshold,
-        ),
-        health=HealthSettings(
-            upstream_health_path=health_path,
-            upstream_health_interval_secs=health_interval,
-        ),
-        log=LogSettings(format=log_format, level=log_level.lower(), access_log=access_log),  # type: ignore[arg-type]
+        proxy=ProxySettings(**proxy), admin=AdminSettings(**admin), drain=DrainSettings(**drain),
+        health=HealthSettings(**values["health"]), log=LogSettings(**values["log"]),
     )
 
 

@@ -11,8 +11,8 @@ import dataclasses
 import enum
 from typing import Any
 
-#: Mirrors ``router.config.K8S_DEFAULT_GRACE_SECS`` (kept here so this module imports nothing of the
-#: I/O layers); a test pins the two together.
+#: The Kubernetes default ``terminationGracePeriodSeconds``, assumed when none is declared
+#: (``router.config`` re-exports it).
 K8S_DEFAULT_GRACE_SECS = 30
 
 

@@ -263,6 +263,7 @@ async def proxy(
                 log.error("proxy.emfile", error=str(exc), inflight=len(st.inflight))
                 return await _error(request, mark, 503, "out_of_file_descriptors",
                                     "the router is out of file descriptors; retry on another replica")
+            st.note_connect(False)
             if isinstance(exc, asyncio.TimeoutError):
                 code = 504
                 log.warning("proxy.upstream_timeout", path=request.path)
@@ -271,6 +272,7 @@ async def proxy(
             log.warning("proxy.upstream_error", error=repr(exc), path=request.path)
             return await _error(request, mark, 502, "upstream_unavailable", "the model server is unreachable")
 
+        st.note_connect(True)
         code = upstream.status
         length = upstream.content_length
         if length is not None and length <= SMALL_BODY_BYTES and request.method != hdrs.METH_HEAD:

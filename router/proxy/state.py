@@ -90,10 +90,19 @@ class RouterState:
         self.status = drain.DrainStatus()
         self.upstream_up: bool | None = None
         """None: not checked (no health path). Otherwise the last health check's answer."""
+        self._connected: bool | None = None
         self.drain_finished = asyncio.Event()
         """Set once the drain is over (clean, deadline or abort), just before exit."""
         self.drained_cleanly = False
         registry_metrics.track_inflight(self.inflight.__len__)
+
+    def note_connect(self, ok: bool) -> None:
+        """Without a health path, ``drain_router_upstream_up`` follows the last connect to the model
+        server (with one, the health check owns it). Cheap on the hot path: the gauge is set only
+        when the answer changes."""
+        if ok != self._connected and self.config.health.upstream_health_path is None:
+            self._connected = ok
+            self.metrics.upstream_up.set(1 if ok else 0)
 
     @property
     def phase(self) -> drain.Phase:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from tests import upstream as upstream_mod
 from tests.conftest import wait_until
 
 
@@ -95,3 +96,17 @@ async def test_startup_advisory_logged_once(fake_upstream, start_router):
     assert len(advisories) == 1
     assert advisories[0]["code"] == "DRAIN_CONSUMES_GRACE" and advisories[0]["grace_declared"] is False
     assert advisories[0]["log_level"] == "warning"
+
+
+async def test_upstream_up_follows_the_last_connect_without_a_health_path(start_router, http):
+    """Without --upstream-health-path, drain_router_upstream_up is 1 once a request reached the model
+    server and 0 once one could not connect."""
+    async with upstream_mod.running() as fake:
+        r = await start_router(upstream=fake.url)
+        async with http.get(f"{r.url}/sse?n=1&iv=0") as resp:
+            await resp.read()
+        assert r.router.metrics.registry.get_sample_value("drain_router_upstream_up") == 1
+    async with http.get(f"{r.url}/sse?n=1&iv=0") as resp:  # the model server is gone now
+        assert resp.status == 502
+    assert r.router.metrics.registry.get_sample_value("drain_router_upstream_up") == 0
+    assert r.state.readiness()[0] == 200, "readiness does not depend on it without a health path"
