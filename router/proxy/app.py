@@ -6,6 +6,7 @@ The admin application is :func:`router.proxy.health.make_admin_app`.
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import aiohttp
 from aiohttp import hdrs, web
@@ -45,7 +46,7 @@ def make_session(cfg: config.Config) -> aiohttp.ClientSession:
 UPSTREAM_RCVBUF_BYTES = 16 * 1024
 
 
-def _upstream_socket(addr_info: tuple) -> socket.socket:  # type: ignore[type-arg]
+def _upstream_socket(addr_info: tuple[Any, ...]) -> socket.socket:
     family, type_, proto, _, _ = addr_info
     sock = socket.socket(family, type_, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UPSTREAM_RCVBUF_BYTES)
@@ -90,7 +91,9 @@ class TrafficHandler:
 _PROBE_METHODS = frozenset({hdrs.METH_GET, hdrs.METH_HEAD})
 
 
-def make_server(state: RouterState, session: aiohttp.ClientSession, *, connection_limit: int) -> web.Server:
+def make_server(
+    state: RouterState, session: aiohttp.ClientSession, *, connection_limit: int
+) -> connection.TrafficServer:
     """The traffic server. ``session`` is owned by the caller (it outlives listener shutdown).
 
     ``handler_cancellation``: a client that leaves cancels its handler, and with it the upstream

@@ -58,6 +58,7 @@ async def drain_wait(request: web.Request) -> web.Response:
         return error_response(503, "too_many_waiters",
                               f"at most {MAX_DRAIN_WAITERS} callers may wait for the drain at once")
     raw = request.query.get("timeout")
+    timeout: float
     if raw is None:
         timeout = st.config.drain.drain_wait_timeout_secs()
     else:
