@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test unit e2e lint demo bench image clean
+.PHONY: test unit e2e lint demo bench image dist dist-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# The demo's own environment: the package and the plot extra only (no test, lint or controller tools).
+DEMO_VENV  := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
+
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/pip install --quiet --upgrade pip
+	$(DEMO_VENV)/bin/pip install --quiet -e '.[plot]'
+	touch $(DEMO_STAMP)
 
 ## make test: lint (import layers, pyflakes-class errors) + every test, e2e last
 test: $(STAMP)
@@ -30,11 +40,19 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
 
-demo: $(STAMP)
-	$(BIN)/drain-router demo
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/drain-router demo
 
 bench: $(STAMP)
 	bash bench/install.sh $(BIN) && $(BIN)/python -m bench $(BENCH_ARGS)
+
+## make dist: wheel, sdist and the packaged chart in dist/ (DIST_IMAGE=1 adds the image, needs root)
+dist: $(STAMP)
+	PYTHON=$(BIN)/python bash scripts/dist.sh
+
+## make dist-check: the wheel installs into a fresh venv and runs; the packaged chart lints and renders
+dist-check: dist
+	bash scripts/dist-check.sh
 
 ## make image: build the image with buildah (local Debian base unless BASE=...) and smoke-test it
 ## under runc as a real container (needs root; not part of make test)
@@ -43,4 +61,4 @@ image:
 	python3 scripts/image-smoke.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(DEMO_VENV) build dist *.egg-info .pytest_cache
