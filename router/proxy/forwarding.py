@@ -315,7 +315,8 @@ async def proxy(
             if not chunk:
                 break
             await response.write(chunk)
-            await writer.drain()
+            if transport is not None and transport.get_write_buffer_size() > CLIENT_HIGH_WATER_BYTES:
+                await writer.drain()  # the client is behind: wait for it (aiohttp alone would only every 64 KiB)
         await response.write_eof()
         return response
     except asyncio.CancelledError as exc:
