@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 PREFIX = "drain_router_"
 
@@ -70,6 +70,9 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
+        # The standard process_* families (resident memory, open descriptors against the limit, CPU):
+        # what the descriptor reserve and a stalled reader's memory bound are measured against.
+        ProcessCollector(registry=registry)
         self._request_children: dict[tuple[int, str], Counter] = {}
 
     def track_inflight(self, count: Callable[[], int]) -> None:

@@ -22,7 +22,8 @@ async def test_probes_on_both_listeners_metrics_admin_only(fake_upstream, start_
         text = await resp.text()
     for name in ("drain_router_inflight_requests", "drain_router_state{state=\"serving\"} 1.0",
                  "drain_router_shutdown_drain_seconds 1.0", "drain_router_upstream_up",
-                 "drain_router_request_duration_seconds", "drain_router_time_to_first_byte_seconds"):
+                 "drain_router_request_duration_seconds", "drain_router_time_to_first_byte_seconds",
+                 "process_resident_memory_bytes", "process_open_fds", "process_max_fds"):
         assert name in text
     async with http.get(f"{r.url}/metrics") as resp:  # on the traffic port it is just proxied
         assert resp.status == 404, "the fake model server has no /metrics"
