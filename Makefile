@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test unit e2e lint demo bench image dist dist-check clean
+.PHONY: test unit e2e lint demo bench image dist dist-check chart-readme clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ demo: $(DEMO_STAMP)
 
 bench: $(STAMP)
 	bash bench/install.sh $(BIN) && $(BIN)/python -m bench $(BENCH_ARGS)
+
+## make chart-readme: rewrite charts/drain-router/README.md from the values' "# --" comments
+chart-readme: $(STAMP)
+	$(BIN)/python scripts/chart_readme.py
 
 ## make dist: wheel, sdist and the packaged chart in dist/ (DIST_IMAGE=1 adds the image, needs root)
 dist: $(STAMP)

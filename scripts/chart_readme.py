@@ -1,0 +1,98 @@
+"""Write charts/drain-router/README.md from the ``# --`` comments of the chart's values.yaml.
+
+Each ``# -- text`` comment (with the ``#`` lines that continue it) documents the key below it; the
+default is that key's value in values.yaml. ``python3 scripts/chart_readme.py`` rewrites the file;
+``--check`` exits 1 when it is not current (a test runs the same comparison).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CHART = Path(__file__).resolve().parents[1] / "charts" / "drain-router"
+KEY = re.compile(r"^(\s*)([A-Za-z0-9_]+):")
+
+HEADER = """\
+# drain-router chart
+
+Generated from the `# --` comments of [values.yaml](values.yaml) by `scripts/chart_readme.py`; do
+not edit by hand (`make chart-readme` rewrites it, and a test fails when it is stale). The
+repository's README explains the chart as a whole (section Kubernetes).
+
+| key | default | description |
+| --- | --- | --- |
+"""
+
+
+def documented(text: str) -> Iterator[tuple[str, str]]:
+    """(dotted key, description) for every key preceded by a ``# --`` comment, in file order."""
+    stack: list[tuple[int, str]] = []
+    description: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("# --"):
+            description = [stripped[4:].strip()]
+            continue
+        if stripped.startswith("#"):
+            if description:
+                description.append(stripped[1:].strip())
+            continue
+        if not stripped:
+            description = []
+            continue
+        match = KEY.match(line)
+        if match is None:
+            continue  # a list item or a continued value
+        indent = len(match.group(1))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, match.group(2)))
+        if description:
+            yield ".".join(key for _, key in stack), " ".join(description)
+        description = []
+
+
+def _lookup(values: Any, dotted: str) -> Any:
+    for key in dotted.split("."):
+        values = values[key]
+    return values
+
+
+def render(text: str) -> str:
+    values = yaml.safe_load(text)
+    keys = dict(documented(text))
+    rows = []
+    for key, description in keys.items():
+        value = _lookup(values, key)
+        if isinstance(value, dict) and any(other.startswith(key + ".") for other in keys):
+            default = "see below"  # its documented keys follow, each with its default
+        else:
+            default = json.dumps(value, separators=(", ", ": "))
+        cell = description.replace("|", "\\|")
+        shown = default if default == "see below" else f"`{default}`"
+        rows.append(f"| `{key}` | {shown} | {cell} |")
+    return HEADER + "\n".join(rows) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    wanted = render((CHART / "values.yaml").read_text())
+    target = CHART / "README.md"
+    if "--check" in argv:
+        current = target.read_text() if target.exists() else ""
+        if current != wanted:
+            print(f"{target} is stale: run python3 scripts/chart_readme.py", file=sys.stderr)
+            return 1
+        return 0
+    target.write_text(wanted)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
