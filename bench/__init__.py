@@ -8,7 +8,7 @@ exactly what a user would run. Modules:
 - ``loadgen``: the aiohttp load generator that sees SSE like a client (TTFB, inter-chunk gaps), and
   the wrk wrapper for plain request/response workloads.
 - ``targets``: how each target is configured, started, probed and stopped.
-- ``procstat``: CPU and memory of a process tree, from /proc.
+- ``procstat``: CPU and memory of a process tree, through psutil.
 - ``runner``: the interleaved rounds and the results file.
 - ``report``: the ratios, the goals, the markdown table and the chart.
 - ``profile``: py-spy on the router under load, summarised by frame.

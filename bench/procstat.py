@@ -1,53 +1,56 @@
-"""CPU time and memory of a process tree, read from /proc (Linux only). No I/O besides /proc reads."""
+"""CPU time and memory of a process tree, through psutil (the machine-wide busy time too)."""
 
 from __future__ import annotations
 
-import os
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+import psutil
 
 
 def tree(pid: int) -> list[int]:
     """``pid`` and all its descendants (nginx's workers, a wrapper's child), alive right now."""
-    out, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        if not os.path.exists(f"/proc/{current}"):
-            continue
-        out.append(current)
+    try:
+        root = psutil.Process(pid)
+        return [pid, *(child.pid for child in root.children(recursive=True))]
+    except psutil.Error:
+        return []
+
+
+def _each(pids: list[int]) -> list[psutil.Process]:
+    out = []
+    for pid in pids:
         try:
-            for tid in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{tid}/children") as fh:
-                    todo.extend(int(c) for c in fh.read().split())
-        except OSError:
+            out.append(psutil.Process(pid))
+        except psutil.Error:
             continue
     return out
 
 
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU seconds consumed so far by these processes (all their threads)."""
-    total = 0
-    for pid in pids:
+    total = 0.0
+    for proc in _each(pids):
         try:
-            with open(f"/proc/{pid}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
+            times = proc.cpu_times()
+        except psutil.Error:
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
-    return total / CLOCK_TICKS
+        total += times.user + times.system
+    return total
 
 
 def rss_kib(pids: list[int]) -> int:
     """Resident set size in KiB, summed over the processes (shared pages count once per process)."""
     total = 0
-    for pid in pids:
+    for proc in _each(pids):
         try:
-            with open(f"/proc/{pid}/statm") as fh:
-                total += int(fh.read().split()[1]) * PAGE_KIB
-        except OSError:
+            total += proc.memory_info().rss
+        except psutil.Error:
             continue
-    return total
+    return total // 1024
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all processes on the machine have used (everything but idle and iowait)."""
+    times = psutil.cpu_times()
+    return times.user + times.nice + times.system + times.irq + times.softirq + times.steal
 
 
 class Meter:
@@ -64,7 +67,7 @@ class Meter:
 
     def stop(self) -> float | None:
         """CPU seconds since ``start()``; None when the root process has gone (its figure is lost)."""
-        if not self.root_pid or not os.path.exists(f"/proc/{self.root_pid}/stat"):
+        if not self.root_pid or not psutil.pid_exists(self.root_pid):
             return None
         return cpu_seconds(self.pids) - self.cpu0
 

@@ -95,10 +95,7 @@ def _cpu_model() -> str:
 
 
 def _machine_busy_seconds() -> float:
-    """CPU seconds all processes on the machine have used (user+nice+system+irq+softirq+steal)."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / procstat.CLOCK_TICKS
+    return procstat.machine_busy_seconds()
 
 
 def _own_cpu_seconds() -> float:
