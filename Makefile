@@ -9,19 +9,19 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[controller,test,plot]'
+	$(BIN)/pip install --quiet -e '.[controller,test,demo]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-# The demo's own environment: the package and the plot extra only (no test, lint or controller tools).
+# The demo's own environment: the package and the demo extra only (no test, lint or controller tools).
 DEMO_VENV  := .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
 $(DEMO_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/pip install --quiet --upgrade pip
-	$(DEMO_VENV)/bin/pip install --quiet -e '.[plot]'
+	$(DEMO_VENV)/bin/pip install --quiet -e '.[demo]'
 	touch $(DEMO_STAMP)
 
 ## make test: lint (import layers, pyflakes-class errors) + every test, e2e last

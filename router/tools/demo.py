@@ -4,7 +4,8 @@ The whole story with nothing but the package: a fake model server, router replic
 ``drain-router serve`` processes), a small probe-driven balancer (:mod:`router.tools.balancer`),
 clients streaming completions through it, and a rolling restart by SIGTERM, first with
 ``--shutdown-drain-secs`` set and then with 0. A live view shows each replica's state and in-flight
-count; at the end a table compares the runs, and with the ``plot`` extra a PNG timeline is written.
+count (with rich, from the ``demo`` extra); at the end a table compares the runs, and with
+matplotlib (the same extra) a PNG timeline is written.
 """
 
 from __future__ import annotations
@@ -12,12 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime
-import json
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import TextIO
 
@@ -25,7 +23,8 @@ import aiohttp
 import click
 import uvloop
 
-from router.tools import balancer, cluster, load
+from router.tools import balancer, cluster, load, runs
+from router.tools.view import View
 
 SAMPLE_SECS = 0.1
 RENDER_SECS = 0.2
@@ -51,305 +50,162 @@ class Options:
     """Load before the first SIGTERM, and after the last replica is back."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Sample:
-    t: float
-    replica: str
-    state: str
-    inflight: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Mark:
-    t: float
-    replica: str
-    kind: str
-    """``sigterm``, ``draining``, ``closing``, ``exited``, ``serving``..."""
-
-
-@dataclasses.dataclass(slots=True)
-class RunResult:
-    label: str
-    drain_secs: int
-    replicas: list[str]
-    duration: float = 0.0
-    records: list[load.Record] = dataclasses.field(default_factory=list)
-    samples: list[Sample] = dataclasses.field(default_factory=list)
-    marks: list[Mark] = dataclasses.field(default_factory=list)
-    rotation: list[tuple[float, str, bool]] = dataclasses.field(default_factory=list)
-    drain_durations: list[float] = dataclasses.field(default_factory=list)
-    exit_codes: list[int] = dataclasses.field(default_factory=list)
-    balancer_errors: Counter[str] = dataclasses.field(default_factory=Counter)
-    """Why the balancer answered 502 or cut a stream, by exception type."""
-
-    @property
-    def lost(self) -> list[load.Record]:
-        return [r for r in self.records if r.outcome.lost]
-
-
-# --------------------------------------------------------------------------------------------------
-# The view: a redrawn frame on a terminal, event lines otherwise.
-
-
-@dataclasses.dataclass(slots=True)
-class ReplicaView:
-    state: str = "starting"
-    inflight: int = 0
-    in_rotation: bool = False
-
-
-class View:
-    def __init__(self, out: TextIO, *, live: bool) -> None:
-        self.out = out
-        self.live = live
-        self.title = ""
-        self.step = ""
-        self.progress = 0.0
-        self.replicas: dict[str, ReplicaView] = {}
-        self.done = 0
-        self.lost = 0
-        self.events: list[str] = []
-        self._lines_drawn = 0
-        self._run_started = time.monotonic()
-
-    def start_run(self, title: str, replicas: list[str], started: float) -> None:
-        self.title = title
-        self.replicas = {name: ReplicaView() for name in replicas}
-        self.done = self.lost = 0
-        self._run_started = started
-        if not self.live:
-            self.out.write(f"\n== {title}\n")
-            self.out.flush()
-
-    def event(self, text: str) -> None:
-        line = f"{time.monotonic() - self._run_started:6.1f}s  {text}"
-        self.events = (self.events + [line])[-6:]
-        if not self.live:
-            self.out.write(line + "\n")
-            self.out.flush()
-
-    def draw(self) -> None:
-        if not self.live:
-            return
-        width = 32
-        filled = int(round(self.progress * width))
-        lines = [
-            f"\033[1m{self.title}\033[0m",
-            f" [{'█' * filled}{'░' * (width - filled)}] {self.progress * 100:3.0f}%  {self.step}",
-            f" {'replica':<11}{'state':<11}{'in-flight':>9}   balancer",
-        ]
-        for name, rv in self.replicas.items():
-            rotation = "\033[32min rotation\033[0m" if rv.in_rotation else "\033[31mout\033[0m"
-            lines.append(f" {name:<11}{rv.state:<11}{rv.inflight:>9}   {rotation}")
-        lost = f"\033[31m{self.lost} lost\033[0m" if self.lost else "0 lost"
-        lines.append(f" requests   {self.done} done, {lost}")
-        lines += ["", *[f" {e}" for e in self.events]]
-        self.clear()
-        self.out.write("\n".join(f"{line}\033[K" for line in lines) + "\n")
-        self.out.flush()
-        self._lines_drawn = len(lines)
-
-    def clear(self) -> None:
-        if self.live and self._lines_drawn:
-            self.out.write(f"\033[{self._lines_drawn}F\033[J")
-            self._lines_drawn = 0
-
-    def end_run(self) -> None:
-        if self.live:
-            self.draw()
-            self._lines_drawn = 0  # keep the last frame on screen
-        self.out.write("\n" if self.live else "")
-        self.out.flush()
-
-
 # --------------------------------------------------------------------------------------------------
 # One run: replicas, balancer, load, rolling restart.
 
 
-async def run_scenario(label: str, drain_secs: int, opts: Options, model: cluster.FakeModel,
-                       session: aiohttp.ClientSession, view: View, log_dir: Path,
-                       run_index: int, runs: int) -> RunResult:
-    replicas = [cluster.Replica(f"replica-{i}", model.url, log_dir / label.replace(" ", "-"),
-                                shutdown_drain_secs=drain_secs, upstream_health_path="/health")
-                for i in range(opts.replicas)]
-    result = RunResult(label=label, drain_secs=drain_secs, replicas=[r.name for r in replicas])
-    started = time.monotonic()
-    wall_started = time.time()
-    now = lambda: time.monotonic() - started  # noqa: E731
+class Scenario:
+    """One run of the demo: start the replicas and the balancer, stream through it, restart the
+    replicas one at a time with SIGTERM, and record what happened (:class:`runs.RunResult`)."""
 
-    def flipped(backend: balancer.Backend, up: bool) -> None:
-        result.rotation.append((now(), backend.name, up))
-        view.replicas[backend.name].in_rotation = up
-        view.event(f"balancer: {backend.name} {'in rotation' if up else 'out of rotation'}")
+    def __init__(self, label: str, drain_secs: int, opts: Options, model: cluster.FakeModel,
+                 session: aiohttp.ClientSession, view: View, log_dir: Path, run_index: int, runs_total: int) -> None:
+        self.opts = opts
+        self.session = session
+        self.view = view
+        self.drain_secs = drain_secs
+        self.run_index, self.runs_total = run_index, runs_total
+        self.replicas = [cluster.Replica(f"replica-{i}", model.url, log_dir / label.replace(" ", "-"),
+                                         shutdown_drain_secs=drain_secs, upstream_health_path="/health")
+                         for i in range(opts.replicas)]
+        self.result = runs.RunResult(label=label, drain_secs=drain_secs, replicas=[r.name for r in self.replicas])
+        self.started = time.monotonic()
+        self.wall_started = time.time()
+        self.balancer = balancer.Balancer(
+            [balancer.Backend(r.name, r.url, f"{r.url}/readyz") for r in self.replicas],
+            probe_interval=opts.probe_interval_ms / 1000, fall=opts.probe_fall, rise=1, on_change=self._flipped)
+        self.load = load.Load("", clients=opts.clients, chunks=opts.chunks, interval_ms=opts.interval_ms)
+        self.steps = ["warm-up", *[f"restart {r.name}" for r in self.replicas], "cool-down"]
+        self._estimates = [opts.warmup_secs, *[drain_secs + 2.5] * len(self.replicas), opts.warmup_secs]
+        self._step = 0
+        self._step_started = time.monotonic()
+        self._last_state = {r.name: "" for r in self.replicas}
 
-    lb = balancer.Balancer([balancer.Backend(r.name, r.url, f"{r.url}/readyz") for r in replicas],
-                           probe_interval=opts.probe_interval_ms / 1000, fall=opts.probe_fall, rise=1,
-                           on_change=flipped)
-    steps = ["warm-up", *[f"restart {r.name}" for r in replicas], "cool-down"]
-    step_estimates = [opts.warmup_secs, *[drain_secs + 2.5] * len(replicas), opts.warmup_secs]
-    step_index = 0
-    step_started = time.monotonic()
+    def now(self) -> float:
+        return time.monotonic() - self.started
 
-    def set_step(i: int) -> None:
-        nonlocal step_index, step_started
-        step_index, step_started = i, time.monotonic()
-        view.step = steps[i]
+    # -- what the view and the record follow ---------------------------------------------------
 
-    def progress() -> float:
-        within = min(0.95, (time.monotonic() - step_started) / step_estimates[step_index])
-        return (run_index + (step_index + within) / len(steps)) / runs
+    def _flipped(self, backend: balancer.Backend, up: bool) -> None:
+        self.result.rotation.append((self.now(), backend.name, up))
+        self.view.replicas[backend.name].in_rotation = up
+        self.view.event(f"balancer: {backend.name} {'in rotation' if up else 'out of rotation'}")
 
-    view.start_run(f"drain-router demo, run {run_index + 1}/{runs}: {label} "
-                   f"(--shutdown-drain-secs {drain_secs})", result.replicas, started)
-    stream_load = load.Load("", clients=opts.clients, chunks=opts.chunks, interval_ms=opts.interval_ms)
-    last_state = {r.name: "" for r in replicas}
+    def _set_step(self, index: int) -> None:
+        self._step, self._step_started = index, time.monotonic()
+        self.view.step = self.steps[index]
 
-    async def sample_one(replica: cluster.Replica) -> None:
+    def _progress(self) -> float:
+        within = min(0.95, (time.monotonic() - self._step_started) / self._estimates[self._step])
+        return (self.run_index + (self._step + within) / len(self.steps)) / self.runs_total
+
+    async def _sample(self, replica: cluster.Replica) -> None:
         try:
-            body = await replica.inflight(session)
+            body = await replica.inflight(self.session)
             state, inflight = str(body["state"]), int(body["inflight"])
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, KeyError, ValueError, TypeError):
             state, inflight = ("exited" if not replica.process.alive else "down"), 0
-        t = now()
-        result.samples.append(Sample(t, replica.name, state, inflight))
-        view.replicas[replica.name].state = state
-        view.replicas[replica.name].inflight = inflight
-        if state != last_state[replica.name]:
-            last_state[replica.name] = state
-            result.marks.append(Mark(t, replica.name, state))
+        t = self.now()
+        self.result.samples.append(runs.Sample(t, replica.name, state, inflight))
+        self.view.replicas[replica.name].state = state
+        self.view.replicas[replica.name].inflight = inflight
+        if state != self._last_state[replica.name]:
+            self._last_state[replica.name] = state
+            self.result.marks.append(runs.Mark(t, replica.name, state))
             if state == "closing":
-                view.event(f"{replica.name} closing: listener shut, {inflight} in flight finishing")
+                self.view.event(f"{replica.name} closing: listener shut, {inflight} in flight finishing")
 
-    async def sampler() -> None:
+    async def _sampler(self) -> None:
         while True:
-            await asyncio.gather(*(sample_one(r) for r in replicas))
-            view.done = len(stream_load.records)
-            view.lost = len(stream_load.lost)
+            await asyncio.gather(*(self._sample(r) for r in self.replicas))
+            self.view.done = len(self.load.records)
+            self.view.lost = len(self.load.lost)
             await asyncio.sleep(SAMPLE_SECS)
 
-    async def renderer() -> None:
+    async def _renderer(self) -> None:
         while True:
-            view.progress = progress()
-            view.draw()
+            self.view.progress = self._progress()
+            self.view.draw()
             await asyncio.sleep(RENDER_SECS)
 
-    async def wait_in_rotation(replica: cluster.Replica) -> None:
-        backend = next(b for b in lb.backends if b.name == replica.name)
+    async def _in_rotation(self, replica: cluster.Replica) -> None:
+        backend = next(b for b in self.balancer.backends if b.name == replica.name)
 
-        async def in_rotation() -> bool:
+        async def taken_back() -> bool:
             return backend.in_rotation
 
-        await cluster.wait_until(in_rotation, timeout=15, what=f"the balancer to take {replica.name} back")
+        await cluster.wait_until(taken_back, timeout=15, what=f"the balancer to take {replica.name} back")
 
-    background: list[asyncio.Task[None]] = []
-    try:
-        await asyncio.gather(*(r.start(session) for r in replicas))
-        await lb.start()
-        await asyncio.gather(*(wait_in_rotation(r) for r in replicas))
-        background = [asyncio.create_task(sampler()), asyncio.create_task(renderer())]
-        view.event(f"{len(replicas)} replicas ready; balancer probes /readyz every "
-                   f"{opts.probe_interval_ms} ms (fall {opts.probe_fall}); {opts.clients} clients streaming")
-        stream_load.url = lb.url
-        await stream_load.start()
+    # -- the run ---------------------------------------------------------------------------------
 
-        set_step(0)
-        await asyncio.sleep(opts.warmup_secs)
-        for i, replica in enumerate(replicas, start=1):
-            set_step(i)
-            t_sig = now()
-            result.marks.append(Mark(t_sig, replica.name, "sigterm"))
-            view.event(f"SIGTERM {replica.name} ({view.replicas[replica.name].inflight} in flight)")
-            replica.sigterm()
-            code = await replica.process.wait_exit(timeout=drain_secs + 60)
-            result.exit_codes.append(code)
-            result.drain_durations.append(now() - t_sig)
-            result.marks.append(Mark(now(), replica.name, "exit"))
-            view.event(f"{replica.name} exited {code} after {now() - t_sig:.1f}s; starting it again")
-            await replica.start(session)
-            await wait_in_rotation(replica)
-        set_step(len(steps) - 1)
-        await asyncio.sleep(opts.warmup_secs)
-    finally:
-        await stream_load.stop()
+    async def _restart(self, replica: cluster.Replica) -> None:
+        t_sig = self.now()
+        self.result.marks.append(runs.Mark(t_sig, replica.name, "sigterm"))
+        self.view.event(f"SIGTERM {replica.name} ({self.view.replicas[replica.name].inflight} in flight)")
+        replica.sigterm()
+        code = await replica.process.wait_exit(timeout=self.drain_secs + 60)
+        self.result.exit_codes.append(code)
+        self.result.drain_durations.append(self.now() - t_sig)
+        self.result.marks.append(runs.Mark(self.now(), replica.name, "exit"))
+        self.view.event(f"{replica.name} exited {code} after {self.now() - t_sig:.1f}s; starting it again")
+        await replica.start(self.session)
+        await self._in_rotation(replica)
+
+    async def run(self) -> runs.RunResult:
+        opts, view = self.opts, self.view
+        view.start_run(f"drain-router demo, run {self.run_index + 1}/{self.runs_total}: {self.result.label} "
+                       f"(--shutdown-drain-secs {self.drain_secs})", self.result.replicas, self.started)
+        background: list[asyncio.Task[None]] = []
+        try:
+            await asyncio.gather(*(r.start(self.session) for r in self.replicas))
+            await self.balancer.start()
+            await asyncio.gather(*(self._in_rotation(r) for r in self.replicas))
+            background = [asyncio.create_task(self._sampler()), asyncio.create_task(self._renderer())]
+            view.event(f"{len(self.replicas)} replicas ready; balancer probes /readyz every "
+                       f"{opts.probe_interval_ms} ms (fall {opts.probe_fall}); {opts.clients} clients streaming")
+            self.load.url = self.balancer.url
+            await self.load.start()
+            self._set_step(0)
+            await asyncio.sleep(opts.warmup_secs)
+            for i, replica in enumerate(self.replicas, start=1):
+                self._set_step(i)
+                await self._restart(replica)
+            self._set_step(len(self.steps) - 1)
+            await asyncio.sleep(opts.warmup_secs)
+        finally:
+            await self._stop(background)
+        return self._finish()
+
+    async def _stop(self, background: list[asyncio.Task[None]]) -> None:
+        await self.load.stop()
         for task in background:
             task.cancel()
         for task in background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await lb.stop()
-        for replica in replicas:
+        await self.balancer.stop()
+        for replica in self.replicas:
             replica.process.kill()
-        for backend in lb.backends:
-            result.balancer_errors.update(backend.errors)
-    result.duration = now()
-    logged = [Mark(t, r.name, "closing") for r in replicas for t in closing_times(r.process.log_path, wall_started)]
-    if logged:  # the router's own drain.closing events are exact; sampling can miss a short closing
-        result.marks = [m for m in result.marks if m.kind != "closing"] + logged
-    result.records = [dataclasses.replace(r, started=r.started - started, finished=r.finished - started)
-                      for r in stream_load.records]
-    view.done, view.lost = len(result.records), len(result.lost)
-    for rv in view.replicas.values():
-        rv.state, rv.inflight = "stopped", 0
-    view.progress = (run_index + 1) / runs
-    view.step = "done"
-    view.event(f"done: {len(result.records)} requests, {len(result.lost)} lost")
-    view.end_run()
-    return result
+        for backend in self.balancer.backends:
+            self.result.balancer_errors.update(backend.errors)
 
-
-def closing_times(log_path: Path, wall_started: float) -> list[float]:
-    """Seconds since ``wall_started`` of each ``drain.closing`` event in a router's JSON log."""
-    times: list[float] = []
-    try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except OSError:
-        return times
-    for line in lines:
-        try:
-            event = json.loads(line)
-            if event.get("event") == "drain.closing":
-                times.append(datetime.datetime.fromisoformat(event["timestamp"]).timestamp() - wall_started)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue
-    return times
-
-
-# --------------------------------------------------------------------------------------------------
-# The summary.
-
-
-def _secs(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f} s"
-
-
-def comparison_table(runs: list[RunResult]) -> str:
-    """The end-of-demo table, as text. Pure."""
-    headers = ["", *[f"{r.label} ({r.drain_secs} s)" for r in runs]]
-    rows: list[list[str]] = [
-        ["requests", *[str(len(r.records)) for r in runs]],
-        ["lost", *[str(len(r.lost)) for r in runs]],
-        ["p50 completion", *[_secs(load.percentile([x.duration for x in r.records if not x.outcome.lost], 0.5))
-                             for r in runs]],
-        ["p99 completion", *[_secs(load.percentile([x.duration for x in r.records if not x.outcome.lost], 0.99))
-                             for r in runs]],
-        ["drain (SIGTERM to exit)",
-         *[_secs(sum(r.drain_durations) / len(r.drain_durations)) if r.drain_durations else "-" for r in runs]],
-    ]
-    notes: list[str] = []
-    for run in runs:
-        kinds = Counter(f"{x.status}" if x.outcome.value == "http_error" else x.outcome.value for x in run.lost)
-        if kinds:
-            why = ", ".join(f"{k} x{n}" for k, n in kinds.most_common())
-            if run.balancer_errors:
-                why += " (balancer: " + ", ".join(f"{k} x{n}" for k, n in run.balancer_errors.most_common()) + ")"
-            notes.append(f"lost in {run.label}: {why}")
-    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
-
-    def fmt(row: list[str]) -> str:
-        return "  ".join([row[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(row[1:], widths[1:])]]).rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([fmt(headers), rule, *[fmt(r) for r in rows], *([""] + notes if notes else [])])
+    def _finish(self) -> runs.RunResult:
+        result, view = self.result, self.view
+        result.duration = self.now()
+        logged = [runs.Mark(t, r.name, "closing") for r in self.replicas
+                  for t in runs.closing_times(r.process.log_path, self.wall_started)]
+        if logged:  # the router's own drain.closing events are exact; sampling can miss a short closing
+            result.marks = [m for m in result.marks if m.kind != "closing"] + logged
+        result.records = [dataclasses.replace(r, started=r.started - self.started, finished=r.finished - self.started)
+                          for r in self.load.records]
+        view.done, view.lost = len(result.records), len(result.lost)
+        for rv in view.replicas.values():
+            rv.state, rv.inflight, rv.in_rotation = "stopped", 0, False
+        view.progress = (self.run_index + 1) / self.runs_total
+        view.step = "done"
+        view.event(f"done: {len(result.records)} requests, {len(result.lost)} lost")
+        view.end_run()
+        return result
 
 
 async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) -> int:
@@ -364,15 +220,15 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
                           f"a stream), {opts.replicas} router replicas and a balancer on 127.0.0.1...\n")
                 out.flush()
                 await model.start(session)
-                results = [await run_scenario(label, secs, opts, model, session, view, log_dir, i, len(runs_spec))
+                results = [await Scenario(label, secs, opts, model, session, view, log_dir, i, len(runs_spec)).run()
                            for i, (label, secs) in enumerate(runs_spec)]
             except (cluster.ProcessFailed, TimeoutError) as exc:
-                view.clear()
+                view.close()
                 out.write(f"\ndemo failed: {exc}\n")
                 return 1
             finally:
                 model.process.kill()
-    out.write("\n" + comparison_table(results) + "\n\n")
+    out.write("\n" + runs.comparison_table(results) + "\n\n")
     on, off = results
     out.write(f"With a {opts.drain_secs} s drain, the replicas kept serving while the balancer's probes "
               f"took them out of rotation:\n{len(on.lost)} of {len(on.records)} requests lost. Without it, "
@@ -385,7 +241,7 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
             timeline.plot(results, png)
             out.write(f"\nTimeline written to {png}\n")
         except timeline.PlotUnavailable:
-            out.write("\nNo PNG timeline: matplotlib is not installed (pip install 'drain-router[plot]').\n")
+            out.write("\nNo PNG timeline: matplotlib is not installed (pip install 'drain-router[demo]').\n")
     out.flush()
     return 1 if on.lost else 0
 

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from router.tools import demo
+    from router.tools import runs
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
 
 
 class PlotUnavailable(RuntimeError):
-    """matplotlib is not installed (``pip install 'drain-router[plot]'``)."""
+    """matplotlib is not installed (``pip install 'drain-router[demo]'``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -44,7 +44,7 @@ def rotation_spans(changes: list[tuple[float, str, bool]], replica: str, end: fl
     return spans
 
 
-def plot(runs: list[demo.RunResult], path: Path) -> Path:
+def plot(runs: list[runs.RunResult], path: Path) -> Path:
     try:
         import matplotlib
 
@@ -68,7 +68,7 @@ def plot(runs: list[demo.RunResult], path: Path) -> Path:
     return path
 
 
-def _plot_run(ax: Any, rot: Any, run: demo.RunResult, ymax: float) -> None:
+def _plot_run(ax: Any, rot: Any, run: runs.RunResult, ymax: float) -> None:
     lost = [r for r in run.records if r.outcome.lost]
     ax.set_title(f"{run.label} (--shutdown-drain-secs {run.drain_secs}): {len(run.records)} requests, "
                  f"{len(lost)} lost", fontsize=10, loc="left")

@@ -7,17 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from router.tools import demo, load, streams, timeline
+from router.tools import load, streams, timeline
+from router.tools import runs as runs_mod
 
 
 def _record(t: float, duration: float, outcome: streams.Outcome, status: int | None = 200) -> load.Record:
     return load.Record(started=t, finished=t + duration, outcome=outcome, status=status, error=None, chunks_seen=0)
 
 
-def _runs() -> list[demo.RunResult]:
-    on = demo.RunResult("drain on", 2, ["replica-0"], duration=10, drain_durations=[2.2, 2.4],
+def _runs() -> list[runs_mod.RunResult]:
+    on = runs_mod.RunResult("drain on", 2, ["replica-0"], duration=10, drain_durations=[2.2, 2.4],
                         records=[_record(i, 0.5, streams.Outcome.OK) for i in range(10)])
-    off = demo.RunResult("drain off", 0, ["replica-0"], duration=8, drain_durations=[0.4],
+    off = runs_mod.RunResult("drain off", 0, ["replica-0"], duration=8, drain_durations=[0.4],
                          records=[_record(i, 0.5, streams.Outcome.OK) for i in range(8)]
                          + [_record(3, 0.01, streams.Outcome.HTTP_ERROR, 502)] * 2
                          + [_record(3, 0.2, streams.Outcome.CUT)])
@@ -26,7 +27,7 @@ def _runs() -> list[demo.RunResult]:
 
 
 def test_comparison_table() -> None:
-    table = demo.comparison_table(_runs())
+    table = runs_mod.comparison_table(_runs())
     lines = table.splitlines()
     assert lines[0].split() == ["drain", "on", "(2", "s)", "drain", "off", "(0", "s)"]
     rows = {line.split("  ")[0]: line.split() for line in lines[2:] if line}
@@ -57,15 +58,15 @@ def test_closing_times_from_router_log(tmp_path: Path) -> None:
                    '{"event": "drain.start", "timestamp": "2026-01-01T00:00:01Z"}\n'
                    '{"event": "drain.closing", "timestamp": "2026-01-01T00:00:03.5Z"}\n')
     start = 1767225600.0  # 2026-01-01T00:00:00Z
-    assert demo.closing_times(log, start) == [3.5]
-    assert demo.closing_times(tmp_path / "missing.log", start) == []
+    assert runs_mod.closing_times(log, start) == [3.5]
+    assert runs_mod.closing_times(tmp_path / "missing.log", start) == []
 
 
 def test_png_written(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     runs = _runs()
-    runs[0].samples = [demo.Sample(0.5 * i, "replica-0", "serving", i % 5) for i in range(20)]
-    runs[0].marks = [demo.Mark(2.0, "replica-0", "sigterm"), demo.Mark(4.0, "replica-0", "closing")]
+    runs[0].samples = [runs_mod.Sample(0.5 * i, "replica-0", "serving", i % 5) for i in range(20)]
+    runs[0].marks = [runs_mod.Mark(2.0, "replica-0", "sigterm"), runs_mod.Mark(4.0, "replica-0", "closing")]
     runs[0].rotation = [(0.2, "replica-0", True), (2.5, "replica-0", False)]
     path = timeline.plot(runs, tmp_path / "t.png")
     assert path.read_bytes().startswith(b"\x89PNG")

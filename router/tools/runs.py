@@ -1,0 +1,100 @@
+"""What one demo run recorded, and the pure summaries of runs: shared by the demo's live run
+(:mod:`router.tools.demo`) and its PNG timeline (:mod:`router.tools.timeline`), which import this
+module and not each other."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+from collections import Counter
+from pathlib import Path
+
+from router.tools import load
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sample:
+    t: float
+    replica: str
+    state: str
+    inflight: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Mark:
+    t: float
+    replica: str
+    kind: str
+    """``sigterm``, ``draining``, ``closing``, ``exited``, ``serving``..."""
+
+
+@dataclasses.dataclass(slots=True)
+class RunResult:
+    label: str
+    drain_secs: int
+    replicas: list[str]
+    duration: float = 0.0
+    records: list[load.Record] = dataclasses.field(default_factory=list)
+    samples: list[Sample] = dataclasses.field(default_factory=list)
+    marks: list[Mark] = dataclasses.field(default_factory=list)
+    rotation: list[tuple[float, str, bool]] = dataclasses.field(default_factory=list)
+    drain_durations: list[float] = dataclasses.field(default_factory=list)
+    exit_codes: list[int] = dataclasses.field(default_factory=list)
+    balancer_errors: Counter[str] = dataclasses.field(default_factory=Counter)
+    """Why the balancer answered 502 or cut a stream, by exception type."""
+
+    @property
+    def lost(self) -> list[load.Record]:
+        return [r for r in self.records if r.outcome.lost]
+
+
+def closing_times(log_path: Path, wall_started: float) -> list[float]:
+    """Seconds since ``wall_started`` of each ``drain.closing`` event in a router's JSON log."""
+    times: list[float] = []
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return times
+    for line in lines:
+        try:
+            event = json.loads(line)
+            if event.get("event") == "drain.closing":
+                times.append(datetime.datetime.fromisoformat(event["timestamp"]).timestamp() - wall_started)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return times
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def comparison_table(runs: list[RunResult]) -> str:
+    """The end-of-demo table, as text. Pure."""
+    headers = ["", *[f"{r.label} ({r.drain_secs} s)" for r in runs]]
+    rows: list[list[str]] = [
+        ["requests", *[str(len(r.records)) for r in runs]],
+        ["lost", *[str(len(r.lost)) for r in runs]],
+        ["p50 completion", *[_secs(load.percentile([x.duration for x in r.records if not x.outcome.lost], 0.5))
+                             for r in runs]],
+        ["p99 completion", *[_secs(load.percentile([x.duration for x in r.records if not x.outcome.lost], 0.99))
+                             for r in runs]],
+        ["drain (SIGTERM to exit)",
+         *[_secs(sum(r.drain_durations) / len(r.drain_durations)) if r.drain_durations else "-" for r in runs]],
+    ]
+    notes: list[str] = []
+    for run in runs:
+        kinds = Counter(f"{x.status}" if x.outcome.value == "http_error" else x.outcome.value for x in run.lost)
+        if kinds:
+            why = ", ".join(f"{k} x{n}" for k, n in kinds.most_common())
+            if run.balancer_errors:
+                why += " (balancer: " + ", ".join(f"{k} x{n}" for k, n in run.balancer_errors.most_common()) + ")"
+            notes.append(f"lost in {run.label}: {why}")
+    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
+
+    def fmt(row: list[str]) -> str:
+        return "  ".join([row[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(row[1:], widths[1:])]]).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([fmt(headers), rule, *[fmt(r) for r in rows], *([""] + notes if notes else [])])
