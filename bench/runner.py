@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 
 from bench import loadgen, procstat, targets
+from router.tools import cluster
 
 RESULTS_DIR = Path(__file__).parent / "results"
 MIB = 2**20
@@ -145,7 +146,7 @@ class Bench:
         return targets.Context(self.workdir, self.upstream_port, self.server_cpus)
 
     def start_upstream(self) -> None:
-        self.upstream_port = targets.free_port()
+        self.upstream_port = cluster.free_port()
         cpus = self.server_cpus
         log = open(self.workdir / "upstream.log", "wb")  # noqa: SIM115
         self.upstream = subprocess.Popen(

@@ -13,7 +13,6 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,16 +21,12 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from router.tools import cluster
+
 #: How long a target gets to answer its first request after start.
 START_TIMEOUT_SECS = 20.0
 #: How long a target gets to exit after its stop signal before SIGKILL.
 STOP_TIMEOUT_SECS = 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def fd_limit() -> int:
@@ -105,8 +100,8 @@ class Target:
         return self.proc.pid if self.proc else None
 
     def start(self, ctx: Context, instance: str = "") -> None:
-        self.port = free_port()
-        self.admin_port = free_port()
+        self.port = cluster.free_port()
+        self.admin_port = cluster.free_port()
         self.dir = ctx.workdir / f"{self.name}{instance}"
         self.dir.mkdir(parents=True, exist_ok=True)
         cmd = self.command(ctx)

@@ -50,13 +50,6 @@ async def raw_exchange(port: int, data: bytes, *, timeout: float = 3.0, whole: b
     return out, closed
 
 
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound for a moment, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def status_of(answer: bytes) -> int:
     return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/") else 0
 

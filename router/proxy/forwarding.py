@@ -20,18 +20,15 @@ from aiohttp.http import HttpVersion10, HttpVersion11
 from multidict import CIMultiDict, CIMultiDictProxy, istr
 from yarl import URL
 
+from router import headers as headers_mod
 from router import logs
 from router.proxy import state as state_mod
 
 log = logs.get("drain_router.proxy")
 
-#: RFC 9110 section 7.6.1 plus the legacy ones still seen in the wild. Also dropped: any header
-#: named in ``Connection``, and ``Expect`` (the router already answered any 100-continue). Lowercase:
-#: names compare case-insensitively (gateways speaking HTTP/2 upstream send them all lowercase).
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
-    "te", "trailer", "transfer-encoding", "upgrade", "expect",
-})
+#: Dropped both ways: the hop-by-hop headers, and ``Expect`` (the router already answered any
+#: 100-continue). Also dropped: any header named in ``Connection``.
+HOP_BY_HOP = headers_mod.HOP_BY_HOP | {"expect"}
 _X_FORWARDED_FOR = istr("X-Forwarded-For")
 _X_FORWARDED_PROTO = istr("X-Forwarded-Proto")
 _X_FORWARDED_HOST = istr("X-Forwarded-Host")
@@ -64,8 +61,7 @@ class BodyTooLarge(Exception):
 def end_to_end(incoming: CIMultiDictProxy[str], also_drop: frozenset[str] = frozenset()) -> CIMultiDict[str]:
     """``incoming`` without its hop-by-hop headers (and those named in its ``Connection``, except
     ``Host``), nor the lowercase names in ``also_drop``. Every comparison ignores case."""
-    named = {token.strip().lower() for value in incoming.getall(hdrs.CONNECTION, ()) for token in value.split(",")}
-    named -= _NEVER_NAMED
+    named = headers_mod.named_in_connection(incoming.getall(hdrs.CONNECTION, ())) - _NEVER_NAMED
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in incoming.items():
         lower = name.lower()

@@ -20,11 +20,10 @@ from collections.abc import Callable, Mapping
 import aiohttp
 from aiohttp import web
 
-#: Never forwarded either way (RFC 9110 section 7.6.1), plus the framing this proxy redoes itself.
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
-    "proxy-authenticate", "proxy-authorization", "content-length",
-})
+from router import headers as header_rules
+
+#: Never forwarded either way: the hop-by-hop headers, plus the framing this proxy redoes itself.
+HOP_BY_HOP = header_rules.HOP_BY_HOP | {"content-length"}
 
 
 @dataclasses.dataclass(slots=True)
@@ -46,7 +45,7 @@ class Backend:
 
 def _forward_headers(headers: Mapping[str, str], connection: str | None) -> list[tuple[str, str]]:
     """End-to-end headers only (repeated ones kept): hop-by-hop and those named in Connection dropped."""
-    named = {h.strip().lower() for h in (connection or "").split(",") if h.strip()}
+    named = header_rules.named_in_connection([connection or ""])
     return [(k, v) for k, v in headers.items() if k.lower() not in HOP_BY_HOP and k.lower() not in named]
 
 

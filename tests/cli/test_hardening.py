@@ -17,11 +17,11 @@ import aiohttp
 import psutil
 import pytest
 
+from router.tools.cluster import free_port
 from tests.blackbox import (
     Canary,
     by_outcome,
     canary,
-    closed_port,
     inflight,
     raw_exchange,
     requests_total,
@@ -94,7 +94,7 @@ async def test_no_request_target_reaches_anything_but_the_upstream(start_process
 async def test_error_bodies_and_headers_leak_nothing_internal(start_process):
     """The upstream refuses connections: 502 with a static message; the address, the errno and the
     exception live only in the log. Router-made answers carry ``Server: drain-router``, no version."""
-    port = closed_port()
+    port = free_port()  # nothing listens there
     p = await start_process(upstream=f"http://127.0.0.1:{port}")
     answer, _ = await raw_exchange(p.port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", whole=True)
     head, body = answer.split(b"\r\n\r\n", 1)

@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from router.tools.cluster import free_port
 from tests import upstream as upstream_mod
 from tests.conftest import wait_until
 from tests.upstream import sse_events
@@ -119,14 +120,8 @@ async def test_upstream_status_passes_through(fake_upstream, start_router, http)
             assert resp.status == code
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_upstream_refused_is_502_json(start_router, http):
-    r = await start_router(upstream=f"http://127.0.0.1:{_free_port()}")
+    r = await start_router(upstream=f"http://127.0.0.1:{free_port()}")
     async with http.get(f"{r.url}/v1/models") as resp:
         assert resp.status == 502
         body = await resp.json()
