@@ -44,13 +44,15 @@ async def cluster() -> AsyncIterator[tuple[ClusterEmulator, kmock.Server]]:
         kind=spec["names"]["kind"], namespaced=True, shortnames=set(spec["names"]["shortNames"]),
         subresources=set(spec["versions"][0]["subresources"]), verbs={"get", "list", "watch", "patch", "delete"})
     async with emulator, kmock.Server(emulator) as server:
-        kubelet = asyncio.create_task(emulator.kubelet())
+        loops = [asyncio.create_task(emulator.kubelet()), asyncio.create_task(emulator.deployments())]
         try:
             yield emulator, server
         finally:
-            kubelet.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await kubelet
+            for task in loops:
+                task.cancel()
+            for task in loops:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 class Operator:

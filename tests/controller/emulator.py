@@ -12,9 +12,17 @@ Faults on purpose: :meth:`ClusterEmulator.fail` makes one call answer an error s
 DELETE, a 500 on a GET) until :meth:`ClusterEmulator.heal`; deleting an entry of ``resources`` makes
 its group version unserved (discovery answers 404), as when a CRD such as the Gateway API is missing.
 
+For recycling and lifecycle rules: the ``pods/eviction`` subresource with PodDisruptionBudgets
+(:meth:`ClusterEmulator._evict`, PDB status computed from Ready pods), a Deployment controller
+(:meth:`ClusterEmulator.deployments`: pods kept at ``spec.replicas`` with ``startTime``, ``podIP`` and
+Ready after a delay, status counts; ``generation`` bumped on spec changes), ``metadata.resourceVersion``
+in a patch as a precondition (409 when stale), and RBAC: :attr:`ClusterEmulator.rbac` set to the
+rules of the chart's rendered Role answers everything else 403 with a real ``Status`` body, and
+:meth:`ClusterEmulator.forbid` takes one verb on one resource away (an image newer than its chart).
+
 Not emulated: admission, OpenAPI validation and defaulting (the CRD schema is checked separately),
-optimistic concurrency on ``resourceVersion`` in patches, field selectors, watch bookmarks and
-``resourceVersion`` resumption, RBAC, strategic merge patch.
+field selectors, watch bookmarks and ``resourceVersion`` resumption, strategic merge patch,
+ReplicaSets (the Deployment owns its pods directly).
 """
 
 from __future__ import annotations
@@ -24,8 +32,10 @@ import copy
 import itertools
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import aiohttp.web
 import attrs
 import jsonpatch
 import kmock
@@ -37,14 +47,37 @@ from router.decisions import durations
 EXITS_AFTER = "emulator.test/exits-after-secs"
 
 RESOURCES = {
-    "v1/pods": ("Pod", True, set()),
+    "v1/pods": ("Pod", True, {"eviction"}),
     "v1/nodes": ("Node", False, set()),
     "v1/services": ("Service", True, set()),
     "v1/events": ("Event", True, set()),
     "v1/namespaces": ("Namespace", False, set()),
     "apps/v1/deployments": ("Deployment", True, {"status"}),
+    "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True, {"status"}),
     "gateway.networking.k8s.io/v1/httproutes": ("HTTPRoute", True, {"status"}),
 }
+
+
+ADMIN_HEADER = "X-Emulator-Admin"
+"""Sent by the tests' own HTTP calls, so RBAC mode checks only the controller's."""
+
+
+def _status(code: int, reason: str | None, message: str, *, name: str, success: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                            "status": "Success" if success else "Failure", "code": code,
+                            "details": {"name": name, "kind": "pods"}}
+    if reason:
+        body["reason"] = reason
+    if message:
+        body["message"] = message
+    return body
+
+
+def _budget(name: str, cause: str) -> dict[str, Any]:
+    body = _status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
+                   name=name)
+    body["details"]["causes"] = [{"reason": "DisruptionBudget", "message": cause}]
+    return body
 
 
 def _selector_matches(selector: str, labels: dict[str, str]) -> bool:
@@ -85,11 +118,56 @@ def _selector_matches(selector: str, labels: dict[str, str]) -> bool:
     return True
 
 
+def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    """A LabelSelector object (``matchLabels``, ``matchExpressions``); an empty one matches everything,
+    as for a PodDisruptionBudget."""
+    selector = selector or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or ():
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or ()
+        ok = {"In": key in labels and labels[key] in values, "NotIn": labels.get(key) not in values,
+              "Exists": key in labels, "DoesNotExist": key not in labels}[op]
+        if not ok:
+            return False
+    return True
+
+
+#: kmock's actions -> RBAC verbs.
+VERBS = {"LIST": "list", "WATCH": "watch", "FETCH": "get", "CREATE": "create", "UPDATE": "patch", "DELETE": "delete"}
+#: The user the emulated controller runs as, in 403 messages.
+CONTROLLER_USER = "system:serviceaccount:drain-router:drain-router-controller"
+
+Rule = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
+
+def rules_of(roles: Iterable[dict[str, Any]]) -> list[Rule]:
+    """The rules of rendered Role/ClusterRole documents, as (apiGroups, resources, verbs)."""
+    return [(tuple(r["apiGroups"]), tuple(r["resources"]), tuple(r["verbs"])) for role in roles for r in role["rules"]]
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or ())
+
+
 @attrs.define(kw_only=True)
 class ClusterEmulator(kmock.KubernetesEmulator):
     clock: Any = time.time
+    rbac: list[Rule] | None = None
+    """``None``: everything allowed. A list of rules: only what they grant, the rest 403 (requests
+    carrying :data:`ADMIN_HEADER`, the tests' own, are exempt)."""
+    pdb_controller_paused: bool = False
+    """While set, PodDisruptionBudget status is not recomputed (``observedGeneration`` lags)."""
     _rv: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
     _faults: dict[Any, tuple[int, str, str]] = attrs.field(factory=dict, init=False)
+    _forbidden: set[tuple[str, str]] = attrs.field(factory=set, init=False)
+    _ips: Any = attrs.field(factory=lambda: itertools.count(2), init=False)
+    evictions: list[tuple[str, str, int]] = attrs.field(factory=list, init=False)
+    """(pod name, UID precondition, answer code) of every eviction asked for, in order."""
+    on_pod_deleted: Callable[[dict[str, Any]], None] | None = None
+    """Called (under the lock, must not block) when a pod is marked deleted; the process-backed
+    kubelet uses it to SIGTERM the pod's router."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -121,6 +199,129 @@ class ClusterEmulator(kmock.KubernetesEmulator):
 
     def heal(self) -> None:
         self._faults.clear()
+        self._forbidden.clear()
+
+    def forbid(self, verb: str, resource: str) -> None:
+        """Answer ``verb`` (``create``, ``patch``, ...) on ``resource`` (``pods/eviction``) with 403,
+        as when the image is newer than the chart that granted its RBAC."""
+        self._forbidden.add((verb, resource))
+
+    def allocate_ip(self) -> str:
+        """The next pod IP: 127.0.0.2, 127.0.0.3, ... (loopback, so a real router can bind it)."""
+        n = next(self._ips)
+        if n > 254:
+            raise RuntimeError("the emulator hands out at most 253 pod IPs (127.0.0.2-254)")
+        return f"127.0.0.{n}"
+
+    async def set_pod_ready(self, name: str, ready: bool, namespace: str = "ns") -> None:
+        async with self._lock:
+            key = self.key("v1/pods", namespace, name)
+            conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+            self._write(key, {"status": {"conditions": conditions}})
+            await self._flush()
+
+    def pdb_status(self, pdb: dict[str, Any]) -> dict[str, Any]:
+        """What the disruption controller would write: healthy = Ready, not terminating pods the
+        PDB selects; desired from ``minAvailable`` or ``maxUnavailable`` (int or percent)."""
+        namespace = pdb["metadata"]["namespace"]
+        spec = pdb.get("spec") or {}
+        pods = [o.raw for (res, ns, _), o in self.objects.items()
+                if res == kmock.resource("v1/pods") and ns == namespace and not o.deleted
+                and (o.raw.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                and selector_matches(spec.get("selector"), o.raw["metadata"].get("labels") or {})]
+        expected = len(pods)
+        healthy = sum(1 for p in pods if _ready(p) and not p["metadata"].get("deletionTimestamp"))
+
+        def amount(value: Any) -> int:
+            if isinstance(value, str) and value.endswith("%"):
+                return -(-expected * int(value[:-1]) // 100)  # rounded up, as the API server does
+            return int(value)
+
+        if "minAvailable" in spec:
+            desired = amount(spec["minAvailable"])
+        else:
+            desired = max(expected - amount(spec.get("maxUnavailable", 0)), 0)
+        return {"observedGeneration": pdb["metadata"].get("generation", 1), "currentHealthy": healthy,
+                "desiredHealthy": desired, "expectedPods": expected,
+                "disruptionsAllowed": max(healthy - desired, 0)}
+
+    def _refresh_pdbs(self, namespace: str) -> list[tuple[Any, dict[str, Any]]]:
+        pdbs = []
+        for key, obj in self.objects.items():
+            if key[0] != kmock.resource("policy/v1/poddisruptionbudgets") or key[1] != namespace or obj.deleted:
+                continue
+            if not self.pdb_controller_paused:
+                obj.patch({"status": self.pdb_status(obj.raw)})
+            pdbs.append((key, obj.raw))
+        return pdbs
+
+    async def deployments(self, interval: float = 0.05, ready_after: float = 0.2) -> None:
+        """The Deployment controller and the pods' readiness, in one loop, until cancelled: each
+        Deployment (not deleting) keeps ``spec.replicas`` (default 1) pods it owns from
+        ``spec.template``, each with ``startTime`` and a ``podIP``, Ready ``ready_after`` seconds after
+        it started; surplus pods are deleted gracefully, newest first; status counts follow."""
+        while True:
+            await asyncio.sleep(interval)
+            async with self._lock:
+                self._reconcile_deployments(ready_after)
+                await self._flush()
+
+    def _reconcile_deployments(self, ready_after: float) -> None:
+        now = self.clock()
+        pods_res, deploy_res = kmock.resource("v1/pods"), kmock.resource("apps/v1/deployments")
+        for key in [k for k, o in self.objects.items() if k[0] == pods_res and not o.deleted]:
+            pod = self.objects[key].raw
+            status = pod.get("status") or {}
+            start = status.get("startTime")
+            if start and not _ready(pod) and not pod["metadata"].get("deletionTimestamp") \
+                    and status.get("phase") == "Running" and self.pod_may_be_ready(pod) \
+                    and now >= durations.parse_time(start) + ready_after:
+                self._write(key, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+        for key in [k for k, o in self.objects.items() if k[0] == deploy_res and not o.deleted]:
+            deployment = self.objects[key].raw
+            meta, spec = deployment["metadata"], deployment.get("spec") or {}
+            if meta.get("deletionTimestamp") or "template" not in spec:
+                continue
+            desired = 1 if spec.get("replicas") is None else int(spec["replicas"])
+            owned = sorted((o.raw for k, o in self.objects.items() if k[0] == pods_res and not o.deleted
+                            and k[1] == key[1]
+                            and any(r.get("uid") == meta["uid"] for r in o.raw["metadata"].get("ownerReferences") or ())
+                            and (o.raw.get("status") or {}).get("phase") not in ("Succeeded", "Failed")),
+                           key=lambda p: p["metadata"]["creationTimestamp"] + p["metadata"]["name"])
+            alive = [p for p in owned if not p["metadata"].get("deletionTimestamp")]
+            for pod in alive[desired:][::-1]:
+                self._delete((pods_res, key[1], pod["metadata"]["name"]), {})
+            for _ in range(desired - len(alive)):
+                template = copy.deepcopy(spec["template"])
+                pod_meta = template.get("metadata") or {}
+                pod_meta.update(namespace=key[1], generateName=f"{meta['name']}-", ownerReferences=[{
+                    "apiVersion": "apps/v1", "kind": "Deployment", "name": meta["name"], "uid": meta["uid"],
+                    "controller": True}])
+                template["metadata"] = pod_meta
+                template["status"] = {"phase": "Running", "startTime": durations.format_time(now),
+                                      "podIP": self.allocate_ip(),
+                                      "conditions": [{"type": "Ready", "status": "False"}]}
+                _, created = self._create(pods_res, template)
+                self.on_pod_created(created)
+            alive = [p for p in (self.objects[(pods_res, key[1], n)].raw for n in
+                                 [k[2] for k, o in self.objects.items() if k[0] == pods_res and k[1] == key[1]
+                                  and not o.deleted])
+                     if any(r.get("uid") == meta["uid"] for r in p["metadata"].get("ownerReferences") or ())
+                     and not p["metadata"].get("deletionTimestamp")
+                     and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+            ready = sum(1 for p in alive if _ready(p))
+            status = {"observedGeneration": meta.get("generation", 1), "replicas": len(alive),
+                      "updatedReplicas": len(alive), "readyReplicas": ready, "availableReplicas": ready}
+            current = deployment.get("status") or {}
+            if any(current.get(k) != v for k, v in status.items()):
+                self._write(key, {"status": status})
+
+    def pod_may_be_ready(self, pod: dict[str, Any]) -> bool:
+        """Hook: the process-backed kubelet says Ready only once the pod's router answers."""
+        return True
+
+    def on_pod_created(self, pod: dict[str, Any]) -> None:
+        """Hook: the process-backed kubelet starts the pod's router here."""
 
     async def set_node_ready(self, name: str, ready: bool) -> None:
         async with self._lock:
@@ -196,7 +397,10 @@ class ClusterEmulator(kmock.KubernetesEmulator):
                 raise kmock.KubernetesError(status=422, reason="Invalid", message=str(exc)) from None
             obj.history.append(new)
         else:
+            before = copy.deepcopy(obj.raw.get("spec"))
             obj.patch(patch)
+            if key[0] != kmock.resource("v1/pods") and obj.raw.get("spec") != before:
+                obj.patch({"metadata": {"generation": int(obj.raw["metadata"].get("generation") or 1) + 1}})
         obj.patch({"metadata": {"resourceVersion": str(next(self._rv))}})
         raw = obj.raw
         meta = raw["metadata"]
@@ -241,6 +445,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             elif not meta.get("deletionTimestamp"):
                 stamp = durations.format_time(self.clock() + grace)
                 self._write(key, {"metadata": {"deletionTimestamp": stamp, "deletionGracePeriodSeconds": grace}})
+                if self.on_pod_deleted is not None:
+                    self.on_pod_deleted(self.objects[key].raw)
         elif meta.get("deletionTimestamp"):
             pass
         elif meta.get("finalizers"):
@@ -260,6 +466,17 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         if fault is not None:
             status, reason, message = fault
             return await self._render_error(kmock.KubernetesError(status=status, reason=reason, message=message))
+        denied = self._denied(request)
+        if denied is not None:
+            return aiohttp.web.json_response(denied, status=403)
+        if request.resource == kmock.resource("v1/pods") and request.subresource == "eviction" \
+                and request.method == "POST":
+            async with self._lock:
+                code, body = self._evict(request.namespace, request.name, request.data or {})
+                self.evictions.append((request.name, ((request.data or {}).get("deleteOptions") or {}).get(
+                    "preconditions", {}).get("uid", ""), code))
+                await self._flush()
+            return aiohttp.web.json_response(body, status=code)
         if request.resource is not None and action in (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE):
             try:
                 async with self._lock:
@@ -268,6 +485,71 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             except kmock.KubernetesError as exc:
                 return await self._render_error(exc)
         return await kmock.KubernetesScaffold._handle(self, request)
+
+    def _denied(self, request: Any) -> dict[str, Any] | None:
+        """The 403 ``Status`` for a request RBAC does not allow, ``None`` when allowed. Requests with
+        :data:`ADMIN_HEADER` (the tests' own) and non-resource URLs (discovery) are always allowed."""
+        if request.resource is None or request.resource.plural is None or request.headers.get(ADMIN_HEADER):
+            return None
+        if request.subresource == "eviction" and request.method == "POST":
+            verb = "create"
+        elif request.action is None:
+            return None
+        else:
+            verb = VERBS[request.action.value]
+        plural = request.resource.plural + (f"/{request.subresource}" if request.subresource else "")
+        group = request.resource.group or ""
+        allowed = (verb, plural) not in self._forbidden
+        if allowed and self.rbac is not None:
+            allowed = any(group in groups and plural in resources and verb in verbs
+                          for groups, resources, verbs in self.rbac)
+        if allowed:
+            return None
+        where = f" in the namespace \"{request.namespace}\"" if request.namespace else " at the cluster scope"
+        subject = f"{request.resource.plural} \"{request.name}\"" if request.name else request.resource.plural
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Forbidden",
+                "message": f"{subject} is forbidden: User \"{CONTROLLER_USER}\" cannot {verb} resource "
+                           f"\"{plural}\" in API group \"{group}\"{where}",
+                "details": {"name": request.name or "", "group": group, "kind": request.resource.plural},
+                "code": 403}
+
+    def _evict(self, namespace: str, name: str, eviction: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """The Eviction subresource, after the API server's ``pkg/registry/core/pod/storage/eviction.go``."""
+        key = (kmock.resource("v1/pods"), namespace, name)
+        if key not in self.objects or self.objects[key].deleted:
+            return 404, _status(404, "NotFound", f"pods \"{name}\" not found", name=name)
+        pod = self.objects[key].raw
+        options = eviction.get("deleteOptions") or {}
+        uid = (options.get("preconditions") or {}).get("uid")
+        if uid and uid != pod["metadata"].get("uid"):
+            return 409, _status(409, "Conflict", f"Operation cannot be fulfilled on pods \"{name}\": Precondition "
+                                                 f"failed: UID in precondition: {uid}, UID in object meta: "
+                                                 f"{pod['metadata'].get('uid')}", name=name)
+        success = _status(201, None, "", name=name, success=True)
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed", "Pending") or pod["metadata"].get("deletionTimestamp"):
+            self._delete(key, options)  # nothing to protect: no budget check
+            return 201, success
+        pdbs = [(k, raw) for k, raw in self._refresh_pdbs(namespace)
+                if selector_matches((raw.get("spec") or {}).get("selector"), pod["metadata"].get("labels") or {})]
+        if len(pdbs) > 1:
+            return 500, _status(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
+                                                      "eviction subresource does not support.", name=name)
+        if pdbs:
+            pdb_key, pdb = pdbs[0]
+            status, pdb_name = pdb.get("status") or {}, pdb["metadata"]["name"]
+            if (status.get("observedGeneration") or 0) < pdb["metadata"].get("generation", 1):
+                return 429, _budget(name, f"The disruption budget {pdb_name} is still being processed by the server.")
+            unhealthy_ok = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow" \
+                and not _ready(pod)
+            if not unhealthy_ok:
+                if (status.get("disruptionsAllowed") or 0) <= 0:
+                    return 429, _budget(name, f"The disruption budget {pdb_name} needs "
+                                              f"{status.get('desiredHealthy')} healthy pods and has "
+                                              f"{status.get('currentHealthy')} currently")
+                self.objects[pdb_key].patch({"status": {"disruptionsAllowed": status["disruptionsAllowed"] - 1}})
+        self._delete(key, options)
+        return 201, success
 
     def _mutate(self, request: Any) -> None:
         resource, namespace, name = request.resource, request.namespace, request.name
@@ -284,6 +566,17 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             self._delete(key, request.data if isinstance(request.data, dict) else {})
             return
         patch = request.data
+        if isinstance(patch, dict):
+            expected = (patch.get("metadata") or {}).get("resourceVersion")
+            current = self.objects[key].raw["metadata"].get("resourceVersion")
+            if expected is not None and expected != current:
+                raise kmock.KubernetesError(
+                    status=409, reason="Conflict",
+                    message=f"Operation cannot be fulfilled on {resource.plural} \"{name}\": the object has been "
+                            "modified; please apply your changes to the latest version and try again")
+            if expected is not None:
+                patch = copy.deepcopy(patch)
+                del patch["metadata"]["resourceVersion"]
         has_status = resource in self.resources and "status" in self.resources[resource].subresources
         if isinstance(patch, dict):
             if request.subresource == "status":
