@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from router.controller import crd
-from router.decisions import deletion
+from router.decisions import deletion, recycling
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -176,6 +176,74 @@ class Kube:
                 return None
             raise
 
-    async def patch_modelservice_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await self._call(self._modelservice_path(namespace, name) + "/status", "PATCH",
-                         body={"status": status}, content_type=MERGE_PATCH)
+    async def patch_modelservice_status(self, namespace: str, name: str, status: dict[str, Any],
+                                        resource_version: str | None = None) -> dict[str, Any]:
+        """Merge-patch ``status``. With ``resource_version`` the patch is conditional: the API server
+        answers 409 (:class:`Conflict`) when the object changed since it was read."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            answer = await self._call(self._modelservice_path(namespace, name) + "/status", "PATCH",
+                                      body=body, content_type=MERGE_PATCH)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise Conflict(failure(f"PATCH {crd.plural()}/{name}/status", exc)) from exc
+            raise
+        return dict(answer or {})
+
+    async def delete_modelservice(self, namespace: str, name: str) -> int:
+        """Delete the ModelService (its finalizer then runs the staged teardown). 404 counts as done."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        try:
+            return await self._delete(self._modelservice_path(namespace, name), body)
+        except _FAILURES as exc:
+            raise CallFailed(failure(f"DELETE {crd.group()}/{crd.version()} {crd.plural()}/{name}", exc)) from exc
+
+    async def scale(self, ref: deletion.ObjectRef, namespace: str, replicas: int) -> None:
+        """Merge patch of ``spec.replicas`` (the Deployment's own resource: no scale subresource, so the
+        RBAC is one ``patch`` on deployments)."""
+        try:
+            await self._call(await self._path(ref, namespace), "PATCH", body={"spec": {"replicas": replicas}},
+                             content_type=MERGE_PATCH)
+        except _FAILURES as exc:
+            raise CallFailed(failure(self._name("PATCH", ref) + f" spec.replicas={replicas}", exc)) from exc
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> recycling.EvictAnswer:
+        """``policy/v1`` Eviction with a UID precondition and the pod's own grace (no
+        ``gracePeriodSeconds``). Every answer is data, never an exception: the code, the Status
+        reason, the first cause's reason and the message. A 2xx whose body says ``status: Failure``
+        is a failure; no answer at all is code 0."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace},
+                "deleteOptions": {"preconditions": {"uid": uid}}}
+        try:
+            answer = await self._call(f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", "POST", body=body)
+        except ApiException as exc:
+            return evict_answer(int(exc.status or 0), _json(exc.body))
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            return recycling.EvictAnswer(code=0, message=f"no answer ({type(exc).__name__}: {exc})")
+        return evict_answer(201, answer if isinstance(answer, dict) else {})
+
+
+class Conflict(CallFailed):
+    """409 on a conditional write: the object changed since it was read."""
+
+
+def _json(text: Any) -> dict[str, Any]:
+    try:
+        data = json.loads(text or "{}")
+    except (ValueError, TypeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def evict_answer(code: int, body: dict[str, Any]) -> recycling.EvictAnswer:
+    """An Eviction answer -> data. A ``Status`` body with ``status: Failure`` is a failure whatever the
+    code (the code is then the body's own, when it has one)."""
+    failure_body = body.get("kind") == "Status" and body.get("status") == "Failure"
+    causes = (body.get("details") or {}).get("causes") or ()
+    cause = causes[0].get("reason") if causes and isinstance(causes[0], dict) else None
+    return recycling.EvictAnswer(
+        code=code, reason=body.get("reason") or None, cause=cause, message=str(body.get("message") or ""),
+        failure=failure_body and 200 <= code < 300)

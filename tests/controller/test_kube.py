@@ -1,0 +1,115 @@
+"""The API calls recycling and lifecycle rules make, against the emulator: every Eviction answer is
+data (code, Status reason, first cause), never an exception; scale and delete; conditional status
+patches."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from router.controller import crd, kube as kube_
+from router.decisions import deletion, recycling
+
+from .conftest import MSVC, NAMESPACE
+from .emulator import ClusterEmulator
+
+DEPLOYMENT = deletion.ObjectRef(api_version="apps/v1", kind="Deployment", name="llama")
+
+
+@pytest.fixture
+async def kube(cluster: Any) -> AsyncIterator[kube_.Kube]:
+    configuration = client.Configuration(host=str(cluster[1].url).rstrip("/"))
+    async with client.ApiClient(configuration) as api:
+        yield kube_.Kube(api)
+
+
+async def _pod(emu: ClusterEmulator, name: str = "a") -> str:
+    pod = await emu.put("v1/pods", {"metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "x"}},
+                                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    return str(pod["metadata"]["uid"])
+
+
+async def test_evict_success_is_201_and_sends_the_uid_and_no_grace(cluster: Any, kube: kube_.Kube) -> None:
+    emu, _ = cluster
+    uid = await _pod(emu)
+    answer = await kube.evict_pod(NAMESPACE, "a", uid)
+    assert answer == recycling.EvictAnswer(code=201)
+    (request,) = [r for r in emu._requests if r.subresource == "eviction"]
+    assert request.data == {"apiVersion": "policy/v1", "kind": "Eviction",
+                            "metadata": {"name": "a", "namespace": NAMESPACE},
+                            "deleteOptions": {"preconditions": {"uid": uid}}}
+
+
+async def test_evict_answers_are_data(cluster: Any, kube: kube_.Kube) -> None:
+    emu, _ = cluster
+    assert (await kube.evict_pod(NAMESPACE, "nobody", "u")).code == 404
+    await _pod(emu)
+    conflict = await kube.evict_pod(NAMESPACE, "a", "another-uid")
+    assert (conflict.code, conflict.reason) == (409, "Conflict")
+    await emu.put("policy/v1/poddisruptionbudgets", {"metadata": {"name": "llama", "namespace": NAMESPACE},
+                                                     "spec": {"selector": {}, "maxUnavailable": 0}})
+    uid = emu.get("v1/pods", NAMESPACE, "a")["metadata"]["uid"]  # type: ignore[index]
+    budget = await kube.evict_pod(NAMESPACE, "a", uid)
+    assert (budget.code, budget.reason, budget.cause) == (429, "TooManyRequests", "DisruptionBudget")
+    assert "disruption budget" in budget.message
+    emu.forbid("create", "pods/eviction")
+    forbidden = await kube.evict_pod(NAMESPACE, "a", uid)
+    assert (forbidden.code, forbidden.reason) == (403, "Forbidden") and "pods/eviction" in forbidden.message
+    emu.heal()
+    await emu.put("policy/v1/poddisruptionbudgets", {"metadata": {"name": "two", "namespace": NAMESPACE},
+                                                     "spec": {"selector": {}, "maxUnavailable": 1}})
+    failed = await kube.evict_pod(NAMESPACE, "a", uid)
+    assert failed.code == 500 and failed.message.startswith("This pod has more than one PodDisruptionBudget")
+
+
+def test_a_2xx_failure_status_is_a_failure() -> None:
+    answer = kube_.evict_answer(201, {"kind": "Status", "status": "Failure", "reason": "Odd", "message": "no",
+                                      "details": {"causes": [{"reason": "Something"}]}})
+    assert answer == recycling.EvictAnswer(code=201, reason="Odd", cause="Something", message="no", failure=True)
+    assert not kube_.evict_answer(201, {"kind": "Status", "status": "Success"}).failure
+
+
+async def test_no_answer_is_code_0(kube: kube_.Kube) -> None:
+    configuration = client.Configuration(host="http://127.0.0.1:9")  # discard port: nothing listens
+    async with client.ApiClient(configuration) as api:
+        answer = await kube_.Kube(api).evict_pod(NAMESPACE, "a", "u")
+    assert answer.code == 0 and "no answer" in answer.message
+
+
+async def test_scale_is_a_merge_patch_of_spec_replicas(cluster: Any, kube: kube_.Kube) -> None:
+    emu, _ = cluster
+    await emu.put("apps/v1/deployments", {"metadata": {"name": "llama", "namespace": NAMESPACE},
+                                          "spec": {"replicas": 3}})
+    await kube.scale(DEPLOYMENT, NAMESPACE, 0)
+    assert emu.get("apps/v1/deployments", NAMESPACE, "llama")["spec"]["replicas"] == 0  # type: ignore[index]
+    emu.forbid("patch", "deployments")
+    with pytest.raises(kube_.CallFailed) as caught:
+        await kube.scale(DEPLOYMENT, NAMESPACE, 0)
+    assert caught.value.failure.code == 403 and "PATCH apps/v1 deployments/llama" in caught.value.failure.call
+
+
+async def _msvc(emu: ClusterEmulator) -> dict[str, Any]:
+    return await emu.put(MSVC, {"apiVersion": f"{crd.group()}/{crd.version()}", "kind": "ModelService",
+                                "metadata": {"name": "llama", "namespace": NAMESPACE}, "spec": {}})
+
+
+async def test_delete_modelservice(cluster: Any, kube: kube_.Kube) -> None:
+    emu, _ = cluster
+    await _msvc(emu)
+    assert await kube.delete_modelservice(NAMESPACE, "llama") == 200
+    assert emu.get(MSVC, NAMESPACE, "llama") is None
+    assert await kube.delete_modelservice(NAMESPACE, "llama") == 404
+
+
+async def test_status_patch_with_a_stale_resource_version_is_a_conflict(cluster: Any, kube: kube_.Kube) -> None:
+    emu, _ = cluster
+    created = await _msvc(emu)
+    rv = created["metadata"]["resourceVersion"]
+    written = await kube.patch_modelservice_status(NAMESPACE, "llama", {"phase": "Deleting"}, rv)
+    assert written["status"] == {"phase": "Deleting"}
+    with pytest.raises(kube_.Conflict):
+        await kube.patch_modelservice_status(NAMESPACE, "llama", {"phase": None}, rv)
+    assert emu.get(MSVC, NAMESPACE, "llama")["status"] == {"phase": "Deleting"}  # type: ignore[index]
