@@ -31,3 +31,18 @@ class ControllerMetrics:
             "drain_router_controller_action_errors_total",
             "API errors while carrying out a decision (retried on the next pass), by action.",
             ["action"], registry=registry)
+        self.recycle_held_pods = Gauge(
+            "drain_router_controller_recycle_held_pods",
+            "Pods past their maximum lifetime and not recycled (0 or 1: one candidate at a time), per ModelService.",
+            ["namespace", "name"], registry=registry)
+        self.pods_recycled = Counter(
+            "drain_router_controller_pods_recycled_total",
+            "Pods evicted for being past their maximum lifetime.", registry=registry)
+        self.eviction_rejections = Counter(
+            "drain_router_controller_eviction_rejections_total",
+            "Evictions the API server refused, by why the pod is held (DisruptionBudget, Forbidden, "
+            "EvictionFailed) or, for a pod gone or replaced, the Status reason.",
+            ["reason"], registry=registry)
+        self.lifecycle_actions = Counter(
+            "drain_router_controller_lifecycle_actions_total",
+            "Lifecycle rules carried out, by policy.", ["policy"], registry=registry)

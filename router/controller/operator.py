@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+import aiohttp
 import kopf
 from kubernetes_asyncio import client, config as k8s_config
 from prometheus_client import CollectorRegistry, start_http_server
@@ -43,9 +44,9 @@ async def context(settings: settings_.ControllerSettings, *, configuration: clie
     too; otherwise kopf does its own in-cluster or kubeconfig login."""
     explicit = configuration is not None
     configuration = configuration or await load_configuration()
-    async with client.ApiClient(configuration) as api:
+    async with client.ApiClient(configuration) as api, aiohttp.ClientSession() as session:
         yield handlers.Context(
-            settings=settings, kube=kube_.Kube(api),
+            settings=settings, kube=kube_.Kube(api), session=session,
             metrics=metrics_.ControllerMetrics(registry or CollectorRegistry()),
             connection=connection_from(configuration) if explicit else None)
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from router.decisions import lifecycle, recycling
+
 DEFAULT_REQUEUE_SECS = 5.0
+DEFAULT_MAX_SLEEP_SECS = 60.0
 DEFAULT_METRICS_PORT = 9092
 
 
@@ -24,11 +27,29 @@ class ControllerSettings:
     """kopf's and the controller's log level."""
     finalizer: str = "drainrouter.dev/staged-deletion"
     """The finalizer that holds a ModelService until its teardown is over."""
+    max_sleep_secs: float = DEFAULT_MAX_SLEEP_SECS
+    """The recycling/lifecycle loop of a ModelService sleeps until its decisions' earliest requeue
+    time, but never longer than this: a spec change or a person scaling the Deployment back up
+    (which wakes a scaled-to-zero service) is noticed within it. 60 s: a few cheap reads and one
+    probe per pod per minute per ModelService."""
+    idle_probe_timeout_secs: float = recycling.IDLE_PROBE_TIMEOUT_SECS
+    """The idle probe's whole-request timeout (a timeout is a failed probe). Shortened only by tests."""
+    idle_recheck_secs: float = recycling.IDLE_RECHECK_SECS
+    """Probe a busy (or unanswering) recycling candidate again after this long. Shortened only by tests."""
+    recycle_retry_secs: float = recycling.RECYCLE_RETRY_SECS
+    """Retry a refused eviction (PDB 429, 403, any other failure) after this long. 30 s as in the
+    seed; shortened only by tests."""
+    lifecycle_buffer_secs: float = lifecycle.LIFECYCLE_REQUEUE_BUFFER_SECS
+    """Look again this long after a lifecycle rule's due time. Shortened only by tests."""
 
     def __post_init__(self) -> None:
         if bool(self.namespaces) == self.all_namespaces:
             raise ValueError("give --namespace (one or more) or --all-namespaces, not both and not neither")
-        if self.requeue_secs <= 0:
-            raise ValueError(f"requeue_secs={self.requeue_secs!r} must be positive")
+        for field in ("requeue_secs", "max_sleep_secs", "idle_probe_timeout_secs", "idle_recheck_secs",
+                      "recycle_retry_secs"):
+            if getattr(self, field) <= 0:
+                raise ValueError(f"{field}={getattr(self, field)!r} must be positive")
+        if self.lifecycle_buffer_secs < 0:
+            raise ValueError(f"lifecycle_buffer_secs={self.lifecycle_buffer_secs!r} must be >= 0")
         if not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics_port={self.metrics_port!r} is not a port")

@@ -197,13 +197,14 @@ def done_from(*, deployment_exists: bool, deployment_deleting: bool, deployment_
 
 
 def next_rule(rules: Sequence[Rule], clock: IdleClock, done: Mapping[Policy, bool], status: LifecycleStatus,
-              now: float) -> RuleDecision:
+              now: float, *, buffer_secs: float = LIFECYCLE_REQUEUE_BUFFER_SECS) -> RuleDecision:
     """The one rule to run this pass, if any. Purely computational function with no side effects.
 
     A rule is due when ``now >= idleSince + idleSeconds``; of the due rules not yet done, only the most
     impactful runs (DeleteSelf > DeleteWorkload > ScaleToZero), so after controller downtime an
     overdue DeleteSelf is not preceded by a pointless scale-down. Requeue at the next due time plus
-    :data:`LIFECYCLE_REQUEUE_BUFFER_SECS`; while busy, the smallest pending ``idleSeconds`` from now.
+    ``buffer_secs`` (:data:`LIFECYCLE_REQUEUE_BUFFER_SECS`, shortened only by tests); while busy, the
+    smallest pending ``idleSeconds`` from now.
     """
     new = LifecycleStatus(idle_since=clock.idle_since,
                           scaled_to_zero_at=None if clock.woke else status.scaled_to_zero_at)
@@ -212,11 +213,11 @@ def next_rule(rules: Sequence[Rule], clock: IdleClock, done: Mapping[Policy, boo
         return RuleDecision(status=new)
     if clock.idle_since is None:
         soonest = min(r.idle_seconds for r in pending)
-        return RuleDecision(status=new, requeue_at=now + soonest + LIFECYCLE_REQUEUE_BUFFER_SECS)
+        return RuleDecision(status=new, requeue_at=now + soonest + buffer_secs)
     idle_since = clock.idle_since
     due = [r for r in pending if now >= idle_since + r.idle_seconds]
     later = [idle_since + r.idle_seconds for r in pending if r not in due]
-    requeue = min(later) + LIFECYCLE_REQUEUE_BUFFER_SECS if later else None
+    requeue = min(later) + buffer_secs if later else None
     if not due:
         return RuleDecision(status=new, requeue_at=requeue)
     rule = max(due, key=lambda r: ORDER.index(r.policy))

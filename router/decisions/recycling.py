@@ -153,6 +153,9 @@ class HeldRecord:
     uid: str
     reason: HoldReason
     since: float
+    retry_at: float | None = None
+    """After a refused eviction (429, 403, any other failure): no new attempt on this pod before then,
+    however often the controller looks (persisted, so a restart keeps the wait)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,8 +208,9 @@ def deadline_of(spec: RecyclingSpec, pod: RecyclePod) -> float | None:
 
 
 def next_recycle(spec: RecyclingSpec, obs: WorkloadObservation, probe: ProbeResult | None,
-                 held: HeldRecord | None, now: float) -> RecycleDecision:
-    """One recycling pass. Purely computational function with no side effects; ``now`` is Unix seconds."""
+                 held: HeldRecord | None, now: float, *, recheck_secs: float = IDLE_RECHECK_SECS) -> RecycleDecision:
+    """One recycling pass. Purely computational function with no side effects; ``now`` is Unix seconds.
+    ``recheck_secs`` (:data:`IDLE_RECHECK_SECS`) is shortened only by tests."""
     active = [p for p in obs.pods if p.phase not in IGNORED_POD_PHASES]
     deadlines = {p.name: d for p in active if (d := deadline_of(spec, p)) is not None}
     expired = sorted((d, p.name, p) for p in active if (d := deadlines.get(p.name)) is not None and now >= d)
@@ -218,6 +222,8 @@ def next_recycle(spec: RecyclingSpec, obs: WorkloadObservation, probe: ProbeResu
     deadline, _, pod = expired[0]
     if gate is not None:
         return _hold(pod, deadline, gate, held, requeue_at=None)
+    if held is not None and held.uid == pod.uid and held.retry_at is not None and now < held.retry_at:
+        return _hold(pod, deadline, held.reason, held, requeue_at=held.retry_at, retry_at=held.retry_at)
     timeout = spec.idle_timeout_seconds
     if not spec.wait_for_idle or timeout == 0 or (timeout is not None and now >= deadline + timeout):
         return RecycleDecision(kind=Kind.EVICT, pod=pod, deadline=deadline, held=held)
@@ -225,21 +231,23 @@ def next_recycle(spec: RecyclingSpec, obs: WorkloadObservation, probe: ProbeResu
         return RecycleDecision(kind=Kind.PROBE, pod=pod, deadline=deadline, held=held)
     if probe.idle:
         return RecycleDecision(kind=Kind.EVICT, pod=pod, deadline=deadline, held=held)
-    recheck = now + IDLE_RECHECK_SECS
+    recheck = now + recheck_secs
     if timeout is not None:
         recheck = min(recheck, deadline + timeout)
     reason = HoldReason.IDLE_PROBE_FAILED if probe.failed else HoldReason.BUSY
     return _hold(pod, deadline, reason, held, requeue_at=recheck)
 
 
-def after_eviction(decision: RecycleDecision, answer: EvictAnswer, now: float) -> RecycleDecision:
+def after_eviction(decision: RecycleDecision, answer: EvictAnswer, now: float, *,
+                   retry_secs: float = RECYCLE_RETRY_SECS) -> RecycleDecision:
     """What an Evict decision became, given the API server's answer. Purely computational, no side
     effects. 2xx: recycled, standard requeue. 404/409: the pod is gone or replaced, observe again.
     429: held by a PodDisruptionBudget. 403: forbidden. Anything else (a 500 for a pod under two
-    PDBs, a 2xx saying Failure): failed. The last three retry after :data:`RECYCLE_RETRY_SECS`."""
+    PDBs, a 2xx saying Failure): failed. The last three retry after ``retry_secs``
+    (:data:`RECYCLE_RETRY_SECS`, shortened only by tests)."""
     pod, deadline = decision.pod, decision.deadline
     assert decision.kind is Kind.EVICT and pod is not None and deadline is not None, decision
-    retry = now + RECYCLE_RETRY_SECS
+    retry = now + retry_secs
     if 200 <= answer.code < 300 and not answer.failure:
         return RecycleDecision(kind=Kind.NOTHING, events=(Event(
             type="Normal", reason=EventReason.POD_RECYCLED,
@@ -247,15 +255,17 @@ def after_eviction(decision: RecycleDecision, answer: EvictAnswer, now: float) -
     if answer.code in (404, 409):
         return RecycleDecision(kind=Kind.NOTHING)
     if answer.code == 429:
-        return _hold(pod, deadline, HoldReason.DISRUPTION_BUDGET, decision.held, requeue_at=retry)
+        return _hold(pod, deadline, HoldReason.DISRUPTION_BUDGET, decision.held, requeue_at=retry, retry_at=retry)
     if answer.code == 403:
         warning = Event(type="Warning", reason=EventReason.POD_RECYCLE_FORBIDDEN,
                         message=f"create pods/eviction forbidden for pod {pod.name}: {answer.message}; "
-                                f"retrying in {RECYCLE_RETRY_SECS:g}s")
-        return _hold(pod, deadline, HoldReason.FORBIDDEN, decision.held, requeue_at=retry, extra=(warning,))
+                                f"retrying in {retry_secs:g}s")
+        return _hold(pod, deadline, HoldReason.FORBIDDEN, decision.held, requeue_at=retry, retry_at=retry,
+                     extra=(warning,))
     warning = Event(type="Warning", reason=EventReason.POD_RECYCLE_FAILED,
                     message=f"eviction of pod {pod.name} failed ({answer.code}): {answer.message}")
-    return _hold(pod, deadline, HoldReason.EVICTION_FAILED, decision.held, requeue_at=retry, extra=(warning,))
+    return _hold(pod, deadline, HoldReason.EVICTION_FAILED, decision.held, requeue_at=retry, retry_at=retry,
+                 extra=(warning,))
 
 
 def _desired(deployment: DeploymentObservation) -> int:
@@ -282,9 +292,9 @@ def _gate(obs: WorkloadObservation, active: list[RecyclePod]) -> tuple[Deploymen
 
 
 def _hold(pod: RecyclePod, deadline: float, reason: HoldReason, previous: HeldRecord | None,
-          requeue_at: float | None, extra: tuple[Event, ...] = ()) -> RecycleDecision:
+          requeue_at: float | None, extra: tuple[Event, ...] = (), retry_at: float | None = None) -> RecycleDecision:
     """Hold ``pod``: record why; ``PodRecycleHeld`` only the first time this pod (by UID) is held."""
-    record = HeldRecord(pod=pod.name, uid=pod.uid, reason=reason, since=deadline)
+    record = HeldRecord(pod=pod.name, uid=pod.uid, reason=reason, since=deadline, retry_at=retry_at)
     first = previous is None or previous.uid != pod.uid
     events = extra + ((Event(type="Warning", reason=EventReason.POD_RECYCLE_HELD,
                              message=f"pod {pod.name} is past its maximum lifetime and not recycled: "

@@ -60,8 +60,10 @@ class Operator:
     ``KopfRunner`` does: on stop, kopf cancels every task of its loop that it did not start with,
     which in the test's loop would include pytest's own. ``stop()`` and ``start()`` again."""
 
-    def __init__(self, server: kmock.Server) -> None:
+    def __init__(self, server: kmock.Server, **overrides: Any) -> None:
         self.server = server
+        self.overrides = overrides
+        """ControllerSettings fields on top of the tests' defaults (short waits)."""
         self.thread: threading.Thread | None = None
         self.stop_flag = threading.Event()
         self.ctx: handlers.Context | None = None
@@ -70,7 +72,8 @@ class Operator:
     async def start(self) -> None:
         from router.controller import operator
 
-        settings = settings_.ControllerSettings(namespaces=(NAMESPACE,), requeue_secs=REQUEUE, metrics_port=0)
+        settings = settings_.ControllerSettings(**{
+            "namespaces": (NAMESPACE,), "requeue_secs": REQUEUE, "metrics_port": 0, **self.overrides})
         configuration = client.Configuration(host=str(self.server.url).rstrip("/"))
         self.stop_flag, ready = threading.Event(), threading.Event()
 
@@ -99,6 +102,24 @@ class Operator:
             self.thread = None
         if self.error is not None and not isinstance(self.error, asyncio.CancelledError):
             raise self.error
+
+
+@pytest.fixture()
+async def start_operator(cluster: tuple[ClusterEmulator, kmock.Server]) -> AsyncIterator[Callable[..., Any]]:
+    """Factory: ``await start_operator(recycle_retry_secs=1.0, ...)``; stopped after the test."""
+    started: list[Operator] = []
+
+    async def start(**overrides: Any) -> Operator:
+        op = Operator(cluster[1], **overrides)
+        await op.start()
+        started.append(op)
+        return op
+
+    try:
+        yield start
+    finally:
+        for op in started:
+            await op.stop()
 
 
 @pytest.fixture()

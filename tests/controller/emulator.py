@@ -151,6 +151,18 @@ def _ready(pod: dict[str, Any]) -> bool:
                for c in (pod.get("status") or {}).get("conditions") or ())
 
 
+@attrs.frozen(kw_only=True)
+class Eviction:
+    """One eviction request as the API server saw it."""
+
+    pod: str
+    uid: str
+    code: int
+    at: float
+    unsettled: tuple[str, ...]
+    """Pods of the namespace terminating or not Ready when it arrived (before it was applied)."""
+
+
 @attrs.define(kw_only=True)
 class ClusterEmulator(kmock.KubernetesEmulator):
     clock: Any = time.time
@@ -163,8 +175,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     _faults: dict[Any, tuple[int, str, str]] = attrs.field(factory=dict, init=False)
     _forbidden: set[tuple[str, str]] = attrs.field(factory=set, init=False)
     _ips: Any = attrs.field(factory=lambda: itertools.count(2), init=False)
-    evictions: list[tuple[str, str, int]] = attrs.field(factory=list, init=False)
-    """(pod name, UID precondition, answer code) of every eviction asked for, in order."""
+    evictions: list[Eviction] = attrs.field(factory=list, init=False)
+    """Every eviction asked for, in order."""
     on_pod_deleted: Callable[[dict[str, Any]], None] | None = None
     """Called (under the lock, must not block) when a pod is marked deleted; the process-backed
     kubelet uses it to SIGTERM the pod's router."""
@@ -472,9 +484,14 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         if request.resource == kmock.resource("v1/pods") and request.subresource == "eviction" \
                 and request.method == "POST":
             async with self._lock:
+                unsettled = sorted(o.raw["metadata"]["name"] for k, o in self.objects.items()
+                                   if k[0] == kmock.resource("v1/pods") and k[1] == request.namespace
+                                   and not o.deleted and (o.raw["metadata"].get("deletionTimestamp")
+                                                          or not _ready(o.raw)))
                 code, body = self._evict(request.namespace, request.name, request.data or {})
-                self.evictions.append((request.name, ((request.data or {}).get("deleteOptions") or {}).get(
-                    "preconditions", {}).get("uid", ""), code))
+                self.evictions.append(Eviction(
+                    pod=request.name, code=code, at=self.clock(), unsettled=tuple(unsettled),
+                    uid=((request.data or {}).get("deleteOptions") or {}).get("preconditions", {}).get("uid", "")))
                 await self._flush()
             return aiohttp.web.json_response(body, status=code)
         if request.resource is not None and action in (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE):

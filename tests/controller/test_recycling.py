@@ -39,7 +39,8 @@ def _held(data: dict[str, Any] | None) -> recycling.HeldRecord | None:
     if data is None:
         return None
     return recycling.HeldRecord(pod=data["pod"], uid=data.get("uid", f"uid-{data['pod']}"),
-                                reason=recycling.HoldReason(data["reason"]), since=T0 + data["since"])
+                                reason=recycling.HoldReason(data["reason"]), since=T0 + data["since"],
+                                retry_at=None if data.get("retryAt") is None else T0 + data["retryAt"])
 
 
 @pytest.mark.parametrize("row", ROWS)
@@ -86,6 +87,9 @@ def test_next_recycle(row: dict[str, Any]) -> None:
         got = None if decision.held is None else {"pod": decision.held.pod, "reason": decision.held.reason.value,
                                                   "since": decision.held.since - T0}
         assert got == expect["held"]
+    if "retryAt" in expect:
+        assert decision.held is not None
+        assert decision.held.retry_at == (None if expect["retryAt"] is None else T0 + expect["retryAt"])
     if "condition" in expect:
         cond = recycling.condition_for(decision.held, now)
         assert (cond.type, {"status": cond.status, "reason": cond.reason}) == ("RecycleHeld", expect["condition"])
