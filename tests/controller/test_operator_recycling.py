@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from router.decisions import durations
+
 from . import fake_routers
 from .conftest import NAMESPACE, eventually
 from .rules_scenario import condition, gauge, held, make_service, pods, ready_pods, status
@@ -34,12 +36,24 @@ async def _settled(emu: Any, replicas: int) -> list[dict[str, Any]]:
 
 
 async def test_one_eviction_at_a_time_oldest_deadline_first(cluster: Any, routers: Any, start_operator: Any) -> None:
-    """1. three pods start one after another 2. all expire 3. the operator evicts. Result: the three
-    original pods go oldest first, each eviction only once the previous replacement is Ready and
-    nothing else is terminating; every eviction carries the pod's UID."""
-    emu, _ = cluster
-    await make_service(emu, admin_port=routers.port, replicas=3, recycling={"maxPodLifetimeSeconds": 2})
+    """1. three pods start one after another (scaled up one at a time, so their deadlines differ
+    and their generated names say nothing about age) 2. all expire 3. the operator evicts. Result:
+    the three original pods go oldest deadline first, each eviction only once the previous
+    replacement is Ready and nothing else is terminating; every eviction carries the pod's UID."""
+    emu, server = cluster
+    await make_service(emu, admin_port=routers.port, replicas=1, recycling={"maxPodLifetimeSeconds": 1})
+    await _settled(emu, 1)
+    for replicas in (2, 3):
+        response = await server.client.patch(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
+                                             json={"spec": {"replicas": replicas}},
+                                             headers={"Content-Type": "application/merge-patch+json"})
+        assert response.status == 200
+        await _settled(emu, replicas)
     originals = await _settled(emu, 3)
+    starts = [p["status"]["startTime"] for p in originals]
+    assert len(set(starts)) == 3, starts
+    last = durations.parse_time(max(starts)) + 1
+    await eventually(lambda: time.time() > last, what="all three expired before the operator starts")
     await start_operator(**FAST)
     names = [p["metadata"]["name"] for p in originals]
     uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in originals}
