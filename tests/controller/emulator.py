@@ -169,6 +169,9 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     rbac: list[Rule] | None = None
     """``None``: everything allowed. A list of rules: only what they grant, the rest 403 (requests
     carrying :data:`ADMIN_HEADER`, the tests' own, are exempt)."""
+    ready_after: float = 0.2
+    """Seconds after its start that a Deployment's pod turns Ready (the process-backed kubelet instead
+    waits for the pod's router to answer)."""
     pdb_controller_paused: bool = False
     """While set, PodDisruptionBudget status is not recomputed (``observedGeneration`` lags)."""
     _rv: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
@@ -267,15 +270,15 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             pdbs.append((key, obj.raw))
         return pdbs
 
-    async def deployments(self, interval: float = 0.05, ready_after: float = 0.2) -> None:
+    async def deployments(self, interval: float = 0.05) -> None:
         """The Deployment controller and the pods' readiness, in one loop, until cancelled: each
         Deployment (not deleting) keeps ``spec.replicas`` (default 1) pods it owns from
-        ``spec.template``, each with ``startTime`` and a ``podIP``, Ready ``ready_after`` seconds after
-        it started; surplus pods are deleted gracefully, newest first; status counts follow."""
+        ``spec.template``, each with ``startTime`` and a ``podIP``, Ready some seconds after
+        it started (:attr:`ready_after`); surplus pods are deleted gracefully, newest first; status counts follow."""
         while True:
             await asyncio.sleep(interval)
             async with self._lock:
-                self._reconcile_deployments(ready_after)
+                self._reconcile_deployments(self.ready_after)
                 await self._flush()
 
     def _reconcile_deployments(self, ready_after: float) -> None:
