@@ -349,7 +349,7 @@ async def _recycling_pass(ctx: Context, fresh: Mapping[str, Any], workload: obse
         old = _condition(current.get("conditions"), condition.type)
         same_condition = old is not None and (old.get("status"), old.get("reason")) == (condition.status,
                                                                                          condition.reason)
-        if (current.get("recycling") or {}).get("held") == new_held and same_condition:
+        if _compact((current.get("recycling") or {}).get("held") or {}) == _compact(new_held or {}) and same_condition:
             return None
         return {"recycling": {"held": new_held},
                 "conditions": merge_condition(current.get("conditions"), condition.type, condition.status,
@@ -409,7 +409,8 @@ async def _lifecycle_pass(ctx: Context, fresh: Mapping[str, Any], spec: deletion
 
     def build(current: Mapping[str, Any]) -> dict[str, Any] | None:
         old = _condition(current.get("conditions"), "LifecycleRulesValid")
-        if current.get("lifecycle") == new_lifecycle and old is not None and old.get("status") == "True":
+        if _compact(current.get("lifecycle") or {}) == _compact(new_lifecycle) and old is not None \
+                and old.get("status") == "True":
             return None
         return {"lifecycle": new_lifecycle,
                 "conditions": merge_condition(current.get("conditions"), "LifecycleRulesValid", "True", "Valid",

@@ -1,0 +1,138 @@
+"""Lifecycle rules end to end through the real operator, against the emulator and stand-in routers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from router.decisions import durations
+
+from . import fake_routers
+from .conftest import MSVC, NAMESPACE, eventually
+from .rules_scenario import condition, deployment, make_service, patches_to, ready_pods, status
+from .scenario import delete_order, event_messages, events, exists
+
+FAST = {"idle_recheck_secs": 0.2, "recycle_retry_secs": 1.0, "max_sleep_secs": 0.5, "lifecycle_buffer_secs": 0.1}
+
+
+@pytest.fixture
+async def routers() -> AsyncIterator[fake_routers.FakeRouters]:
+    async with fake_routers.running() as r:
+        r.idle_since = time.time()
+        yield r
+
+
+def _rules(*pairs: tuple[str, int]) -> dict[str, Any]:
+    return {"rules": [{"policy": p, "condition": {"idleSeconds": s}} for p, s in pairs]}
+
+
+async def test_scale_to_zero_keeps_the_route_and_records_it(cluster: Any, routers: Any, start_operator: Any) -> None:
+    """1. one idle pod (served, idle since now) 2. ScaleToZero after 1 s. Result: spec.replicas 0,
+    status.lifecycle.scaledToZeroAt set, the route and the ModelService kept, one
+    LifecycleScaledToZero event, the action counted once."""
+    emu, _ = cluster
+    await make_service(emu, admin_port=routers.port, lifecycle=_rules(("ScaleToZero", 1)))
+    await eventually(lambda: len(ready_pods(emu)) == 1, what="a Ready pod")
+    op = await start_operator(**FAST)
+    await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)
+    lifecycle = status(emu)["lifecycle"]
+    assert lifecycle["scaledToZeroAt"] and lifecycle["idleSince"]
+    assert durations.parse_time(lifecycle["scaledToZeroAt"]) >= durations.parse_time(lifecycle["idleSince"]) + 1
+    assert (condition(emu, "LifecycleRulesValid") or {}).get("status") == "True"
+    await eventually(lambda: status(emu)["lifecycle"] and not ready_pods(emu), what="pods gone", timeout=10)
+    passes = len(emu._requests)
+    await eventually(lambda: len(emu._requests) > passes + 10, what="more passes")
+    assert exists(emu, "gateway.networking.k8s.io/v1/httproutes") and exists(emu, MSVC)
+    assert events(emu).count(("Normal", "LifecycleScaledToZero")) == 1
+    assert len(patches_to(emu, "deployments")) == 1, "scaled once, not on every pass"
+    assert op.ctx.metrics.registry.get_sample_value("drain_router_controller_lifecycle_actions_total",
+                                                    {"policy": "ScaleToZero"}) == 1
+
+
+async def test_busy_router_keeps_the_clock_null(cluster: Any, routers: Any, start_operator: Any) -> None:
+    emu, _ = cluster
+    await make_service(emu, admin_port=routers.port, lifecycle=_rules(("ScaleToZero", 1)))
+    (pod,) = await eventually(lambda: ready_pods(emu), what="a Ready pod")
+    routers.busy(pod["status"]["podIP"])
+    await start_operator(**FAST)
+    await eventually(lambda: "lifecycle" in status(emu), what="the lifecycle status", timeout=10)
+    asked = len(routers.asked)
+    await eventually(lambda: len(routers.asked) > asked + 5, what="more probes", timeout=10)
+    assert status(emu)["lifecycle"].get("idleSince") is None  # null in a merge patch removes the key
+    assert deployment(emu)["spec"]["replicas"] == 1
+
+
+async def test_only_the_most_impactful_overdue_rule_runs(cluster: Any, routers: Any, start_operator: Any) -> None:
+    """The operator was down past every threshold (the stored idle clock is an hour old). Result:
+    only DeleteSelf runs: the Deployment is never scaled, the ModelService is deleted and its
+    finalizer's staged teardown removes the route before the workload."""
+    emu, _ = cluster
+    routers.idle_since = time.time() - 3600
+    await make_service(emu, admin_port=routers.port,
+                       lifecycle=_rules(("ScaleToZero", 1), ("DeleteWorkload", 2), ("DeleteSelf", 3)),
+                       status={"lifecycle": {"idleSince": durations.format_time(time.time() - 3600)}})
+    await eventually(lambda: len(ready_pods(emu)) == 1, what="a Ready pod")
+    await start_operator(**FAST)
+    await eventually(lambda: not exists(emu, MSVC), what="the ModelService deleted and released", timeout=20)
+    assert not patches_to(emu, "deployments"), "ScaleToZero must not run before DeleteSelf"
+    reasons = [r for _, r in events(emu)]
+    assert "LifecycleDeleteSelf" in reasons and "LifecycleScaledToZero" not in reasons
+    assert "LifecycleDeleteWorkload" not in reasons
+    order = delete_order(emu)
+    assert order.index("httproutes/llama") < order.index("deployments/llama"), order
+
+
+async def test_delete_workload_runs_the_staged_teardown_and_keeps_the_service(cluster: Any, routers: Any,
+                                                                               start_operator: Any) -> None:
+    emu, _ = cluster
+    await make_service(emu, admin_port=routers.port, lifecycle=_rules(("DeleteWorkload", 1)))
+    await eventually(lambda: len(ready_pods(emu)) == 1, what="a Ready pod")
+    await start_operator(**FAST)
+    await eventually(lambda: (status(emu).get("deletion") or {}).get("stage") == "Released",
+                     what="the teardown released", timeout=20)
+    assert exists(emu, MSVC), "DeleteWorkload keeps the ModelService"
+    obj = emu.get(MSVC, NAMESPACE, "llama")
+    assert obj is not None and "drainrouter.dev/staged-deletion" in obj["metadata"].get("finalizers", [])
+    order = delete_order(emu)
+    assert order.index("httproutes/llama") < order.index("deployments/llama"), order
+    assert [r for _, r in events(emu)].count("LifecycleDeleteWorkload") == 1
+
+
+async def test_scaling_back_up_wakes_the_service(cluster: Any, routers: Any, start_operator: Any) -> None:
+    """1. scaled to zero by the rule 2. a person sets replicas 1. Result: scaledToZeroAt cleared, the
+    idle clock restarted at the wake, and the controller does not scale it down again at once."""
+    emu, server = cluster
+    await make_service(emu, admin_port=routers.port, lifecycle=_rules(("ScaleToZero", 2)))
+    await eventually(lambda: len(ready_pods(emu)) == 1, what="a Ready pod")
+    await start_operator(**FAST)
+    await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)
+    woke_at = time.time()
+    response = await server.client.patch(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
+                                         json={"spec": {"replicas": 1}},
+                                         headers={"Content-Type": "application/merge-patch+json"})
+    assert response.status == 200
+    await eventually(lambda: (status(emu).get("lifecycle") or {}).get("scaledToZeroAt") is None,
+                     what="scaledToZeroAt cleared", timeout=10)
+    idle_since = durations.parse_time(status(emu)["lifecycle"]["idleSince"])
+    assert idle_since >= woke_at - 0.01
+    assert deployment(emu)["spec"]["replicas"] == 1
+    assert len(patches_to(emu, "deployments")) == 2  # the rule's one, the person's one
+
+
+async def test_invalid_rules_act_on_nothing_and_warn_once_per_generation(cluster: Any, routers: Any,
+                                                                         start_operator: Any) -> None:
+    emu, _ = cluster
+    await make_service(emu, admin_port=routers.port, lifecycle=_rules(("ScaleToZero", 5), ("DeleteSelf", 5)))
+    await start_operator(**FAST)
+    await eventually(lambda: (condition(emu, "LifecycleRulesValid") or {}).get("reason") == "InvalidRules",
+                     what="LifecycleRulesValid False", timeout=10)
+    cond = condition(emu, "LifecycleRulesValid")
+    assert cond is not None and cond["status"] == "False" and "strictly after ScaleToZero" in cond["message"]
+    requests = len(emu._requests)
+    await eventually(lambda: len(emu._requests) > requests + 10, what="more passes")
+    warnings = [m for m in event_messages(emu) if m[1] == "InvalidLifecycleRules"]
+    assert len(warnings) == 1 and warnings[0][0] == "Warning"
+    assert not patches_to(emu, "deployments") and exists(emu, MSVC)
