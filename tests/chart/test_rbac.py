@@ -14,12 +14,13 @@ Rule = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 
 #: (apiGroups, resources, verbs) per namespace watched.
 EXPECTED_RULES: list[Rule] = [
-    (("drainrouter.dev",), ("modelservices",), ("get", "list", "watch", "patch")),
+    (("drainrouter.dev",), ("modelservices",), ("get", "list", "watch", "patch", "delete")),
     (("drainrouter.dev",), ("modelservices/status",), ("get", "patch")),
     (("",), ("events",), ("create",)),
     (("",), ("pods",), ("list", "delete")),
+    (("",), ("pods/eviction",), ("create",)),
     (("",), ("services",), ("get", "delete")),
-    (("apps",), ("deployments",), ("get", "delete")),
+    (("apps",), ("deployments",), ("get", "delete", "patch")),
     (("gateway.networking.k8s.io",), ("httproutes",), ("get", "delete")),
 ]
 #: Cluster-scoped, needed even in namespaced mode.

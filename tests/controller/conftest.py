@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -16,7 +17,9 @@ from kubernetes_asyncio import client
 
 from router.controller import crd, handlers, settings as settings_
 
-from .emulator import ClusterEmulator
+from tests.chart import conftest as chart
+
+from .emulator import ClusterEmulator, Rule, rules_of
 
 NAMESPACE = "ns"
 MSVC = f"{crd.group()}/{crd.version()}/{crd.plural()}"
@@ -36,10 +39,28 @@ async def eventually(check: Callable[[], Any], *, timeout: float = 30.0, interva
         await asyncio.sleep(interval)
 
 
+RBAC_ENV = "CONTROLLER_TEST_RBAC"
+"""``CONTROLLER_TEST_RBAC=1``: every emulated cluster allows only what the chart's rendered Role and
+ClusterRole grant (issue 10, scenario h: the whole controller suite passes in RBAC mode)."""
+
+
+helm = chart.helm
+"""The chart tests' session fixture (a pinned helm binary), reused here."""
+
+
+@pytest.fixture(scope="session")
+def chart_rules(helm: chart.Helm) -> list[Rule]:
+    """The controller's RBAC as the chart renders it by default (namespaced Role + nodes ClusterRole)."""
+    docs = helm.template()
+    return rules_of(chart.find(docs, "Role") + chart.find(docs, "ClusterRole"))
+
+
 @pytest.fixture()
-async def cluster() -> AsyncIterator[tuple[ClusterEmulator, kmock.Server]]:
+async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[tuple[ClusterEmulator, kmock.Server]]:
     spec = crd.load()["spec"]
     emulator = ClusterEmulator()
+    if os.environ.get(RBAC_ENV) == "1":
+        emulator.rbac = request.getfixturevalue("chart_rules")
     emulator.resources[MSVC] = kmock.ResourceInfo(
         kind=spec["names"]["kind"], namespaced=True, shortnames=set(spec["names"]["shortNames"]),
         subresources=set(spec["versions"][0]["subresources"]), verbs={"get", "list", "watch", "patch", "delete"})

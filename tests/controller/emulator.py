@@ -58,8 +58,9 @@ RESOURCES = {
 }
 
 
-ADMIN_HEADER = "X-Emulator-Admin"
-"""Sent by the tests' own HTTP calls, so RBAC mode checks only the controller's."""
+TEST_CLIENT = "kmock/"
+"""User-Agent prefix of the tests' own HTTP client (kmock's): RBAC mode checks only the
+controller's calls (kopf's and kubernetes_asyncio's)."""
 
 
 def _status(code: int, reason: str | None, message: str, *, name: str, success: bool = False) -> dict[str, Any]:
@@ -167,8 +168,8 @@ class Eviction:
 class ClusterEmulator(kmock.KubernetesEmulator):
     clock: Any = time.time
     rbac: list[Rule] | None = None
-    """``None``: everything allowed. A list of rules: only what they grant, the rest 403 (requests
-    carrying :data:`ADMIN_HEADER`, the tests' own, are exempt)."""
+    """``None``: everything allowed. A list of rules: only what they grant, the rest 403 (the tests'
+    own requests, User-Agent :data:`TEST_CLIENT`, are exempt)."""
     ready_after: float = 0.2
     """Seconds after its start that a Deployment's pod turns Ready (the process-backed kubelet instead
     waits for the pod's router to answer)."""
@@ -507,9 +508,10 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         return await kmock.KubernetesScaffold._handle(self, request)
 
     def _denied(self, request: Any) -> dict[str, Any] | None:
-        """The 403 ``Status`` for a request RBAC does not allow, ``None`` when allowed. Requests with
-        :data:`ADMIN_HEADER` (the tests' own) and non-resource URLs (discovery) are always allowed."""
-        if request.resource is None or request.resource.plural is None or request.headers.get(ADMIN_HEADER):
+        """The 403 ``Status`` for a request RBAC does not allow, ``None`` when allowed. The tests' own
+        requests (:data:`TEST_CLIENT`) and non-resource URLs (discovery) are always allowed."""
+        if request.resource is None or request.resource.plural is None \
+                or request.headers.get("User-Agent", "").startswith(TEST_CLIENT):
             return None
         if request.subresource == "eviction" and request.method == "POST":
             verb = "create"

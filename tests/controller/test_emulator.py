@@ -10,10 +10,11 @@ import kmock
 import pytest
 
 from .conftest import NAMESPACE, eventually
-from .emulator import ADMIN_HEADER, ClusterEmulator
+from .emulator import ClusterEmulator
 
 LABELS = {"app": "llama"}
-ADMIN = {ADMIN_HEADER: "1"}
+CONTROLLER = {"User-Agent": "kopf/1.45.2"}
+"""What the controller's own calls look like; the tests' kmock client is exempt from RBAC mode."""
 
 
 async def _pod(emu: ClusterEmulator, name: str, *, ready: bool = True, phase: str = "Running",
@@ -29,12 +30,14 @@ async def _pdb(emu: ClusterEmulator, name: str = "llama", **spec: Any) -> None:
         "metadata": {"name": name, "namespace": NAMESPACE}, "spec": {"selector": {"matchLabels": LABELS}, **spec}})
 
 
-async def _evict(server: kmock.Server, name: str, uid: str | None = None) -> tuple[int, dict[str, Any]]:
+async def _evict(server: kmock.Server, name: str, uid: str | None = None,
+                 headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
                             "metadata": {"name": name, "namespace": NAMESPACE}}
     if uid is not None:
         body["deleteOptions"] = {"preconditions": {"uid": uid}}
-    response = await server.client.post(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/eviction", json=body)
+    response = await server.client.post(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/eviction", json=body,
+                                        headers=headers)
     return response.status, await response.json()
 
 
@@ -200,8 +203,8 @@ async def test_rbac_mode_allows_only_the_rules_with_a_real_status_body(cluster: 
     emu, server = cluster
     pod = await _pod(emu, "a")
     emu.rbac = [(("",), ("pods",), ("list",))]
-    assert (await server.client.get(f"/api/v1/namespaces/{NAMESPACE}/pods")).status == 200
-    code, body = await _evict(server, "a", pod["metadata"]["uid"])
+    assert (await server.client.get(f"/api/v1/namespaces/{NAMESPACE}/pods", headers=CONTROLLER)).status == 200
+    code, body = await _evict(server, "a", pod["metadata"]["uid"], headers=CONTROLLER)
     assert code == 403
     assert body == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Forbidden",
                     "message": 'pods "a" is forbidden: User "system:serviceaccount:drain-router:drain-router-'
@@ -209,17 +212,20 @@ async def test_rbac_mode_allows_only_the_rules_with_a_real_status_body(cluster: 
                                'namespace "ns"',
                     "details": {"name": "a", "group": "", "kind": "pods"}, "code": 403}
     assert not _terminating(emu, "a"), "a refused call never mutates"
-    assert (await server.client.get("/api/v1")).status == 200, "discovery needs no rule"
-    admin = await server.client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/a", headers=ADMIN)
-    assert admin.status == 200, "the tests' own calls are exempt"
+    assert (await server.client.get("/api/v1", headers=CONTROLLER)).status == 200, "discovery needs no rule"
+    denied = await server.client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/a", headers=CONTROLLER)
+    assert denied.status == 403, "get is not list"
+    own = await server.client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/a")
+    assert own.status == 200, "the tests' own calls are exempt"
 
 
 async def test_forbid_takes_one_verb_on_one_resource_away(cluster: Any) -> None:
     emu, server = cluster
+    emu.rbac = None  # forbid() on its own, also under CONTROLLER_TEST_RBAC=1
     pod = await _pod(emu, "a")
     emu.forbid("create", "pods/eviction")
-    assert (await _evict(server, "a", pod["metadata"]["uid"]))[0] == 403
-    assert (await server.client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/a")).status == 200
+    assert (await _evict(server, "a", pod["metadata"]["uid"], headers=CONTROLLER))[0] == 403
+    assert (await server.client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/a", headers=CONTROLLER)).status == 200
     assert not _terminating(emu, "a")
     emu.heal()
-    assert (await _evict(server, "a", pod["metadata"]["uid"]))[0] == 201
+    assert (await _evict(server, "a", pod["metadata"]["uid"], headers=CONTROLLER))[0] == 201

@@ -5,10 +5,11 @@ and kopf's namespace and CRD scanning is off, so no namespaces or customresource
 tests/chart/test_rbac.py pins this list: broadening it fails the test on purpose.
 */}}
 {{- define "drain-router.controllerRules" -}}
-# Watch ModelServices; add/remove the finalizer and kopf's progress annotations (patch).
+# Watch ModelServices; add/remove the finalizer and kopf's progress annotations (patch); delete one
+# whose lifecycle rule DeleteSelf is due (its finalizer then runs the staged teardown).
 - apiGroups: [drainrouter.dev]
   resources: [modelservices]
-  verbs: [get, list, watch, patch]
+  verbs: [get, list, watch, patch, delete]
 # The staged-deletion status, written before each action.
 - apiGroups: [drainrouter.dev]
   resources: [modelservices/status]
@@ -21,21 +22,25 @@ tests/chart/test_rbac.py pins this list: broadening it fails the test on purpose
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, delete]
+# Pod recycling: one Eviction at a time (UID precondition), so PodDisruptionBudgets are respected.
+- apiGroups: [""]
+  resources: [pods/eviction]
+  verbs: [create]
 # The workload's Service (Uninstalling stage).
 - apiGroups: [""]
   resources: [services]
   verbs: [get, delete]
-# The workload's Deployment (Uninstalling stage).
+# The workload's Deployment: read for recycling's stability gate, deleted in the Uninstalling stage,
+# patched (spec.replicas only) by the lifecycle rule ScaleToZero.
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, delete]
+  verbs: [get, delete, patch]
 # The route (RouteRemoving stage).
 - apiGroups: [gateway.networking.k8s.io]
   resources: [httproutes]
   verbs: [get, delete]
 # Other kinds listed in a ModelService's spec.workload need get and delete here: add them with
-# controller.rbac.extraRules. (Pod recycling and lifecycle rules, when built, will add
-# pods/eviction and deployments patch, with the code that needs them.)
+# controller.rbac.extraRules.
 {{- with .Values.controller.rbac.extraRules }}
 {{ toYaml . }}
 {{- end }}
