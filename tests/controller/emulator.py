@@ -181,6 +181,12 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     _ips: Any = attrs.field(factory=lambda: itertools.count(2), init=False)
     evictions: list[Eviction] = attrs.field(factory=list, init=False)
     """Every eviction asked for, in order."""
+    on_pod_created: Callable[[dict[str, Any]], None] | None = None
+    """Called (under the lock, must not block) for each pod the Deployment controller creates; the
+    process-backed kubelet starts the pod's router from it."""
+    pod_may_be_ready: Callable[[dict[str, Any]], bool] | None = None
+    """``None``: pods turn Ready :attr:`ready_after` seconds after they start. Set: also only once it
+    says so (the process-backed kubelet: once the pod's router listens)."""
     on_pod_deleted: Callable[[dict[str, Any]], None] | None = None
     """Called (under the lock, must not block) when a pod is marked deleted; the process-backed
     kubelet uses it to SIGTERM the pod's router."""
@@ -290,7 +296,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             status = pod.get("status") or {}
             start = status.get("startTime")
             if start and not _ready(pod) and not pod["metadata"].get("deletionTimestamp") \
-                    and status.get("phase") == "Running" and self.pod_may_be_ready(pod) \
+                    and status.get("phase") == "Running" \
+                    and (self.pod_may_be_ready is None or self.pod_may_be_ready(pod)) \
                     and now >= durations.parse_time(start) + ready_after:
                 self._write(key, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
         for key in [k for k, o in self.objects.items() if k[0] == deploy_res and not o.deleted]:
@@ -318,7 +325,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
                                       "podIP": self.allocate_ip(),
                                       "conditions": [{"type": "Ready", "status": "False"}]}
                 _, created = self._create(pods_res, template)
-                self.on_pod_created(created)
+                if self.on_pod_created is not None:
+                    self.on_pod_created(created)
             alive = [p for p in (self.objects[(pods_res, key[1], n)].raw for n in
                                  [k[2] for k, o in self.objects.items() if k[0] == pods_res and k[1] == key[1]
                                   and not o.deleted])
@@ -332,12 +340,6 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             if any(current.get(k) != v for k, v in status.items()):
                 self._write(key, {"status": status})
 
-    def pod_may_be_ready(self, pod: dict[str, Any]) -> bool:
-        """Hook: the process-backed kubelet says Ready only once the pod's router answers."""
-        return True
-
-    def on_pod_created(self, pod: dict[str, Any]) -> None:
-        """Hook: the process-backed kubelet starts the pod's router here."""
 
     async def set_node_ready(self, name: str, ready: bool) -> None:
         async with self._lock:

@@ -1,0 +1,123 @@
+"""Process-backed pods: the emulator's Deployment controller creates pods, and this kubelet stand-in
+runs a real ``drain-router serve`` for each one, bound to the pod's own loopback ``podIP``
+(127.0.0.2, .3, ...) on the ModelService's admin port, in front of one shared
+``drain-router fake-model``. A pod turns Ready once its router listens. When the pod is deleted
+(an eviction is a graceful delete), the router gets SIGTERM, exactly as a kubelet sends it; when the
+process exits the pod is removed, and its exit status is kept for the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kmock
+
+from tests.process import RouterProcess
+
+from .emulator import ClusterEmulator
+
+
+@dataclasses.dataclass
+class PodProcess:
+    name: str
+    uid: str
+    ip: str
+    router: RouterProcess
+    exit_code: int | None = None
+    sigterm_sent: bool = False
+
+
+class ProcessKubelet:
+    def __init__(self, emulator: ClusterEmulator, *, upstream: str, admin_port: int, main_port: int,
+                 router_args: tuple[str, ...] = ()) -> None:
+        self.emulator = emulator
+        self.upstream, self.admin_port, self.main_port = upstream, admin_port, main_port
+        self.router_args = router_args
+        self.pods: dict[str, PodProcess] = {}
+        """uid -> the pod's router."""
+        self._tasks: set[asyncio.Task[Any]] = set()
+        emulator.on_pod_created = self._created
+        emulator.pod_may_be_ready = self._may_be_ready
+        emulator.on_pod_deleted = self._deleted
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _created(self, pod: dict[str, Any]) -> None:
+        self._spawn(self._run(pod["metadata"]["name"], pod["metadata"]["uid"], pod["metadata"]["namespace"],
+                              pod["status"]["podIP"]))
+
+    async def _run(self, name: str, uid: str, namespace: str, ip: str) -> None:
+        router = await RouterProcess.start(
+            "--host", ip, "--port", str(self.main_port), "--admin-host", ip, "--admin-port", str(self.admin_port),
+            "--upstream", self.upstream, *self.router_args)
+        process = self.pods[uid] = PodProcess(name=name, uid=uid, ip=ip, router=router)
+        pod = self.emulator.get("v1/pods", namespace, name)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):  # deleted while starting
+            self._sigterm(process)
+        process.exit_code = await router.wait(timeout=None)  # type: ignore[arg-type]
+        async with self.emulator._lock:  # the kubelet confirms the pod is gone once its container exited
+            key = self.emulator.key("v1/pods", namespace, name)
+            if key in self.emulator.objects and not self.emulator.objects[key].deleted \
+                    and self.emulator.objects[key].raw["metadata"].get("uid") == uid:
+                self.emulator._hard_delete(key)
+            await self.emulator._flush()
+
+    def _may_be_ready(self, pod: dict[str, Any]) -> bool:
+        process = self.pods.get(pod["metadata"]["uid"])
+        return process is not None and process.router.admin_port is not None and process.exit_code is None
+
+    def _deleted(self, pod: dict[str, Any]) -> None:
+        process = self.pods.get(pod["metadata"]["uid"])
+        if process is not None:
+            self._sigterm(process)
+
+    def _sigterm(self, process: PodProcess) -> None:
+        if process.router.proc.returncode is None and not process.sigterm_sent:
+            process.sigterm_sent = True
+            process.router.signal()
+
+    def by_name(self, name: str) -> PodProcess:
+        (process,) = [p for p in self.pods.values() if p.name == name]
+        return process
+
+    async def close(self) -> None:
+        for process in self.pods.values():
+            await process.router.kill()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+@contextlib.asynccontextmanager
+async def fake_model(*args: str) -> AsyncIterator[str]:
+    """One ``drain-router fake-model`` on 127.0.0.1; yields its URL."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "router", "fake-model", "--host", "127.0.0.1", "--port", "0", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 20)
+        event = json.loads(line)
+        assert event["event"] == "fake_model.listening", event
+        drain = asyncio.ensure_future(proc.stdout.read())  # keep the pipe from filling
+        yield f"http://127.0.0.1:{event['port']}"
+        drain.cancel()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+
+
+def pod_names(emulator: ClusterEmulator) -> list[str]:
+    return [k[2] for k, o in emulator.objects.items() if k[0] == kmock.resource("v1/pods") and not o.deleted]

@@ -1,0 +1,120 @@
+"""The controller and real routers cooperating (issue 10, scenarios a-c): process-backed pods
+(:mod:`process_pods`), each a real ``drain-router serve`` on its own loopback podIP in front of a
+shared ``drain-router fake-model``; the real operator against the emulator. The idle probe asks
+those routers, and an eviction's SIGTERM starts their drain."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from . import fake_routers, process_pods
+from .conftest import eventually
+from .rules_scenario import condition, gauge, held, make_service, ready_pods
+from .scenario import event_messages
+
+pytestmark = pytest.mark.slow
+
+FAST = {"idle_recheck_secs": 0.2, "recycle_retry_secs": 1.0, "max_sleep_secs": 0.5, "idle_probe_timeout_secs": 1.0}
+CHUNK_MS = 100
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[str]:
+    async with process_pods.fake_model("--interval-ms", str(CHUNK_MS)) as url:
+        yield url
+
+
+@pytest.fixture
+async def kubelet(cluster: Any, model: str) -> AsyncIterator[process_pods.ProcessKubelet]:
+    emu, _ = cluster
+    emu.ready_after = 0.0
+    kubelet = process_pods.ProcessKubelet(
+        emu, upstream=model, admin_port=fake_routers.free_port(), main_port=fake_routers.free_port(),
+        router_args=("--shutdown-drain-secs", "0", "--termination-grace-secs", "30"))
+    try:
+        yield kubelet
+    finally:
+        await kubelet.close()
+
+
+async def _stream(ip: str, port: int, chunks: int) -> tuple[int, list[str]]:
+    """One streamed completion through a pod's router; (status, the data lines)."""
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"http://{ip}:{port}/v1/completions",
+                                json={"stream": True, "chunks": chunks, "prompt": "x"},
+                                timeout=aiohttp.ClientTimeout(total=60)) as response:
+            body = await response.read()
+    return response.status, [line for line in body.decode().split("\n") if line.startswith("data: ")]
+
+
+async def _one_ready_pod(emu: Any, kubelet: process_pods.ProcessKubelet) -> tuple[dict[str, Any],
+                                                                                    process_pods.PodProcess]:
+    (pod,) = await eventually(lambda: ready_pods(emu), what="a Ready pod with its router listening", timeout=30)
+    return pod, kubelet.by_name(pod["metadata"]["name"])
+
+
+async def test_a_busy_pod_is_held_until_its_stream_ends_then_evicted_once(cluster: Any, kubelet: Any,
+                                                                          start_operator: Any) -> None:
+    """(a) 1. a slow stream through pod A 2. A expires. Result: no eviction; one PodRecycleHeld,
+    RecycleHeld True naming A, gauge 1. 3. the stream ends. Result: exactly one eviction with A's UID,
+    A's router drains and exits 0, the stream completed, gauge 0."""
+    emu, _ = cluster
+    await make_service(emu, admin_port=kubelet.admin_port, recycling={"maxPodLifetimeSeconds": 2})
+    pod, a = await _one_ready_pod(emu, kubelet)
+    stream = asyncio.ensure_future(_stream(a.ip, kubelet.main_port, chunks=60))  # ~6 s
+    op = await start_operator(**FAST)
+    await eventually(lambda: (held(emu) or {}).get("reason") == "Busy", what="A held Busy", timeout=15)
+    assert not stream.done(), "the stream must still run while A is held"
+    assert not emu.evictions
+    cond = condition(emu, "RecycleHeld")
+    assert cond is not None and cond["status"] == "True" and a.name in cond["message"]
+    await eventually(lambda: gauge(op) == 1, what="gauge 1")
+    status, lines = await asyncio.wait_for(stream, 30)
+    assert status == 200 and lines[-1] == "data: [DONE]" and len(lines) == 61, lines[-3:]
+    await eventually(lambda: a.exit_code is not None, what="A's router drained and exited", timeout=20)
+    assert a.exit_code == 0
+    assert [e.uid for e in emu.evictions if e.uid == a.uid] == [a.uid]
+    assert [e.code for e in emu.evictions if e.uid == a.uid] == [201]
+    assert [m for m in event_messages(emu) if m[1] == "PodRecycleHeld" and a.name in m[2]] == [
+        ("Warning", "PodRecycleHeld", f"pod {a.name} is past its maximum lifetime and not recycled: Busy")]
+    assert "drain.start" in a.router.names() or "drain.closing" in a.router.names()
+    await eventually(lambda: gauge(op) == 0 and (held(emu) or {}).get("uid") != a.uid, what="gauge 0")
+
+
+async def test_idle_timeout_evicts_a_busy_pod_and_its_stream_still_completes(cluster: Any, kubelet: Any,
+                                                                             start_operator: Any) -> None:
+    """(b) maxPodLifetimeIdleTimeoutSeconds 2: A is evicted while a stream runs through it; the
+    router drains and the stream still completes; the router exits 0."""
+    emu, _ = cluster
+    await make_service(emu, admin_port=kubelet.admin_port,
+                       recycling={"maxPodLifetimeSeconds": 1, "maxPodLifetimeIdleTimeoutSeconds": 2})
+    _, a = await _one_ready_pod(emu, kubelet)
+    stream = asyncio.ensure_future(_stream(a.ip, kubelet.main_port, chunks=80))  # ~8 s
+    await start_operator(**FAST)
+    await eventually(lambda: any(e.uid == a.uid and e.code == 201 for e in emu.evictions),
+                     what="A evicted while busy", timeout=20)
+    assert not stream.done(), "evicted while its stream runs"
+    status, lines = await asyncio.wait_for(stream, 30)
+    assert status == 200 and lines[-1] == "data: [DONE]" and len(lines) == 81
+    await eventually(lambda: a.exit_code is not None, what="A's router exited", timeout=20)
+    assert a.exit_code == 0
+
+
+async def test_nothing_listening_on_the_admin_port_is_held_and_never_evicted(cluster: Any, kubelet: Any,
+                                                                             start_operator: Any) -> None:
+    """(c) the ModelService names an admin port nothing listens on at the podIP: held
+    IdleProbeFailed, never evicted."""
+    emu, _ = cluster
+    await make_service(emu, admin_port=fake_routers.free_port(), recycling={"maxPodLifetimeSeconds": 1})
+    _, a = await _one_ready_pod(emu, kubelet)
+    await start_operator(**FAST)
+    await eventually(lambda: (held(emu) or {}).get("reason") == "IdleProbeFailed", what="IdleProbeFailed",
+                     timeout=15)
+    requests = len(emu._requests)
+    await eventually(lambda: len(emu._requests) > requests + 20, what="more passes", timeout=15)
+    assert not emu.evictions and a.exit_code is None
