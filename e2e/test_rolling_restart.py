@@ -1,7 +1,7 @@
 """The product's claim: no request lost across rolling restarts behind a probe-driven balancer.
 
-HAProxy checks each replica's /readyz every 200 ms (fall 1, rise 1), pools keep-alive connections to
-them and never retries. Clients stream completions through it while the replicas are restarted one
+Behind HAProxy and behind Envoy (each its own run): the balancer checks each replica's /readyz every
+200 ms (one failure out, one success in), pools keep-alive connections to them and never retries. Clients stream completions through it while the replicas are restarted one
 at a time with SIGTERM, five full cycles. With the drain on nothing may be lost; the same scenario
 with ``--shutdown-drain-secs 0`` must lose requests, which proves the harness can see a loss.
 """
@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import collections
 import time
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from e2e import haproxy
 from router.tools import cluster, load
 
 CYCLES = 5
@@ -43,22 +41,17 @@ def _describe(lost: list[load.Record]) -> str:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("drain_secs", [DRAIN_SECS, 0], ids=["drain-on", "drain-off"])
-async def test_rolling_restarts_through_haproxy(
-    drain_secs: int, haproxy_bin: str, start_fake_model: Any, start_replica: Any,
-    processes: list[cluster.Process], session: aiohttp.ClientSession, tmp_path: Path, report: list[str],
+async def test_rolling_restarts_through_balancer(
+    drain_secs: int, balancer_kind: str, start_fake_model: Any, start_replica: Any, start_balancer: Any,
+    session: aiohttp.ClientSession, report: list[str],
 ) -> None:
-    """1. clients stream through HAProxy to two replicas 2. each replica in turn: SIGTERM, wait for
-    its exit, start it again on the same port, wait until HAProxy sees it UP 3. five cycles.
+    """1. clients stream through the balancer to two replicas 2. each replica in turn: SIGTERM, wait for
+    its exit, start it again on the same port, wait until the balancer sees it UP 3. five cycles.
     Result: drain on, zero lost and the model server cancelled nothing; drain off, some lost."""
     model = await start_fake_model(chunks=CHUNKS, interval_ms=INTERVAL_MS)
     replicas = [await start_replica(f"replica-{i}", model.url, shutdown_drain_secs=drain_secs)
                 for i in range(REPLICAS)]
-    lb = haproxy.HAProxy(tmp_path / "haproxy", [haproxy.Server(r.name, r.port) for r in replicas],
-                         inter_ms=PROBE_INTER_MS)
-    processes.append(lb.process)
-    await lb.start()
-    for replica in replicas:
-        await lb.wait_status(replica.name, "UP")
+    lb = await start_balancer(balancer_kind, replicas, inter_ms=PROBE_INTER_MS)
 
     stream_load = load.Load(lb.url, clients=CLIENTS, chunks=CHUNKS, interval_ms=INTERVAL_MS)
     exit_codes: list[int] = []
@@ -80,7 +73,7 @@ async def test_rolling_restarts_through_haproxy(
     lost = stream_load.lost
     stats = await model.stats(session)
 
-    report.append(f"--shutdown-drain-secs {drain_secs}: {len(lost)} lost of {len(records)} requests, "
+    report.append(f"{balancer_kind}, --shutdown-drain-secs {drain_secs}: {len(lost)} lost of {len(records)} requests, "
                   f"{CYCLES} cycles x {REPLICAS} replicas in {elapsed:.1f}s"
                   + (f" ({_describe(lost)})" if lost else ""))
     assert exit_codes == [0] * (CYCLES * REPLICAS)

@@ -1,0 +1,47 @@
+"""The two real probe-driven load balancers of the e2e suite behind one small interface.
+
+Both HAProxy (``e2e/haproxy.py``) and Envoy (``e2e/envoy.py``) health-check each replica's ``/readyz``
+every ``inter_ms`` (one failure takes it out, one success puts it back), pool keep-alive connections
+to the replicas, never retry, and listen on 127.0.0.1 only. A scenario gets one through :func:`make`
+and uses ``url``, ``process``, ``start()`` and ``wait_status(name, "UP" | "DOWN")``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from e2e import envoy, haproxy
+from router.tools import cluster
+
+KINDS = ("haproxy", "envoy")
+
+
+class Balancer(Protocol):
+    process: cluster.Process
+
+    @property
+    def url(self) -> str: ...
+
+    async def start(self) -> None: ...
+
+    async def server_status(self) -> dict[str, str]: ...
+
+    async def wait_status(self, name: str, want: str, timeout: float = 10.0) -> None: ...
+
+
+def binary(kind: str) -> str | None:
+    if kind == "haproxy":
+        return haproxy.binary()
+    if kind == "envoy":
+        return envoy.binary()
+    raise ValueError(f"unknown balancer {kind!r}; one of {KINDS}")
+
+
+def make(kind: str, workdir: Path, servers: list[tuple[str, int]], *, inter_ms: int = 200) -> Balancer:
+    """A not yet started balancer of ``kind`` over ``servers`` (name, port)."""
+    if kind == "haproxy":
+        return haproxy.HAProxy(workdir, [haproxy.Server(n, p) for n, p in servers], inter_ms=inter_ms)
+    if kind == "envoy":
+        return envoy.Envoy(workdir, [envoy.Server(n, p) for n, p in servers], inter_ms=inter_ms)
+    raise ValueError(f"unknown balancer {kind!r}; one of {KINDS}")
