@@ -36,7 +36,8 @@ class ClientView:
     lost: int = 0
     """Every other request: error status, cut stream, no answer."""
     lost_after_kill: int = 0
-    """Of ``lost``: those that failed between a router's SIGKILL and the balancer seeing it down."""
+    """Of ``lost``: those that ended after a router's SIGKILL and were sent before the balancer
+    saw that router down."""
 
     @property
     def requests(self) -> int:
@@ -115,23 +116,35 @@ def reconcile(clients: ClientView, routers: RouterView, models: ModelView) -> Re
         mismatches.append(f"killed routers had {routers.killed_inflight} requests in flight but clients lost "
                           f"only {clients.lost_after_kill} after the kills")
 
-    # 3. Whole streams: each one a router completed, each one a model finished.
-    if not routers.completed - slack <= clients.ok <= routers.completed + routers.unresolved + slack:
-        mismatches.append(f"clients got {clients.ok} streams whole, routers completed {routers.completed} "
-                          f"(+{routers.unresolved} unresolved, window {slack})")
-    if abs(models.finished - routers.completed) > routers.unresolved + slack:
-        mismatches.append(f"models finished {models.finished} streams, routers completed {routers.completed} "
+    # 3. Whole streams, and streams the clients left. A client that leaves is seen leaving by the
+    #    router (client_aborted), unless the rest of the stream was already on its way (the balancer
+    #    passes the close on only at its next write): then the router completed it.
+    left_completed = clients.left - routers.client_aborted
+    if routers.client_aborted > clients.left + routers.unresolved + slack:
+        mismatches.append(f"routers counted {routers.client_aborted} client_aborted, but clients left only "
+                          f"{clients.left} streams")
+    delivered = clients.ok + max(0, left_completed)
+    if not routers.completed - slack <= delivered <= routers.completed + routers.unresolved + slack:
+        mismatches.append(f"clients got {clients.ok} streams whole (+{max(0, left_completed)} left after the "
+                          f"router had sent everything), routers completed {routers.completed} "
                           f"(+{routers.unresolved} unresolved, window {slack})")
 
-    # 4. Streams the clients left: the routers saw them leave, the models stopped generating.
-    if abs(clients.left - routers.client_aborted) > routers.unresolved + slack:
-        mismatches.append(f"clients left {clients.left} streams, routers counted {routers.client_aborted} "
-                          "client_aborted")
-    expected_cancelled = routers.client_aborted + routers.deadline_aborted + routers.killed_inflight
-    if abs(models.cancelled - expected_cancelled) > routers.unresolved + slack:
-        mismatches.append(f"models cancelled {models.cancelled} streams; routers account for {expected_cancelled} "
+    # 4. The model servers: every stream a router completed, a model finished; one a model finished
+    #    was completed, or its client left at the very end; every cancellation has a router reason.
+    if models.finished + slack < routers.completed:
+        mismatches.append(f"routers completed {routers.completed} streams, models finished only {models.finished}")
+    if models.finished > routers.completed + routers.client_aborted + routers.unresolved + slack:
+        mismatches.append(f"models finished {models.finished} streams, routers completed {routers.completed} "
+                          f"(+{routers.client_aborted} client_aborted, +{routers.unresolved} unresolved, "
+                          f"window {slack})")
+    reasons = routers.client_aborted + routers.deadline_aborted + routers.killed_inflight
+    if models.cancelled > reasons + routers.unresolved + slack:
+        mismatches.append(f"models cancelled {models.cancelled} streams; routers account for {reasons} "
                           f"(client_aborted {routers.client_aborted} + deadline_aborted {routers.deadline_aborted} "
                           f"+ killed in flight {routers.killed_inflight})")
+    if routers.client_aborted > models.cancelled + (models.finished - routers.completed) + slack:
+        mismatches.append(f"routers counted {routers.client_aborted} client_aborted, models cancelled only "
+                          f"{models.cancelled} (and finished {models.finished - routers.completed} more than completed)")
 
     # 5. A model crash cuts its streams: the router counts each as upstream_error.
     if routers.upstream_error + slack < models.crashed_active:

@@ -31,11 +31,21 @@ class ProcessFailed(RuntimeError):
     """A process exited or did not become ready in time. The message carries its log's tail."""
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port(host: str = LOOPBACK) -> int:
-    """A port nothing listens on right now (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on right now (the kernel's pick for port 0), never one this process
+    handed out before: the kernel may pick a just-released port again, and a replica whose admin
+    port equals its main port refuses to start."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no fresh free port after 100 tries")
 
 
 async def wait_until(predicate: Callable[[], Awaitable[bool]], *, timeout: float, what: str,
@@ -219,6 +229,41 @@ class Replica:
 
     async def readyz(self, session: aiohttp.ClientSession) -> tuple[int, Any]:
         return await get_json(session, f"{self.admin_url}/readyz")
+
+    async def metrics(self, session: aiohttp.ClientSession, *, timeout: float = 2.0) -> Scrape:
+        """One ``/metrics`` scrape (a consistent snapshot: the router renders it in one go)."""
+        async with session.get(f"{self.admin_url}/metrics", timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            resp.raise_for_status()
+            return parse_metrics(await resp.text())
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Scrape:
+    """What a router's ``/metrics`` said: requests by outcome, in flight, and its state."""
+
+    outcomes: dict[str, int]
+    """``drain_router_requests_total`` summed over ``code``, by ``outcome``."""
+    inflight: int
+    state: str | None
+
+
+def parse_metrics(text: str) -> Scrape:
+    """The parts of a router's Prometheus exposition the e2e reconciles. Pure."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    outcomes: dict[str, int] = {}
+    inflight = 0
+    state: str | None = None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "drain_router_requests_total":
+                outcome = sample.labels["outcome"]
+                outcomes[outcome] = outcomes.get(outcome, 0) + int(sample.value)
+            elif sample.name == "drain_router_inflight_requests":
+                inflight = int(sample.value)
+            elif sample.name == "drain_router_state" and sample.value == 1:
+                state = sample.labels["state"]
+    return Scrape(outcomes=outcomes, inflight=inflight, state=state)
 
 
 async def _wait_http_ok(session: aiohttp.ClientSession, process: Process, url: str, timeout: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import random
 import time
 from collections.abc import Callable
 
@@ -19,6 +20,8 @@ from router.tools import streams
 
 #: A stalled stream is a lost one: no chunk for this long and the client gives up.
 DEFAULT_READ_TIMEOUT_SECS = 15.0
+#: A slow reader's read size.
+SLOW_READ_BYTES = 256
 
 
 async def stream_completion(
@@ -31,8 +34,15 @@ async def stream_completion(
     headers: dict[str, str] | None = None,
     on_response: Callable[[aiohttp.ClientResponse], None] | None = None,
     read_timeout: float = DEFAULT_READ_TIMEOUT_SECS,
+    leave_after_chunks: int | None = None,
+    read_delay_secs: float = 0.0,
 ) -> streams.StreamResult:
-    """POST one streaming completion to ``url + path`` and read it to the end."""
+    """POST one streaming completion to ``url + path`` and read it to the end.
+
+    ``leave_after_chunks``: close the stream on purpose once that many chunks arrived (a user who
+    gives up; the result says ``left``). ``read_delay_secs``: a slow reader, pausing that long
+    after each read of at most ``SLOW_READ_BYTES``.
+    """
     body = {"model": "fake-model", "prompt": "drain", "stream": True, "chunks": chunks,
             "interval_ms": interval_ms}
     if path.endswith("/chat/completions"):
@@ -47,8 +57,16 @@ async def stream_completion(
             if on_response is not None:
                 on_response(resp)
             decoder = streams.SSEDecoder()
-            async for data in resp.content.iter_any():
+            reads = resp.content.iter_chunked(SLOW_READ_BYTES) if read_delay_secs else resp.content.iter_any()
+            async for data in reads:
                 events.extend(decoder.feed(data))
+                if leave_after_chunks is not None and len(events) >= leave_after_chunks and status == 200 \
+                        and streams.DONE not in events:
+                    resp.close()  # drop the connection now, as a browser tab closing does
+                    return streams.StreamResult(status=status, events=tuple(events), expected_chunks=chunks,
+                                                left=True)
+                if read_delay_secs:
+                    await asyncio.sleep(read_delay_secs)
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         return streams.StreamResult(status=status, events=tuple(events), expected_chunks=chunks,
                                     error=f"{type(exc).__name__}: {exc}")
@@ -80,16 +98,25 @@ class Load:
     chunks: int = 10
     interval_ms: int = 30
     path: str = "/v1/completions"
+    leave_fraction: float = 0.0
+    """Share of requests whose client leaves on purpose after a random number of chunks (may be
+    changed while running)."""
+    read_delay_secs: float = 0.0
+    """Every client reads slowly, pausing this long between small reads."""
+    seed: int | None = None
+    """For the random choices above (which requests leave, after how many chunks)."""
     records: list[Record] = dataclasses.field(default_factory=list)
     _stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
     _session: aiohttp.ClientSession | None = None
+    _rng: random.Random = dataclasses.field(default_factory=random.Random)
 
     @property
     def lost(self) -> list[Record]:
         return [r for r in self.records if r.outcome.lost]
 
     async def start(self) -> None:
+        self._rng = random.Random(self.seed)
         # limit=0: one pooled keep-alive connection per concurrent stream, no cap, like a gateway.
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.clients)]
@@ -106,8 +133,12 @@ class Load:
         assert self._session is not None
         while not self._stop.is_set():
             started = time.monotonic()
+            leave = None
+            if self.leave_fraction and self._rng.random() < self.leave_fraction:
+                leave = self._rng.randint(1, max(1, self.chunks - 1))
             result = await stream_completion(self._session, self.url, chunks=self.chunks,
-                                             interval_ms=self.interval_ms, path=self.path)
+                                             interval_ms=self.interval_ms, path=self.path,
+                                             leave_after_chunks=leave, read_delay_secs=self.read_delay_secs)
             outcome = streams.classify(result)
             self.records.append(Record(
                 started=started, finished=time.monotonic(), outcome=outcome, status=result.status,

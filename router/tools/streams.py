@@ -30,10 +30,12 @@ class Outcome(str, enum.Enum):
     """``[DONE]`` came, but sequence numbers are missing."""
     BAD_CHUNK = "bad_chunk"
     """A chunk that is not JSON with a ``seq``, out of order, repeated, or data after ``[DONE]``."""
+    LEFT = "left"
+    """The client closed the stream on purpose before its end (a user who gives up): not a loss."""
 
     @property
     def lost(self) -> bool:
-        return self is not Outcome.OK
+        return self not in (Outcome.OK, Outcome.LEFT)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +48,8 @@ class StreamResult:
     """The transport error the client hit, if any (before or after the status)."""
     expected_chunks: int | None = None
     """How many chunks the client asked for; ``None`` trusts the chunks' own ``total``."""
+    left: bool = False
+    """The client closed the stream on purpose after a 200 and some chunks."""
 
 
 def classify(result: StreamResult) -> Outcome:
@@ -54,6 +58,8 @@ def classify(result: StreamResult) -> Outcome:
         return Outcome.CONNECT_ERROR
     if result.status != 200:
         return Outcome.HTTP_ERROR
+    if result.left:
+        return Outcome.LEFT
     if result.error is not None:
         return Outcome.CUT
     if DONE not in result.events:

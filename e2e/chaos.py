@@ -1,0 +1,515 @@
+"""Faults during rolling restarts, behind a real balancer, with three views of every request reconciled.
+
+A :class:`Fleet` is what a Deployment of model pods looks like on this machine: ``pods`` pairs of a
+``drain-router fake-model`` and a ``drain-router serve`` in front of it (one model server per router,
+as in a pod), a real HAProxy or Envoy health-checking every router's ``/readyz``, and streaming
+clients through the balancer. :meth:`Fleet.cycle` restarts every pod once, one at a time, injecting
+one fault (:data:`FAULTS`) into one random pod's restart. :meth:`Fleet.finish` stops the clients,
+collects the three views (what the clients saw, each router lifetime's ``requests_total{outcome}``
+scraped before it exited, each model lifetime's ``/stats``) and reconciles them
+(``e2e/reconcile.py``). Used by ``e2e/test_faults.py`` (a few cycles in CI) and ``e2e/soak.py``
+(``make soak``, hundreds).
+
+How the router view is taken: after SIGTERM and once the balancer has marked the router down,
+nothing new reaches it, so a ``/metrics`` scrape (one consistent snapshot) that shows it draining or
+closing with nothing in flight is its final count. A router that exits between two scrapes with
+requests still in flight leaves those ``unresolved`` (said in the reconciliation, never hidden).
+Everything runs on 127.0.0.1; every wait polls with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import json
+import random
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+
+from e2e import balancers, reconcile
+from router.tools import cluster, load, streams
+
+DRAIN_SECS = 1
+"""Five probe intervals: the balancer has long taken the router out when it closes."""
+GRACE_SECS = 5
+"""Declared on every router: the deadline is t0 + 3 s, which only a stalled upstream reaches."""
+DEADLINE_SECS = GRACE_SECS - 2
+PROBE_MS = 200
+CLIENTS = 8
+CHUNKS = 8
+INTERVAL_MS = 30
+LEAVE_FRACTION = 0.3
+"""In the client-abort fault, the share of requests whose client leaves at a random chunk."""
+SLOW_CLIENTS = 2
+SLOW_CHUNKS = 40
+SLOW_READ_DELAY_SECS = 0.03
+"""A slow reader: 256-byte reads 30 ms apart, about 1.5 s per 40-chunk stream (inside the deadline)."""
+KILL_WINDOW_SLACK_SECS = 0.05
+"""A lost request belongs to a SIGKILL when it ended after the kill and was sent before the
+balancer was seen marking the router down (plus this much: the balancer decides a moment before
+its admin answer shows it). Sent, not ended: Envoy closes a cut client connection only after its
+``delayed_close_timeout`` (1 s), so the client sees a killed stream end a second later."""
+WAIT_SECS = 15.0
+
+
+@dataclasses.dataclass(slots=True)
+class Pod:
+    model: cluster.FakeModel
+    replica: cluster.Replica
+
+
+@dataclasses.dataclass(slots=True)
+class Ledger:
+    """The router and model views, accumulated over every process lifetime that ended."""
+
+    router: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    killed_inflight: int = 0
+    unresolved: int = 0
+    kill_window: int = 0
+    model: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    crashed_active: int = 0
+    crash_window: int = 0
+    kill_windows: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+    problems: list[str] = dataclasses.field(default_factory=list)
+    """Expectations of a fault that did not hold (exit codes, readiness, the expedite)."""
+
+    def add_model(self, stats: dict[str, int]) -> None:
+        for key in ("started", "finished", "cancelled"):
+            self.model[key] += stats[key]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CycleRow:
+    """One cycle's line of the loss table: what the clients saw of requests that ended in it."""
+
+    cycle: int
+    balancer: str
+    drain_secs: int
+    fault: str
+    target: str
+    requests: int
+    ok: int
+    left: int
+    lost: int
+    lost_kinds: dict[str, int]
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sample:
+    """A router's resident memory and open descriptors at one moment."""
+
+    t: float
+    router: str
+    pid: int
+    rss: int
+    fds: int
+
+
+class Fleet:
+    """Pods behind one balancer, streaming clients, and the ledger of everything that ended."""
+
+    def __init__(self, workdir: Path, balancer: str, session: aiohttp.ClientSession,
+                 register: Callable[[cluster.Process], None], *, pods: int = 2, steady: int = 0,
+                 drain_secs: int = DRAIN_SECS, seed: int | None = None) -> None:
+        """``steady`` more pods take traffic but are never restarted (the soak watches their RSS and
+        descriptors over the whole run); ``register`` receives every process for cleanup."""
+        self.workdir = workdir
+        self.kind = balancer
+        self.session = session
+        self.register = register
+        self.drain_secs = drain_secs
+        self.rng = random.Random(seed)
+        logs = workdir / "logs"
+        self.pods: list[Pod] = []
+        for i in range(pods + steady):
+            model = cluster.FakeModel(logs, name=f"model-{i}", chunks=CHUNKS, interval_ms=INTERVAL_MS)
+            replica = cluster.Replica(f"router-{i}", model.url, logs, shutdown_drain_secs=drain_secs,
+                                      termination_grace_secs=GRACE_SECS)
+            self.pods.append(Pod(model, replica))
+        self.rolled = self.pods[:pods]
+        self.lb = balancers.make(balancer, workdir / balancer, [(p.replica.name, p.replica.port) for p in self.pods],
+                                 inter_ms=PROBE_MS)
+        self.load = load.Load(self.lb.url, clients=CLIENTS, chunks=CHUNKS, interval_ms=INTERVAL_MS,
+                              seed=self.rng.randrange(2**32))
+        self.slow_loads: list[load.Load] = []
+        self.ledger = Ledger()
+        self.rows: list[CycleRow] = []
+        self.result: reconcile.Reconciliation | None = None
+        self.samples: list[Sample] = []
+
+    # -- setup and teardown ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for pod in self.pods:
+            self.register(pod.model.process)
+            self.register(pod.replica.process)
+            await pod.model.start(self.session)
+            await pod.replica.start(self.session)
+        self.register(self.lb.process)
+        await self.lb.start()
+        for pod in self.pods:
+            await self.lb.wait_status(pod.replica.name, "UP")
+        await self.load.start()
+
+    async def finish(self) -> reconcile.Reconciliation:
+        """Stop the clients, take every living process's final count, and reconcile the views."""
+        await self.load.stop()
+        records = self.records
+        for pod in self.pods:
+            scrape = await self._wait_scrape(pod.replica, lambda s: s.inflight == 0, "idle")
+            self.ledger.router.update(scrape.outcomes)
+            stats = await self._wait_model_idle(pod.model)
+            self.ledger.add_model(stats)
+        return reconcile.reconcile(self.client_view(records), self.router_view(), self.model_view())
+
+    @property
+    def records(self) -> list[load.Record]:
+        return self.load.records + [r for slow in self.slow_loads for r in slow.records]
+
+    def client_view(self, records: list[load.Record]) -> reconcile.ClientView:
+        def after_kill(r: load.Record) -> bool:
+            return any(r.finished >= kill and r.started <= down for kill, down in self.ledger.kill_windows)
+
+        counts = collections.Counter(r.outcome for r in records)
+        lost = [r for r in records if r.outcome.lost]
+        return reconcile.ClientView(ok=counts[streams.Outcome.OK], left=counts[streams.Outcome.LEFT],
+                                    lost=len(lost), lost_after_kill=sum(1 for r in lost if after_kill(r)))
+
+    def router_view(self) -> reconcile.RouterView:
+        c = self.ledger.router
+        return reconcile.RouterView(
+            completed=c["completed"], client_aborted=c["client_aborted"], upstream_error=c["upstream_error"],
+            deadline_aborted=c["deadline_aborted"], rejected=c["rejected"],
+            killed_inflight=self.ledger.killed_inflight, unresolved=self.ledger.unresolved,
+            kill_window=self.ledger.kill_window)
+
+    def model_view(self) -> reconcile.ModelView:
+        c = self.ledger.model
+        return reconcile.ModelView(started=c["started"], finished=c["finished"], cancelled=c["cancelled"],
+                                   crashed_active=self.ledger.crashed_active, crash_window=self.ledger.crash_window)
+
+    # -- one cycle --------------------------------------------------------------------------------
+
+    async def cycle(self, number: int, fault: str) -> CycleRow:
+        """Restart every rolled pod once, one at a time; ``fault`` strikes one of them, at random."""
+        started = time.monotonic()
+        target = self.rng.choice(self.rolled)
+        inject = FAULTS[fault]
+        for pod in self.rolled:
+            if pod is target:
+                await inject(self, pod)
+            else:
+                await self.restart(pod)
+        self.sample_resources()
+        now = time.monotonic()
+        ended = [r for r in self.records if started <= r.finished < now]
+        counts = collections.Counter(r.outcome for r in ended)
+        lost = {o.value: n for o, n in counts.items() if o.lost}
+        row = CycleRow(cycle=number, balancer=self.kind, drain_secs=self.drain_secs, fault=fault,
+                       target=target.replica.name, requests=len(ended), ok=counts[streams.Outcome.OK],
+                       left=counts[streams.Outcome.LEFT], lost=sum(lost.values()), lost_kinds=lost,
+                       seconds=time.monotonic() - started)
+        self.rows.append(row)
+        return row
+
+    def sample_resources(self) -> None:
+        now = time.monotonic()
+        for pod in self.pods:
+            pid = pod.replica.process.pid
+            if pid is None or not pod.replica.process.alive:
+                continue
+            try:
+                proc = psutil.Process(pid)
+                self.samples.append(Sample(now, pod.replica.name, pid, proc.memory_info().rss, proc.num_fds()))
+            except psutil.Error:
+                continue
+
+    # -- the pieces of a restart ------------------------------------------------------------------
+
+    async def restart(self, pod: Pod, *, second_sigterm: bool = False) -> None:
+        """SIGTERM, the final scrape, exit 0, start again, seen UP by the balancer."""
+        await self.stop_router(pod, second_sigterm=second_sigterm)
+        await self.start_router(pod)
+
+    async def stop_router(self, pod: Pod, *, second_sigterm: bool = False, expect_exit: int = 0) -> float:
+        """SIGTERM ``pod``'s router and count its lifetime; returns seconds from SIGTERM to exit."""
+        replica = pod.replica
+        t0 = time.monotonic()
+        replica.sigterm()
+        if self.drain_secs:
+            await self.lb.wait_status(replica.name, "DOWN")
+        if second_sigterm:
+            replica.sigterm()
+        scrape = await self._final_scrape(replica)
+        code = await replica.process.wait_exit(timeout=GRACE_SECS + WAIT_SECS)
+        took = time.monotonic() - t0
+        if code != expect_exit:
+            self.ledger.problems.append(f"{replica.name} exited {code}, expected {expect_exit}")
+        self.ledger.router.update(scrape.outcomes)
+        self.ledger.unresolved += scrape.inflight
+        return took
+
+    async def start_router(self, pod: Pod) -> None:
+        await pod.replica.start(self.session)
+        await self.lb.wait_status(pod.replica.name, "UP")
+
+    async def _final_scrape(self, replica: cluster.Replica) -> cluster.Scrape:
+        """Scrape until the router is draining or closing with nothing in flight (its final count),
+        or until it is gone; the last scrape taken."""
+        last: cluster.Scrape | None = None
+        deadline = time.monotonic() + GRACE_SECS + WAIT_SECS
+        while time.monotonic() < deadline:
+            try:
+                last = await replica.metrics(self.session, timeout=1.0)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                if not replica.process.alive:
+                    break
+                continue
+            if last.state in ("draining", "closing") and last.inflight == 0:
+                return last
+            await asyncio.sleep(cluster.POLL_SECS)
+        if last is None:
+            raise replica.process.failed("exited before a single /metrics scrape")
+        return last
+
+    async def _wait_scrape(self, replica: cluster.Replica, done: Callable[[cluster.Scrape], bool],
+                           what: str) -> cluster.Scrape:
+        box: list[cluster.Scrape] = []
+
+        async def ok() -> bool:
+            try:
+                box[:] = [await replica.metrics(self.session)]
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                if not replica.process.alive:
+                    raise replica.process.failed(f"exited while waiting for it to be {what}") from None
+                return False
+            return done(box[0])
+
+        await cluster.wait_until(ok, timeout=WAIT_SECS, what=f"{replica.name} {what}")
+        return box[0]
+
+    async def _wait_model_idle(self, model: cluster.FakeModel) -> dict[str, int]:
+        box: list[dict[str, int]] = []
+
+        async def idle() -> bool:
+            box[:] = [await model.stats(self.session)]
+            return box[0]["active"] == 0
+
+        await cluster.wait_until(idle, timeout=WAIT_SECS, what=f"{model.name} to have no stream open")
+        return box[0]
+
+    async def _wait_ready(self, replica: cluster.Replica, status: int, body_status: str) -> None:
+        async def reached() -> bool:
+            try:
+                code, body = await replica.readyz(self.session)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                if not replica.process.alive:
+                    raise replica.process.failed(f"exited before /readyz said {status}") from None
+                return False  # not listening yet
+            return code == status and isinstance(body, dict) and body.get("status") == body_status
+
+        await cluster.wait_until(reached, timeout=WAIT_SECS,
+                                 what=f"{replica.name} /readyz {status} {body_status}")
+
+
+# -- the faults: each restarts its pod in its own way ----------------------------------------------
+
+
+async def no_fault(fleet: Fleet, pod: Pod) -> None:
+    """Expected: nothing lost; exit 0. A plain rolling restart: SIGTERM, drain, exit, start again."""
+    await fleet.restart(pod)
+
+
+async def model_crash(fleet: Fleet, pod: Pod) -> None:
+    """Expected: the crashed model server's in-flight streams fail, each counted by its router as
+    ``upstream_error``, and so do the requests the router takes before its upstream health check
+    sees the crash; nothing else is lost. The router's /readyz follows the upstream health check
+    (503 ``upstream_unavailable``, so the balancer takes it out; 200 again once the model is back).
+
+    1. read the router's count and the model's /stats 2. SIGKILL the model server 3. the router
+    says upstream_unavailable, the balancer marks it down, its in-flight count drains to 0
+    4. restart the model server on the same port 5. the router is ready, the balancer has it UP
+    6. the pod's rolling restart as usual."""
+    replica, model = pod.replica, pod.model
+    before = await replica.metrics(fleet.session)
+    stats = await model.stats(fleet.session)
+    model.process.kill()
+    fleet.ledger.add_model(stats)
+    fleet.ledger.crashed_active += stats["active"]
+    await fleet._wait_ready(replica, 503, "upstream_unavailable")
+    await fleet.lb.wait_status(replica.name, "DOWN")
+    after = await fleet._wait_scrape(replica, lambda s: s.inflight == 0, "with nothing in flight after the crash")
+    # Streams the router completed around the crash: the model may have finished them after its read.
+    fleet.ledger.crash_window += after.outcomes.get("completed", 0) - before.outcomes.get("completed", 0)
+    await model.start(fleet.session)
+    await fleet._wait_ready(replica, 200, "ready")
+    await fleet.lb.wait_status(replica.name, "UP")
+    await fleet.restart(pod)
+
+
+async def router_kill(fleet: Fleet, pod: Pod) -> None:
+    """Expected: the router's in-flight streams are lost, as many as its /admin/inflight said just
+    before the SIGKILL, plus the requests the balancer sends to the dead address before its next
+    probe marks it down (a SIGKILL gives no drain); nothing after that, nothing on other pods.
+
+    1. read the model's /stats, the router's /metrics and /admin/inflight 2. SIGKILL the router's
+    process group 3. the balancer marks it down 4. the model server has cancelled the dead router's
+    streams 5. start the router again, seen UP."""
+    replica, model = pod.replica, pod.model
+    m0 = await model.stats(fleet.session)
+    scrape = await replica.metrics(fleet.session)
+    inflight = (await replica.inflight(fleet.session))["inflight"]
+    t_kill = time.monotonic()
+    replica.process.kill()
+    await fleet.lb.wait_status(replica.name, "DOWN")
+    t_down = time.monotonic()
+    m1 = await fleet._wait_model_idle(model)
+    fleet.ledger.router.update(scrape.outcomes)
+    fleet.ledger.killed_inflight += inflight
+    fleet.ledger.kill_window += (m1["started"] - m0["started"]) + (m1["finished"] - m0["finished"])
+    fleet.ledger.kill_windows.append((t_kill, t_down + KILL_WINDOW_SLACK_SECS))
+    await fleet.start_router(pod)
+
+
+async def stall_past_deadline(fleet: Fleet, pod: Pod) -> None:
+    """Expected: the streams stuck on the stalled model server are aborted at the deadline
+    (t0 + grace - 2 s, the grace declared), counted as ``deadline_aborted`` (as many as the router's
+    ``drain.deadline`` log line says it aborted), and the router exits 1; nothing else is lost.
+
+    1. SIGSTOP the model server (it stalls: no byte, no close) 2. SIGTERM the router 3. the balancer
+    marks it down; the router closes with its stuck streams in flight 4. the deadline aborts them,
+    exit 1 5. SIGCONT the model server 6. start the router again."""
+    replica, model = pod.replica, pod.model
+    model.process.signal(signal.SIGSTOP)
+    try:
+        replica.sigterm()
+        await fleet.lb.wait_status(replica.name, "DOWN")
+        # Closing: the listener is shut, the model frozen; the in-flight count can no longer move.
+        stuck = await fleet._wait_scrape(replica, lambda s: s.state == "closing", "closing")
+        code = await replica.process.wait_exit(timeout=GRACE_SECS + WAIT_SECS)
+    finally:
+        model.process.signal(signal.SIGCONT)
+    if code != 1:
+        fleet.ledger.problems.append(f"{replica.name} exited {code} after the deadline, expected 1")
+    aborted = _log_field(replica.process.log_path, "drain.deadline", "aborted")
+    if aborted != stuck.inflight:
+        fleet.ledger.problems.append(f"{replica.name}: {stuck.inflight} stuck in flight at closing, "
+                                     f"but drain.deadline says {aborted} aborted")
+    fleet.ledger.router.update(stuck.outcomes)
+    fleet.ledger.router["deadline_aborted"] += stuck.inflight
+    await fleet.start_router(pod)
+
+
+async def second_sigterm(fleet: Fleet, pod: Pod) -> None:
+    """Expected: nothing lost, exit 0, and sooner than the drain window: a second SIGTERM while
+    draining ends the window early, and in-flight streams still finish.
+
+    1. SIGTERM 2. the balancer marks it down 3. SIGTERM again 4. exit 0 before t0 + drain."""
+    took = await fleet.stop_router(pod, second_sigterm=True)
+    if fleet.drain_secs and took >= fleet.drain_secs:
+        fleet.ledger.problems.append(f"{pod.replica.name}: the second SIGTERM did not expedite "
+                                     f"({took:.2f}s to exit, drain window {fleet.drain_secs}s)")
+    closing_signal = _log_field(pod.replica.process.log_path, "drain.closing", "signal")
+    if fleet.drain_secs and closing_signal != "sigterm":
+        fleet.ledger.problems.append(f"{pod.replica.name}: closing came from {closing_signal!r}, not the second SIGTERM")
+    await fleet.start_router(pod)
+
+
+async def sigterm_during_startup(fleet: Fleet, pod: Pod) -> None:
+    """Expected: nothing lost; the router SIGTERMed while still starting exits 0 at once, and the
+    balancer never sends it a request.
+
+    1. the pod's router drains and exits as usual 2. its model server is frozen (SIGSTOP), so the
+    next router stays ``starting`` (its upstream health check cannot pass) 3. start the router; its
+    /readyz says 503 ``starting`` 4. SIGTERM: exit 0 5. SIGCONT the model server, start the router."""
+    replica, model = pod.replica, pod.model
+    await fleet.stop_router(pod)
+    model.process.signal(signal.SIGSTOP)
+    try:
+        replica.process.start()
+        await fleet._wait_ready(replica, 503, "starting")
+        replica.sigterm()
+        code = await replica.process.wait_exit(timeout=WAIT_SECS)
+    finally:
+        model.process.signal(signal.SIGCONT)
+    if code != 0:
+        fleet.ledger.problems.append(f"{replica.name}: SIGTERM during startup exited {code}, expected 0")
+    await fleet.start_router(pod)
+
+
+async def clients_leave(fleet: Fleet, pod: Pod) -> None:
+    """Expected: nothing lost; the streams whose clients leave at random points are counted
+    ``client_aborted`` by the routers and cancelled by the model servers, one for one.
+
+    1. 30 % of requests now leave after a random number of chunks 2. the pod's rolling restart
+    3. clients stop leaving."""
+    fleet.load.leave_fraction = LEAVE_FRACTION
+    try:
+        await fleet.restart(pod)
+    finally:
+        fleet.load.leave_fraction = 0.0
+
+
+async def slow_reader(fleet: Fleet, pod: Pod) -> None:
+    """Expected: nothing lost; streams read slowly (256-byte reads, 30 ms apart, about 1.5 s each)
+    through a restart all arrive whole, and the router still exits 0.
+
+    1. two slow-reading clients join 2. the pod's rolling restart 3. they finish their streams."""
+    slow = load.Load(fleet.lb.url, clients=SLOW_CLIENTS, chunks=SLOW_CHUNKS, interval_ms=5,
+                     read_delay_secs=SLOW_READ_DELAY_SECS, seed=fleet.rng.randrange(2**32))
+    fleet.slow_loads.append(slow)
+    await slow.start()
+    try:
+        await fleet.restart(pod)
+    finally:
+        await slow.stop()
+
+
+FAULTS: dict[str, Callable[[Fleet, Pod], Awaitable[None]]] = {
+    "none": no_fault,
+    "model_crash": model_crash,
+    "router_kill": router_kill,
+    "stall_past_deadline": stall_past_deadline,
+    "second_sigterm": second_sigterm,
+    "sigterm_during_startup": sigterm_during_startup,
+    "clients_leave": clients_leave,
+    "slow_reader": slow_reader,
+}
+
+
+def _log_field(path: Path, event: str, field: str) -> Any:
+    """``field`` of the last JSON log line with ``event`` in a router's log (None if there is none)."""
+    value = None
+    for line in path.read_text(errors="replace").splitlines():
+        if f'"{event}"' not in line:
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("event") == event:
+            value = entry.get(field)
+    return value
+
+
+def format_row(row: CycleRow) -> str:
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(row.lost_kinds.items()))
+    return (f"{row.cycle:>4}  {row.balancer:<7} drain {row.drain_secs}s  {row.fault:<22} {row.target:<9} "
+            f"{row.requests:>5} req {row.ok:>5} ok {row.left:>3} left {row.lost:>3} lost"
+            + (f" ({kinds})" if kinds else "") + f"  {row.seconds:.1f}s")
+
+
+def format_reconciliation(result: reconcile.Reconciliation) -> str:
+    explained = ", ".join(f"{k} {n}" for k, n in result.explained.items()) or "none"
+    lines = [f"{result.requests} requests, {result.lost} lost: explained {explained}; "
+             f"unaccounted {result.unaccounted}"]
+    lines += [f"  mismatch: {m}" for m in result.mismatches]
+    return "\n".join(lines)

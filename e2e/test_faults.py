@@ -1,0 +1,63 @@
+"""Faults during rolling restarts, behind HAProxy and behind Envoy, every request reconciled.
+
+Each test runs one fault of ``e2e/chaos.py`` (its docstring states the expected outcome) for
+``CYCLES`` rolling-restart cycles of two pods (a fake model server and a router each) behind a real
+balancer, then reconciles what the clients saw, what the routers counted and what the model servers
+served. With the drain on, every lost request must be accounted for by a view and every balance
+must hold; the drain-off control must show lost requests that no view accounts for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from e2e import chaos
+from router.tools import cluster
+
+CYCLES = 1
+
+
+async def _run(kind: str, fault: str, drain_secs: int, cycles: int, session: aiohttp.ClientSession,
+               processes: list[cluster.Process], tmp_path: Path, report: list[str]) -> chaos.Fleet:
+    fleet = chaos.Fleet(tmp_path, kind, session, processes.append, drain_secs=drain_secs, seed=15)
+    await fleet.start()
+
+    async def warm() -> bool:
+        return len(fleet.load.records) >= chaos.CLIENTS
+
+    await cluster.wait_until(warm, timeout=20, what="the first streams to finish")
+    for number in range(1, cycles + 1):
+        report.append(chaos.format_row(await fleet.cycle(number, fault)))
+    fleet.result = await fleet.finish()
+    report.append(chaos.format_reconciliation(fleet.result))
+    return fleet
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("fault", list(chaos.FAULTS))
+async def test_fault_during_rolling_restart(
+    fault: str, balancer_kind: str, session: aiohttp.ClientSession, processes: list[cluster.Process],
+    tmp_path: Path, report: list[str],
+) -> None:
+    """Expected, for every fault: its own expectations hold (exit codes, readiness, the expedite),
+    and every lost request is one the fault explains (see the fault's docstring in e2e/chaos.py)."""
+    fleet = await _run(balancer_kind, fault, chaos.DRAIN_SECS, CYCLES, session, processes, tmp_path, report)
+    assert fleet.ledger.problems == []
+    assert fleet.result.unaccounted == 0, chaos.format_reconciliation(fleet.result)
+    assert fleet.result.mismatches == (), chaos.format_reconciliation(fleet.result)
+
+
+@pytest.mark.timeout(90)
+async def test_drain_off_control_loses_unaccounted_requests(
+    balancer_kind: str, session: aiohttp.ClientSession, processes: list[cluster.Process], tmp_path: Path,
+    report: list[str],
+) -> None:
+    """Expected: with --shutdown-drain-secs 0, plain rolling restarts lose requests that no view
+    accounts for (the balancer still sends to a router that closed its listener): the
+    reconciliation can see a loss."""
+    fleet = await _run(balancer_kind, "none", 0, 2, session, processes, tmp_path, report)
+    assert fleet.ledger.problems == []
+    assert fleet.result.unaccounted > 0, chaos.format_reconciliation(fleet.result)
