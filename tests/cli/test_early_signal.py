@@ -25,11 +25,16 @@ def _entry_point() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "router"]
 
 
-def _survives(argv: list[str], delay: float, timeout: float = 15.0) -> int:
+def _router_argv() -> list[str]:
+    return [*_entry_point(), "serve", "--upstream", "http://127.0.0.1:9", "--host", "127.0.0.1", "--port", "0",
+            "--admin-host", "127.0.0.1", "--admin-port", "0", "--shutdown-drain-secs", "5", "--log-format", "json"]
+
+
+def _survives(argv: list[str], delay: float) -> int:
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(delay)  # the moment of the signal is what is under test
     proc.send_signal(signal.SIGTERM)
-    return proc.wait(timeout)
+    return proc.wait(15)
 
 
 def _floor() -> float:
@@ -51,18 +56,31 @@ def floor() -> float:
 
 @pytest.mark.parametrize("after_ms", [20, 50, 100])
 def test_sigterm_right_after_the_interpreters_floor_is_honoured(floor: float, after_ms: int) -> None:
-    """A router killed at floor + N ms fails the test only if a bare interpreter signalled 20 ms
-    earlier than it, right after, survives: then the router was slower than the floor + 20 ms. If the
-    bare interpreter dies too, the machine was momentarily slower than when the floor was measured
-    (other processes on the cores): that trial says nothing and is run again, up to 5 times."""
-    argv = [*_entry_point(), "serve", "--upstream", "http://127.0.0.1:9", "--host", "127.0.0.1", "--port", "0",
-            "--admin-host", "127.0.0.1", "--admin-port", "0", "--shutdown-drain-secs", "5", "--log-format", "json"]
+    """The router, signalled at the floor + N ms, survives. A trial where it dies counts against it
+    only when a bare interpreter signalled 20 ms earlier, right after, survives (the router was
+    slower than the floor + 20 ms); two such trials fail the test. A trial where the bare one dies
+    too says only that the machine was busier than when the floor was measured (other processes on
+    the two cores), and is run again."""
+    argv = _router_argv()
     delay = floor + after_ms / 1000
-    for _ in range(5):
-        code = _survives(argv, delay)
-        if code == 0:
+    confirmed = 0
+    for _ in range(6):
+        router = _survives(argv, delay)
+        if router == 0:
             return
-        bare = _survives([sys.executable, "-c", BARE], delay - 0.020)
-        assert bare != 0, (f"SIGTERM at {floor * 1000:.0f} + {after_ms} ms killed the router (exit {code}), "
-                           f"while a bare interpreter survived one 20 ms earlier")
-    raise AssertionError("the machine stayed too slow to tell (a bare interpreter died 5 times)")
+        if _survives([sys.executable, "-c", BARE], delay - 0.020) == 0:
+            confirmed += 1
+            assert confirmed < 2, (f"SIGTERM at {floor * 1000:.0f} + {after_ms} ms killed the router (exit {router}) "
+                                   "twice, while a bare interpreter signalled 20 ms earlier survived")
+    raise AssertionError("the machine stayed too busy to tell (the bare interpreter died too)")
+
+
+def test_the_entry_point_loads_nothing_heavy_before_its_recorder() -> None:
+    """What the console script imports before the recorder is installed: the ``router`` package and
+    ``router.entry`` only; no click, no configuration, no event loop, no aiohttp, no structlog."""
+    probe = ("import sys; import router.entry; "
+             "print(','.join(m for m in ('click', 'router.config', 'router.cli', 'aiohttp', 'uvloop', 'structlog',"
+             " 'router.proxy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "", f"loaded before the recorder: {done.stdout.strip()}"
