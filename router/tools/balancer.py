@@ -81,8 +81,7 @@ class Balancer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
-        server = site._server  # noqa: SLF001  (the asyncio server: the only way to read port 0's pick)
-        self.port = int(server.sockets[0].getsockname()[1]) if server and server.sockets else port
+        self.port = site.port  # the bound port (port 0 picks one)
         self._probes = asyncio.create_task(self._probe_loop())
 
     async def stop(self) -> None:

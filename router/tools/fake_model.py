@@ -258,7 +258,7 @@ async def serve(settings: Settings, *, host: str, port: int, uds: str | None, ex
     else:
         site = web.TCPSite(runner, host, port)
     await site.start()
-    address: dict[str, Any] = {"uds": uds} if uds else {"host": host, "port": _bound_port(site, port)}
+    address: dict[str, Any] = {"uds": uds} if uds else {"host": host, "port": runner.addresses[0][1]}
     _log("fake_model.listening", **address, chunks=settings.chunks, interval_ms=settings.interval_ms,
          first_token_ms=settings.first_token_ms, exit_on_sigterm=exit_on_sigterm)
     try:
@@ -268,12 +268,6 @@ async def serve(settings: Settings, *, host: str, port: int, uds: str | None, ex
         _log("fake_model.stopping", active=app[COUNTERS].active)
         await runner.cleanup()  # stops listening, waits for running streams up to shutdown_timeout
         _log("fake_model.stopped", **app[COUNTERS].as_dict())
-
-
-def _bound_port(site: web.BaseSite, asked: int) -> int:
-    server = site._server  # noqa: SLF001  (aiohttp keeps the asyncio server here; needed for port 0)
-    sockets = getattr(server, "sockets", None) or []
-    return int(sockets[0].getsockname()[1]) if sockets else asked
 
 
 def _log(event: str, **fields: Any) -> None:
