@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -14,15 +13,6 @@ from prometheus_client import CollectorRegistry
 from router import config
 from router.proxy import lifecycle
 from tests import upstream as upstream_mod
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until it holds, failing after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 class RunningRouter:

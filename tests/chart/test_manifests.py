@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.chart import values_sets
-from tests.chart.conftest import CHART, KUBE_VERSION, NAMESPACE, RELEASE, Helm, find, model_deployment, one
+from tests.chart.helm import CHART, KUBE_VERSION, NAMESPACE, RELEASE, Helm, find, model_deployment, one
 
 #: CRD-defined kinds that kubernetes-validate has no schema for; checked by the tests below instead.
 NOT_IN_KUBERNETES_SCHEMAS = {("gateway.networking.k8s.io/v1", "HTTPRoute"), ("drainrouter.dev/v1alpha1", "ModelService")}

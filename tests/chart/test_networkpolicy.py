@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.chart import values_sets
-from tests.chart.conftest import Helm, find, model_deployment, one
+from tests.chart.helm import Helm, find, model_deployment, one
 
 
 def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.chart import values_sets
-from tests.chart.conftest import Helm, containers, find, flag, model_deployment, one
+from tests.chart.helm import Helm, containers, find, flag, model_deployment, one
 
 
 @pytest.fixture(params=values_sets.WITH_WORKLOAD)

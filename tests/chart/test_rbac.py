@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.chart import values_sets
-from tests.chart.conftest import NAMESPACE, RELEASE, Helm, find, one
+from tests.chart.helm import NAMESPACE, RELEASE, Helm, find, one
 
 Rule = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 

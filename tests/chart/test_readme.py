@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from tests.chart.conftest import CHART, REPO
+from tests.chart.helm import CHART, REPO
 
 
 def _generator():

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.chart.conftest import Helm, containers, flag
+from tests.chart.helm import Helm, containers, flag
 
 
 @pytest.mark.parametrize(("values", "expected"), [

@@ -12,7 +12,7 @@ import signal
 import aiohttp
 
 from router.proxy import tuning
-from tests.conftest import wait_until
+from tests.waiting import wait_until
 from tests.process import RouterProcess
 from tests.upstream import sse_events
 

@@ -28,7 +28,7 @@ from tests.blackbox import (
     reset,
     status_of,
 )
-from tests.conftest import wait_until
+from tests.waiting import wait_until
 from tests.process import RouterProcess
 
 Start = Callable[..., Awaitable[RouterProcess]]

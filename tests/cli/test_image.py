@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.conftest import wait_until
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"

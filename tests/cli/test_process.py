@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 import pytest
 
-from tests.conftest import wait_until
+from tests.waiting import wait_until
 from tests.process import RouterProcess
 from tests.upstream import sse_events
 

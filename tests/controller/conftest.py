@@ -17,7 +17,8 @@ from kubernetes_asyncio import client
 
 from router.controller import crd, handlers, settings as settings_
 
-from tests.chart import conftest as chart
+from tests.chart import conftest as chart_fixtures
+from tests.chart import helm as chart
 
 from .emulator import ClusterEmulator, Rule, rules_of
 
@@ -44,7 +45,7 @@ RBAC_ENV = "CONTROLLER_TEST_RBAC"
 ClusterRole grant (issue 10, scenario h: the whole controller suite passes in RBAC mode)."""
 
 
-helm = chart.helm
+helm = chart_fixtures.helm
 """The chart tests' session fixture (a pinned helm binary), reused here."""
 
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.waiting import wait_until
 from tests.upstream import sse_events
 
 

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-from tests.conftest import wait_until
+from tests.waiting import wait_until
 from tests.upstream import sse_events
 
 

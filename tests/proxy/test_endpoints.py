@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from tests import upstream as upstream_mod
-from tests.conftest import wait_until
+from tests.waiting import wait_until
 
 
 async def test_probes_on_both_listeners_metrics_admin_only(fake_upstream, start_router, http):

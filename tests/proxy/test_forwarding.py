@@ -16,7 +16,7 @@ import pytest
 
 from router.tools.cluster import free_port
 from tests import upstream as upstream_mod
-from tests.conftest import wait_until
+from tests.waiting import wait_until
 from tests.upstream import sse_events
 
 

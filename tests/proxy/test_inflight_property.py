@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from router import config
 from router.proxy import lifecycle
 from tests import upstream as upstream_mod
-from tests.conftest import wait_until
+from tests.waiting import wait_until
 
 KINDS = ("completed", "slow", "abort_mid_stream", "abort_in_prefill", "upstream_cut", "oversized", "upgrade")
 EXPECTED_OUTCOME = {

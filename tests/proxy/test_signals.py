@@ -8,7 +8,7 @@ import os
 import signal
 
 from router.proxy import signals
-from tests.conftest import wait_until
+from tests.waiting import wait_until
 
 
 async def test_capture_replays_dispatches_and_restores() -> None:
