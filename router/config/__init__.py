@@ -14,11 +14,33 @@ default, help and parser (:func:`setting`); the CLI generates its options from t
 from __future__ import annotations
 
 import dataclasses
-import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Literal
 
+from router.config.values import (
+    ConfigError,
+    Flag,
+    Upstream,
+    boolean,
+    choice,
+    flag_name,
+    integer,
+    parse_int,
+    parse_seconds,
+    parse_upstream,
+    path,
+    port,
+    required_seconds,
+    seconds,
+    setting,
+    text,
+    upstream,
+)
 from router.decisions import advisory
+
+__all__ = ["Config", "ConfigError", "Flag", "Upstream", "build_config", "flag_name", "parse_int", "parse_seconds",
+           "parse_upstream", "settings"]
+
 
 #: The Kubernetes default ``terminationGracePeriodSeconds``, assumed when the operator declares none:
 #: defined once, beside the advisory that compares against it (decisions import nothing of ours).
@@ -47,199 +69,35 @@ LOG_FORMATS = ("json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-class ConfigError(ValueError):
-    """A configuration value that cannot work. Names the flag, the value and the remedy."""
-
-    def __init__(self, field: str, value: object, reason: str) -> None:
-        self.field = field
-        self.value = value
-        self.reason = reason
-        super().__init__(f"{flag_name(field)}={value!r}: {reason}")
-
-
-def flag_name(field: str) -> str:
-    """``shutdown_drain_secs`` -> ``--shutdown-drain-secs``."""
-    return "--" + field.replace("_", "-")
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Upstream:
-    """Where the model server listens: TCP ``http://host:port`` or a Unix socket path."""
-
-    url: str
-    """The upstream exactly as given."""
-    base_url: str
-    """The URL requests are sent to (for a Unix socket, a placeholder host; the socket is the path)."""
-    host: str
-    """Host name for TCP upstreams; ``localhost`` for a Unix socket."""
-    port: int | None
-    """TCP port, ``None`` for a Unix socket."""
-    unix_path: str | None = None
-    """Socket path when the upstream is ``unix:/path``."""
-
-
-# --------------------------------------------------------------------------------------------------
-# Settings: each field of the tree below says once its flag, its default, its help and its parser.
-# The CLI generates its options from them (router.cli), build_config() parses with them.
-
-Parser = Callable[[str, object], Any]
-"""``parse(key, raw) -> value``: raw is a string (flag or variable) or a Python value (tests)."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Flag:
-    """How one setting is given: ``--<name>`` and ``DRAIN_ROUTER_<NAME>``."""
-
-    name: str
-    help: str
-    parse: Parser
-    metavar: str | None = None
-    choices: tuple[str, ...] | None = None
-    boolean: bool = False
-
-    @property
-    def key(self) -> str:
-        """The keyword of :func:`build_config` and the ``field`` of a :class:`ConfigError`."""
-        return self.name.replace("-", "_")
-
-
-def setting(default: Any, flag: Flag) -> Any:
-    """A dataclass field with its flag (``dataclasses.MISSING`` as default: the flag is required)."""
-    if default is dataclasses.MISSING:
-        return dataclasses.field(metadata={"flag": flag})
-    return dataclasses.field(default=default, metadata={"flag": flag})
-
-
-def _plural(n: int, unit: str) -> str:
-    return f"{n} {unit}" if n == 1 else f"{n} {unit}s"
-
-
-def parse_seconds(key: str, value: object, *, minimum: int = 0, optional: bool = False) -> int | None:
-    """Whole seconds, at least ``minimum``. Rejects negatives, fractions and words, naming the flag.
-    The only place a user's text becomes a duration."""
-    if value is None or value == "":
-        if optional:
-            return None
-        raise ConfigError(key, value, "a whole number of seconds is required")
-    if isinstance(value, bool):
-        raise ConfigError(key, value, "must be a whole number of seconds")
-    if isinstance(value, int):
-        seconds = value
-    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-        seconds = int(value.strip())
-    else:
-        raise ConfigError(key, value, "must be a whole number of seconds (no fractions or units), e.g. 30")
-    if seconds < minimum:
-        raise ConfigError(key, value, f"must be at least {_plural(minimum, 'second')}")
-    return seconds
-
-
-def parse_int(key: str, value: object, *, minimum: int, maximum: int | None = None) -> int:
-    if isinstance(value, bool):
-        raise ConfigError(key, value, "must be a whole number")
-    try:
-        number = int(value) if isinstance(value, int) else int(str(value).strip())
-    except ValueError:
-        raise ConfigError(key, value, "must be a whole number") from None
-    if number < minimum or (maximum is not None and number > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-        raise ConfigError(key, value, f"must be {bound}")
-    return number
-
-
-def _seconds(*, minimum: int = 0, optional: bool = False) -> Parser:
-    return lambda key, value: parse_seconds(key, value, minimum=minimum, optional=optional)
-
-
-def _required_seconds(*, minimum: int = 0) -> Parser:
-    def parse(key: str, value: object) -> int:
-        seconds = parse_seconds(key, value, minimum=minimum)
-        assert seconds is not None  # not optional: parse_seconds raised instead
-        return seconds
-
-    return parse
-
-
-def _integer(*, minimum: int, maximum: int | None = None, optional: bool = False) -> Parser:
-    def parse(key: str, value: object) -> int | None:
-        if optional and value in (None, ""):
-            return None
-        return parse_int(key, value, minimum=minimum, maximum=maximum)
-
-    return parse
-
-
-def _text(key: str, value: object) -> str:
-    return str(value)
-
-
-def _choice(choices: tuple[str, ...]) -> Parser:
-    def parse(key: str, value: object) -> str:
-        text = str(value).lower()
-        if text not in choices:
-            raise ConfigError(key, value, f"must be one of {', '.join(choices)}")
-        return text
-
-    return parse
-
-
-def _path(key: str, value: object) -> str | None:
-    if value in (None, ""):
-        return None
-    text = str(value)
-    if not text.startswith("/"):
-        raise ConfigError(key, value, "must start with '/', e.g. /health")
-    return text
-
-
-def _boolean(key: str, value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise ConfigError(key, value, "must be true or false")
-
-
-def _upstream(key: str, value: object) -> Upstream:
-    return parse_upstream(value)
-
-
-def _port(key: str, value: object) -> int:
-    return parse_int(key, value, minimum=0, maximum=65535)
-
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ProxySettings:
     upstream: Upstream = setting(dataclasses.MISSING, Flag(
-        name="upstream", metavar="URL", parse=_upstream,
+        name="upstream", metavar="URL", parse=upstream,
         help="The model server: http://HOST:PORT or unix:/path/to.sock. Requests are forwarded with "
              "their path and query unchanged."))
-    host: str = setting("0.0.0.0", Flag(name="host", metavar="ADDRESS", parse=_text,
+    host: str = setting("0.0.0.0", Flag(name="host", metavar="ADDRESS", parse=text,
                                         help="Main (traffic) listener address."))
-    port: int = setting(8080, Flag(name="port", metavar="PORT", parse=_port,
+    port: int = setting(8080, Flag(name="port", metavar="PORT", parse=port,
                                    help="Main (traffic) listener port; point the Service here. 0 picks a free "
                                         "port (logged)."))
     upstream_connect_timeout_secs: int = setting(5, Flag(
-        name="upstream-connect-timeout-secs", metavar="SECS", parse=_required_seconds(minimum=1),
+        name="upstream-connect-timeout-secs", metavar="SECS", parse=required_seconds(minimum=1),
         help="Connect timeout to the model server (answered 504). There is no read timeout: "
              "completions stream for minutes and prefill can be silent."))
     upstream_max_connections: int = setting(0, Flag(
-        name="upstream-max-connections", metavar="N", parse=_integer(minimum=0),
+        name="upstream-max-connections", metavar="N", parse=integer(minimum=0),
         help="Pooled keep-alive connections to the model server; 0 = no limit. A limit caps "
              "concurrent streams (excess requests queue)."))
     max_request_body_bytes: int = setting(DEFAULT_MAX_REQUEST_BODY_BYTES, Flag(
-        name="max-request-body-bytes", metavar="BYTES", parse=_integer(minimum=0),
+        name="max-request-body-bytes", metavar="BYTES", parse=integer(minimum=0),
         help="Larger request bodies are answered 413."))
     client_header_timeout_secs: int = setting(DEFAULT_CLIENT_HEADER_TIMEOUT_SECS, Flag(
-        name="client-header-timeout-secs", metavar="SECS", parse=_required_seconds(minimum=1),
+        name="client-header-timeout-secs", metavar="SECS", parse=required_seconds(minimum=1),
         help="A client's request head must arrive whole within this long (from the connection opening, "
              "or from its first byte on a reused connection), else the connection is closed: bounds "
              "slowloris clients. Never applies to request bodies or streaming responses."))
     client_keepalive_timeout_secs: int = setting(DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS, Flag(
-        name="client-keepalive-timeout-secs", metavar="SECS", parse=_required_seconds(minimum=1),
+        name="client-keepalive-timeout-secs", metavar="SECS", parse=required_seconds(minimum=1),
         help="Close a client's keep-alive connection after this long with no request. Keep it above "
              "your load balancer's own idle timeout for pooled connections (AWS ALB 60, GCP 600), so "
              "the balancer always closes first and no pooled request races the close."))
@@ -247,10 +105,10 @@ class ProxySettings:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class AdminSettings:
-    host: str = setting("0.0.0.0", Flag(name="admin-host", metavar="ADDRESS", parse=_text,
+    host: str = setting("0.0.0.0", Flag(name="admin-host", metavar="ADDRESS", parse=text,
                                         help="Admin listener address."))
     port: int = setting(9091, Flag(
-        name="admin-port", metavar="PORT", parse=_port,
+        name="admin-port", metavar="PORT", parse=port,
         help="Admin listener port: /livez, /readyz, /metrics, /admin/*. The model server's preStop "
              "hook calls /admin/drain-wait here. Must differ from --port."))
 
@@ -258,7 +116,7 @@ class AdminSettings:
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class DrainSettings:
     shutdown_drain_secs: int = setting(30, Flag(
-        name="shutdown-drain-secs", metavar="SECS", parse=_required_seconds(),
+        name="shutdown-drain-secs", metavar="SECS", parse=required_seconds(),
         help="After SIGTERM, keep serving this long with /readyz answering 503, so endpoint removal "
              "reaches kube-proxy and gateways before the listener closes. If a probe-driven load "
              "balancer removes the pod, size it above failureThreshold * periodSeconds. It must "
@@ -266,17 +124,17 @@ class DrainSettings:
              "equals the Kubernetes default grace, so startup warns until you declare a larger "
              "--termination-grace-secs. 0 disables the pause. At most 1800."))
     termination_grace_secs: int | None = setting(None, Flag(
-        name="termination-grace-secs", metavar="SECS", parse=_seconds(minimum=1, optional=True),
+        name="termination-grace-secs", metavar="SECS", parse=seconds(minimum=1, optional=True),
         help="The pod's real terminationGracePeriodSeconds (feed both from one value). Enables the "
              "deadline: at SIGTERM + grace - 2 s, remaining requests are aborted, counted and the "
              "router exits 1. Unset: the advisory assumes the Kubernetes default 30, and the router "
              "waits for in-flight work until it is killed."))
     readiness_probe_period_secs: int | None = setting(None, Flag(
-        name="readiness-probe-period-secs", metavar="SECS", parse=_seconds(minimum=1, optional=True),
+        name="readiness-probe-period-secs", metavar="SECS", parse=seconds(minimum=1, optional=True),
         help="The load balancer's readiness probe period, declared so startup can check the drain "
              "window against failureThreshold * periodSeconds."))
     readiness_probe_failure_threshold: int | None = setting(None, Flag(
-        name="readiness-probe-failure-threshold", metavar="N", parse=_integer(minimum=1, optional=True),
+        name="readiness-probe-failure-threshold", metavar="N", parse=integer(minimum=1, optional=True),
         help="The load balancer's readiness probe failure threshold (with the period above)."))
 
     def deadline_secs(self) -> int | None:
@@ -300,23 +158,23 @@ class DrainSettings:
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class HealthSettings:
     upstream_health_path: str | None = setting(None, Flag(
-        name="upstream-health-path", metavar="PATH", parse=_path,
+        name="upstream-health-path", metavar="PATH", parse=path,
         help="When set (e.g. /health), /readyz also needs the model server to answer 2xx there; the "
              "router stays 'starting' until it first does."))
     upstream_health_interval_secs: int = setting(2, Flag(
-        name="upstream-health-interval-secs", metavar="SECS", parse=_required_seconds(minimum=1),
+        name="upstream-health-interval-secs", metavar="SECS", parse=required_seconds(minimum=1),
         help="How often the upstream health path is polled."))
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class LogSettings:
     format: Literal["json", "console"] = setting("json", Flag(
-        name="log-format", parse=_choice(LOG_FORMATS), choices=LOG_FORMATS,
+        name="log-format", parse=choice(LOG_FORMATS), choices=LOG_FORMATS,
         help="json: one object a line on stdout, for aggregators. console: for a terminal."))
-    level: str = setting("info", Flag(name="log-level", parse=_choice(LOG_LEVELS), choices=LOG_LEVELS,
+    level: str = setting("info", Flag(name="log-level", parse=choice(LOG_LEVELS), choices=LOG_LEVELS,
                                       help="Minimum level logged."))
     access_log: bool = setting(False, Flag(
-        name="access-log", parse=_boolean, boolean=True,
+        name="access-log", parse=boolean, boolean=True,
         help="One structured line per proxied request. Off by default: at thousands of streams it is noise."))
 
 
@@ -348,39 +206,6 @@ def settings() -> Iterator[tuple[str, dataclasses.Field[Any], Flag]]:
     for section, cls in SECTIONS.items():
         for field in dataclasses.fields(cls):
             yield section, field, field.metadata["flag"]
-
-
-# --------------------------------------------------------------------------------------------------
-# Parsing and validation: one function, one error type.
-
-
-def parse_upstream(value: object) -> Upstream:
-    """``http://host:port`` or ``unix:/path/to.sock``; anything else is an error, never a guess."""
-    remedy = "give http://HOST:PORT (e.g. http://127.0.0.1:8000) or unix:/path/to.sock"
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError("upstream", value, f"the model server address is required; {remedy}")
-    text = value.strip()
-    if text.startswith("unix:"):
-        path = text[len("unix:"):]
-        if path.startswith("//"):
-            path = path[2:]
-        if not path.startswith("/"):
-            raise ConfigError("upstream", value, f"a Unix socket path must be absolute; {remedy}")
-        return Upstream(url=text, base_url="http://localhost", host="localhost", port=None, unix_path=path)
-    parsed = urllib.parse.urlsplit(text)
-    if parsed.scheme != "http":
-        raise ConfigError("upstream", value, f"only plain http upstreams are supported; {remedy}")
-    try:
-        port = parsed.port
-    except ValueError:
-        raise ConfigError("upstream", value, f"the port is not a number; {remedy}") from None
-    if not parsed.hostname or port is None:
-        raise ConfigError("upstream", value, f"host and port are both required; {remedy}")
-    if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
-        raise ConfigError("upstream", value, f"no path, query or fragment: paths are forwarded as requested; {remedy}")
-    host = parsed.hostname
-    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return Upstream(url=text, base_url=f"http://{netloc}", host=host, port=port)
 
 
 def build_config(**raw: object) -> Config:
