@@ -6,16 +6,20 @@ those routers, and an eviction's SIGTERM starts their drain."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
 
+from router.decisions import durations
+
 from . import fake_routers, process_pods
-from .conftest import eventually
-from .rules_scenario import condition, gauge, held, make_service, ready_pods
-from .scenario import event_messages
+from .conftest import MSVC, NAMESPACE, eventually
+from .rules_scenario import LABELS, condition, deployment, gauge, held, make_service, ready_pods
+from .rules_scenario import status as status_of
+from .scenario import delete_msvc, delete_order, event_messages, events, exists
 
 pytestmark = pytest.mark.slow
 
@@ -118,3 +122,101 @@ async def test_nothing_listening_on_the_admin_port_is_held_and_never_evicted(clu
     requests = len(emu._requests)
     await eventually(lambda: len(emu._requests) > requests + 20, what="more passes", timeout=15)
     assert not emu.evictions and a.exit_code is None
+
+
+async def _scale(server: Any, replicas: int) -> None:
+    response = await server.client.patch(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
+                                         json={"spec": {"replicas": replicas}},
+                                         headers={"Content-Type": "application/merge-patch+json"})
+    assert response.status == 200
+
+
+async def test_pdb_refusal_waits_for_the_retry_then_evicts(cluster: Any, kubelet: Any, start_operator: Any) -> None:
+    """(d) a PDB with maxUnavailable 0: 429 and no new attempt before recycle_retry_secs; once the
+    budget allows, A is evicted and its router exits 0."""
+    emu, server = cluster
+    await emu.put("policy/v1/poddisruptionbudgets", {"metadata": {"name": "llama", "namespace": NAMESPACE},
+                                                     "spec": {"selector": {"matchLabels": LABELS}, "maxUnavailable": 0}})
+    await make_service(emu, admin_port=kubelet.admin_port, recycling={"maxPodLifetimeSeconds": 1})
+    _, a = await _one_ready_pod(emu, kubelet)
+    await start_operator(**FAST)
+    await eventually(lambda: len(emu.evictions) >= 2, what="two refused evictions", timeout=20)
+    first, second = emu.evictions[:2]
+    assert (first.code, second.code) == (429, 429)
+    assert second.at - first.at >= FAST["recycle_retry_secs"] - 0.05
+    assert (held(emu) or {}).get("reason") == "DisruptionBudget" and a.exit_code is None
+    response = await server.client.patch(f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets/llama",
+                                         json={"spec": {"maxUnavailable": 1}},
+                                         headers={"Content-Type": "application/merge-patch+json"})
+    assert response.status == 200
+    await eventually(lambda: a.exit_code is not None, what="A evicted and drained", timeout=20)
+    assert a.exit_code == 0 and [e.code for e in emu.evictions if e.uid == a.uid][-1] == 201
+
+
+async def test_forbidden_eviction_lifecycle_and_deletion_still_progress(cluster: Any, kubelet: Any,
+                                                                        start_operator: Any) -> None:
+    """(e) create pods/eviction not granted: PodRecycleForbidden, A never evicted; the lifecycle rule
+    still scales to zero (A's router gets SIGTERM from the scale-down and exits 0), and deleting the
+    ModelService still runs the staged teardown to the end."""
+    emu, server = cluster
+    emu.forbid("create", "pods/eviction")
+    await make_service(emu, admin_port=kubelet.admin_port, recycling={"maxPodLifetimeSeconds": 1},
+                       lifecycle={"rules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": 3}}]})
+    _, a = await _one_ready_pod(emu, kubelet)
+    await start_operator(**FAST)
+    await eventually(lambda: any(r == "PodRecycleForbidden" and "create pods/eviction" in m
+                                 for _, r, m in event_messages(emu)), what="PodRecycleForbidden", timeout=15)
+    await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)
+    await eventually(lambda: a.exit_code is not None, what="A's router stopped by the scale-down", timeout=20)
+    assert a.exit_code == 0 and not emu.evictions
+    await delete_msvc(emu, server)
+    await eventually(lambda: not exists(emu, MSVC), what="the staged teardown released", timeout=20)
+    order = delete_order(emu)
+    assert order.index("httproutes/llama") < order.index("deployments/llama"), order
+
+
+async def test_three_expired_idle_pods_one_eviction_at_a_time(cluster: Any, kubelet: Any, start_operator: Any) -> None:
+    """(f) three expired idle pods: each eviction only once the previous replacement's router is
+    up and Ready; the three routers exit 0."""
+    emu, server = cluster
+    await make_service(emu, admin_port=kubelet.admin_port, recycling={"maxPodLifetimeSeconds": 2})
+    for replicas in (1, 2, 3):
+        if replicas > 1:
+            await _scale(server, replicas)
+        await eventually(lambda: len(ready_pods(emu)) == replicas, what=f"{replicas} Ready pods", timeout=30)
+    originals = [kubelet.by_name(p["metadata"]["name"]) for p in ready_pods(emu)]
+    await start_operator(**FAST)
+    await eventually(lambda: all(p.exit_code is not None for p in originals), what="the three recycled",
+                     timeout=60)
+    done = [e for e in emu.evictions if e.code == 201]
+    assert [e.uid for e in done][:3] == [p.uid for p in originals]
+    for e in done:
+        assert e.unsettled == (), f"evicted {e.pod} while {e.unsettled} were not settled"
+    assert [p.exit_code for p in originals] == [0, 0, 0]
+
+
+async def test_scale_to_zero_keeps_the_route_and_after_downtime_only_delete_self_runs(
+        cluster: Any, kubelet: Any, start_operator: Any) -> None:
+    """(g) 1. one served request, then idle 2. ScaleToZero after 2 s: replicas 0, route kept
+    3. the operator is stopped past every threshold 4. restarted. Result: only DeleteSelf runs (no
+    DeleteWorkload first), and the staged teardown deletes the route before the workload."""
+    emu, _ = cluster
+    await make_service(emu, admin_port=kubelet.admin_port, lifecycle={"rules": [
+        {"policy": "ScaleToZero", "condition": {"idleSeconds": 2}},
+        {"policy": "DeleteWorkload", "condition": {"idleSeconds": 4}},
+        {"policy": "DeleteSelf", "condition": {"idleSeconds": 5}}]})
+    _, a = await _one_ready_pod(emu, kubelet)
+    status, lines = await _stream(a.ip, kubelet.main_port, chunks=2)
+    assert status == 200 and lines[-1] == "data: [DONE]"
+    op = await start_operator(**FAST)
+    await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)
+    assert exists(emu, "gateway.networking.k8s.io/v1/httproutes"), "ScaleToZero keeps the route"
+    await op.stop()
+    idle_since = durations.parse_time(status_of(emu)["lifecycle"]["idleSince"])
+    await eventually(lambda: time.time() > idle_since + 5.5, what="past every threshold, operator down")
+    await start_operator(**FAST)
+    await eventually(lambda: not exists(emu, MSVC), what="deleted by DeleteSelf and released", timeout=20)
+    reasons = [r for _, r in events(emu)]
+    assert "LifecycleDeleteSelf" in reasons and "LifecycleDeleteWorkload" not in reasons
+    order = delete_order(emu)
+    assert order.index("httproutes/llama") < order.index("deployments/llama"), order
