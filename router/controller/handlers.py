@@ -13,6 +13,7 @@ including the ones tests start and stop, gets its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -238,6 +239,8 @@ async def service_pass(ctx: Context, namespace: str, name: str, logger: Any) -> 
     ModelService is gone."""
     fresh = await ctx.kube.get_modelservice(namespace, name)
     if fresh is None:
+        with contextlib.suppress(KeyError):  # no series left behind for a ModelService that is gone
+            ctx.metrics.recycle_held_pods.remove(namespace, name)
         return None
     if fresh["metadata"].get("deletionTimestamp") or (fresh.get("spec") or {}).get("suspend"):
         return ctx.settings.max_sleep_secs  # the staged deletion owns it now, or a person said hold
