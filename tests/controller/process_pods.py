@@ -42,6 +42,7 @@ class ProcessKubelet:
         self.pods: dict[str, PodProcess] = {}
         """uid -> the pod's router."""
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._starting: set[asyncio.Future[RouterProcess]] = set()
         emulator.on_pod_created = self._created
         emulator.pod_may_be_ready = self._may_be_ready
         emulator.on_pod_deleted = self._deleted
@@ -56,9 +57,13 @@ class ProcessKubelet:
                               pod["status"]["podIP"]))
 
     async def _run(self, name: str, uid: str, namespace: str, ip: str) -> None:
-        router = await RouterProcess.start(
+        # Shielded: a cancellation while the process is being spawned would leave it running
+        # unrecorded; this way every spawned router lands in ``pods`` and close() kills it.
+        start = asyncio.ensure_future(RouterProcess.start(
             "--host", ip, "--port", str(self.main_port), "--admin-host", ip, "--admin-port", str(self.admin_port),
-            "--upstream", self.upstream, *self.router_args)
+            "--upstream", self.upstream, *self.router_args))
+        self._starting.add(start)
+        router = await asyncio.shield(start)
         process = self.pods[uid] = PodProcess(name=name, uid=uid, ip=ip, router=router)
         pod = self.emulator.get("v1/pods", namespace, name)
         if pod is None or pod["metadata"].get("deletionTimestamp"):  # deleted while starting
@@ -90,13 +95,23 @@ class ProcessKubelet:
         return process
 
     async def close(self) -> None:
-        for process in self.pods.values():
-            await process.router.kill()
-        for task in list(self._tasks):
+        """Unhook first (the Deployment controller keeps creating pods until the test's cluster goes),
+        stop the watchers, then kill every router ever spawned (a spawn still under way is awaited:
+        it is shielded from the watchers' cancellation, so none goes unrecorded)."""
+        self.emulator.on_pod_created = self.emulator.pod_may_be_ready = self.emulator.on_pod_deleted = None
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        for task in list(self._tasks):
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        routers = {id(p.router): p.router for p in self.pods.values()}
+        for start in list(self._starting):
+            with contextlib.suppress(Exception):
+                router = await start
+                routers[id(router)] = router
+        for router in routers.values():
+            await router.kill()
 
 
 @contextlib.asynccontextmanager
