@@ -187,6 +187,10 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     pod_may_be_ready: Callable[[dict[str, Any]], bool] | None = None
     """``None``: pods turn Ready :attr:`ready_after` seconds after they start. Set: also only once it
     says so (the process-backed kubelet: once the pod's router listens)."""
+    on_pod_removed: Callable[[dict[str, Any]], None] | None = None
+    """Called (under the lock, must not block) when a pod object is removed for good (its container
+    exited, or SIGKILL at the end of its grace); the process-backed kubelet kills a router still
+    running then."""
     on_pod_deleted: Callable[[dict[str, Any]], None] | None = None
     """Called (under the lock, must not block) when a pod is marked deleted; the process-backed
     kubelet uses it to SIGTERM the pod's router."""
@@ -434,6 +438,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         raw = copy.deepcopy(obj.raw)
         obj.delete()
         self._pending.append((key[0], "DELETED", raw))
+        if key[0] == kmock.resource("v1/pods") and self.on_pod_removed is not None:
+            self.on_pod_removed(raw)
         # Background garbage collection: dependents go after their owner.
         uid = raw["metadata"].get("uid")
         for other in list(self.objects):

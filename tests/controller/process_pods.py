@@ -3,7 +3,8 @@ runs a real ``drain-router serve`` for each one, bound to the pod's own loopback
 (127.0.0.2, .3, ...) on the ModelService's admin port, in front of one shared
 ``drain-router fake-model``. A pod turns Ready once its router listens. When the pod is deleted
 (an eviction is a graceful delete), the router gets SIGTERM, exactly as a kubelet sends it; when the
-process exits the pod is removed, and its exit status is kept for the test.
+process exits the pod is removed, and its exit status is kept for the test. At the end of the
+pod's grace the emulator's kubelet removes the pod and a router still running is SIGKILLed.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class ProcessKubelet:
         emulator.on_pod_created = self._created
         emulator.pod_may_be_ready = self._may_be_ready
         emulator.on_pod_deleted = self._deleted
+        emulator.on_pod_removed = self._removed
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -85,6 +87,12 @@ class ProcessKubelet:
         if process is not None:
             self._sigterm(process)
 
+    def _removed(self, pod: dict[str, Any]) -> None:
+        """The pod is gone (grace over): SIGKILL a router still running, as the kubelet does."""
+        process = self.pods.get(pod["metadata"]["uid"])
+        if process is not None and process.router.proc.returncode is None:
+            process.router.proc.kill()
+
     def _sigterm(self, process: PodProcess) -> None:
         if process.router.proc.returncode is None and not process.sigterm_sent:
             process.sigterm_sent = True
@@ -99,6 +107,7 @@ class ProcessKubelet:
         stop the watchers, then kill every router ever spawned (a spawn still under way is awaited:
         it is shielded from the watchers' cancellation, so none goes unrecorded)."""
         self.emulator.on_pod_created = self.emulator.pod_may_be_ready = self.emulator.on_pod_deleted = None
+        self.emulator.on_pod_removed = None
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

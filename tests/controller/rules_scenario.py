@@ -19,12 +19,15 @@ ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "nam
 
 async def make_service(cluster: ClusterEmulator, *, admin_port: int, replicas: int = 1,
                        recycling: dict[str, Any] | None = None, lifecycle: dict[str, Any] | None = None,
-                       status: dict[str, Any] | None = None, exits_after: float = 0.2) -> None:
+                       status: dict[str, Any] | None = None, exits_after: float | None = 0.2, grace: int = 30) -> None:
+    """``exits_after``: seconds after its deletion that a simulated container exits; ``None`` for
+    process-backed pods, whose real router decides."""
     await cluster.put("apps/v1/deployments", {
         "metadata": {"name": "llama", "namespace": NAMESPACE},
         "spec": {"replicas": replicas, "selector": {"matchLabels": LABELS},
-                 "template": {"metadata": {"labels": LABELS, "annotations": {EXITS_AFTER: str(exits_after)}},
-                              "spec": {"terminationGracePeriodSeconds": 30}}}})
+                 "template": {"metadata": {"labels": LABELS, "annotations": {} if exits_after is None else {
+                     EXITS_AFTER: str(exits_after)}},
+                              "spec": {"terminationGracePeriodSeconds": grace}}}})
     await cluster.put("gateway.networking.k8s.io/v1/httproutes", {"metadata": {"name": "llama", "namespace": NAMESPACE}})
     spec: dict[str, Any] = {"podSelector": {"matchLabels": LABELS}, "route": ROUTE, "router": {"adminPort": admin_port},
                             "workload": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"}],

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from router.controller import probe
 from router.decisions import durations
 
 from . import fake_routers, process_pods
@@ -68,7 +69,7 @@ async def test_a_busy_pod_is_held_until_its_stream_ends_then_evicted_once(cluste
     RecycleHeld True naming A, gauge 1. 3. the stream ends. Result: exactly one eviction with A's UID,
     A's router drains and exits 0, the stream completed, gauge 0."""
     emu, _ = cluster
-    await make_service(emu, admin_port=kubelet.admin_port, recycling={"maxPodLifetimeSeconds": 2})
+    await make_service(emu, exits_after=None, admin_port=kubelet.admin_port, recycling={"maxPodLifetimeSeconds": 2})
     pod, a = await _one_ready_pod(emu, kubelet)
     stream = asyncio.ensure_future(_stream(a.ip, kubelet.main_port, chunks=60))  # ~6 s
     op = await start_operator(**FAST)
@@ -95,7 +96,7 @@ async def test_idle_timeout_evicts_a_busy_pod_and_its_stream_still_completes(clu
     """(b) maxPodLifetimeIdleTimeoutSeconds 2: A is evicted while a stream runs through it; the
     router drains and the stream still completes; the router exits 0."""
     emu, _ = cluster
-    await make_service(emu, admin_port=kubelet.admin_port,
+    await make_service(emu, exits_after=None, admin_port=kubelet.admin_port,
                        recycling={"maxPodLifetimeSeconds": 1, "maxPodLifetimeIdleTimeoutSeconds": 2})
     _, a = await _one_ready_pod(emu, kubelet)
     stream = asyncio.ensure_future(_stream(a.ip, kubelet.main_port, chunks=80))  # ~8 s
@@ -114,7 +115,7 @@ async def test_nothing_listening_on_the_admin_port_is_held_and_never_evicted(clu
     """(c) the ModelService names an admin port nothing listens on at the podIP: held
     IdleProbeFailed, never evicted."""
     emu, _ = cluster
-    await make_service(emu, admin_port=fake_routers.free_port(), recycling={"maxPodLifetimeSeconds": 1})
+    await make_service(emu, exits_after=None, admin_port=fake_routers.free_port(), recycling={"maxPodLifetimeSeconds": 1})
     _, a = await _one_ready_pod(emu, kubelet)
     await start_operator(**FAST)
     await eventually(lambda: (held(emu) or {}).get("reason") == "IdleProbeFailed", what="IdleProbeFailed",
@@ -137,7 +138,7 @@ async def test_pdb_refusal_waits_for_the_retry_then_evicts(cluster: Any, kubelet
     emu, server = cluster
     await emu.put("policy/v1/poddisruptionbudgets", {"metadata": {"name": "llama", "namespace": NAMESPACE},
                                                      "spec": {"selector": {"matchLabels": LABELS}, "maxUnavailable": 0}})
-    await make_service(emu, admin_port=kubelet.admin_port, recycling={"maxPodLifetimeSeconds": 1})
+    await make_service(emu, exits_after=None, admin_port=kubelet.admin_port, recycling={"maxPodLifetimeSeconds": 1})
     _, a = await _one_ready_pod(emu, kubelet)
     await start_operator(**FAST)
     await eventually(lambda: len(emu.evictions) >= 2, what="two refused evictions", timeout=20)
@@ -160,7 +161,7 @@ async def test_forbidden_eviction_lifecycle_and_deletion_still_progress(cluster:
     ModelService still runs the staged teardown to the end."""
     emu, server = cluster
     emu.forbid("create", "pods/eviction")
-    await make_service(emu, admin_port=kubelet.admin_port, recycling={"maxPodLifetimeSeconds": 1},
+    await make_service(emu, exits_after=None, admin_port=kubelet.admin_port, recycling={"maxPodLifetimeSeconds": 1},
                        lifecycle={"rules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": 3}}]})
     _, a = await _one_ready_pod(emu, kubelet)
     await start_operator(**FAST)
@@ -179,7 +180,7 @@ async def test_three_expired_idle_pods_one_eviction_at_a_time(cluster: Any, kube
     """(f) three expired idle pods: each eviction only once the previous replacement's router is
     up and Ready; the three routers exit 0."""
     emu, server = cluster
-    await make_service(emu, admin_port=kubelet.admin_port, recycling={"maxPodLifetimeSeconds": 2})
+    await make_service(emu, exits_after=None, admin_port=kubelet.admin_port, recycling={"maxPodLifetimeSeconds": 2})
     for replicas in (1, 2, 3):
         if replicas > 1:
             await _scale(server, replicas)
@@ -201,7 +202,7 @@ async def test_scale_to_zero_keeps_the_route_and_after_downtime_only_delete_self
     3. the operator is stopped past every threshold 4. restarted. Result: only DeleteSelf runs (no
     DeleteWorkload first), and the staged teardown deletes the route before the workload."""
     emu, _ = cluster
-    await make_service(emu, admin_port=kubelet.admin_port, lifecycle={"rules": [
+    await make_service(emu, exits_after=None, admin_port=kubelet.admin_port, lifecycle={"rules": [
         {"policy": "ScaleToZero", "condition": {"idleSeconds": 2}},
         {"policy": "DeleteWorkload", "condition": {"idleSeconds": 4}},
         {"policy": "DeleteSelf", "condition": {"idleSeconds": 5}}]})
@@ -220,3 +221,31 @@ async def test_scale_to_zero_keeps_the_route_and_after_downtime_only_delete_self
     assert "LifecycleDeleteSelf" in reasons and "LifecycleDeleteWorkload" not in reasons
     order = delete_order(emu)
     assert order.index("httproutes/llama") < order.index("deployments/llama"), order
+
+
+async def test_the_kubelet_sigkills_a_router_still_running_at_the_end_of_grace(cluster: Any, kubelet: Any) -> None:
+    """Emulator: a pod deleted with a 1 s grace whose router still has a stream in flight (the
+    router waits for in-flight work well past 1 s) is removed at the end of its grace, and its router
+    process is SIGKILLed then: the stream is cut."""
+    emu, server = cluster
+    await make_service(emu, exits_after=None, admin_port=kubelet.admin_port, grace=1)
+    _, a = await _one_ready_pod(emu, kubelet)
+    stream = asyncio.ensure_future(_stream(a.ip, kubelet.main_port, chunks=100))  # ~10 s
+    async with aiohttp.ClientSession() as session:
+        async def busy() -> bool:
+            return (await probe.probe(session, a.ip, kubelet.admin_port)).inflight == 1
+
+        deadline = time.monotonic() + 10
+        while not await busy():
+            assert time.monotonic() < deadline, "the stream never reached the router"
+            await asyncio.sleep(0.05)
+    response = await server.client.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{a.name}", json={})
+    assert response.status == 200
+    await eventually(lambda: a.exit_code is not None, what="the router killed at the end of grace", timeout=10)
+    assert a.exit_code == -9, a.exit_code
+    assert emu.get("v1/pods", NAMESPACE, a.name) is None
+    try:
+        _, lines = await asyncio.wait_for(stream, 10)
+    except aiohttp.ClientError:
+        lines = []
+    assert lines[-1:] != ["data: [DONE]"], "the stream was cut by the SIGKILL"
