@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import kopf
@@ -33,6 +33,11 @@ DAEMON_ID = "recycle_and_lifecycle"
 _REQUEUE_MARK = "requeue: "
 MIN_SLEEP_SECS = 0.05
 """The daemon's shortest sleep, so a requeue time already past never spins the loop."""
+
+
+def _body(obj: Mapping[str, Any]) -> kopf.Body:
+    """A resource as kopf's event API types it (it reads only ``metadata`` and ``kind``)."""
+    return cast(kopf.Body, obj)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -138,7 +143,7 @@ async def deletion_step(ctx: Context, fresh: Mapping[str, Any], logger: Any) -> 
         key = (meta.get("uid", ""), invalid.key, str(invalid.value))
         if key not in ctx.warned:
             ctx.warned.add(key)
-            kopf.warn(body, reason=invalid.event_reason.value, message=invalid.message)
+            kopf.warn(_body(body), reason=invalid.event_reason.value, message=invalid.message)
 
     uid = meta.get("uid", "")
     obs = await observe.observe(ctx.kube, fresh, spec)
@@ -174,7 +179,7 @@ async def deletion_step(ctx: Context, fresh: Mapping[str, Any], logger: Any) -> 
 
     # 3. Events: one per transition, one PodForceDeleted per pod.
     for event in decision.events:
-        kopf.event(body, type=event.type, reason=event.reason.value, message=event.message)
+        kopf.event(_body(body), type=event.type, reason=event.reason.value, message=event.message)
         if decision.status is not None and decision.status.stage is not None and event.reason.value not in (
                 deletion.Reason.POD_FORCE_DELETED.value,):
             ctx.metrics.deletion_transitions.labels(decision.status.stage.value, event.reason.value).inc()
@@ -237,7 +242,7 @@ async def service_loop(ctx: Context, namespace: str, name: str, stopped: Any, lo
 async def service_pass(ctx: Context, namespace: str, name: str, logger: Any) -> float | None:
     """One recycling pass, then one lifecycle pass. Returns the seconds to sleep, ``None`` when the
     ModelService is gone."""
-    fresh = await ctx.kube.get_modelservice(namespace, name)
+    fresh: Mapping[str, Any] | None = await ctx.kube.get_modelservice(namespace, name)
     if fresh is None:
         with contextlib.suppress(KeyError):  # no series left behind for a ModelService that is gone
             ctx.metrics.recycle_held_pods.remove(namespace, name)
@@ -361,7 +366,7 @@ async def _recycling_pass(ctx: Context, fresh: Mapping[str, Any], workload: obse
     fresh, _ = await _write_status(ctx, fresh, build, logger)
     ctx.metrics.recycle_held_pods.labels(namespace, name).set(0 if decision.held is None else 1)
     for event in decision.events:
-        kopf.event(fresh, type=event.type, reason=event.reason.value, message=event.message)
+        kopf.event(_body(fresh), type=event.type, reason=event.reason.value, message=event.message)
     return fresh, standard if decision.requeue_at is None else decision.requeue_at
 
 
@@ -384,7 +389,7 @@ async def _lifecycle_pass(ctx: Context, fresh: Mapping[str, Any], spec: deletion
         key = (meta.get("uid", ""), int(meta.get("generation") or 0))
         if key not in ctx.invalid_rules_warned:
             ctx.invalid_rules_warned.add(key)
-            kopf.warn(fresh, reason="InvalidLifecycleRules", message=f"lifecycle rules ignored: {message}")
+            kopf.warn(_body(fresh), reason="InvalidLifecycleRules", message=f"lifecycle rules ignored: {message}")
         fresh, _ = await _write_status(ctx, fresh, _condition_patch("LifecycleRulesValid", "False", "InvalidRules",
                                                                     message, now), logger)
         return fresh, ctx.clock() + settings.max_sleep_secs
@@ -450,7 +455,7 @@ async def _lifecycle_pass(ctx: Context, fresh: Mapping[str, Any], spec: deletion
     if first:
         ctx.metrics.lifecycle_actions.labels(decision.action.value).inc()
         for event in decision.events:
-            kopf.event(fresh, type=event.type, reason=event.reason.value, message=event.message)
+            kopf.event(_body(fresh), type=event.type, reason=event.reason.value, message=event.message)
     return fresh, requeue_at
 
 

@@ -213,6 +213,7 @@ async def observe_workload(kube: kube_.Kube, body: Mapping[str, Any], spec: dele
     refs = deployment_refs(spec)
     answers = await asyncio.gather(*(_read(kube.get(ref, namespace)) for ref in refs))
     failures.extend(f for _, f in answers if f is not None)
+    failure: deletion.ApiFailure | None
     try:
         selector = label_selector(raw_spec.get("podSelector") or {})
     except ValueError as exc:

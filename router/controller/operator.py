@@ -22,6 +22,8 @@ def connection_from(configuration: client.Configuration) -> kopf.ConnectionInfo:
         value = (configuration.api_key or {}).get(key)
         if value:
             token = value.removeprefix("Bearer ").strip()
+    if not configuration.host:
+        raise RuntimeError("the Kubernetes client configuration names no API server")
     return kopf.ConnectionInfo(
         server=configuration.host, ca_path=configuration.ssl_ca_cert, insecure=not configuration.verify_ssl,
         token=token, scheme="Bearer" if token else None,
