@@ -24,10 +24,11 @@ $(DEMO_STAMP): pyproject.toml
 	$(DEMO_VENV)/bin/pip install --quiet -e '.[demo]'
 	touch $(DEMO_STAMP)
 
-## make test: lint (import layers, pyflakes-class errors, mypy: strict on decisions and config) + every test, e2e last
+## make test: lint (import layers, ruff rules and format, mypy: strict on decisions and config) + every test, e2e last
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy router
 	$(BIN)/pytest
 
@@ -40,6 +41,7 @@ e2e: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy router
 
 demo: $(DEMO_STAMP)

@@ -1,10 +1,10 @@
 """``python -m bench``: run the bench, or redraw the report, or profile the router.
 
-    python -m bench                 full run (~10-15 min): results JSON, chart, docs table
-    python -m bench --quick         a few minutes, same shape, fewer/shorter rounds
-    python -m bench --smoke --results DIR --no-docs    seconds; what ``make test`` runs
-    python -m bench report [FILE]   redraw the table and chart from a results file (default: latest full)
-    python -m bench profile         py-spy on the router under load (needs py-spy)
+python -m bench                 full run (~10-15 min): results JSON, chart, docs table
+python -m bench --quick         a few minutes, same shape, fewer/shorter rounds
+python -m bench --smoke --results DIR --no-docs    seconds; what ``make test`` runs
+python -m bench report [FILE]   redraw the table and chart from a results file (default: latest full)
+python -m bench profile         py-spy on the router under load (needs py-spy)
 """
 
 from __future__ import annotations
@@ -52,15 +52,26 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_const", dest="mode", const="quick", help="a few minutes")
     mode.add_argument("--smoke", action="store_const", dest="mode", const="smoke", help="seconds, no assertions")
-    parser.add_argument("--targets", default=",".join(targets.DEFAULT_TARGETS),
-                        help=f"comma-separated, from {','.join(report.TARGET_ORDER)} (default: %(default)s)")
+    parser.add_argument(
+        "--targets",
+        default=",".join(targets.DEFAULT_TARGETS),
+        help=f"comma-separated, from {','.join(report.TARGET_ORDER)} (default: %(default)s)",
+    )
     parser.add_argument("--rounds", type=int, help="override the mode's number of rounds")
     parser.add_argument("--seconds", type=float, help="override the mode's measurement window")
     parser.add_argument("--results", type=Path, default=runner.RESULTS_DIR, help="where the JSON goes")
-    parser.add_argument("--no-docs", dest="docs", action="store_false",
-                        help="do not write the table into docs/bench.md and README.md, nor the chart into docs/img")
-    parser.add_argument("--no-readme", dest="readme", action="store_false",
-                        help="write docs/bench.md and the chart, but leave README.md alone")
+    parser.add_argument(
+        "--no-docs",
+        dest="docs",
+        action="store_false",
+        help="do not write the table into docs/bench.md and README.md, nor the chart into docs/img",
+    )
+    parser.add_argument(
+        "--no-readme",
+        dest="readme",
+        action="store_false",
+        help="write docs/bench.md and the chart, but leave README.md alone",
+    )
     args = parser.parse_args(argv)
     plan = runner.plan_for(args.mode or "full", args.rounds, args.seconds)
     names = [n.strip() for n in args.targets.split(",") if n.strip()]

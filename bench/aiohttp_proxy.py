@@ -22,8 +22,9 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     session = request.app[SESSION]
     headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
     body = request.content if request.body_exists else None
-    async with session.request(request.method, request.app[UPSTREAM] + request.raw_path, headers=headers,
-                               data=body, allow_redirects=False) as upstream:
+    async with session.request(
+        request.method, request.app[UPSTREAM] + request.raw_path, headers=headers, data=body, allow_redirects=False
+    ) as upstream:
         response = web.StreamResponse(
             status=upstream.status,
             headers={k: v for k, v in upstream.headers.items() if k.lower() not in HOP},
@@ -41,8 +42,10 @@ async def make_app(upstream: str) -> web.Application:
 
     async def session_ctx(app: web.Application):  # type: ignore[no-untyped-def]
         app[SESSION] = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None),
-            auto_decompress=False, skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent"),
+            connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=None),
+            auto_decompress=False,
+            skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent"),
         )
         yield
         await app[SESSION].close()
@@ -60,8 +63,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import uvloop
 
-    web.run_app(make_app(args.upstream.rstrip("/")), host=args.host, port=args.port, access_log=None,
-                handler_cancellation=True, print=None, backlog=4096, loop=uvloop.new_event_loop())
+    web.run_app(
+        make_app(args.upstream.rstrip("/")),
+        host=args.host,
+        port=args.port,
+        access_log=None,
+        handler_cancellation=True,
+        print=None,
+        backlog=4096,
+        loop=uvloop.new_event_loop(),
+    )
 
 
 if __name__ == "__main__":

@@ -84,7 +84,10 @@ def wrk(
     wall0 = time.perf_counter()
     try:
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=duration + 30,
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=duration + 30,
             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
     finally:
@@ -113,9 +116,7 @@ def wrk(
 # -- aiohttp request/response (fallback when wrk is absent) -------------------------------------
 
 
-async def requests(
-    url: str, connections: int, duration: float, *, upload_bytes: int = 0
-) -> dict[str, Any]:
+async def requests(url: str, connections: int, duration: float, *, upload_bytes: int = 0) -> dict[str, Any]:
     """Closed loop: ``connections`` clients, each sending one request after another."""
     body = b"a" * upload_bytes if upload_bytes else None
     latencies: list[float] = []
@@ -208,7 +209,7 @@ async def _one_stream(http: aiohttp.ClientSession, url: str, tally: _SseTally) -
                 events += n
                 tally.events_total += n
                 last = now
-    except (aiohttp.ClientError, OSError, RuntimeError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError) as exc:
         tally.errors += 1
         tally.first_error = tally.first_error or f"{type(exc).__name__}: {exc}"
         await asyncio.sleep(0.05)  # do not spin on a refusing target
@@ -220,7 +221,13 @@ async def _one_stream(http: aiohttp.ClientSession, url: str, tally: _SseTally) -
 
 
 async def sse(
-    url: str, concurrency: int, duration: float, *, expected_events: int, stagger: float, warmup: float,
+    url: str,
+    concurrency: int,
+    duration: float,
+    *,
+    expected_events: int,
+    stagger: float,
+    warmup: float,
     stream_seconds: float,
 ) -> dict[str, Any]:
     """Closed loop of ``concurrency`` clients streaming one completion after another.
@@ -276,8 +283,13 @@ async def sse(
 
 
 async def hold(
-    url: str, steps: list[int], rss_kib: Callable[[], int], *, parallel_connects: int = 200,
-    settle: float = 0.5, step_timeout: float = 60.0,
+    url: str,
+    steps: list[int],
+    rss_kib: Callable[[], int],
+    *,
+    parallel_connects: int = 200,
+    settle: float = 0.5,
+    step_timeout: float = 60.0,
 ) -> dict[str, Any]:
     """Open idle streams (headers + first event, then silence) up to each count in ``steps``, and
     after each step record the target's RSS. Returns KiB per held stream at each step."""
@@ -318,10 +330,16 @@ async def hold(
             open_secs = time.perf_counter() - t0
             await asyncio.sleep(settle)
             rss = rss_kib()
-            out["steps"].append({
-                "target_streams": step, "held": opened, "failed": failed, "open_seconds": open_secs,
-                "rss_kib": rss, "kib_per_stream": (rss - base) / opened if opened else None,
-            })
+            out["steps"].append(
+                {
+                    "target_streams": step,
+                    "held": opened,
+                    "failed": failed,
+                    "open_seconds": open_secs,
+                    "rss_kib": rss,
+                    "kib_per_stream": (rss - base) / opened if opened else None,
+                }
+            )
         release.set()
         await asyncio.wait(tasks, timeout=30)
     out["first_error"] = first_error

@@ -32,7 +32,7 @@ _REPO_ROOT = str(Path(__file__).resolve().parents[1]) + "/"
 
 def _short(path: str) -> str:
     if path.startswith(_REPO_ROOT):
-        return path[len(_REPO_ROOT):]
+        return path[len(_REPO_ROOT) :]
     for marker in ("site-packages/", "/lib/python3."):
         if marker in path:
             tail = path.split(marker, 1)[1]
@@ -79,17 +79,23 @@ def parse(raw_text: str) -> tuple[int, collections.Counter[str], collections.Cou
     return total, self_fn, incl_fn, self_pkg
 
 
-def render(title: str, total: int, self_fn: collections.Counter[str], incl_fn: collections.Counter[str],
-           self_pkg: collections.Counter[str], top: int = 15) -> str:
+def render(
+    title: str,
+    total: int,
+    self_fn: collections.Counter[str],
+    incl_fn: collections.Counter[str],
+    self_pkg: collections.Counter[str],
+    top: int = 15,
+) -> str:
     def table(counter: collections.Counter[str], head: str) -> list[str]:
         rows = [f"| {head} | % of samples |", "| --- | --- |"]
         rows += [f"| `{name}` | {100 * n / total:.1f} |" for name, n in counter.most_common(top)]
         return rows
 
     out = [f"#### {title} ({total} samples)", ""]
-    out += table(self_pkg, "self time by package") + [""]
-    out += table(self_fn, "self time by function") + [""]
-    out += table(incl_fn, "inclusive time by function") + [""]
+    out += [*table(self_pkg, "self time by package"), ""]
+    out += [*table(self_fn, "self time by function"), ""]
+    out += [*table(incl_fn, "inclusive time by function"), ""]
     return "\n".join(out)
 
 
@@ -99,10 +105,24 @@ async def _drive(workload: str, url: str, seconds: float, concurrency: int, cpus
             return await asyncio.to_thread(loadgen.wrk, url + "/small", concurrency, seconds, cpus=cpus)
         return await loadgen.requests(url + "/small", concurrency, seconds)
     if workload == "sse_burst":
-        return await loadgen.sse(url + "/v1/completions?chunks=64&interval_ms=0", concurrency, seconds,
-                                 expected_events=65, stagger=0.05, warmup=0.1, stream_seconds=0.1)
-    return await loadgen.sse(url + "/v1/completions?chunks=32&interval_ms=30", concurrency, seconds,
-                             expected_events=33, stagger=1.0, warmup=1.2, stream_seconds=1.0)
+        return await loadgen.sse(
+            url + "/v1/completions?chunks=64&interval_ms=0",
+            concurrency,
+            seconds,
+            expected_events=65,
+            stagger=0.05,
+            warmup=0.1,
+            stream_seconds=0.1,
+        )
+    return await loadgen.sse(
+        url + "/v1/completions?chunks=32&interval_ms=30",
+        concurrency,
+        seconds,
+        expected_events=33,
+        stagger=1.0,
+        warmup=1.2,
+        stream_seconds=1.0,
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -127,8 +147,20 @@ def main(argv: list[str]) -> int:
         if bench.loadgen_cpus:
             os.sched_setaffinity(0, bench.loadgen_cpus)
         asyncio.run(loadgen.requests(router.url + "/small", 4, 0.3))  # warm the pool
-        cmd = [pyspy, "record", "--pid", str(router.pid), "--rate", str(args.rate), "--duration",
-               str(int(args.seconds)), "--format", "raw", "--output", str(raw)]
+        cmd = [
+            pyspy,
+            "record",
+            "--pid",
+            str(router.pid),
+            "--rate",
+            str(args.rate),
+            "--duration",
+            str(int(args.seconds)),
+            "--format",
+            "raw",
+            "--output",
+            str(raw),
+        ]
         # Native stacks need the process stopped while sampling; Python-only sampling does not.
         cmd.append("--native" if args.native else "--nonblocking")
         spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -9,6 +9,7 @@ else: no hop-by-hop filtering, no chunked request bodies, no errors as responses
 drain. Not in the default target set: ``python -m bench --targets direct,router,raw,nginx``.
 Run: ``python -m bench.raw_relay LISTEN_PORT UPSTREAM_PORT``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,7 +23,7 @@ class Pool:
         self.host, self.port = host, port
         self.idle: list[Upstream] = []
 
-    async def get(self) -> "Upstream":
+    async def get(self) -> Upstream:
         while self.idle:
             up = self.idle.pop()
             if up.transport is not None and not up.transport.is_closing():
@@ -44,15 +45,15 @@ class Upstream(asyncio.Protocol):
         self.cstate = 0
         self.cbuf = bytearray()
 
-    def connection_made(self, t):  # noqa: ANN001
+    def connection_made(self, t):
         self.transport = t
 
-    def connection_lost(self, exc):  # noqa: ANN001
+    def connection_lost(self, exc):
         self.transport = None
         if self.client is not None:
             self.client.upstream_lost()
 
-    def start(self, client: "Client") -> None:
+    def start(self, client: Client) -> None:
         self.client = client
         self.head.clear()
         self.in_body = False
@@ -68,12 +69,14 @@ class Upstream(asyncio.Protocol):
             if end < 0:
                 return
             head = bytes(self.head[:end]).lower()
-            rest = bytes(self.head[end + 4:])
+            rest = bytes(self.head[end + 4 :])
             self.in_body = True
             self.chunked = b"transfer-encoding: chunked" in head
             if not self.chunked:
                 i = head.find(b"content-length:")
-                self.left = int(head[i + 15:head.find(b"\r\n", i) if head.find(b"\r\n", i) > 0 else None]) if i >= 0 else 0
+                self.left = (
+                    int(head[i + 15 : head.find(b"\r\n", i) if head.find(b"\r\n", i) > 0 else None]) if i >= 0 else 0
+                )
             else:
                 self.cstate = 0
                 self.cbuf.clear()
@@ -97,7 +100,7 @@ class Upstream(asyncio.Protocol):
                 if eol < 0:
                     return False
                 size = int(bytes(buf[:eol]).split(b";")[0], 16)
-                del buf[:eol + 2]
+                del buf[: eol + 2]
                 if size == 0:
                     self.cstate = 2
                 else:
@@ -114,7 +117,7 @@ class Upstream(asyncio.Protocol):
                 eol = buf.find(b"\r\n")
                 if eol < 0:
                     return False
-                del buf[:eol + 2]
+                del buf[: eol + 2]
                 if eol == 0:
                     return True
 
@@ -128,11 +131,11 @@ class Client(asyncio.Protocol):
         self.up: Upstream | None = None
         self.body_left = 0
 
-    def connection_made(self, t):  # noqa: ANN001
+    def connection_made(self, t):
         self.transport = t
         self.peer = t.get_extra_info("peername")[0].encode()
 
-    def connection_lost(self, exc):  # noqa: ANN001
+    def connection_lost(self, exc):
         self.transport = None
         if self.up is not None and self.up.client is self and self.up.transport:
             self.up.transport.close()  # abandon the upstream request at once
@@ -142,7 +145,7 @@ class Client(asyncio.Protocol):
             take = data[: self.body_left]
             self.body_left -= len(take)
             self.up.transport.write(take)
-            data = data[len(take):]
+            data = data[len(take) :]
             if not data:
                 return
         self.buf += data
@@ -154,16 +157,18 @@ class Client(asyncio.Protocol):
         if end < 0:
             return
         head = bytes(self.buf[:end])
-        del self.buf[:end + 4]
+        del self.buf[: end + 4]
         lower = head.lower()
         i = lower.find(b"\r\ncontent-length:")
-        length = int(lower[i + 17:lower.find(b"\r\n", i + 2) if lower.find(b"\r\n", i + 2) > 0 else None]) if i >= 0 else 0
+        length = (
+            int(lower[i + 17 : lower.find(b"\r\n", i + 2) if lower.find(b"\r\n", i + 2) > 0 else None]) if i >= 0 else 0
+        )
         out = head + b"\r\nX-Forwarded-For: " + self.peer + b"\r\nX-Forwarded-Proto: http\r\n\r\n"
         body = bytes(self.buf[:length])
         del self.buf[:length]
         self.body_left = length - len(body)
         self.busy = True
-        asyncio.ensure_future(self._send(out + body))
+        self.sending = asyncio.ensure_future(self._send(out + body))  # kept: a task nobody holds can vanish
 
     async def _send(self, payload: bytes) -> None:
         up = await self.pool.get()

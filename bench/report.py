@@ -17,20 +17,51 @@ TARGET_ORDER = ("direct", "router", "aiohttp", "raw", "nginx", "haproxy", "envoy
 
 #: Per workload, the metrics worth summarising (name, unit, higher_is_better).
 METRICS: dict[str, list[tuple[str, str, bool]]] = {
-    "small_get": [("rate", "req/s", True), ("lat_p50_ms", "ms", False), ("lat_p99_ms", "ms", False),
-                  ("target_cpu_us_per_unit", "CPU µs/req", False), ("loadgen_core", "cores", False)],
-    "sse_burst": [("streams_per_s", "streams/s", True), ("ttfb_p50_ms", "ms", False), ("gap_p99_ms", "ms", False),
-                  ("target_cpu_us_per_unit", "CPU µs/event", False), ("loadgen_core", "cores", False)],
-    "sse_paced": [("events_per_s", "events/s", True), ("ttfb_p50_ms", "ms", False), ("ttfb_p99_ms", "ms", False),
-                  ("gap_p50_ms", "ms", False), ("gap_p99_ms", "ms", False), ("gap_p999_ms", "ms", False),
-                  ("target_cpu_us_per_unit", "CPU µs/event", False), ("target_core", "cores", False),
-                  ("loadgen_core", "cores", False), ("errors", "", False)],
-    "upload_1mib": [("mib_per_s", "MiB/s", True), ("lat_p50_ms", "ms", False), ("lat_p99_ms", "ms", False),
-                    ("target_cpu_us_per_unit", "CPU µs/req", False)],
-    "idle_hold": [("kib_per_stream_first", "KiB/stream", False), ("kib_per_stream_last", "KiB/stream", False),
-                  ("held_first", "streams", True), ("held_last", "streams", True), ("open_seconds_last", "s", False)],
-    "drain": [("readyz_503_ms", "ms", False), ("exit_after_last_stream_ms", "ms", False),
-              ("signal_to_exit_ms", "ms", False), ("streams_complete", "streams", True)],
+    "small_get": [
+        ("rate", "req/s", True),
+        ("lat_p50_ms", "ms", False),
+        ("lat_p99_ms", "ms", False),
+        ("target_cpu_us_per_unit", "CPU µs/req", False),
+        ("loadgen_core", "cores", False),
+    ],
+    "sse_burst": [
+        ("streams_per_s", "streams/s", True),
+        ("ttfb_p50_ms", "ms", False),
+        ("gap_p99_ms", "ms", False),
+        ("target_cpu_us_per_unit", "CPU µs/event", False),
+        ("loadgen_core", "cores", False),
+    ],
+    "sse_paced": [
+        ("events_per_s", "events/s", True),
+        ("ttfb_p50_ms", "ms", False),
+        ("ttfb_p99_ms", "ms", False),
+        ("gap_p50_ms", "ms", False),
+        ("gap_p99_ms", "ms", False),
+        ("gap_p999_ms", "ms", False),
+        ("target_cpu_us_per_unit", "CPU µs/event", False),
+        ("target_core", "cores", False),
+        ("loadgen_core", "cores", False),
+        ("errors", "", False),
+    ],
+    "upload_1mib": [
+        ("mib_per_s", "MiB/s", True),
+        ("lat_p50_ms", "ms", False),
+        ("lat_p99_ms", "ms", False),
+        ("target_cpu_us_per_unit", "CPU µs/req", False),
+    ],
+    "idle_hold": [
+        ("kib_per_stream_first", "KiB/stream", False),
+        ("kib_per_stream_last", "KiB/stream", False),
+        ("held_first", "streams", True),
+        ("held_last", "streams", True),
+        ("open_seconds_last", "s", False),
+    ],
+    "drain": [
+        ("readyz_503_ms", "ms", False),
+        ("exit_after_last_stream_ms", "ms", False),
+        ("signal_to_exit_ms", "ms", False),
+        ("streams_complete", "streams", True),
+    ],
 }
 
 
@@ -72,7 +103,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     for workload in workloads:
         for base in BASELINES:
             per_metric: dict[str, Any] = {}
-            for metric, _, higher in METRICS.get(_family(workload), []):
+            for metric, _, _higher in METRICS.get(_family(workload), []):
                 if metric in ("loadgen_core", "errors", "target_core"):
                     continue
                 quotients, deltas = [], []
@@ -120,17 +151,36 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
     def add(name: str, threshold: float, kind: str, value: dict[str, Any] | None, unit: str, note: str = "") -> None:
         med = value.get("median") if value else None
         if med is None:
-            out.append({"goal": name, "threshold": threshold, "unit": unit, "measured": None, "met": None,
-                        "note": note or "not measured in this run"})
+            out.append(
+                {
+                    "goal": name,
+                    "threshold": threshold,
+                    "unit": unit,
+                    "measured": None,
+                    "met": None,
+                    "note": note or "not measured in this run",
+                }
+            )
             return
         met = med >= threshold if kind == "min" else med <= threshold
         if kind == "min":
             margin = (med - threshold) / threshold
         else:
             margin = (threshold - med) / threshold if threshold else -med
-        out.append({"goal": name, "threshold": threshold, "unit": unit, "kind": kind, "measured": med,
-                    "min": value.get("min"), "max": value.get("max"), "met": met,
-                    "margin": margin, "note": note})
+        out.append(
+            {
+                "goal": name,
+                "threshold": threshold,
+                "unit": unit,
+                "kind": kind,
+                "measured": med,
+                "min": value.get("min"),
+                "max": value.get("max"),
+                "met": met,
+                "margin": margin,
+                "note": note,
+            }
+        )
 
     for workload in sorted((w for w in ratios if w.startswith("sse_paced_")), key=lambda w: int(w.rsplit("_", 1)[1])):
         conc = workload.rsplit("_", 1)[1]
@@ -141,19 +191,31 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
     conns = results["plan"]["small_connections"]
     value = ratios.get("small_get", {}).get("router/nginx", {}).get("rate", {}).get("ratio")
     add(f"small GET at {conns} connections (req/s, router / nginx)", 0.5, "min", value, "x")
-    first_paced = min((w for w in ratios if w.startswith("sse_paced_")), key=lambda w: int(w.rsplit("_", 1)[1]), default=None)
+    first_paced = min(
+        (w for w in ratios if w.startswith("sse_paced_")), key=lambda w: int(w.rsplit("_", 1)[1]), default=None
+    )
     if first_paced:
         conc = first_paced.rsplit("_", 1)[1]
         value = ratios[first_paced].get("router/direct", {}).get("ttfb_p50_ms", {}).get("delta")
         add(f"added p50 time to first byte at {conc} streams (router - direct)", 1.0, "max", value, "ms")
     router_hold = summary.get("idle_hold", {}).get("router", {})
     held = results["plan"]["hold_steps"][-1]
-    add(f"RSS per held idle stream with {held} held (router)", 40.0, "max",
-        router_hold.get("kib_per_stream_last"), "KiB")
+    add(
+        f"RSS per held idle stream with {held} held (router)",
+        40.0,
+        "max",
+        router_hold.get("kib_per_stream_last"),
+        "KiB",
+    )
     router_drain = summary.get("drain", {}).get("router", {})
     add("/readyz 503 after SIGTERM (router)", 50.0, "max", router_drain.get("readyz_503_ms"), "ms")
-    add("exit after the last stream ends in closing (router)", 100.0, "max",
-        router_drain.get("exit_after_last_stream_ms"), "ms")
+    add(
+        "exit after the last stream ends in closing (router)",
+        100.0,
+        "max",
+        router_drain.get("exit_after_last_stream_ms"),
+        "ms",
+    )
     return out
 
 
@@ -210,12 +272,20 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
     summary = derived["summary"]
     present = [t for t in TARGET_ORDER if t in results["targets"] and results["targets"][t]["available"]]
     missing = {t: v["reason"] for t, v in results["targets"].items() if not v["available"]}
-    fmt = {"small_connections": plan["small_connections"], "burst_concurrency": plan["burst_concurrency"],
-           "interval": f"{plan['paced_interval_ms']:g}", "upload_connections": plan["upload_connections"],
-           "hold_first": plan["hold_steps"][0], "hold_last": plan["hold_steps"][-1]}
+    fmt = {
+        "small_connections": plan["small_connections"],
+        "burst_concurrency": plan["burst_concurrency"],
+        "interval": f"{plan['paced_interval_ms']:g}",
+        "upload_connections": plan["upload_connections"],
+        "hold_first": plan["hold_steps"][0],
+        "hold_last": plan["hold_steps"][-1],
+    }
     lines = []
-    pinned = (f"load generator pinned to core {machine['loadgen_cpus']}, upstream and proxies on "
-              f"{machine['server_cpus']}" if machine.get("loadgen_cpus") else "no pinning (one core)")
+    pinned = (
+        f"load generator pinned to core {machine['loadgen_cpus']}, upstream and proxies on {machine['server_cpus']}"
+        if machine.get("loadgen_cpus")
+        else "no pinning (one core)"
+    )
     all_spreads = sorted(s for n in derived["noise"].values() for s in n["spread_by_target"].values())
     noise_med = all_spreads[len(all_spreads) // 2] if all_spreads else 0.0
     noise_max = all_spreads[-1] if all_spreads else 0.0
@@ -245,7 +315,7 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
     lines.append(header)
     lines.append("| --- |" + " --- |" * len(present))
     for workload_t, metric, label_t, unit in ROWS:
-        for conc in (plan["paced_concurrency"] if "{c}" in workload_t else [None]):
+        for conc in plan["paced_concurrency"] if "{c}" in workload_t else [None]:
             workload = workload_t.format(c=conc)
             if workload not in summary:
                 continue
@@ -264,29 +334,44 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
     lines.append("")
     bases = [b for b in BASELINES if b in present and "router" in present]
     if bases:
-        lines.append("Ratios, router / X, taken per round and then the median (min–max): throughput "
-                     "(above 1 is faster than X) and proxy CPU per unit (above 1 costs more than X).")
+        lines.append(
+            "Ratios, router / X, taken per round and then the median (min–max): throughput "
+            "(above 1 is faster than X) and proxy CPU per unit (above 1 costs more than X)."
+        )
         lines.append("")
         lines.append("| workload | metric | " + " | ".join(f"router / {b}" for b in bases) + " |")
         lines.append("| --- | --- |" + " --- |" * len(bases))
-        heads = [("small_get", "rate", "req/s"), ("small_get", "target_cpu_us_per_unit", "CPU per request"),
-                 ("sse_burst", "streams_per_s", "streams/s"),
-                 *((f"sse_paced_{c}", m, label) for c in plan["paced_concurrency"]
-                   for m, label in (("events_per_s", "chunks/s"), ("target_cpu_us_per_unit", "CPU per chunk"))),
-                 ("upload_1mib", "mib_per_s", "MiB/s")]
+        heads = [
+            ("small_get", "rate", "req/s"),
+            ("small_get", "target_cpu_us_per_unit", "CPU per request"),
+            ("sse_burst", "streams_per_s", "streams/s"),
+            *(
+                (f"sse_paced_{c}", m, label)
+                for c in plan["paced_concurrency"]
+                for m, label in (("events_per_s", "chunks/s"), ("target_cpu_us_per_unit", "CPU per chunk"))
+            ),
+            ("upload_1mib", "mib_per_s", "MiB/s"),
+        ]
         for workload, metric, label in heads:
-            row = [(derived["ratios"].get(workload, {}).get(f"router/{b}", {}).get(metric) or {}).get("ratio")
-                   for b in bases]
+            row = [
+                (derived["ratios"].get(workload, {}).get(f"router/{b}", {}).get(metric) or {}).get("ratio")
+                for b in bases
+            ]
             if any(r and r.get("median") is not None for r in row):
-                name = {"small_get": "small GET", "sse_burst": "SSE back to back",
-                        "upload_1mib": "1 MiB upload"}.get(workload) or f"SSE paced, {workload.rsplit('_', 1)[1]} streams"
+                name = {"small_get": "small GET", "sse_burst": "SSE back to back", "upload_1mib": "1 MiB upload"}.get(
+                    workload
+                ) or f"SSE paced, {workload.rsplit('_', 1)[1]} streams"
                 lines.append(f"| {name} | {label} | " + " | ".join(_cell(r, "x") for r in row) + " |")
         lines.append("")
-    client_cores = [summary.get(w, {}).get(t, {}).get("loadgen_core", {}).get("median") for w in summary for t in present]
+    client_cores = [
+        summary.get(w, {}).get(t, {}).get("loadgen_core", {}).get("median") for w in summary for t in present
+    ]
     client_cores = [c for c in client_cores if c is not None]
     if client_cores:
-        lines.append(f"The load generator (wrk for plain requests, the aiohttp client for SSE) used up to "
-                     f"{max(client_cores):.2f} of its core; a cell where it is near 1.0 is client-bound.")
+        lines.append(
+            f"The load generator (wrk for plain requests, the aiohttp client for SSE) used up to "
+            f"{max(client_cores):.2f} of its core; a cell where it is near 1.0 is client-bound."
+        )
     if missing:
         lines.append("Not measured: " + "; ".join(f"{t} ({r})" for t, r in missing.items()) + ".")
     return "\n".join(lines) + "\n"
@@ -316,8 +401,16 @@ def chart(results: dict[str, Any], derived: dict[str, Any], path: Path) -> bool:
     summary = derived["summary"]
     plan = results["plan"]
     present = [t for t in TARGET_ORDER if t in results["targets"] and results["targets"][t]["available"]]
-    colors = {"direct": "#999999", "router": "#d62728", "aiohttp": "#e377c2", "raw": "#8c564b", "nginx": "#2ca02c", "haproxy": "#1f77b4",
-              "envoy": "#9467bd", "traefik": "#ff7f0e"}
+    colors = {
+        "direct": "#999999",
+        "router": "#d62728",
+        "aiohttp": "#e377c2",
+        "raw": "#8c564b",
+        "nginx": "#2ca02c",
+        "haproxy": "#1f77b4",
+        "envoy": "#9467bd",
+        "traefik": "#ff7f0e",
+    }
     paced = [f"sse_paced_{c}" for c in plan["paced_concurrency"]]
     panels = [
         ("small GET, req/s", [("small_get", "rate")], None),
@@ -325,7 +418,11 @@ def chart(results: dict[str, Any], derived: dict[str, Any], path: Path) -> bool:
         ("SSE paced: chunks/s vs direct", [(w, "events_per_s") for w in paced], "direct"),
         ("SSE paced: p50 TTFB (log), ms", [(w, "ttfb_p50_ms") for w in paced], None),
         ("SSE paced: p99 inter-chunk gap (log), ms", [(w, "gap_p99_ms") for w in paced], None),
-        ("RSS per held idle stream, KiB", [("idle_hold", "kib_per_stream_first"), ("idle_hold", "kib_per_stream_last")], None),
+        (
+            "RSS per held idle stream, KiB",
+            [("idle_hold", "kib_per_stream_first"), ("idle_hold", "kib_per_stream_last")],
+            None,
+        ),
     ]
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     for ax, (title, series, relative) in zip(axes.flat, panels):
@@ -366,8 +463,11 @@ def chart(results: dict[str, Any], derived: dict[str, Any], path: Path) -> bool:
         ax.grid(axis="y", alpha=0.3)
     axes.flat[0].legend(fontsize=8)
     machine = results["machine"]
-    fig.suptitle(f"drain-router bench {results['started_at']} ({results['mode']}, {plan['rounds']} rounds, "
-                 f"{machine['cores']} cores, median with min–max whiskers)", fontsize=11)
+    fig.suptitle(
+        f"drain-router bench {results['started_at']} ({results['mode']}, {plan['rounds']} rounds, "
+        f"{machine['cores']} cores, median with min–max whiskers)",
+        fontsize=11,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)

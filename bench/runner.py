@@ -69,17 +69,38 @@ PLANS = {
     "full": Plan("full", rounds=3, seconds=3.0),
     "quick": Plan("quick", rounds=2, seconds=1.5, hold_steps=(1000, 5000)),
     "smoke": Plan(
-        "smoke", rounds=1, seconds=0.25, small_connections=4, burst_concurrency=2, burst_chunks=8,
-        paced_concurrency=(4,), paced_chunks=4, paced_interval_ms=20, upload_connections=2,
-        upload_bytes=64 * 1024, hold_steps=(20,), drain_streams=2, drain_chunks=10, drain_interval_ms=20,
-        drain_window_secs=0, drain_targets=("router",), use_wrk=False, hold_settle_secs=0.1,
+        "smoke",
+        rounds=1,
+        seconds=0.25,
+        small_connections=4,
+        burst_concurrency=2,
+        burst_chunks=8,
+        paced_concurrency=(4,),
+        paced_chunks=4,
+        paced_interval_ms=20,
+        upload_connections=2,
+        upload_bytes=64 * 1024,
+        hold_steps=(20,),
+        drain_streams=2,
+        drain_chunks=10,
+        drain_interval_ms=20,
+        drain_window_secs=0,
+        drain_targets=("router",),
+        use_wrk=False,
+        hold_settle_secs=0.1,
     ),
 }
 
 
 def workload_names(plan: Plan) -> list[str]:
-    return ["small_get", "sse_burst", *(f"sse_paced_{c}" for c in plan.paced_concurrency), "upload_1mib",
-            "idle_hold", "drain"]
+    return [
+        "small_get",
+        "sse_burst",
+        *(f"sse_paced_{c}" for c in plan.paced_concurrency),
+        "upload_1mib",
+        "idle_hold",
+        "drain",
+    ]
 
 
 # -- machine --------------------------------------------------------------------------------------
@@ -151,7 +172,10 @@ class Bench:
         log = open(self.workdir / "upstream.log", "wb")  # noqa: SIM115
         self.upstream = subprocess.Popen(
             [sys.executable, "-m", "bench.upstream", "--port", str(self.upstream_port)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
             cwd=Path(__file__).parent.parent,
             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
@@ -173,11 +197,13 @@ class Bench:
                     entry["version"] = target.version()
                     target.start(self.ctx)
                     self.targets.append(target)
-                except Exception as exc:  # noqa: BLE001 - a target that fails to start is reported, not fatal
+                except Exception as exc:
                     entry.update(available=False, reason=f"failed to start: {exc}")
                     target.stop()
             self.info[target.name] = entry
-            self.log(f"target {target.name}: {'ok ' + entry.get('version', '') if entry['available'] else entry['reason']}")
+            self.log(
+                f"target {target.name}: {'ok ' + entry.get('version', '') if entry['available'] else entry['reason']}"
+            )
 
     def stop_all(self) -> None:
         for target in self.targets:
@@ -191,7 +217,11 @@ class Bench:
                 self.upstream.wait()
 
     async def measure(
-        self, round_no: int, workload: str, target: targets.Target, units_key: str | None,
+        self,
+        round_no: int,
+        workload: str,
+        target: targets.Target,
+        units_key: str | None,
         run: Callable[[], Awaitable[dict[str, Any]]],
     ) -> None:
         """Run one workload against one target, with the target's and the upstream's CPU around it."""
@@ -202,7 +232,7 @@ class Bench:
         wall0 = time.perf_counter()
         try:
             metrics = await run()
-        except Exception as exc:  # noqa: BLE001 - one failed cell must not lose the run
+        except Exception as exc:
             metrics = {"failed": f"{type(exc).__name__}: {exc}"}
         wall = time.perf_counter() - wall0
         cpu = meter.stop()  # None when the process exited meanwhile (the drain)
@@ -213,23 +243,32 @@ class Bench:
             metrics["target_cpu_us_per_unit"] = cpu / metrics[units_key] * 1e6
         metrics["target_rss_kib"] = meter.rss() if alive else None
         self.records.append({"round": round_no, "workload": workload, "target": target.name, "metrics": metrics})
-        self.log(f"  {time.perf_counter() - self.t0:6.1f}s r{round_no} {workload:<16} {target.name:<8} {_brief(metrics)}")
+        self.log(
+            f"  {time.perf_counter() - self.t0:6.1f}s r{round_no} {workload:<16} {target.name:<8} {_brief(metrics)}"
+        )
 
     # -- workloads --------------------------------------------------------------------------------
 
     async def small_get(self, target: targets.Target) -> dict[str, Any]:
         url = target.url + "/small"
         if self.plan.use_wrk and loadgen.wrk_available():
-            return await asyncio.to_thread(loadgen.wrk, url, self.plan.small_connections, self.plan.seconds,
-                                           cpus=self.loadgen_cpus)
+            return await asyncio.to_thread(
+                loadgen.wrk, url, self.plan.small_connections, self.plan.seconds, cpus=self.loadgen_cpus
+            )
         return await loadgen.requests(url, self.plan.small_connections, self.plan.seconds)
 
     async def upload(self, target: targets.Target) -> dict[str, Any]:
         url = target.url + "/upload"
         size = self.plan.upload_bytes
         if self.plan.use_wrk and loadgen.wrk_available():
-            return await asyncio.to_thread(loadgen.wrk, url, self.plan.upload_connections, self.plan.seconds,
-                                           upload_bytes=size, cpus=self.loadgen_cpus)
+            return await asyncio.to_thread(
+                loadgen.wrk,
+                url,
+                self.plan.upload_connections,
+                self.plan.seconds,
+                upload_bytes=size,
+                cpus=self.loadgen_cpus,
+            )
         return await loadgen.requests(url, self.plan.upload_connections, self.plan.seconds, upload_bytes=size)
 
     async def sse(self, target: targets.Target, concurrency: int, chunks: int, interval_ms: float) -> dict[str, Any]:
@@ -239,8 +278,13 @@ class Bench:
         # arrive in one burst; the window opens once every client has started.
         stagger = min(max(stream_secs, 0.05), 1.0)
         return await loadgen.sse(
-            url, concurrency, self.plan.seconds, expected_events=chunks + 1, stagger=stagger,
-            warmup=stagger + min(0.2, self.plan.seconds / 4), stream_seconds=stream_secs,
+            url,
+            concurrency,
+            self.plan.seconds,
+            expected_events=chunks + 1,
+            stagger=stagger,
+            warmup=stagger + min(0.2, self.plan.seconds / 4),
+            stream_seconds=stream_secs,
         )
 
     async def hold(self, target: targets.Target, round_no: int) -> None:
@@ -251,8 +295,13 @@ class Bench:
         fresh.start(self.ctx, instance=f"-hold-r{round_no}")
         try:
             url = fresh.url + "/v1/completions?hold=1"
-            await self.measure(round_no, "idle_hold", fresh, None,
-                               lambda: loadgen.hold(url, steps, fresh_rss(fresh), settle=self.plan.hold_settle_secs))
+            await self.measure(
+                round_no,
+                "idle_hold",
+                fresh,
+                None,
+                lambda: loadgen.hold(url, steps, fresh_rss(fresh), settle=self.plan.hold_settle_secs),
+            )
         finally:
             fresh.stop()
 
@@ -325,7 +374,7 @@ class Bench:
             if poller:
                 try:
                     await asyncio.wait_for(poller, 5)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
         finished = [o for o in outcomes if isinstance(o, tuple) and o[1] >= plan.drain_chunks + 1]
         last_end = max((o[0] for o in outcomes if isinstance(o, tuple)), default=None)
@@ -347,7 +396,7 @@ class Bench:
 
     async def run(self) -> dict[str, Any]:
         plan = self.plan
-        started = dt.datetime.now(dt.timezone.utc)
+        started = dt.datetime.now(dt.UTC)
         load_before = os.getloadavg()
         busy0, own0, wall0 = _machine_busy_seconds(), _own_cpu_seconds(), time.perf_counter()
         if self.loadgen_cpus:
@@ -362,12 +411,20 @@ class Bench:
                 for target in self.targets:
                     await self.measure(round_no, "small_get", target, "requests", lambda t=target: self.small_get(t))
                 for target in self.targets:
-                    await self.measure(round_no, "sse_burst", target, "events_total",
-                                       lambda t=target: self.sse(t, plan.burst_concurrency, plan.burst_chunks, 0))
+                    await self.measure(
+                        round_no,
+                        "sse_burst",
+                        target,
+                        "events_total",
+                        lambda t=target: self.sse(t, plan.burst_concurrency, plan.burst_chunks, 0),
+                    )
                 for concurrency in plan.paced_concurrency:
                     for target in self.targets:
                         await self.measure(
-                            round_no, f"sse_paced_{concurrency}", target, "events_total",
+                            round_no,
+                            f"sse_paced_{concurrency}",
+                            target,
+                            "events_total",
                             lambda t=target, c=concurrency: self.sse(t, c, plan.paced_chunks, plan.paced_interval_ms),
                         )
                 for target in self.targets:
@@ -418,13 +475,17 @@ def _source() -> dict[str, Any]:
 
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10).stdout.strip()
+            return subprocess.run(
+                ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    return {"commit": git("rev-parse", "--short", "HEAD") or None,
-            "router_dirty": bool(git("status", "--porcelain", "--", "router")),
-            "router_src_override": os.environ.get(targets.ROUTER_SRC_ENV)}
+    return {
+        "commit": git("rev-parse", "--short", "HEAD") or None,
+        "router_dirty": bool(git("status", "--porcelain", "--", "router")),
+        "router_src_override": os.environ.get(targets.ROUTER_SRC_ENV),
+    }
 
 
 def fresh_rss(target: targets.Target) -> Callable[[], int]:
@@ -434,8 +495,20 @@ def fresh_rss(target: targets.Target) -> Callable[[], int]:
 def _brief(metrics: dict[str, Any]) -> str:
     if "failed" in metrics:
         return "FAILED " + metrics["failed"]
-    keys = ["rate", "streams_per_s", "events_per_s", "mib_per_s", "ttfb_p50_ms", "gap_p99_ms", "lat_p99_ms",
-            "readyz_503_ms", "exit_after_last_stream_ms", "errors", "loadgen_core", "target_core"]
+    keys = [
+        "rate",
+        "streams_per_s",
+        "events_per_s",
+        "mib_per_s",
+        "ttfb_p50_ms",
+        "gap_p99_ms",
+        "lat_p99_ms",
+        "readyz_503_ms",
+        "exit_after_last_stream_ms",
+        "errors",
+        "loadgen_core",
+        "target_core",
+    ]
     parts = [f"{k}={metrics[k]:.4g}" for k in keys if isinstance(metrics.get(k), (int, float))]
     if "steps" in metrics:
         parts += [f"held{s['held']}={s['kib_per_stream']:.1f}KiB" for s in metrics["steps"] if s["kib_per_stream"]]

@@ -35,6 +35,9 @@ def summary(values: Sequence[float | None]) -> dict[str, float | None]:
         return {"median": None, "min": None, "max": None, "spread": None, "n": 0}
     med = statistics.median(vals)
     return {
-        "median": med, "min": min(vals), "max": max(vals), "n": len(vals),
+        "median": med,
+        "min": min(vals),
+        "max": max(vals),
+        "n": len(vals),
         "spread": (max(vals) - min(vals)) / abs(med) if med else None,
     }

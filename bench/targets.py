@@ -108,8 +108,13 @@ class Target:
         log = open(self.dir / "output.log", "wb")  # noqa: SIM115 - lives as long as the process
         cpus = ctx.server_cpus
         self.proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env(),
-            cwd=self.dir, start_new_session=True,
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env(),
+            cwd=self.dir,
+            start_new_session=True,
             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
         log.close()
@@ -182,8 +187,18 @@ class Router(Target):
         use_script = script.exists() and not os.environ.get(ROUTER_SRC_ENV)
         base = [str(script)] if use_script else [sys.executable, "-m", "router"]
         return [
-            *base, "serve", "--upstream", f"http://127.0.0.1:{ctx.upstream_port}", "--host", "127.0.0.1",
-            "--port", str(self.port), "--admin-host", "127.0.0.1", "--admin-port", str(self.admin_port),
+            *base,
+            "serve",
+            "--upstream",
+            f"http://127.0.0.1:{ctx.upstream_port}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--admin-host",
+            "127.0.0.1",
+            "--admin-port",
+            str(self.admin_port),
             *self.extra_args,
         ]
 
@@ -207,8 +222,15 @@ class AiohttpProxy(Target):
         return "aiohttp " + version("aiohttp")
 
     def command(self, ctx: Context) -> list[str]:
-        return [sys.executable, "-m", "bench.aiohttp_proxy", "--upstream", f"http://127.0.0.1:{ctx.upstream_port}",
-                "--port", str(self.port)]
+        return [
+            sys.executable,
+            "-m",
+            "bench.aiohttp_proxy",
+            "--upstream",
+            f"http://127.0.0.1:{ctx.upstream_port}",
+            "--port",
+            str(self.port),
+        ]
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
@@ -274,12 +296,26 @@ class Nginx(Target):
     def command(self, ctx: Context) -> list[str]:
         assert self.dir is not None
         conf = self.dir / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(
-            user="user root;\n" if os.geteuid() == 0 else "", fds=fd_limit(), dir=self.dir,
-            upstream=ctx.upstream_port, port=self.port,
-        ))
-        return [self.binary() or "nginx", "-p", str(self.dir), "-c", str(conf), "-e", str(self.dir / "error.log"),
-                "-g", "daemon off; master_process on;"]
+        conf.write_text(
+            NGINX_CONF.format(
+                user="user root;\n" if os.geteuid() == 0 else "",
+                fds=fd_limit(),
+                dir=self.dir,
+                upstream=ctx.upstream_port,
+                port=self.port,
+            )
+        )
+        return [
+            self.binary() or "nginx",
+            "-p",
+            str(self.dir),
+            "-c",
+            str(conf),
+            "-e",
+            str(self.dir / "error.log"),
+            "-g",
+            "daemon off; master_process on;",
+        ]
 
     def stop_signal(self) -> int:
         return signal.SIGTERM
@@ -323,7 +359,9 @@ class Haproxy(Target):
         assert self.dir is not None
         conf = self.dir / "haproxy.cfg"
         # Each proxied connection needs two descriptors; leave room for listeners and logs.
-        conf.write_text(HAPROXY_CONF.format(maxconn=(fd_limit() - 100) // 2, port=self.port, upstream=ctx.upstream_port))
+        conf.write_text(
+            HAPROXY_CONF.format(maxconn=(fd_limit() - 100) // 2, port=self.port, upstream=ctx.upstream_port)
+        )
         return [self.binary() or "haproxy", "-db", "-f", str(conf)]
 
 
@@ -389,8 +427,18 @@ class Envoy(Target):
         assert self.dir is not None
         conf = self.dir / "envoy.yaml"
         conf.write_text(ENVOY_CONF.format(admin=self.admin_port, port=self.port, upstream=ctx.upstream_port))
-        return [self.binary() or "envoy", "-c", str(conf), "--concurrency", "1", "--disable-hot-restart",
-                "-l", "warning", "--log-path", str(self.dir / "envoy.log")]
+        return [
+            self.binary() or "envoy",
+            "-c",
+            str(conf),
+            "--concurrency",
+            "1",
+            "--disable-hot-restart",
+            "-l",
+            "warning",
+            "--log-path",
+            str(self.dir / "envoy.log"),
+        ]
 
     def readiness_url(self) -> str | None:
         return f"http://127.0.0.1:{self.admin_port}/ready"

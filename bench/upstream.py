@@ -37,16 +37,16 @@ SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
     b"Transfer-Encoding: chunked\r\n\r\n"
 )
-SMALL_RESPONSE = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-    % (len(SMALL_BODY), SMALL_BODY)
+SMALL_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+    len(SMALL_BODY),
+    SMALL_BODY,
 )
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 MAX_HEADER_BYTES = 64 * 1024
 
 
 class _Request:
-    __slots__ = ("method", "path", "query", "close", "length", "chunked")
+    __slots__ = ("chunked", "close", "length", "method", "path", "query")
 
     def __init__(self, method: str, target: str, headers: dict[bytes, bytes], version: bytes) -> None:
         self.method = method
@@ -170,8 +170,7 @@ class UpstreamProtocol(asyncio.Protocol):
         elif req.path == "/upload":
             body = b'{"bytes":%d}' % self.body_bytes
             transport.write(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                % (len(body), body)
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
             )
         else:
             transport.write(NOT_FOUND)

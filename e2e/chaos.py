@@ -116,9 +116,18 @@ class Sample:
 class Fleet:
     """Pods behind one balancer, streaming clients, and the ledger of everything that ended."""
 
-    def __init__(self, workdir: Path, balancer: str, session: aiohttp.ClientSession,
-                 register: Callable[[cluster.Process], None], *, pods: int = 2, steady: int = 0,
-                 drain_secs: int = DRAIN_SECS, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        balancer: str,
+        session: aiohttp.ClientSession,
+        register: Callable[[cluster.Process], None],
+        *,
+        pods: int = 2,
+        steady: int = 0,
+        drain_secs: int = DRAIN_SECS,
+        seed: int | None = None,
+    ) -> None:
         """``steady`` more pods take traffic but are never restarted (the soak watches their RSS and
         descriptors over the whole run); ``register`` receives every process for cleanup."""
         self.workdir = workdir
@@ -131,14 +140,17 @@ class Fleet:
         self.pods: list[Pod] = []
         for i in range(pods + steady):
             model = cluster.FakeModel(logs, name=f"model-{i}", chunks=CHUNKS, interval_ms=INTERVAL_MS)
-            replica = cluster.Replica(f"router-{i}", model.url, logs, shutdown_drain_secs=drain_secs,
-                                      termination_grace_secs=GRACE_SECS)
+            replica = cluster.Replica(
+                f"router-{i}", model.url, logs, shutdown_drain_secs=drain_secs, termination_grace_secs=GRACE_SECS
+            )
             self.pods.append(Pod(model, replica))
         self.rolled = self.pods[:pods]
-        self.lb = balancers.make(balancer, workdir / balancer, [(p.replica.name, p.replica.port) for p in self.pods],
-                                 inter_ms=PROBE_MS)
-        self.load = load.Load(self.lb.url, clients=CLIENTS, chunks=CHUNKS, interval_ms=INTERVAL_MS,
-                              seed=self.rng.randrange(2**32))
+        self.lb = balancers.make(
+            balancer, workdir / balancer, [(p.replica.name, p.replica.port) for p in self.pods], inter_ms=PROBE_MS
+        )
+        self.load = load.Load(
+            self.lb.url, clients=CLIENTS, chunks=CHUNKS, interval_ms=INTERVAL_MS, seed=self.rng.randrange(2**32)
+        )
         self.slow_loads: list[load.Load] = []
         self.ledger = Ledger()
         self.rows: list[CycleRow] = []
@@ -180,21 +192,35 @@ class Fleet:
 
         counts = collections.Counter(r.outcome for r in records)
         lost = [r for r in records if r.outcome.lost]
-        return reconcile.ClientView(ok=counts[streams.Outcome.OK], left=counts[streams.Outcome.LEFT],
-                                    lost=len(lost), lost_after_kill=sum(1 for r in lost if after_kill(r)))
+        return reconcile.ClientView(
+            ok=counts[streams.Outcome.OK],
+            left=counts[streams.Outcome.LEFT],
+            lost=len(lost),
+            lost_after_kill=sum(1 for r in lost if after_kill(r)),
+        )
 
     def router_view(self) -> reconcile.RouterView:
         c = self.ledger.router
         return reconcile.RouterView(
-            completed=c["completed"], client_aborted=c["client_aborted"], upstream_error=c["upstream_error"],
-            deadline_aborted=c["deadline_aborted"], rejected=c["rejected"],
-            killed_inflight=self.ledger.killed_inflight, unresolved=self.ledger.unresolved,
-            kill_window=self.ledger.kill_window)
+            completed=c["completed"],
+            client_aborted=c["client_aborted"],
+            upstream_error=c["upstream_error"],
+            deadline_aborted=c["deadline_aborted"],
+            rejected=c["rejected"],
+            killed_inflight=self.ledger.killed_inflight,
+            unresolved=self.ledger.unresolved,
+            kill_window=self.ledger.kill_window,
+        )
 
     def model_view(self) -> reconcile.ModelView:
         c = self.ledger.model
-        return reconcile.ModelView(started=c["started"], finished=c["finished"], cancelled=c["cancelled"],
-                                   crashed_active=self.ledger.crashed_active, crash_window=self.ledger.crash_window)
+        return reconcile.ModelView(
+            started=c["started"],
+            finished=c["finished"],
+            cancelled=c["cancelled"],
+            crashed_active=self.ledger.crashed_active,
+            crash_window=self.ledger.crash_window,
+        )
 
     # -- one cycle --------------------------------------------------------------------------------
 
@@ -213,10 +239,19 @@ class Fleet:
         ended = [r for r in self.records if started <= r.finished < now]
         counts = collections.Counter(r.outcome for r in ended)
         lost = {o.value: n for o, n in counts.items() if o.lost}
-        row = CycleRow(cycle=number, balancer=self.kind, drain_secs=self.drain_secs, fault=fault,
-                       target=target.replica.name, requests=len(ended), ok=counts[streams.Outcome.OK],
-                       left=counts[streams.Outcome.LEFT], lost=sum(lost.values()), lost_kinds=lost,
-                       seconds=time.monotonic() - started)
+        row = CycleRow(
+            cycle=number,
+            balancer=self.kind,
+            drain_secs=self.drain_secs,
+            fault=fault,
+            target=target.replica.name,
+            requests=len(ended),
+            ok=counts[streams.Outcome.OK],
+            left=counts[streams.Outcome.LEFT],
+            lost=sum(lost.values()),
+            lost_kinds=lost,
+            seconds=time.monotonic() - started,
+        )
         self.rows.append(row)
         return row
 
@@ -271,7 +306,7 @@ class Fleet:
         while time.monotonic() < deadline:
             try:
                 last = await replica.metrics(self.session, timeout=1.0)
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            except (TimeoutError, aiohttp.ClientError, OSError):
                 if not replica.process.alive:
                     break
                 continue
@@ -280,14 +315,15 @@ class Fleet:
             await asyncio.sleep(cluster.POLL_SECS)
         return last
 
-    async def _wait_scrape(self, replica: cluster.Replica, done: Callable[[cluster.Scrape], bool],
-                           what: str) -> cluster.Scrape:
+    async def _wait_scrape(
+        self, replica: cluster.Replica, done: Callable[[cluster.Scrape], bool], what: str
+    ) -> cluster.Scrape:
         box: list[cluster.Scrape] = []
 
         async def ok() -> bool:
             try:
                 box[:] = [await replica.metrics(self.session)]
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            except (TimeoutError, aiohttp.ClientError, OSError):
                 if not replica.process.alive:
                     raise replica.process.failed(f"exited while waiting for it to be {what}") from None
                 return False
@@ -310,14 +346,13 @@ class Fleet:
         async def reached() -> bool:
             try:
                 code, body = await replica.readyz(self.session)
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            except (TimeoutError, aiohttp.ClientError, OSError):
                 if not replica.process.alive:
                     raise replica.process.failed(f"exited before /readyz said {status}") from None
                 return False  # not listening yet
             return code == status and isinstance(body, dict) and body.get("status") == body_status
 
-        await cluster.wait_until(reached, timeout=WAIT_SECS,
-                                 what=f"{replica.name} /readyz {status} {body_status}")
+        await cluster.wait_until(reached, timeout=WAIT_SECS, what=f"{replica.name} /readyz {status} {body_status}")
 
 
 # -- the faults: each restarts its pod in its own way ----------------------------------------------
@@ -401,8 +436,9 @@ async def stall_past_deadline(fleet: Fleet, pod: Pod) -> None:
         fleet.ledger.problems.append(f"{replica.name} exited {code} after the deadline, expected 1")
     aborted = _log_field(replica.process.log_path, "drain.deadline", "aborted")
     if aborted != stuck.inflight:
-        fleet.ledger.problems.append(f"{replica.name}: {stuck.inflight} stuck in flight at closing, "
-                                     f"but drain.deadline says {aborted} aborted")
+        fleet.ledger.problems.append(
+            f"{replica.name}: {stuck.inflight} stuck in flight at closing, but drain.deadline says {aborted} aborted"
+        )
     fleet.ledger.router.update(stuck.outcomes)
     fleet.ledger.router["deadline_aborted"] += stuck.inflight
     await fleet.start_router(pod)
@@ -415,11 +451,15 @@ async def second_sigterm(fleet: Fleet, pod: Pod) -> None:
     1. SIGTERM 2. the balancer marks it down 3. SIGTERM again 4. exit 0 before t0 + drain."""
     took = await fleet.stop_router(pod, second_sigterm=True)
     if fleet.drain_secs and took >= fleet.drain_secs:
-        fleet.ledger.problems.append(f"{pod.replica.name}: the second SIGTERM did not expedite "
-                                     f"({took:.2f}s to exit, drain window {fleet.drain_secs}s)")
+        fleet.ledger.problems.append(
+            f"{pod.replica.name}: the second SIGTERM did not expedite "
+            f"({took:.2f}s to exit, drain window {fleet.drain_secs}s)"
+        )
     closing_signal = _log_field(pod.replica.process.log_path, "drain.closing", "signal")
     if fleet.drain_secs and closing_signal != "sigterm":
-        fleet.ledger.problems.append(f"{pod.replica.name}: closing came from {closing_signal!r}, not the second SIGTERM")
+        fleet.ledger.problems.append(
+            f"{pod.replica.name}: closing came from {closing_signal!r}, not the second SIGTERM"
+        )
     await fleet.start_router(pod)
 
 
@@ -463,8 +503,14 @@ async def slow_reader(fleet: Fleet, pod: Pod) -> None:
     through a restart all arrive whole, and the router still exits 0.
 
     1. two slow-reading clients join 2. the pod's rolling restart 3. they finish their streams."""
-    slow = load.Load(fleet.lb.url, clients=SLOW_CLIENTS, chunks=SLOW_CHUNKS, interval_ms=5,
-                     read_delay_secs=SLOW_READ_DELAY_SECS, seed=fleet.rng.randrange(2**32))
+    slow = load.Load(
+        fleet.lb.url,
+        clients=SLOW_CLIENTS,
+        chunks=SLOW_CHUNKS,
+        interval_ms=5,
+        read_delay_secs=SLOW_READ_DELAY_SECS,
+        seed=fleet.rng.randrange(2**32),
+    )
     fleet.slow_loads.append(slow)
     await slow.start()
     try:
@@ -502,14 +548,16 @@ def _log_field(path: Path, event: str, field: str) -> Any:
 
 def format_row(row: CycleRow) -> str:
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(row.lost_kinds.items()))
-    return (f"{row.cycle:>4}  {row.balancer:<7} drain {row.drain_secs}s  {row.fault:<22} {row.target:<9} "
-            f"{row.requests:>5} req {row.ok:>5} ok {row.left:>3} left {row.lost:>3} lost"
-            + (f" ({kinds})" if kinds else "") + f"  {row.seconds:.1f}s")
+    return (
+        f"{row.cycle:>4}  {row.balancer:<7} drain {row.drain_secs}s  {row.fault:<22} {row.target:<9} "
+        f"{row.requests:>5} req {row.ok:>5} ok {row.left:>3} left {row.lost:>3} lost"
+        + (f" ({kinds})" if kinds else "")
+        + f"  {row.seconds:.1f}s"
+    )
 
 
 def format_reconciliation(result: reconcile.Reconciliation) -> str:
     explained = ", ".join(f"{k} {n}" for k, n in result.explained.items()) or "none"
-    lines = [f"{result.requests} requests, {result.lost} lost: explained {explained}; "
-             f"unaccounted {result.unaccounted}"]
+    lines = [f"{result.requests} requests, {result.lost} lost: explained {explained}; unaccounted {result.unaccounted}"]
     lines += [f"  mismatch: {m}" for m in result.mismatches]
     return "\n".join(lines)

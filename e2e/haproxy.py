@@ -26,8 +26,9 @@ class Server:
     port: int
 
 
-def render_config(*, port: int, servers: list[Server], stats_socket: Path, inter_ms: int = 200,
-                  fall: int = 1, rise: int = 1) -> str:
+def render_config(
+    *, port: int, servers: list[Server], stats_socket: Path, inter_ms: int = 200, fall: int = 1, rise: int = 1
+) -> str:
     """HAProxy configuration text. Pure."""
     lines = [
         "global",
@@ -82,8 +83,16 @@ class HAProxy:
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "haproxy.cfg"
-        config.write_text(render_config(port=self.port, servers=self.servers, stats_socket=self.stats_socket,
-                                        inter_ms=self.inter_ms, fall=self.fall, rise=self.rise))
+        config.write_text(
+            render_config(
+                port=self.port,
+                servers=self.servers,
+                stats_socket=self.stats_socket,
+                inter_ms=self.inter_ms,
+                fall=self.fall,
+                rise=self.rise,
+            )
+        )
         exe = binary()
         assert exe is not None, "haproxy is not installed"
         self.process = cluster.Process("haproxy", [exe, "-db", "-f", str(config)], self.workdir / "haproxy.log")
@@ -124,11 +133,15 @@ class HAProxy:
         """``{server name: "UP" | "DOWN" | ...}`` for the backend, from ``show stat``."""
         text = await self.command("show stat")
         rows = csv.DictReader(io.StringIO(text.lstrip("# ")))
-        return {row["svname"]: row["status"] for row in rows
-                if row.get("pxname") == BACKEND and row.get("svname") not in ("BACKEND", "FRONTEND")}
+        return {
+            row["svname"]: row["status"]
+            for row in rows
+            if row.get("pxname") == BACKEND and row.get("svname") not in ("BACKEND", "FRONTEND")
+        }
 
     async def wait_status(self, name: str, want: str, timeout: float = 10.0) -> None:
         """Poll until HAProxy reports server ``name`` as ``want`` (``UP`` or ``DOWN``)."""
+
         async def reached() -> bool:
             return (await self.server_status()).get(name, "").startswith(want)
 

@@ -105,56 +105,73 @@ def reconcile(clients: ClientView, routers: RouterView, models: ModelView) -> Re
     lost_elsewhere = clients.lost - clients.lost_after_kill
     unaccounted = max(0, lost_elsewhere - router_failures)
     if router_failures > lost_elsewhere + slack:
-        mismatches.append(f"routers counted {router_failures} failed requests (upstream_error + deadline_aborted) "
-                          f"but clients lost only {lost_elsewhere} outside SIGKILL windows")
+        mismatches.append(
+            f"routers counted {router_failures} failed requests (upstream_error + deadline_aborted) "
+            f"but clients lost only {lost_elsewhere} outside SIGKILL windows"
+        )
 
     # 2. Lost after a SIGKILL: the killed router's in-flight streams, then what the balancer sent to
     #    the dead address before its probe took it out.
     killed_lost = min(clients.lost_after_kill, routers.killed_inflight + routers.kill_window)
     probe_window = clients.lost_after_kill - killed_lost
     if clients.lost_after_kill + routers.kill_window < routers.killed_inflight:
-        mismatches.append(f"killed routers had {routers.killed_inflight} requests in flight but clients lost "
-                          f"only {clients.lost_after_kill} after the kills")
+        mismatches.append(
+            f"killed routers had {routers.killed_inflight} requests in flight but clients lost "
+            f"only {clients.lost_after_kill} after the kills"
+        )
 
     # 3. Whole streams, and streams the clients left. A client that leaves is seen leaving by the
     #    router (client_aborted), unless the rest of the stream was already on its way (the balancer
     #    passes the close on only at its next write): then the router completed it.
     left_completed = clients.left - routers.client_aborted
     if routers.client_aborted > clients.left + routers.unresolved + slack:
-        mismatches.append(f"routers counted {routers.client_aborted} client_aborted, but clients left only "
-                          f"{clients.left} streams")
+        mismatches.append(
+            f"routers counted {routers.client_aborted} client_aborted, but clients left only {clients.left} streams"
+        )
     delivered = clients.ok + max(0, left_completed)
     if not routers.completed - slack <= delivered <= routers.completed + routers.unresolved + slack:
-        mismatches.append(f"clients got {clients.ok} streams whole (+{max(0, left_completed)} left after the "
-                          f"router had sent everything), routers completed {routers.completed} "
-                          f"(+{routers.unresolved} unresolved, window {slack})")
+        mismatches.append(
+            f"clients got {clients.ok} streams whole (+{max(0, left_completed)} left after the "
+            f"router had sent everything), routers completed {routers.completed} "
+            f"(+{routers.unresolved} unresolved, window {slack})"
+        )
 
     # 4. The model servers: every stream a router completed, a model finished; one a model finished
     #    was completed, or its client left at the very end; every cancellation has a router reason.
     if models.finished + slack < routers.completed:
         mismatches.append(f"routers completed {routers.completed} streams, models finished only {models.finished}")
     if models.finished > routers.completed + routers.client_aborted + routers.unresolved + slack:
-        mismatches.append(f"models finished {models.finished} streams, routers completed {routers.completed} "
-                          f"(+{routers.client_aborted} client_aborted, +{routers.unresolved} unresolved, "
-                          f"window {slack})")
+        mismatches.append(
+            f"models finished {models.finished} streams, routers completed {routers.completed} "
+            f"(+{routers.client_aborted} client_aborted, +{routers.unresolved} unresolved, "
+            f"window {slack})"
+        )
     reasons = routers.client_aborted + routers.deadline_aborted + routers.killed_inflight
     if models.cancelled > reasons + routers.unresolved + slack:
-        mismatches.append(f"models cancelled {models.cancelled} streams; routers account for {reasons} "
-                          f"(client_aborted {routers.client_aborted} + deadline_aborted {routers.deadline_aborted} "
-                          f"+ killed in flight {routers.killed_inflight})")
+        mismatches.append(
+            f"models cancelled {models.cancelled} streams; routers account for {reasons} "
+            f"(client_aborted {routers.client_aborted} + deadline_aborted {routers.deadline_aborted} "
+            f"+ killed in flight {routers.killed_inflight})"
+        )
     if routers.client_aborted > models.cancelled + (models.finished - routers.completed) + slack:
-        mismatches.append(f"routers counted {routers.client_aborted} client_aborted, models cancelled only "
-                          f"{models.cancelled} (and finished {models.finished - routers.completed} more than completed)")
+        mismatches.append(
+            f"routers counted {routers.client_aborted} client_aborted, models cancelled only "
+            f"{models.cancelled} (and finished {models.finished - routers.completed} more than completed)"
+        )
 
     # 5. A model crash cuts its streams: the router counts each as upstream_error.
     if routers.upstream_error + slack < models.crashed_active:
-        mismatches.append(f"crashed models had {models.crashed_active} streams open, routers counted only "
-                          f"{routers.upstream_error} upstream_error")
+        mismatches.append(
+            f"crashed models had {models.crashed_active} streams open, routers counted only "
+            f"{routers.upstream_error} upstream_error"
+        )
 
     # 6. Each model's own books balance, and nothing is still streaming.
     if models.started != models.finished + models.cancelled + models.active + models.crashed_active:
-        mismatches.append(f"model counters do not add up: started {models.started} != finished {models.finished} "
-                          f"+ cancelled {models.cancelled} + active {models.active} + crashed {models.crashed_active}")
+        mismatches.append(
+            f"model counters do not add up: started {models.started} != finished {models.finished} "
+            f"+ cancelled {models.cancelled} + active {models.active} + crashed {models.crashed_active}"
+        )
     if models.active:
         mismatches.append(f"models still stream {models.active} requests after the load stopped")
     if routers.rejected:
@@ -166,5 +183,10 @@ def reconcile(clients: ClientView, routers: RouterView, models: ModelView) -> Re
         "killed_inflight": killed_lost,
         "balancer_probe_window": probe_window,
     }
-    return Reconciliation(requests=clients.requests, lost=clients.lost, unaccounted=unaccounted,
-                          explained={k: v for k, v in explained.items() if v}, mismatches=tuple(mismatches))
+    return Reconciliation(
+        requests=clients.requests,
+        lost=clients.lost,
+        unaccounted=unaccounted,
+        explained={k: v for k, v in explained.items() if v},
+        mismatches=tuple(mismatches),
+    )

@@ -70,14 +70,17 @@ def resource_lines(samples: list[chaos.Sample]) -> list[str]:
         rss = [s.rss for s in mine]
         fds = [s.fds for s in mine]
         pids = len({s.pid for s in mine})
-        lines.append(f"  {name}: {len(mine)} samples, {pids} process(es); RSS MiB first {_mib(rss[0])} median "
-                     f"{_mib(statistics.median(rss))} last {_mib(rss[-1])} max {_mib(max(rss))}; fds first {fds[0]} "
-                     f"median {statistics.median(fds):.0f} last {fds[-1]} max {max(fds)}")
+        lines.append(
+            f"  {name}: {len(mine)} samples, {pids} process(es); RSS MiB first {_mib(rss[0])} median "
+            f"{_mib(statistics.median(rss))} last {_mib(rss[-1])} max {_mib(max(rss))}; fds first {fds[0]} "
+            f"median {statistics.median(fds):.0f} last {fds[-1]} max {max(fds)}"
+        )
     return lines
 
 
-async def run(kind: str, drain_secs: int, cycles: int, steady: int, seed: int, workdir: Path,
-              session: aiohttp.ClientSession) -> tuple[chaos.Fleet, list[str]]:
+async def run(
+    kind: str, drain_secs: int, cycles: int, steady: int, seed: int, workdir: Path, session: aiohttp.ClientSession
+) -> tuple[chaos.Fleet, list[str]]:
     """One fleet's cycles; the fleet (rows, samples, result) and what went wrong."""
     procs: list[cluster.Process] = []
     fleet = chaos.Fleet(workdir, kind, session, procs.append, steady=steady, drain_secs=drain_secs, seed=seed)
@@ -104,15 +107,36 @@ async def run(kind: str, drain_secs: int, cycles: int, steady: int, seed: int, w
 
 
 def summary_table(results: list[tuple[str, chaos.Fleet, chaos.Fleet]]) -> list[str]:
-    header = ("balancer", "cycles", "requests", "lost (drain on)", "unaccounted", "faults",
-              "control cycles", "control requests", "lost (drain off)", "unaccounted (drain off)")
+    header = (
+        "balancer",
+        "cycles",
+        "requests",
+        "lost (drain on)",
+        "unaccounted",
+        "faults",
+        "control cycles",
+        "control requests",
+        "lost (drain off)",
+        "unaccounted (drain off)",
+    )
     rows = [header]
     for kind, on, off in results:
         assert on.result is not None and off.result is not None
         faults = sum(1 for r in on.rows if r.fault != "none")
-        rows.append((kind, str(len(on.rows)), str(on.result.requests), str(on.result.lost),
-                     str(on.result.unaccounted), str(faults), str(len(off.rows)), str(off.result.requests),
-                     str(off.result.lost), str(off.result.unaccounted)))
+        rows.append(
+            (
+                kind,
+                str(len(on.rows)),
+                str(on.result.requests),
+                str(on.result.lost),
+                str(on.result.unaccounted),
+                str(faults),
+                str(len(off.rows)),
+                str(off.result.requests),
+                str(off.result.lost),
+                str(off.result.unaccounted),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     out = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in rows]
     out.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
@@ -121,8 +145,11 @@ def summary_table(results: list[tuple[str, chaos.Fleet, chaos.Fleet]]) -> list[s
 
 async def main(args: argparse.Namespace) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="drain-soak-"))
-    print(f"soak: {args.cycles} cycles per balancer ({', '.join(args.balancers)}), {args.control_cycles} drain-off "
-          f"control cycles each, seed {args.seed}, logs in {workdir}", flush=True)
+    print(
+        f"soak: {args.cycles} cycles per balancer ({', '.join(args.balancers)}), {args.control_cycles} drain-off "
+        f"control cycles each, seed {args.seed}, logs in {workdir}",
+        flush=True,
+    )
     started = time.monotonic()
     failures: list[str] = []
     results: list[tuple[str, chaos.Fleet, chaos.Fleet]] = []
@@ -131,31 +158,39 @@ async def main(args: argparse.Namespace) -> int:
             if balancers.binary(kind) is None:
                 failures.append(f"{kind} is not installed")
                 continue
-            on, problems = await run(kind, chaos.DRAIN_SECS, args.cycles, 1, args.seed, workdir / f"{kind}-drain-on",
-                                     session)
+            on, problems = await run(
+                kind, chaos.DRAIN_SECS, args.cycles, 1, args.seed, workdir / f"{kind}-drain-on", session
+            )
             failures += [f"{kind}: {p}" for p in problems]
             assert on.result is not None
             print(f"\n{kind}, drain on: {chaos.format_reconciliation(on.result)}", flush=True)
             if not on.result.clean:
-                failures.append(f"{kind} drain on: {on.result.unaccounted} unaccounted, "
-                                f"{len(on.result.mismatches)} mismatches")
+                failures.append(
+                    f"{kind} drain on: {on.result.unaccounted} unaccounted, {len(on.result.mismatches)} mismatches"
+                )
             print(f"{kind}: RSS and open descriptors per router (sampled after every cycle):")
             for line in resource_lines(on.samples):
                 print(line)
-            steady = [s for s in on.samples if s.router in {p.replica.name for p in on.pods[len(on.rolled):]}]
+            steady = [s for s in on.samples if s.router in {p.replica.name for p in on.pods[len(on.rolled) :]}]
             growth = growth_problems(steady)
             failures += growth
-            print(f"  steady router growth bound: RSS +{_mib(RSS_GROWTH_BYTES)} MiB and +{RSS_GROWTH_FRACTION:.0%}, "
-                  f"descriptors +{FDS_GROWTH} (median of the first tenth vs the last tenth): "
-                  + ("; ".join(growth) if growth else "held"), flush=True)
+            print(
+                f"  steady router growth bound: RSS +{_mib(RSS_GROWTH_BYTES)} MiB and +{RSS_GROWTH_FRACTION:.0%}, "
+                f"descriptors +{FDS_GROWTH} (median of the first tenth vs the last tenth): "
+                + ("; ".join(growth) if growth else "held"),
+                flush=True,
+            )
 
-            off, problems = await run(kind, 0, args.control_cycles, 0, args.seed + 1, workdir / f"{kind}-drain-off",
-                                      session)
+            off, problems = await run(
+                kind, 0, args.control_cycles, 0, args.seed + 1, workdir / f"{kind}-drain-off", session
+            )
             failures += [f"{kind} control: {p}" for p in problems]
             assert off.result is not None
             print(f"\n{kind}, drain off (control): {chaos.format_reconciliation(off.result)}\n", flush=True)
             if off.result.unaccounted == 0:
-                failures.append(f"{kind}: the drain-off control lost nothing unaccounted: the harness cannot see a loss")
+                failures.append(
+                    f"{kind}: the drain-off control lost nothing unaccounted: the harness cannot see a loss"
+                )
             results.append((kind, on, off))
 
     print(f"\nsoak summary ({(time.monotonic() - started) / 60:.1f} min):")
@@ -172,13 +207,21 @@ async def main(args: argparse.Namespace) -> int:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m e2e.soak", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cycles", type=int, default=int(os.environ.get("SOAK_CYCLES", DEFAULT_CYCLES)),
-                        help=f"cycles per balancer with the drain on (env SOAK_CYCLES; default {DEFAULT_CYCLES})")
-    parser.add_argument("--control-cycles", type=int,
-                        default=int(os.environ.get("SOAK_CONTROL_CYCLES", DEFAULT_CONTROL_CYCLES)),
-                        help=f"drain-off control cycles per balancer (default {DEFAULT_CONTROL_CYCLES})")
-    parser.add_argument("--balancers", type=lambda s: s.split(","), default=list(balancers.KINDS),
-                        help="comma-separated: haproxy,envoy")
+    parser.add_argument(
+        "--cycles",
+        type=int,
+        default=int(os.environ.get("SOAK_CYCLES", DEFAULT_CYCLES)),
+        help=f"cycles per balancer with the drain on (env SOAK_CYCLES; default {DEFAULT_CYCLES})",
+    )
+    parser.add_argument(
+        "--control-cycles",
+        type=int,
+        default=int(os.environ.get("SOAK_CONTROL_CYCLES", DEFAULT_CONTROL_CYCLES)),
+        help=f"drain-off control cycles per balancer (default {DEFAULT_CONTROL_CYCLES})",
+    )
+    parser.add_argument(
+        "--balancers", type=lambda s: s.split(","), default=list(balancers.KINDS), help="comma-separated: haproxy,envoy"
+    )
     parser.add_argument("--seed", type=int, default=int(os.environ.get("SOAK_SEED", "15")))
     parser.add_argument("--workdir", default=None, help="where logs go (default: a new temporary directory)")
     return parser.parse_args(argv)

@@ -10,8 +10,20 @@ from pathlib import Path
 
 import pytest
 
-DEMO_ARGS = ["--clients", "8", "--drain-secs", "1", "--probe-interval-ms", "200", "--probe-fall", "2",
-             "--chunks", "10", "--interval-ms", "30"]
+DEMO_ARGS = [
+    "--clients",
+    "8",
+    "--drain-secs",
+    "1",
+    "--probe-interval-ms",
+    "200",
+    "--probe-fall",
+    "2",
+    "--chunks",
+    "10",
+    "--interval-ms",
+    "30",
+]
 
 
 def _table_row(output: str, name: str) -> list[str]:
@@ -24,8 +36,14 @@ def test_demo_compares_drain_on_and_off(tmp_path: Path, report: list[str]) -> No
     """1. run the demo (plain output, a PNG) in an empty directory. Result: exit 0, the drained run
     lost nothing, the undrained run lost requests, a comparison table, and the PNG when matplotlib is there."""
     png = tmp_path / "timeline.png"
-    proc = subprocess.run([sys.executable, "-m", "router", "demo", "--plain", "--png", str(png), *DEMO_ARGS],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=110, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "router", "demo", "--plain", "--png", str(png), *DEMO_ARGS],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        stdin=subprocess.DEVNULL,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     requests = [int(x) for x in _table_row(proc.stdout, "requests")]

@@ -10,19 +10,32 @@ from e2e import envoy
 
 
 def test_rendered_config_is_valid(envoy_bin: str, tmp_path: Path) -> None:
-    text = envoy.render_config(port=18080, admin_port=18090, servers=[envoy.Server("a", 18081), envoy.Server("b", 18082)],
-                               access_log=tmp_path / "access.log", interval_ms=200)
+    text = envoy.render_config(
+        port=18080,
+        admin_port=18090,
+        servers=[envoy.Server("a", 18081), envoy.Server("b", 18082)],
+        access_log=tmp_path / "access.log",
+        interval_ms=200,
+    )
     cluster = json.loads(text)["static_resources"]["clusters"][0]
     check = cluster["health_checks"][0]
     assert check["http_health_check"]["path"] == "/readyz"
-    assert (check["interval"], check["no_traffic_interval"], check["unhealthy_threshold"],
-            check["healthy_threshold"]) == ("0.200s", "0.200s", 1, 1)
+    assert (
+        check["interval"],
+        check["no_traffic_interval"],
+        check["unhealthy_threshold"],
+        check["healthy_threshold"],
+    ) == ("0.200s", "0.200s", 1, 1)
     assert cluster["common_lb_config"] == {"healthy_panic_threshold": {"value": 0}, "update_merge_window": "0s"}
     assert "retry_policy" not in text
     assert all(a["socket_address"]["address"] == "127.0.0.1" for a in _addresses(json.loads(text)))
     (tmp_path / "envoy.json").write_text(text)
-    result = subprocess.run([envoy_bin, "--mode", "validate", "-c", str(tmp_path / "envoy.json"),
-                             "--disable-hot-restart"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [envoy_bin, "--mode", "validate", "-c", str(tmp_path / "envoy.json"), "--disable-hot-restart"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -20,9 +20,18 @@ from router.tools import cluster
 CYCLES = 1
 
 
-async def _run(kind: str, fault: str, drain_secs: int, cycles: int, session: aiohttp.ClientSession,
-               processes: list[cluster.Process], tmp_path: Path, report: list[str],
-               *, until_loss: bool = False) -> chaos.Fleet:
+async def _run(
+    kind: str,
+    fault: str,
+    drain_secs: int,
+    cycles: int,
+    session: aiohttp.ClientSession,
+    processes: list[cluster.Process],
+    tmp_path: Path,
+    report: list[str],
+    *,
+    until_loss: bool = False,
+) -> chaos.Fleet:
     fleet = chaos.Fleet(tmp_path, kind, session, processes.append, drain_secs=drain_secs, seed=15)
     await fleet.start()
 
@@ -42,8 +51,12 @@ async def _run(kind: str, fault: str, drain_secs: int, cycles: int, session: aio
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("fault", list(chaos.FAULTS))
 async def test_fault_during_rolling_restart(
-    fault: str, balancer_kind: str, session: aiohttp.ClientSession, processes: list[cluster.Process],
-    tmp_path: Path, report: list[str],
+    fault: str,
+    balancer_kind: str,
+    session: aiohttp.ClientSession,
+    processes: list[cluster.Process],
+    tmp_path: Path,
+    report: list[str],
 ) -> None:
     """Expected, for every fault: its own expectations hold (exit codes, readiness, the expedite),
     and every lost request is one the fault explains (see the fault's docstring in e2e/chaos.py)."""
@@ -55,7 +68,10 @@ async def test_fault_during_rolling_restart(
 
 @pytest.mark.timeout(150)
 async def test_drain_off_control_loses_unaccounted_requests(
-    balancer_kind: str, session: aiohttp.ClientSession, processes: list[cluster.Process], tmp_path: Path,
+    balancer_kind: str,
+    session: aiohttp.ClientSession,
+    processes: list[cluster.Process],
+    tmp_path: Path,
     report: list[str],
 ) -> None:
     """Expected: with --shutdown-drain-secs 0, plain rolling restarts lose requests that no view

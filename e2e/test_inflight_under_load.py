@@ -16,7 +16,9 @@ LEAVING = 15
 
 @pytest.mark.timeout(60)
 async def test_admin_inflight_matches_open_streams(
-    start_fake_model: Any, start_replica: Any, session: aiohttp.ClientSession,
+    start_fake_model: Any,
+    start_replica: Any,
+    session: aiohttp.ClientSession,
 ) -> None:
     """1. forty streams open through a replica 2. fifteen clients leave mid-stream 3. the rest end.
     Result: /admin/inflight (and /readyz's inflight) say 40, then 25, then 0 with idle_since set;
@@ -31,13 +33,17 @@ async def test_admin_inflight_matches_open_streams(
     assert before["inflight"] == 0 and before["state"] == "serving", before
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as clients:
-        staying = [asyncio.create_task(load.stream_completion(clients, replica.url, chunks=60, interval_ms=50))
-                   for _ in range(STREAMS - LEAVING)]
-        leaving = [await clients.post(replica.url + "/v1/completions",
-                                      json={"stream": True, "chunks": 1000, "interval_ms": 50})
-                   for _ in range(LEAVING)]
-        await cluster.wait_until(lambda: inflight_is(STREAMS), timeout=10,
-                                 what=f"/admin/inflight == {STREAMS}")
+        staying = [
+            asyncio.create_task(load.stream_completion(clients, replica.url, chunks=60, interval_ms=50))
+            for _ in range(STREAMS - LEAVING)
+        ]
+        leaving = [
+            await clients.post(
+                replica.url + "/v1/completions", json={"stream": True, "chunks": 1000, "interval_ms": 50}
+            )
+            for _ in range(LEAVING)
+        ]
+        await cluster.wait_until(lambda: inflight_is(STREAMS), timeout=10, what=f"/admin/inflight == {STREAMS}")
         body = await replica.inflight(session)
         assert body["inflight"] == STREAMS and body["idle_since"] is None and body["state"] == "serving", body
         assert (await replica.readyz(session))[1]["inflight"] == STREAMS
@@ -46,8 +52,11 @@ async def test_admin_inflight_matches_open_streams(
         for resp in leaving:
             await resp.content.readuntil(b"\n\n")
             resp.close()
-        await cluster.wait_until(lambda: inflight_is(STREAMS - LEAVING), timeout=5,
-                                 what=f"/admin/inflight == {STREAMS - LEAVING} after {LEAVING} clients left")
+        await cluster.wait_until(
+            lambda: inflight_is(STREAMS - LEAVING),
+            timeout=5,
+            what=f"/admin/inflight == {STREAMS - LEAVING} after {LEAVING} clients left",
+        )
 
         async def model_cancelled() -> bool:
             return (await model.stats(session))["cancelled"] == LEAVING

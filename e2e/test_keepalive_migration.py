@@ -22,7 +22,9 @@ def _local_port(resp: aiohttp.ClientResponse) -> int:
 
 @pytest.mark.timeout(60)
 async def test_draining_replica_sends_connection_close(
-    start_fake_model: Any, start_replica: Any, session: aiohttp.ClientSession,
+    start_fake_model: Any,
+    start_replica: Any,
+    session: aiohttp.ClientSession,
 ) -> None:
     """1. a pooled client (one keep-alive connection) streams twice: same connection 2. SIGTERM
     3. it streams three more times during the drain window. Result: each drain-time response says
@@ -35,9 +37,11 @@ async def test_draining_replica_sends_connection_close(
         seen.append((_local_port(resp), resp.headers.get("Connection")))
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as pooled:
+
         async def stream() -> streams.Outcome:
-            return streams.classify(await load.stream_completion(
-                pooled, replica.url, chunks=3, interval_ms=10, on_response=note))
+            return streams.classify(
+                await load.stream_completion(pooled, replica.url, chunks=3, interval_ms=10, on_response=note)
+            )
 
         assert [await stream(), await stream()] == [streams.Outcome.OK] * 2
         (port_a, conn_a), (port_b, conn_b) = seen

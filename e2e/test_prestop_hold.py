@@ -23,11 +23,13 @@ CHUNKS = 20
 INTERVAL_MS = 75  # 1.5 s streams: SIGTERM lands in their middle
 
 
-async def _open_streams(session: aiohttp.ClientSession, replica: cluster.Replica,
-                        model: cluster.FakeModel) -> list[asyncio.Task[streams.StreamResult]]:
-    tasks = [asyncio.create_task(load.stream_completion(session, replica.url, chunks=CHUNKS,
-                                                         interval_ms=INTERVAL_MS))
-             for _ in range(STREAMS)]
+async def _open_streams(
+    session: aiohttp.ClientSession, replica: cluster.Replica, model: cluster.FakeModel
+) -> list[asyncio.Task[streams.StreamResult]]:
+    tasks = [
+        asyncio.create_task(load.stream_completion(session, replica.url, chunks=CHUNKS, interval_ms=INTERVAL_MS))
+        for _ in range(STREAMS)
+    ]
 
     async def all_running() -> bool:
         return (await model.stats(session))["active"] == STREAMS
@@ -38,7 +40,10 @@ async def _open_streams(session: aiohttp.ClientSession, replica: cluster.Replica
 
 @pytest.mark.timeout(60)
 async def test_kubelet_order_with_prestop_hold_loses_nothing(
-    start_fake_model: Any, start_replica: Any, session: aiohttp.ClientSession, report: list[str],
+    start_fake_model: Any,
+    start_replica: Any,
+    session: aiohttp.ClientSession,
+    report: list[str],
 ) -> None:
     """1. eight streams run through the router 2. the kubelet calls /admin/drain-wait (the model
     server's preStop) and SIGTERMs the router 3. the hook returns 4. the kubelet SIGTERMs the model
@@ -48,8 +53,9 @@ async def test_kubelet_order_with_prestop_hold_loses_nothing(
     replica = await start_replica("replica", model.url, shutdown_drain_secs=1)
     async with aiohttp.ClientSession() as clients:
         tasks = await _open_streams(clients, replica, model)
-        hook = asyncio.create_task(cluster.get_json(
-            session, f"{replica.admin_url}/admin/drain-wait?timeout=20", timeout=30))
+        hook = asyncio.create_task(
+            cluster.get_json(session, f"{replica.admin_url}/admin/drain-wait?timeout=20", timeout=30)
+        )
         replica.sigterm()
         status, body = await hook
         stats_when_hook_returned = await model.stats(session)
@@ -67,7 +73,10 @@ async def test_kubelet_order_with_prestop_hold_loses_nothing(
 
 @pytest.mark.timeout(60)
 async def test_signalled_together_without_hold_cuts_streams(
-    start_fake_model: Any, start_replica: Any, session: aiohttp.ClientSession, report: list[str],
+    start_fake_model: Any,
+    start_replica: Any,
+    session: aiohttp.ClientSession,
+    report: list[str],
 ) -> None:
     """1. eight streams run through the router 2. both containers get SIGTERM at once (no preStop
     hook). Result: the model server dies, every open stream is cut despite the router's drain."""

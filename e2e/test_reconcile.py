@@ -19,8 +19,11 @@ CASES = yaml.safe_load((Path(__file__).parent / "cases" / "reconcile.yaml").read
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c["id"]) for c in CASES])
 def test_reconcile(case: dict[str, Any]) -> None:
-    result = reconcile.reconcile(reconcile.ClientView(**case["clients"]), reconcile.RouterView(**case["routers"]),
-                                 reconcile.ModelView(**case["models"]))
+    result = reconcile.reconcile(
+        reconcile.ClientView(**case["clients"]),
+        reconcile.RouterView(**case["routers"]),
+        reconcile.ModelView(**case["models"]),
+    )
     expect = case["expect"]
     assert result.unaccounted == expect["unaccounted"], result
     assert result.explained == expect["explained"], result

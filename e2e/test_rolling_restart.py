@@ -42,15 +42,19 @@ def _describe(lost: list[load.Record]) -> str:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("drain_secs", [DRAIN_SECS, 0], ids=["drain-on", "drain-off"])
 async def test_rolling_restarts_through_balancer(
-    drain_secs: int, balancer_kind: str, start_fake_model: Any, start_replica: Any, start_balancer: Any,
-    session: aiohttp.ClientSession, report: list[str],
+    drain_secs: int,
+    balancer_kind: str,
+    start_fake_model: Any,
+    start_replica: Any,
+    start_balancer: Any,
+    session: aiohttp.ClientSession,
+    report: list[str],
 ) -> None:
     """1. clients stream through the balancer to two replicas 2. each replica in turn: SIGTERM, wait for
     its exit, start it again on the same port, wait until the balancer sees it UP 3. five cycles.
     Result: drain on, zero lost and the model server cancelled nothing; drain off, some lost."""
     model = await start_fake_model(chunks=CHUNKS, interval_ms=INTERVAL_MS)
-    replicas = [await start_replica(f"replica-{i}", model.url, shutdown_drain_secs=drain_secs)
-                for i in range(REPLICAS)]
+    replicas = [await start_replica(f"replica-{i}", model.url, shutdown_drain_secs=drain_secs) for i in range(REPLICAS)]
     lb = await start_balancer(balancer_kind, replicas, inter_ms=PROBE_INTER_MS)
 
     stream_load = load.Load(lb.url, clients=CLIENTS, chunks=CHUNKS, interval_ms=INTERVAL_MS)
@@ -73,13 +77,13 @@ async def test_rolling_restarts_through_balancer(
     lost = stream_load.lost
     stats = await model.stats(session)
 
-    report.append(f"{balancer_kind}, --shutdown-drain-secs {drain_secs}: {len(lost)} lost of {len(records)} requests, "
-                  f"{CYCLES} cycles x {REPLICAS} replicas in {elapsed:.1f}s"
-                  + (f" ({_describe(lost)})" if lost else ""))
+    report.append(
+        f"{balancer_kind}, --shutdown-drain-secs {drain_secs}: {len(lost)} lost of {len(records)} requests, "
+        f"{CYCLES} cycles x {REPLICAS} replicas in {elapsed:.1f}s" + (f" ({_describe(lost)})" if lost else "")
+    )
     assert exit_codes == [0] * (CYCLES * REPLICAS)
     if drain_secs:
         assert not lost, f"{len(lost)} of {len(records)} lost with the drain on: {_describe(lost)}"
         assert stats["cancelled"] == 0, stats
     else:
-        assert lost, (f"no request lost in {len(records)} with --shutdown-drain-secs 0: "
-                      "the harness cannot see a loss")
+        assert lost, f"no request lost in {len(records)} with --shutdown-drain-secs 0: the harness cannot see a loss"

@@ -62,8 +62,9 @@ def _click_option(flag: config.Flag, default: Any) -> Callable[[click.decorators
         return click.option(f"--{flag.name}", required=True, metavar=flag.metavar, **common)
     shown = None if default is None else str(default)
     kind = click.Choice(flag.choices, case_sensitive=False) if flag.choices else None
-    return click.option(f"--{flag.name}", default=shown, show_default=shown is not None, metavar=flag.metavar,
-                        type=kind, **common)
+    return click.option(
+        f"--{flag.name}", default=shown, show_default=shown is not None, metavar=flag.metavar, type=kind, **common
+    )
 
 
 ROUTER_OPTIONS = [_click_option(flag, field.default) for _, field, flag in config.settings()]

@@ -6,10 +6,19 @@ from collections.abc import Iterable
 
 #: Hop-by-hop headers: RFC 9110 section 7.6.1 plus the legacy ones still seen in the wild. Lowercase:
 #: names compare case-insensitively (gateways speaking HTTP/2 upstream send them all lowercase).
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
-    "te", "trailer", "transfer-encoding", "upgrade",
-})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
 
 
 def named_in_connection(values: Iterable[str]) -> set[str]:

@@ -54,8 +54,9 @@ class RateLimited:
     """One log event at most once per ``interval`` seconds, with the number of occurrences that were
     not logged since the last line (``suppressed``), so a client cannot fill the log with its mistakes."""
 
-    def __init__(self, logger: Any, event: str, *, level: str = "info", interval: float = 10.0,
-                 clock: Any = time.monotonic) -> None:
+    def __init__(
+        self, logger: Any, event: str, *, level: str = "info", interval: float = 10.0, clock: Any = time.monotonic
+    ) -> None:
         self._log = getattr(logger, level)
         self._event = event
         self._interval = interval

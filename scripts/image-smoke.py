@@ -52,7 +52,7 @@ class Upstream(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     started = 0
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         if not self.path.startswith("/sse"):
             body = b"ok\n"
             self.send_response(200)
@@ -137,8 +137,14 @@ def bundle_config(image_cfg: dict, rootfs: str, args: list[str]) -> dict:
         cwd=image_cfg.get("WorkingDir") or "/",
         user={"uid": int(uid), "gid": int(gid or uid)},
     )
-    spec["mounts"].append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
-                           "options": ["nosuid", "nodev", "mode=1777", "size=16m"]})
+    spec["mounts"].append(
+        {
+            "destination": "/tmp",
+            "type": "tmpfs",
+            "source": "tmpfs",
+            "options": ["nosuid", "nodev", "mode=1777", "size=16m"],
+        }
+    )
     # Host network: loopback reaches the upstream on the host. PID/mount/IPC/UTS stay private.
     spec["linux"]["namespaces"] = [ns for ns in spec["linux"]["namespaces"] if ns["type"] != "network"]
     return spec
@@ -167,20 +173,39 @@ def smoke(image: str, keep_logs: Path | None) -> int:
     try:
         info = json.loads(run("buildah", "inspect", "--type", "image", image))
         image_cfg = info["OCIv1"]["config"]
-        print(f"image {image}: Entrypoint={image_cfg.get('Entrypoint')} User={image_cfg.get('User')} "
-              f"StopSignal={image_cfg.get('StopSignal')}")
+        print(
+            f"image {image}: Entrypoint={image_cfg.get('Entrypoint')} User={image_cfg.get('User')} "
+            f"StopSignal={image_cfg.get('StopSignal')}"
+        )
         work_ctr = run("buildah", "from", "--pull-never", image).strip()
         rootfs = run("buildah", "mount", work_ctr).strip()
         bundle = Path(tempfile.mkdtemp(prefix="drain-router-bundle-"))
-        args = ["serve", "--upstream", f"http://127.0.0.1:{up_port}", "--host", "127.0.0.1",
-                "--port", str(port), "--admin-host", "127.0.0.1", "--admin-port", str(admin_port),
-                "--shutdown-drain-secs", str(DRAIN_SECS)]
+        args = [
+            "serve",
+            "--upstream",
+            f"http://127.0.0.1:{up_port}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--admin-host",
+            "127.0.0.1",
+            "--admin-port",
+            str(admin_port),
+            "--shutdown-drain-secs",
+            str(DRAIN_SECS),
+        ]
         (bundle / "config.json").write_text(json.dumps(bundle_config(image_cfg, rootfs, args), indent=2))
         print(f"runc run {cid}: {' '.join(image_cfg.get('Entrypoint') or [])} {' '.join(args)}")
 
         t0 = time.monotonic()
-        proc = subprocess.Popen(["runc", "run", "--bundle", str(bundle), cid], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            ["runc", "run", "--bundle", str(bundle), cid],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
         def pump() -> None:
             assert proc is not None and proc.stdout is not None
@@ -210,15 +235,23 @@ def smoke(image: str, keep_logs: Path | None) -> int:
         inside_pid = re.search(r"^Pid:\s+(\d+)$", inside, re.M)
         inside_uid = re.search(r"^Uid:\s+(\d+)", inside, re.M)
         inside_name = re.search(r"^Name:\s+(\S+)$", inside, re.M)
-        checks.check(bool(nspid) and nspid.group(1).split()[-1] == "1",
-                     f"init is PID 1 in its namespace (host pid {host_pid}, NSpid: {nspid and ' '.join(nspid.group(1).split())}; "
-                     f"inside: Pid {inside_pid and inside_pid.group(1)}, Name {inside_name and inside_name.group(1)})")
-        checks.check(any(Path(a.decode()).name == "drain-router" for a in cmdline[:2]),
-                     f"PID 1 is the entrypoint: {' '.join(a.decode() for a in cmdline[:3])} ...")
+        checks.check(
+            bool(nspid) and nspid.group(1).split()[-1] == "1",
+            f"init is PID 1 in its namespace (host pid {host_pid}, NSpid: {nspid and ' '.join(nspid.group(1).split())}; "
+            f"inside: Pid {inside_pid and inside_pid.group(1)}, Name {inside_name and inside_name.group(1)})",
+        )
+        checks.check(
+            any(Path(a.decode()).name == "drain-router" for a in cmdline[:2]),
+            f"PID 1 is the entrypoint: {' '.join(a.decode() for a in cmdline[:3])} ...",
+        )
         expected_uid = image_cfg["User"].split(":")[0]
-        checks.check(bool(uids) and uids.group(1) == uids.group(2) == expected_uid != "0"
-                     and bool(inside_uid) and inside_uid.group(1) == expected_uid,
-                     f"runs as non-root uid {uids and uids.group(1)} (image USER {image_cfg['User']})")
+        checks.check(
+            bool(uids)
+            and uids.group(1) == uids.group(2) == expected_uid != "0"
+            and bool(inside_uid)
+            and inside_uid.group(1) == expected_uid,
+            f"runs as non-root uid {uids and uids.group(1)} (image USER {image_cfg['User']})",
+        )
 
         # A slow stream through the router, then SIGTERM to the container's init.
         stream: dict[str, object] = {}
@@ -231,7 +264,7 @@ def smoke(image: str, keep_logs: Path | None) -> int:
                 stream["status"] = resp.status
                 stream["body"] = resp.read()
                 stream["done_at"] = time.monotonic()
-            except Exception as exc:  # noqa: BLE001 - reported as a failed check
+            except Exception as exc:
                 stream["error"] = repr(exc)
                 stream["done_at"] = time.monotonic()
 
@@ -248,18 +281,21 @@ def smoke(image: str, keep_logs: Path | None) -> int:
         while status_of(f"{admin}/readyz") != 503 and time.monotonic() < t_term + 5:
             time.sleep(0.01)
         timings["SIGTERM→readyz 503"] = time.monotonic() - t_term
-        checks.check(status_of(f"{admin}/readyz") == 503,
-                     f"/readyz 503 {timings['SIGTERM→readyz 503'] * 1000:.0f} ms after SIGTERM to PID 1")
+        checks.check(
+            status_of(f"{admin}/readyz") == 503,
+            f"/readyz 503 {timings['SIGTERM→readyz 503'] * 1000:.0f} ms after SIGTERM to PID 1",
+        )
 
         holder.join(30)
         body = stream.get("body", b"")
         assert isinstance(body, bytes)
         if "done_at" in stream:
             timings["SIGTERM→stream complete"] = float(stream["done_at"]) - t_term  # type: ignore[arg-type]
-        checks.check(stream.get("status") == 200 and body.endswith(LAST_EVENT)
-                     and body.count(b"data: ") == STREAM_EVENTS + 1,
-                     f"the stream completed: status {stream.get('status')}, {body.count(b'data: ')} events, "
-                     f"last {body[-14:]!r}{' error ' + str(stream['error']) if 'error' in stream else ''}")
+        checks.check(
+            stream.get("status") == 200 and body.endswith(LAST_EVENT) and body.count(b"data: ") == STREAM_EVENTS + 1,
+            f"the stream completed: status {stream.get('status')}, {body.count(b'data: ')} events, "
+            f"last {body[-14:]!r}{' error ' + str(stream['error']) if 'error' in stream else ''}",
+        )
 
         try:
             rc = proc.wait(timeout=DRAIN_SECS + 30)
@@ -267,8 +303,7 @@ def smoke(image: str, keep_logs: Path | None) -> int:
             rc = None
         timings["SIGTERM→container exit"] = time.monotonic() - t_term
         timings["container lifetime"] = time.monotonic() - t0
-        checks.check(rc == 0, f"the container exited {rc} "
-                              f"{timings['SIGTERM→container exit']:.2f}s after SIGTERM")
+        checks.check(rc == 0, f"the container exited {rc} {timings['SIGTERM→container exit']:.2f}s after SIGTERM")
         time.sleep(0.2)  # let the log pump read the last lines
         states = []
         for line in logs:
@@ -278,10 +313,12 @@ def smoke(image: str, keep_logs: Path | None) -> int:
                 continue
             if isinstance(event, dict) and event.get("state") and event.get("state") not in states:
                 states.append(event["state"])
-        checks.check(states == ["serving", "draining", "closing", "exited"],
-                     f"the log walks the drain timeline: {' -> '.join(states)}")
+        checks.check(
+            states == ["serving", "draining", "closing", "exited"],
+            f"the log walks the drain timeline: {' -> '.join(states)}",
+        )
         return summary(checks, timings, logs, rc)
-    except Exception as exc:  # noqa: BLE001 - any setup error is a FAIL with its message
+    except Exception as exc:
         checks.check(False, f"error: {exc}")
         return summary(checks, timings, logs, None)
     finally:
@@ -308,8 +345,10 @@ def summary(checks: Checks, timings: dict[str, float], logs: list[str], rc: int 
         print(f"  {name:<26} {secs:6.2f} s")
     verdict = "PASS" if checks.passed else "FAIL"
     failed = [what for ok, what in checks.results if not ok]
-    print(f"\n{verdict}: {sum(ok for ok, _ in checks.results)}/{len(checks.results)} checks, container exit {rc}"
-          + (f"; failed: {failed}" if failed else ""))
+    print(
+        f"\n{verdict}: {sum(ok for ok, _ in checks.results)}/{len(checks.results)} checks, container exit {rc}"
+        + (f"; failed: {failed}" if failed else "")
+    )
     return 0 if checks.passed else 1
 
 

@@ -41,7 +41,7 @@ async def raw_exchange(port: int, data: bytes, *, timeout: float = 3.0, whole: b
             out += chunk
             if whole and _complete(out):
                 break
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass
     except ConnectionResetError:
         closed = True

@@ -22,8 +22,18 @@ class RouterProcess:
     @classmethod
     async def start(cls, *args: str, preexec_fn: Any = None) -> RouterProcess:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "router", "serve", "--host", "127.0.0.1", "--admin-host", "127.0.0.1",
-            *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, preexec_fn=preexec_fn,
+            sys.executable,
+            "-m",
+            "router",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--admin-host",
+            "127.0.0.1",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            preexec_fn=preexec_fn,
         )
         return cls(proc)
 
@@ -47,12 +57,12 @@ class RouterProcess:
                 if event.get("event") == name:
                     return event
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or self.proc.returncode is not None and self._reader.done():
+            if remaining <= 0 or (self.proc.returncode is not None and self._reader.done()):
                 raise AssertionError(f"no {name} event; saw {[e.get('event') for e in self.events]}")
             self._new_event.clear()
             try:
                 await asyncio.wait_for(self._new_event.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def signal(self, sig: int = signal.SIGTERM) -> None:

@@ -82,10 +82,16 @@ class FakeUpstream:
     async def echo(self, request: web.Request) -> web.Response:
         self.last_headers = dict(request.headers)
         body = await request.read()
-        return web.json_response({
-            "method": request.method, "path_qs": request.path_qs, "size": len(body),
-            "sha256": hashlib.sha256(body).hexdigest(), "headers": dict(request.headers),
-        }, headers={"Keep-Alive": "timeout=5", "X-Upstream": "yes", "Connection": "X-Drop-Me", "X-Drop-Me": "1"})
+        return web.json_response(
+            {
+                "method": request.method,
+                "path_qs": request.path_qs,
+                "size": len(body),
+                "sha256": hashlib.sha256(body).hexdigest(),
+                "headers": dict(request.headers),
+            },
+            headers={"Keep-Alive": "timeout=5", "X-Upstream": "yes", "Connection": "X-Drop-Me", "X-Drop-Me": "1"},
+        )
 
     async def cut(self, request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -99,8 +105,10 @@ class FakeUpstream:
 
     async def lowercase_hops(self, request: web.Request) -> web.Response:
         """Hop-by-hop headers with lowercase names, as many servers send them."""
-        return web.Response(text="ok", headers={"keep-alive": "timeout=5", "connection": "X-Drop-Lower",
-                                                "x-drop-lower": "1", "x-kept": "yes"})
+        return web.Response(
+            text="ok",
+            headers={"keep-alive": "timeout=5", "connection": "X-Drop-Lower", "x-drop-lower": "1", "x-kept": "yes"},
+        )
 
     async def short(self, request: web.Request) -> web.StreamResponse:
         """Promise 100 bytes, send 10, die: a crash before the small body is complete."""
@@ -141,5 +149,4 @@ async def running(unix_path: Path | None = None) -> AsyncIterator[FakeUpstream]:
 
 
 def sse_events(body: bytes) -> list[str]:
-    return [line[len("data: "):] for line in body.decode().split("\n") if line.startswith("data: ")]
-
+    return [line[len("data: ") :] for line in body.decode().split("\n") if line.startswith("data: ")]

@@ -38,8 +38,18 @@ from router.config.values import (
 )
 from router.decisions import advisory
 
-__all__ = ["Config", "ConfigError", "Flag", "Upstream", "build_config", "flag_name", "parse_int", "parse_seconds",
-           "parse_upstream", "settings"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "Flag",
+    "Upstream",
+    "build_config",
+    "flag_name",
+    "parse_int",
+    "parse_seconds",
+    "parse_upstream",
+    "settings",
+]
 
 
 #: The Kubernetes default ``terminationGracePeriodSeconds``, assumed when the operator declares none:
@@ -71,71 +81,145 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ProxySettings:
-    upstream: Upstream = setting(dataclasses.MISSING, Flag(
-        name="upstream", metavar="URL", parse=upstream,
-        help="The model server: http://HOST:PORT or unix:/path/to.sock. Requests are forwarded with "
-             "their path and query unchanged."))
-    host: str = setting("0.0.0.0", Flag(name="host", metavar="ADDRESS", parse=text,
-                                        help="Main (traffic) listener address."))
-    port: int = setting(8080, Flag(name="port", metavar="PORT", parse=port,
-                                   help="Main (traffic) listener port; point the Service here. 0 picks a free "
-                                        "port (logged)."))
-    upstream_connect_timeout_secs: int = setting(5, Flag(
-        name="upstream-connect-timeout-secs", metavar="SECS", parse=required_seconds(minimum=1),
-        help="Connect timeout to the model server (answered 504). There is no read timeout: "
-             "completions stream for minutes and prefill can be silent."))
-    upstream_max_connections: int = setting(0, Flag(
-        name="upstream-max-connections", metavar="N", parse=integer(minimum=0),
-        help="Pooled keep-alive connections to the model server; 0 = no limit. A limit caps "
-             "concurrent streams (excess requests queue)."))
-    max_request_body_bytes: int = setting(DEFAULT_MAX_REQUEST_BODY_BYTES, Flag(
-        name="max-request-body-bytes", metavar="BYTES", parse=integer(minimum=0),
-        help="Larger request bodies are answered 413."))
-    client_header_timeout_secs: int = setting(DEFAULT_CLIENT_HEADER_TIMEOUT_SECS, Flag(
-        name="client-header-timeout-secs", metavar="SECS", parse=required_seconds(minimum=1),
-        help="A client's request head must arrive whole within this long (from the connection opening, "
-             "or from its first byte on a reused connection), else the connection is closed: bounds "
-             "slowloris clients. Never applies to request bodies or streaming responses."))
-    client_keepalive_timeout_secs: int = setting(DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS, Flag(
-        name="client-keepalive-timeout-secs", metavar="SECS", parse=required_seconds(minimum=1),
-        help="Close a client's keep-alive connection after this long with no request. Keep it above "
-             "your load balancer's own idle timeout for pooled connections (AWS ALB 60, GCP 600), so "
-             "the balancer always closes first and no pooled request races the close."))
+    upstream: Upstream = setting(
+        dataclasses.MISSING,
+        Flag(
+            name="upstream",
+            metavar="URL",
+            parse=upstream,
+            help="The model server: http://HOST:PORT or unix:/path/to.sock. Requests are forwarded with "
+            "their path and query unchanged.",
+        ),
+    )
+    host: str = setting(
+        "0.0.0.0", Flag(name="host", metavar="ADDRESS", parse=text, help="Main (traffic) listener address.")
+    )
+    port: int = setting(
+        8080,
+        Flag(
+            name="port",
+            metavar="PORT",
+            parse=port,
+            help="Main (traffic) listener port; point the Service here. 0 picks a free port (logged).",
+        ),
+    )
+    upstream_connect_timeout_secs: int = setting(
+        5,
+        Flag(
+            name="upstream-connect-timeout-secs",
+            metavar="SECS",
+            parse=required_seconds(minimum=1),
+            help="Connect timeout to the model server (answered 504). There is no read timeout: "
+            "completions stream for minutes and prefill can be silent.",
+        ),
+    )
+    upstream_max_connections: int = setting(
+        0,
+        Flag(
+            name="upstream-max-connections",
+            metavar="N",
+            parse=integer(minimum=0),
+            help="Pooled keep-alive connections to the model server; 0 = no limit. A limit caps "
+            "concurrent streams (excess requests queue).",
+        ),
+    )
+    max_request_body_bytes: int = setting(
+        DEFAULT_MAX_REQUEST_BODY_BYTES,
+        Flag(
+            name="max-request-body-bytes",
+            metavar="BYTES",
+            parse=integer(minimum=0),
+            help="Larger request bodies are answered 413.",
+        ),
+    )
+    client_header_timeout_secs: int = setting(
+        DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
+        Flag(
+            name="client-header-timeout-secs",
+            metavar="SECS",
+            parse=required_seconds(minimum=1),
+            help="A client's request head must arrive whole within this long (from the connection opening, "
+            "or from its first byte on a reused connection), else the connection is closed: bounds "
+            "slowloris clients. Never applies to request bodies or streaming responses.",
+        ),
+    )
+    client_keepalive_timeout_secs: int = setting(
+        DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS,
+        Flag(
+            name="client-keepalive-timeout-secs",
+            metavar="SECS",
+            parse=required_seconds(minimum=1),
+            help="Close a client's keep-alive connection after this long with no request. Keep it above "
+            "your load balancer's own idle timeout for pooled connections (AWS ALB 60, GCP 600), so "
+            "the balancer always closes first and no pooled request races the close.",
+        ),
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class AdminSettings:
-    host: str = setting("0.0.0.0", Flag(name="admin-host", metavar="ADDRESS", parse=text,
-                                        help="Admin listener address."))
-    port: int = setting(9091, Flag(
-        name="admin-port", metavar="PORT", parse=port,
-        help="Admin listener port: /livez, /readyz, /metrics, /admin/*. The model server's preStop "
-             "hook calls /admin/drain-wait here. Must differ from --port."))
+    host: str = setting(
+        "0.0.0.0", Flag(name="admin-host", metavar="ADDRESS", parse=text, help="Admin listener address.")
+    )
+    port: int = setting(
+        9091,
+        Flag(
+            name="admin-port",
+            metavar="PORT",
+            parse=port,
+            help="Admin listener port: /livez, /readyz, /metrics, /admin/*. The model server's preStop "
+            "hook calls /admin/drain-wait here. Must differ from --port.",
+        ),
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class DrainSettings:
-    shutdown_drain_secs: int = setting(30, Flag(
-        name="shutdown-drain-secs", metavar="SECS", parse=required_seconds(),
-        help="After SIGTERM, keep serving this long with /readyz answering 503, so endpoint removal "
-             "reaches kube-proxy and gateways before the listener closes. If a probe-driven load "
-             "balancer removes the pod, size it above failureThreshold * periodSeconds. It must "
-             "leave room under terminationGracePeriodSeconds for in-flight streams: the default "
-             "equals the Kubernetes default grace, so startup warns until you declare a larger "
-             "--termination-grace-secs. 0 disables the pause. At most 1800."))
-    termination_grace_secs: int | None = setting(None, Flag(
-        name="termination-grace-secs", metavar="SECS", parse=seconds(minimum=1, optional=True),
-        help="The pod's real terminationGracePeriodSeconds (feed both from one value). Enables the "
-             "deadline: at SIGTERM + grace - 2 s, remaining requests are aborted, counted and the "
-             "router exits 1. Unset: the advisory assumes the Kubernetes default 30, and the router "
-             "waits for in-flight work until it is killed."))
-    readiness_probe_period_secs: int | None = setting(None, Flag(
-        name="readiness-probe-period-secs", metavar="SECS", parse=seconds(minimum=1, optional=True),
-        help="The load balancer's readiness probe period, declared so startup can check the drain "
-             "window against failureThreshold * periodSeconds."))
-    readiness_probe_failure_threshold: int | None = setting(None, Flag(
-        name="readiness-probe-failure-threshold", metavar="N", parse=integer(minimum=1, optional=True),
-        help="The load balancer's readiness probe failure threshold (with the period above)."))
+    shutdown_drain_secs: int = setting(
+        30,
+        Flag(
+            name="shutdown-drain-secs",
+            metavar="SECS",
+            parse=required_seconds(),
+            help="After SIGTERM, keep serving this long with /readyz answering 503, so endpoint removal "
+            "reaches kube-proxy and gateways before the listener closes. If a probe-driven load "
+            "balancer removes the pod, size it above failureThreshold * periodSeconds. It must "
+            "leave room under terminationGracePeriodSeconds for in-flight streams: the default "
+            "equals the Kubernetes default grace, so startup warns until you declare a larger "
+            "--termination-grace-secs. 0 disables the pause. At most 1800.",
+        ),
+    )
+    termination_grace_secs: int | None = setting(
+        None,
+        Flag(
+            name="termination-grace-secs",
+            metavar="SECS",
+            parse=seconds(minimum=1, optional=True),
+            help="The pod's real terminationGracePeriodSeconds (feed both from one value). Enables the "
+            "deadline: at SIGTERM + grace - 2 s, remaining requests are aborted, counted and the "
+            "router exits 1. Unset: the advisory assumes the Kubernetes default 30, and the router "
+            "waits for in-flight work until it is killed.",
+        ),
+    )
+    readiness_probe_period_secs: int | None = setting(
+        None,
+        Flag(
+            name="readiness-probe-period-secs",
+            metavar="SECS",
+            parse=seconds(minimum=1, optional=True),
+            help="The load balancer's readiness probe period, declared so startup can check the drain "
+            "window against failureThreshold * periodSeconds.",
+        ),
+    )
+    readiness_probe_failure_threshold: int | None = setting(
+        None,
+        Flag(
+            name="readiness-probe-failure-threshold",
+            metavar="N",
+            parse=integer(minimum=1, optional=True),
+            help="The load balancer's readiness probe failure threshold (with the period above).",
+        ),
+    )
 
     def deadline_secs(self) -> int | None:
         """Seconds from the first SIGTERM at which in-flight work is aborted; ``None`` without a
@@ -157,25 +241,50 @@ class DrainSettings:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class HealthSettings:
-    upstream_health_path: str | None = setting(None, Flag(
-        name="upstream-health-path", metavar="PATH", parse=path,
-        help="When set (e.g. /health), /readyz also needs the model server to answer 2xx there; the "
-             "router stays 'starting' until it first does."))
-    upstream_health_interval_secs: int = setting(2, Flag(
-        name="upstream-health-interval-secs", metavar="SECS", parse=required_seconds(minimum=1),
-        help="How often the upstream health path is polled."))
+    upstream_health_path: str | None = setting(
+        None,
+        Flag(
+            name="upstream-health-path",
+            metavar="PATH",
+            parse=path,
+            help="When set (e.g. /health), /readyz also needs the model server to answer 2xx there; the "
+            "router stays 'starting' until it first does.",
+        ),
+    )
+    upstream_health_interval_secs: int = setting(
+        2,
+        Flag(
+            name="upstream-health-interval-secs",
+            metavar="SECS",
+            parse=required_seconds(minimum=1),
+            help="How often the upstream health path is polled.",
+        ),
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class LogSettings:
-    format: Literal["json", "console"] = setting("json", Flag(
-        name="log-format", parse=choice(LOG_FORMATS), choices=LOG_FORMATS,
-        help="json: one object a line on stdout, for aggregators. console: for a terminal."))
-    level: str = setting("info", Flag(name="log-level", parse=choice(LOG_LEVELS), choices=LOG_LEVELS,
-                                      help="Minimum level logged."))
-    access_log: bool = setting(False, Flag(
-        name="access-log", parse=boolean, boolean=True,
-        help="One structured line per proxied request. Off by default: at thousands of streams it is noise."))
+    format: Literal["json", "console"] = setting(
+        "json",
+        Flag(
+            name="log-format",
+            parse=choice(LOG_FORMATS),
+            choices=LOG_FORMATS,
+            help="json: one object a line on stdout, for aggregators. console: for a terminal.",
+        ),
+    )
+    level: str = setting(
+        "info", Flag(name="log-level", parse=choice(LOG_LEVELS), choices=LOG_LEVELS, help="Minimum level logged.")
+    )
+    access_log: bool = setting(
+        False,
+        Flag(
+            name="access-log",
+            parse=boolean,
+            boolean=True,
+            help="One structured line per proxied request. Off by default: at thousands of streams it is noise.",
+        ),
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,8 +306,13 @@ class Config:
 
 
 #: The sections of :class:`Config`, in the order their flags are listed.
-SECTIONS: dict[str, type[Any]] = {"proxy": ProxySettings, "admin": AdminSettings, "drain": DrainSettings,
-                                  "health": HealthSettings, "log": LogSettings}
+SECTIONS: dict[str, type[Any]] = {
+    "proxy": ProxySettings,
+    "admin": AdminSettings,
+    "drain": DrainSettings,
+    "health": HealthSettings,
+    "log": LogSettings,
+}
 
 
 def settings() -> Iterator[tuple[str, dataclasses.Field[Any], Flag]]:
@@ -229,7 +343,8 @@ def build_config(**raw: object) -> Config:
 
     if drain["shutdown_drain_secs"] > MAX_SHUTDOWN_DRAIN_SECS:
         raise ConfigError(
-            "shutdown_drain_secs", given_raw["shutdown_drain_secs"],
+            "shutdown_drain_secs",
+            given_raw["shutdown_drain_secs"],
             f"must be at most {MAX_SHUTDOWN_DRAIN_SECS}; past the ceiling a value is a typo rather "
             "than a drain, and the pod would be SIGKILLed long before the pause elapsed. A long but "
             "deliberate drain is fine: declare --termination-grace-secs so startup can check it "
@@ -239,17 +354,23 @@ def build_config(**raw: object) -> Config:
     if (period is None) != (threshold is None):
         missing = "readiness_probe_failure_threshold" if threshold is None else "readiness_probe_period_secs"
         given = "readiness_probe_period_secs" if threshold is None else "readiness_probe_failure_threshold"
-        raise ConfigError(missing, None, f"declare it together with {flag_name(given)}: the probe window is their product")
+        raise ConfigError(
+            missing, None, f"declare it together with {flag_name(given)}: the probe window is their product"
+        )
     if proxy["port"] == admin["port"] and proxy["port"] != 0:
         other = 9091 if proxy["port"] != 9091 else 9092
         raise ConfigError(
-            "admin_port", given_raw.get("admin_port", admin["port"]),
+            "admin_port",
+            given_raw.get("admin_port", admin["port"]),
             f"must differ from --port ({proxy['port']}): probes and metrics need their own listener; "
             f"pick another port, e.g. {other}",
         )
     return Config(
-        proxy=ProxySettings(**proxy), admin=AdminSettings(**admin), drain=DrainSettings(**drain),
-        health=HealthSettings(**values["health"]), log=LogSettings(**values["log"]),
+        proxy=ProxySettings(**proxy),
+        admin=AdminSettings(**admin),
+        drain=DrainSettings(**drain),
+        health=HealthSettings(**values["health"]),
+        log=LogSettings(**values["log"]),
     )
 
 

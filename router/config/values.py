@@ -50,7 +50,7 @@ def parse_upstream(value: object) -> Upstream:
         raise ConfigError("upstream", value, f"the model server address is required; {remedy}")
     text = value.strip()
     if text.startswith("unix:"):
-        path = text[len("unix:"):]
+        path = text[len("unix:") :]
         if path.startswith("//"):
             path = path[2:]
         if not path.startswith("/"):

@@ -7,36 +7,76 @@ import sys
 
 import click
 
-from router.controller import crd, settings as settings_
+from router.controller import crd
+from router.controller import settings as settings_
 
 
 @click.command("controller", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--namespace", "namespaces", multiple=True, envvar="DRAIN_ROUTER_CONTROLLER_NAMESPACE",
-              show_envvar=True, metavar="NS",
-              help="Watch ModelServices in this namespace; repeat for several (the environment variable "
-                   "takes a space-separated list). Needs only a namespaced Role.")
-@click.option("--all-namespaces", is_flag=True, envvar="DRAIN_ROUTER_CONTROLLER_ALL_NAMESPACES", show_envvar=True,
-              help="Watch every namespace (needs a ClusterRole).")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=settings_.DEFAULT_METRICS_PORT,
-              show_default=True, envvar="DRAIN_ROUTER_CONTROLLER_METRICS_PORT", show_envvar=True,
-              help="Prometheus /metrics port for drain_router_controller_*; 0 disables it.")
-@click.option("--requeue-secs", type=click.FloatRange(min=0, min_open=True), default=settings_.DEFAULT_REQUEUE_SECS,
-              show_default=True, envvar="DRAIN_ROUTER_CONTROLLER_REQUEUE_SECS", show_envvar=True,
-              help="Every wait of a staged deletion is a requeue after this long (the route settle "
-                   "requeues for its exact remainder).")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-              default="info", show_default=True, envvar="DRAIN_ROUTER_CONTROLLER_LOG_LEVEL", show_envvar=True)
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    envvar="DRAIN_ROUTER_CONTROLLER_NAMESPACE",
+    show_envvar=True,
+    metavar="NS",
+    help="Watch ModelServices in this namespace; repeat for several (the environment variable "
+    "takes a space-separated list). Needs only a namespaced Role.",
+)
+@click.option(
+    "--all-namespaces",
+    is_flag=True,
+    envvar="DRAIN_ROUTER_CONTROLLER_ALL_NAMESPACES",
+    show_envvar=True,
+    help="Watch every namespace (needs a ClusterRole).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=settings_.DEFAULT_METRICS_PORT,
+    show_default=True,
+    envvar="DRAIN_ROUTER_CONTROLLER_METRICS_PORT",
+    show_envvar=True,
+    help="Prometheus /metrics port for drain_router_controller_*; 0 disables it.",
+)
+@click.option(
+    "--requeue-secs",
+    type=click.FloatRange(min=0, min_open=True),
+    default=settings_.DEFAULT_REQUEUE_SECS,
+    show_default=True,
+    envvar="DRAIN_ROUTER_CONTROLLER_REQUEUE_SECS",
+    show_envvar=True,
+    help="Every wait of a staged deletion is a requeue after this long (the route settle "
+    "requeues for its exact remainder).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    show_default=True,
+    envvar="DRAIN_ROUTER_CONTROLLER_LOG_LEVEL",
+    show_envvar=True,
+)
 @click.option("--print-crd", is_flag=True, help="Print the ModelService CRD (what the chart ships) and exit.")
-def command(namespaces: tuple[str, ...], all_namespaces: bool, metrics_port: int, requeue_secs: float,
-            log_level: str, print_crd: bool) -> None:
+def command(
+    namespaces: tuple[str, ...],
+    all_namespaces: bool,
+    metrics_port: int,
+    requeue_secs: float,
+    log_level: str,
+    print_crd: bool,
+) -> None:
     """Run the companion controller: staged deletion of ModelServices (needs the 'controller' extra)."""
     if print_crd:
         click.echo(crd.text(), nl=False)
         return
     try:
-        cfg = settings_.ControllerSettings(namespaces=namespaces, all_namespaces=all_namespaces,
-                                           metrics_port=metrics_port, requeue_secs=requeue_secs,
-                                           log_level=log_level.lower())
+        cfg = settings_.ControllerSettings(
+            namespaces=namespaces,
+            all_namespaces=all_namespaces,
+            metrics_port=metrics_port,
+            requeue_secs=requeue_secs,
+            log_level=log_level.lower(),
+        )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     try:
@@ -45,8 +85,7 @@ def command(namespaces: tuple[str, ...], all_namespaces: bool, metrics_port: int
         if exc.name not in ("kopf", "kubernetes_asyncio"):
             raise
         raise click.ClickException(
-            f"the controller needs {exc.name}, which is not installed: "
-            "pip install 'drain-router[controller]'"
+            f"the controller needs {exc.name}, which is not installed: pip install 'drain-router[controller]'"
         ) from None
 
     sys.exit(operator.run(cfg))

@@ -7,8 +7,6 @@ import functools
 from importlib import resources
 from typing import Any
 
-
-
 FILENAME = "modelservice-crd.yaml"
 
 

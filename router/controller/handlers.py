@@ -24,7 +24,10 @@ import aiohttp
 import kopf
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from router.controller import crd, kube as kube_, metrics as metrics_, observe, probe, settings as settings_
+from router.controller import crd, observe, probe
+from router.controller import kube as kube_
+from router.controller import metrics as metrics_
+from router.controller import settings as settings_
 from router.decisions import deletion, durations, lifecycle, recycling
 
 PREFIX = "drainrouter.dev"
@@ -79,7 +82,8 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
         settings.persistence.finalizer = ctx.settings.finalizer
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=PREFIX, key="last-handled-configuration")
+            prefix=PREFIX, key="last-handled-configuration"
+        )
         settings.posting.loggers = False  # only the events we post on purpose, not log lines
         # Namespaces are exact names (or the whole cluster): no namespace or CRD watching at runtime,
         # so the RBAC needs no cluster-wide list on namespaces or CRDs.
@@ -96,10 +100,18 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
     async def staged_delete(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
         await run_pass(ctx, body, logger)
 
-    @kopf.daemon(crd.group(), crd.version(), crd.plural(), id=DAEMON_ID, registry=registry,
-                 cancellation_timeout=10.0, when=has_rules)
-    async def recycle_and_lifecycle(stopped: kopf.DaemonStopped, body: kopf.Body, logger: kopf.Logger,
-                                    **_: Any) -> None:
+    @kopf.daemon(
+        crd.group(),
+        crd.version(),
+        crd.plural(),
+        id=DAEMON_ID,
+        registry=registry,
+        cancellation_timeout=10.0,
+        when=has_rules,
+    )
+    async def recycle_and_lifecycle(
+        stopped: kopf.DaemonStopped, body: kopf.Body, logger: kopf.Logger, **_: Any
+    ) -> None:
         await service_loop(ctx, body["metadata"]["namespace"], body["metadata"]["name"], stopped, logger)
 
 
@@ -119,13 +131,22 @@ async def run_pass(ctx: Context, body: Mapping[str, Any], logger: Any) -> None:
 
     # 4. Requeue or release.
     if decision.verdict in (deletion.Verdict.HOLD, deletion.Verdict.CONTINUE):
-        delay = ctx.settings.requeue_secs if decision.requeue_at is None else max(
-            decision.requeue_at - ctx.clock(), 0.0)
-        message = "suspended" if decision.verdict is deletion.Verdict.HOLD else (
-            decision.status.message if decision.status else "")
+        delay = (
+            ctx.settings.requeue_secs if decision.requeue_at is None else max(decision.requeue_at - ctx.clock(), 0.0)
+        )
+        message = (
+            "suspended"
+            if decision.verdict is deletion.Verdict.HOLD
+            else (decision.status.message if decision.status else "")
+        )
         raise kopf.TemporaryError(f"{_REQUEUE_MARK}{message}", delay=delay)
-    outcome = (decision.events[0].reason.value if decision.verdict is deletion.Verdict.SKIP and decision.events
-               else decision.status.outcome.value if decision.status and decision.status.outcome else "Clean")
+    outcome = (
+        decision.events[0].reason.value
+        if decision.verdict is deletion.Verdict.SKIP and decision.events
+        else decision.status.outcome.value
+        if decision.status and decision.status.outcome
+        else "Clean"
+    )
     ctx.metrics.deletions_finished.labels(outcome).inc()
     ctx.metrics.pods_remaining.remove(namespace, name) if decision.status else None
 
@@ -153,8 +174,9 @@ async def deletion_step(ctx: Context, fresh: Mapping[str, Any], logger: Any) -> 
     status = fresh.get("status") or {}
     recorded = status.get("deletion") or {}
     # A status without a stage but with startedAt: a first pass whose reads failed started the clock.
-    previous = deletion.DeletionStatus.from_dict(recorded) if recorded.get("stage") or recorded.get(
-        "startedAt") else None
+    previous = (
+        deletion.DeletionStatus.from_dict(recorded) if recorded.get("stage") or recorded.get("startedAt") else None
+    )
     decision = deletion.next_stage(previous, obs, resolution.knobs, now)
     ctx.metrics.deletion_passes.labels(decision.verdict.value).inc()
 
@@ -180,8 +202,11 @@ async def deletion_step(ctx: Context, fresh: Mapping[str, Any], logger: Any) -> 
     # 3. Events: one per transition, one PodForceDeleted per pod.
     for event in decision.events:
         kopf.event(_body(body), type=event.type, reason=event.reason.value, message=event.message)
-        if decision.status is not None and decision.status.stage is not None and event.reason.value not in (
-                deletion.Reason.POD_FORCE_DELETED.value,):
+        if (
+            decision.status is not None
+            and decision.status.stage is not None
+            and event.reason.value not in (deletion.Reason.POD_FORCE_DELETED.value,)
+        ):
             ctx.metrics.deletion_transitions.labels(decision.status.stage.value, event.reason.value).inc()
     return decision
 
@@ -192,9 +217,11 @@ def _status_patch(current: Mapping[str, Any], decision: deletion.Decision, now: 
     new_deletion = decision.status.as_dict()
     conditions = deletion.merge_condition(current.get("conditions"), decision.condition, now)
     old_deletion = current.get("deletion") or {}
-    same = (current.get("phase") == "Deleting"
-            and _compact(old_deletion) == _compact(new_deletion)
-            and current.get("conditions") == conditions)
+    same = (
+        current.get("phase") == "Deleting"
+        and _compact(old_deletion) == _compact(new_deletion)
+        and current.get("conditions") == conditions
+    )
     if same:
         return None
     return {"phase": "Deleting", "conditions": conditions, "deletion": new_deletion}
@@ -231,7 +258,7 @@ async def service_loop(ctx: Context, namespace: str, name: str, stopped: Any, lo
         except _API_FAILURES as exc:
             logger.warning(f"recycling/lifecycle pass failed, retried in {ctx.settings.requeue_secs:g}s: {exc}")
             delay = ctx.settings.requeue_secs
-        except Exception as exc:  # noqa: BLE001 - nothing raises into kopf; the next pass decides again
+        except Exception as exc:
             logger.exception(f"recycling/lifecycle pass crashed, retried in {ctx.settings.requeue_secs:g}s: {exc}")
             delay = ctx.settings.requeue_secs
         if delay is None:
@@ -269,8 +296,9 @@ async def service_pass(ctx: Context, namespace: str, name: str, logger: Any) -> 
     return min(requeues) - ctx.clock()
 
 
-async def _write_status(ctx: Context, fresh: Mapping[str, Any], build: Callable[[Mapping[str, Any]],
-                        dict[str, Any] | None], logger: Any) -> tuple[Mapping[str, Any], bool]:
+async def _write_status(
+    ctx: Context, fresh: Mapping[str, Any], build: Callable[[Mapping[str, Any]], dict[str, Any] | None], logger: Any
+) -> tuple[Mapping[str, Any], bool]:
     """Write the status patch ``build(current status)`` with ``metadata.resourceVersion``; on 409
     re-read, rebuild and retry once. Returns (the object as now stored, whether the status holds
     what ``build`` asked: nothing to write counts as written)."""
@@ -280,8 +308,9 @@ async def _write_status(ctx: Context, fresh: Mapping[str, Any], build: Callable[
             return fresh, True
         meta = fresh["metadata"]
         try:
-            written = await ctx.kube.patch_modelservice_status(meta["namespace"], meta["name"], patch,
-                                                               meta.get("resourceVersion"))
+            written = await ctx.kube.patch_modelservice_status(
+                meta["namespace"], meta["name"], patch, meta.get("resourceVersion")
+            )
             return written or fresh, True
         except kube_.Conflict:
             reread = await ctx.kube.get_modelservice(meta["namespace"], meta["name"])
@@ -293,24 +322,28 @@ async def _write_status(ctx: Context, fresh: Mapping[str, Any], build: Callable[
     return fresh, False
 
 
-def merge_condition(previous: Any, type_: str, status: str, reason: str, message: str,
-                    now: float) -> list[dict[str, Any]]:
+def merge_condition(
+    previous: Any, type_: str, status: str, reason: str, message: str, now: float
+) -> list[dict[str, Any]]:
     """``status.conditions`` with ``type_`` replaced; ``lastTransitionTime`` kept while status and
     reason are unchanged."""
     others = [dict(c) for c in previous or () if c.get("type") != type_]
     old = next((c for c in previous or () if c.get("type") == type_), None)
     unchanged = old is not None and old.get("status") == status and old.get("reason") == reason
     since = old.get("lastTransitionTime") if unchanged and old else durations.format_time(now)
-    return [*others, {"type": type_, "status": status, "reason": reason, "message": message,
-                      "lastTransitionTime": since}]
+    return [
+        *others,
+        {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": since},
+    ]
 
 
 def _condition(conditions: Any, type_: str) -> Mapping[str, Any] | None:
     return next((c for c in conditions or () if c.get("type") == type_), None)
 
 
-async def _recycling_pass(ctx: Context, fresh: Mapping[str, Any], workload: observe.Workload,
-                          session: aiohttp.ClientSession, logger: Any) -> tuple[Mapping[str, Any], float]:
+async def _recycling_pass(
+    ctx: Context, fresh: Mapping[str, Any], workload: observe.Workload, session: aiohttp.ClientSession, logger: Any
+) -> tuple[Mapping[str, Any], float]:
     """Observe -> ``next_recycle`` (probe if asked, decide again) -> evict if decided -> status ->
     events. Returns (the object as stored, when to look again)."""
     namespace, name = fresh["metadata"]["namespace"], fresh["metadata"]["name"]
@@ -329,14 +362,16 @@ async def _recycling_pass(ctx: Context, fresh: Mapping[str, Any], workload: obse
     decision = recycling.next_recycle(spec, workload.observation, None, held, now, recheck_secs=s.idle_recheck_secs)
     if decision.kind is recycling.Kind.PROBE:
         assert decision.pod is not None
-        answer = await probe.probe(session, decision.pod.pod_ip, observe.admin_port(raw_spec),
-                                   timeout=s.idle_probe_timeout_secs)
+        answer = await probe.probe(
+            session, decision.pod.pod_ip, observe.admin_port(raw_spec), timeout=s.idle_probe_timeout_secs
+        )
         now = ctx.clock()
         result = probe.for_recycling(answer, decision.pod.uid)
         if result.failed:
             logger.info(f"idle probe of pod {decision.pod.name} failed: {answer.error}")
-        decision = recycling.next_recycle(spec, workload.observation, result, held, now,
-                                          recheck_secs=s.idle_recheck_secs)
+        decision = recycling.next_recycle(
+            spec, workload.observation, result, held, now, recheck_secs=s.idle_recheck_secs
+        )
     if decision.kind is recycling.Kind.EVICT:
         assert decision.pod is not None
         evicted = await ctx.kube.evict_pod(namespace, decision.pod.name, decision.pod.uid)
@@ -355,13 +390,18 @@ async def _recycling_pass(ctx: Context, fresh: Mapping[str, Any], workload: obse
     def build(current: Mapping[str, Any]) -> dict[str, Any] | None:
         new_held = observe.held_dict(decision.held)
         old = _condition(current.get("conditions"), condition.type)
-        same_condition = old is not None and (old.get("status"), old.get("reason")) == (condition.status,
-                                                                                         condition.reason)
+        same_condition = old is not None and (old.get("status"), old.get("reason")) == (
+            condition.status,
+            condition.reason,
+        )
         if _compact((current.get("recycling") or {}).get("held") or {}) == _compact(new_held or {}) and same_condition:
             return None
-        return {"recycling": {"held": new_held},
-                "conditions": merge_condition(current.get("conditions"), condition.type, condition.status,
-                                              condition.reason, condition.message, now)}
+        return {
+            "recycling": {"held": new_held},
+            "conditions": merge_condition(
+                current.get("conditions"), condition.type, condition.status, condition.reason, condition.message, now
+            ),
+        }
 
     fresh, _ = await _write_status(ctx, fresh, build, logger)
     ctx.metrics.recycle_held_pods.labels(namespace, name).set(0 if decision.held is None else 1)
@@ -370,9 +410,14 @@ async def _recycling_pass(ctx: Context, fresh: Mapping[str, Any], workload: obse
     return fresh, standard if decision.requeue_at is None else decision.requeue_at
 
 
-async def _lifecycle_pass(ctx: Context, fresh: Mapping[str, Any], spec: deletion.ServiceSpec,
-                          workload: observe.Workload, session: aiohttp.ClientSession,
-                          logger: Any) -> tuple[Mapping[str, Any], float]:
+async def _lifecycle_pass(
+    ctx: Context,
+    fresh: Mapping[str, Any],
+    spec: deletion.ServiceSpec,
+    workload: observe.Workload,
+    session: aiohttp.ClientSession,
+    logger: Any,
+) -> tuple[Mapping[str, Any], float]:
     """Validate -> probe every active pod -> ``idle_clock`` -> ``next_rule`` -> status -> act ->
     events. Returns (the object as stored, when to look again)."""
     meta, raw_spec = fresh["metadata"], fresh.get("spec") or {}
@@ -390,16 +435,18 @@ async def _lifecycle_pass(ctx: Context, fresh: Mapping[str, Any], spec: deletion
         if key not in ctx.invalid_rules_warned:
             ctx.invalid_rules_warned.add(key)
             kopf.warn(_body(fresh), reason="InvalidLifecycleRules", message=f"lifecycle rules ignored: {message}")
-        fresh, _ = await _write_status(ctx, fresh, _condition_patch("LifecycleRulesValid", "False", "InvalidRules",
-                                                                    message, now), logger)
+        fresh, _ = await _write_status(
+            ctx, fresh, _condition_patch("LifecycleRulesValid", "False", "InvalidRules", message, now), logger
+        )
         return fresh, ctx.clock() + settings.max_sleep_secs
     rules = lifecycle.parse(raw["rules"])
     if workload.failures:
         return fresh, standard
     pods = workload.active_pods
     port = observe.admin_port(raw_spec)
-    answers = await asyncio.gather(*(probe.probe(session, p.pod_ip, port, timeout=settings.idle_probe_timeout_secs)
-                                     for p in pods))
+    answers = await asyncio.gather(
+        *(probe.probe(session, p.pod_ip, port, timeout=settings.idle_probe_timeout_secs) for p in pods)
+    )
     reports = [probe.for_lifecycle(a, p.name) for p, a in zip(pods, answers)]
     for report in reports:
         if isinstance(report, lifecycle.ProbeFailure):
@@ -410,19 +457,26 @@ async def _lifecycle_pass(ctx: Context, fresh: Mapping[str, Any], spec: deletion
     now = ctx.clock()
     clock = lifecycle.idle_clock(reports, replicas if exists and not deleting else 0, stored, now)
     stage = (status.get("deletion") or {}).get("stage")
-    done = lifecycle.done_from(deployment_exists=exists, deployment_deleting=deleting, deployment_replicas=replicas,
-                               deletion_stage=stage)
+    done = lifecycle.done_from(
+        deployment_exists=exists, deployment_deleting=deleting, deployment_replicas=replicas, deletion_stage=stage
+    )
     decision = lifecycle.next_rule(rules, clock, done, stored, now, buffer_secs=settings.lifecycle_buffer_secs)
     new_lifecycle = observe.lifecycle_dict(decision.status)
 
     def build(current: Mapping[str, Any]) -> dict[str, Any] | None:
         old = _condition(current.get("conditions"), "LifecycleRulesValid")
-        if _compact(current.get("lifecycle") or {}) == _compact(new_lifecycle) and old is not None \
-                and old.get("status") == "True":
+        if (
+            _compact(current.get("lifecycle") or {}) == _compact(new_lifecycle)
+            and old is not None
+            and old.get("status") == "True"
+        ):
             return None
-        return {"lifecycle": new_lifecycle,
-                "conditions": merge_condition(current.get("conditions"), "LifecycleRulesValid", "True", "Valid",
-                                              "lifecycle rules are valid", now)}
+        return {
+            "lifecycle": new_lifecycle,
+            "conditions": merge_condition(
+                current.get("conditions"), "LifecycleRulesValid", "True", "Valid", "lifecycle rules are valid", now
+            ),
+        }
 
     # 1. Status first: a crash after this line repeats the action, never loses the record of it.
     fresh, written = await _write_status(ctx, fresh, build, logger)
@@ -449,8 +503,16 @@ async def _lifecycle_pass(ctx: Context, fresh: Mapping[str, Any], spec: deletion
         logger.warning(f"lifecycle {decision.action.value} failed, retried next pass: {exc.failure}")
         ctx.metrics.action_errors.labels(f"Lifecycle{decision.action.value}").inc()
         if decision.action is lifecycle.Policy.SCALE_TO_ZERO:  # not scaled: the record must not say so
-            fresh, _ = await _write_status(ctx, fresh, lambda _: {"lifecycle": observe.lifecycle_dict(
-                dataclasses.replace(decision.status, scaled_to_zero_at=stored.scaled_to_zero_at))}, logger)
+            fresh, _ = await _write_status(
+                ctx,
+                fresh,
+                lambda _: {
+                    "lifecycle": observe.lifecycle_dict(
+                        dataclasses.replace(decision.status, scaled_to_zero_at=stored.scaled_to_zero_at)
+                    )
+                },
+                logger,
+            )
         return fresh, standard
     if first:
         ctx.metrics.lifecycle_actions.labels(decision.action.value).inc()
@@ -459,8 +521,9 @@ async def _lifecycle_pass(ctx: Context, fresh: Mapping[str, Any], spec: deletion
     return fresh, requeue_at
 
 
-def _condition_patch(type_: str, status: str, reason: str, message: str,
-                     now: float) -> Callable[[Mapping[str, Any]], dict[str, Any] | None]:
+def _condition_patch(
+    type_: str, status: str, reason: str, message: str, now: float
+) -> Callable[[Mapping[str, Any]], dict[str, Any] | None]:
     def build(current: Mapping[str, Any]) -> dict[str, Any] | None:
         old = _condition(current.get("conditions"), type_)
         if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (status, reason, message):

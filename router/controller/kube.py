@@ -73,17 +73,30 @@ class Kube:
         self.api = api
         self._plurals: dict[tuple[str, str], tuple[str, bool]] = {}
 
-    async def _call(self, path: str, method: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
-                    content_type: str | None = None) -> Any:
+    async def _call(
+        self,
+        path: str,
+        method: str,
+        *,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str | None = None,
+    ) -> Any:
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
         elif body is not None:
             headers["Content-Type"] = "application/json"
         return await self.api.call_api(
-            path, method, query_params=query or [], header_params=headers, body=body,
+            path,
+            method,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
             response_types_map={200: "object", 201: "object", 202: "object"},
-            auth_settings=["BearerToken"], _return_http_data_only=True)
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+        )
 
     async def _resource(self, api_version: str, kind: str) -> tuple[str, bool]:
         key = (api_version, kind)
@@ -92,8 +105,9 @@ class Kube:
             try:
                 listing = await self._call(base, "GET")
             except ApiException as exc:
-                raise DiscoveryError(exc.status, f"{api_version} is not served by the API server "
-                                                 f"(GET {base}: {exc.status} {exc.reason})") from None
+                raise DiscoveryError(
+                    exc.status, f"{api_version} is not served by the API server (GET {base}: {exc.status} {exc.reason})"
+                ) from None
             for item in listing.get("resources", []):
                 if "/" not in item["name"]:
                     self._plurals[(api_version, item["kind"])] = (item["name"], bool(item.get("namespaced")))
@@ -133,8 +147,7 @@ class Kube:
 
     async def force_delete_pod(self, namespace: str, name: str, uid: str) -> int:
         """Grace 0 with a UID precondition: a replacement pod that reuses the name answers 409."""
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
-                "preconditions": {"uid": uid}}
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         try:
             return await self._delete(f"/api/v1/namespaces/{namespace}/pods/{name}", body)
         except _FAILURES as exc:
@@ -151,8 +164,9 @@ class Kube:
 
     async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         try:
-            listing = await self._call(f"/api/v1/namespaces/{namespace}/pods", "GET",
-                                       query=[("labelSelector", label_selector)])
+            listing = await self._call(
+                f"/api/v1/namespaces/{namespace}/pods", "GET", query=[("labelSelector", label_selector)]
+            )
         except _FAILURES as exc:
             raise CallFailed(failure(f"LIST v1 pods labelSelector={label_selector}", exc)) from exc
         return list(listing.get("items") or [])
@@ -176,16 +190,18 @@ class Kube:
                 return None
             raise
 
-    async def patch_modelservice_status(self, namespace: str, name: str, status: dict[str, Any],
-                                        resource_version: str | None = None) -> dict[str, Any]:
+    async def patch_modelservice_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> dict[str, Any]:
         """Merge-patch ``status``. With ``resource_version`` the patch is conditional: the API server
         answers 409 (:class:`Conflict`) when the object changed since it was read."""
         body: dict[str, Any] = {"status": status}
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
-            answer = await self._call(self._modelservice_path(namespace, name) + "/status", "PATCH",
-                                      body=body, content_type=MERGE_PATCH)
+            answer = await self._call(
+                self._modelservice_path(namespace, name) + "/status", "PATCH", body=body, content_type=MERGE_PATCH
+            )
         except ApiException as exc:
             if exc.status == 409:
                 raise Conflict(failure(f"PATCH {crd.plural()}/{name}/status", exc)) from exc
@@ -204,8 +220,12 @@ class Kube:
         """Merge patch of ``spec.replicas`` (the Deployment's own resource: no scale subresource, so the
         RBAC is one ``patch`` on deployments)."""
         try:
-            await self._call(await self._path(ref, namespace), "PATCH", body={"spec": {"replicas": replicas}},
-                             content_type=MERGE_PATCH)
+            await self._call(
+                await self._path(ref, namespace),
+                "PATCH",
+                body={"spec": {"replicas": replicas}},
+                content_type=MERGE_PATCH,
+            )
         except _FAILURES as exc:
             raise CallFailed(failure(self._name("PATCH", ref) + f" spec.replicas={replicas}", exc)) from exc
 
@@ -214,14 +234,17 @@ class Kube:
         ``gracePeriodSeconds``). Every answer is data, never an exception: the code, the Status
         reason, the first cause's reason and the message. A 2xx whose body says ``status: Failure``
         is a failure; no answer at all is code 0."""
-        body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": name, "namespace": namespace},
-                "deleteOptions": {"preconditions": {"uid": uid}}}
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
         try:
             answer = await self._call(f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", "POST", body=body)
         except ApiException as exc:
             return evict_answer(int(exc.status or 0), _json(exc.body))
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             return recycling.EvictAnswer(code=0, message=f"no answer ({type(exc).__name__}: {exc})")
         return evict_answer(201, answer if isinstance(answer, dict) else {})
 
@@ -245,5 +268,9 @@ def evict_answer(code: int, body: dict[str, Any]) -> recycling.EvictAnswer:
     causes = (body.get("details") or {}).get("causes") or ()
     cause = causes[0].get("reason") if causes and isinstance(causes[0], dict) else None
     return recycling.EvictAnswer(
-        code=code, reason=body.get("reason") or None, cause=cause, message=str(body.get("message") or ""),
-        failure=failure_body and 200 <= code < 300)
+        code=code,
+        reason=body.get("reason") or None,
+        cause=cause,
+        message=str(body.get("message") or ""),
+        failure=failure_body and 200 <= code < 300,
+    )

@@ -21,8 +21,14 @@ def label_selector(pod_selector: Mapping[str, Any]) -> str:
     parts = [f"{k}={v}" for k, v in sorted((pod_selector.get("matchLabels") or {}).items())]
     for expr in pod_selector.get("matchExpressions") or ():
         key, op, values = expr["key"], expr["operator"], ",".join(expr.get("values") or ())
-        parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})",
-                      "Exists": key, "DoesNotExist": f"!{key}"}[op])
+        parts.append(
+            {
+                "In": f"{key} in ({values})",
+                "NotIn": f"{key} notin ({values})",
+                "Exists": key,
+                "DoesNotExist": f"!{key}",
+            }[op]
+        )
     if not parts:
         raise ValueError("spec.podSelector selects nothing (empty); refusing to count every pod")
     return ",".join(parts)
@@ -42,9 +48,11 @@ def _duration_text(value: Any) -> str | None:
 def deletion_spec(data: Mapping[str, Any] | None) -> deletion.DeletionSpec:
     """``spec.deletion`` -> the raw knob strings (resolved against annotations by the decisions)."""
     data = data or {}
-    return deletion.DeletionSpec(max_wait=_duration_text(data.get("maxWait")),
-                                 route_settle=_duration_text(data.get("routeSettle")),
-                                 force_delete_after=_duration_text(data.get("forceDeleteAfter")))
+    return deletion.DeletionSpec(
+        max_wait=_duration_text(data.get("maxWait")),
+        route_settle=_duration_text(data.get("routeSettle")),
+        force_delete_after=_duration_text(data.get("forceDeleteAfter")),
+    )
 
 
 def service_spec(spec: Mapping[str, Any]) -> deletion.ServiceSpec:
@@ -54,19 +62,24 @@ def service_spec(spec: Mapping[str, Any]) -> deletion.ServiceSpec:
         route=object_ref(route) if route else None,
         workload=tuple(object_ref(item) for item in spec.get("workload") or ()),
         suspend=bool(spec.get("suspend")),
-        deletion=deletion_spec(spec.get("deletion")))
+        deletion=deletion_spec(spec.get("deletion")),
+    )
 
 
-def _object(ref: deletion.ObjectRef, obj: Mapping[str, Any] | None,
-            failure: deletion.ApiFailure | None = None) -> deletion.ObjectObservation:
+def _object(
+    ref: deletion.ObjectRef, obj: Mapping[str, Any] | None, failure: deletion.ApiFailure | None = None
+) -> deletion.ObjectObservation:
     if failure is not None:  # unknown: assumed to exist; the stage that needs it waits
         return deletion.ObjectObservation(ref=ref, exists=True)
     if obj is None:
         return deletion.ObjectObservation(ref=ref, exists=False)
     meta = obj.get("metadata") or {}
     return deletion.ObjectObservation(
-        ref=ref, exists=True, deleting=bool(meta.get("deletionTimestamp")),
-        service_label=(meta.get("labels") or {}).get(deletion.SERVICE_LABEL))
+        ref=ref,
+        exists=True,
+        deleting=bool(meta.get("deletionTimestamp")),
+        service_label=(meta.get("labels") or {}).get(deletion.SERVICE_LABEL),
+    )
 
 
 def _pod(obj: Mapping[str, Any]) -> deletion.PodObservation:
@@ -76,10 +89,13 @@ def _pod(obj: Mapping[str, Any]) -> deletion.PodObservation:
     if grace is None:
         grace = spec.get("terminationGracePeriodSeconds")
     return deletion.PodObservation(
-        name=meta["name"], uid=meta.get("uid", ""), phase=status.get("phase") or "Pending",
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        phase=status.get("phase") or "Pending",
         node=spec.get("nodeName") or None,
         deletion_timestamp=None if not stamp else durations.parse_time(stamp),
-        grace=None if grace is None else float(grace))
+        grace=None if grace is None else float(grace),
+    )
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:
@@ -117,14 +133,19 @@ async def observe(kube: kube_.Kube, body: Mapping[str, Any], spec: deletion.Serv
     route = None
     if route_ref is not None:
         route = _object(route_ref, *await read(deletion.Subject.ROUTE, kube.get(route_ref, namespace)))
-    answers = await asyncio.gather(*(read(deletion.Subject.WORKLOAD, kube.get(ref, namespace))
-                                     for ref in spec.workload))
+    answers = await asyncio.gather(
+        *(read(deletion.Subject.WORKLOAD, kube.get(ref, namespace)) for ref in spec.workload)
+    )
     try:
         selector = label_selector(raw_spec.get("podSelector") or {})
     except ValueError as exc:  # never list every pod; the pod stages wait, then time out naming this
         listed = None
-        failed.append(deletion.FailedRead(subject=deletion.Subject.PODS, failure=deletion.ApiFailure(
-            call="LIST v1 pods", code=None, message=f"not sent: {exc}")))
+        failed.append(
+            deletion.FailedRead(
+                subject=deletion.Subject.PODS,
+                failure=deletion.ApiFailure(call="LIST v1 pods", code=None, message=f"not sent: {exc}"),
+            )
+        )
     else:
         listed, _ = await read(deletion.Subject.PODS, kube.list_pods(namespace, selector))
     pods = [_pod(p) for p in listed or ()]
@@ -132,9 +153,14 @@ async def observe(kube: kube_.Kube, body: Mapping[str, Any], spec: deletion.Serv
     node_answers = await asyncio.gather(*(read(deletion.Subject.NODES, kube.get_node(n)) for n in node_names))
     nodes = {n: node_ready(obj) for n, (obj, _) in zip(node_names, node_answers) if obj is not None}
     return deletion.Observations(
-        service=meta["name"], suspend=spec.suspend, route=route,
+        service=meta["name"],
+        suspend=spec.suspend,
+        route=route,
         workload=tuple(_object(ref, *answer) for ref, answer in zip(spec.workload, answers)),
-        pods=tuple(pods), nodes=nodes, failed_reads=tuple(failed))
+        pods=tuple(pods),
+        nodes=nodes,
+        failed_reads=tuple(failed),
+    )
 
 
 # --- recycling and lifecycle rules ------------------------------------------------------------------
@@ -145,9 +171,11 @@ def recycling_spec(data: Mapping[str, Any] | None) -> recycling.RecyclingSpec | 
     if data is None:
         return None
     timeout = data.get("maxPodLifetimeIdleTimeoutSeconds")
-    return recycling.RecyclingSpec(max_pod_lifetime_seconds=float(data.get("maxPodLifetimeSeconds", 86400)),
-                                   wait_for_idle=bool(data.get("waitForIdle", True)),
-                                   idle_timeout_seconds=None if timeout is None else float(timeout))
+    return recycling.RecyclingSpec(
+        max_pod_lifetime_seconds=float(data.get("maxPodLifetimeSeconds", 86400)),
+        wait_for_idle=bool(data.get("waitForIdle", True)),
+        idle_timeout_seconds=None if timeout is None else float(timeout),
+    )
 
 
 def admin_port(spec: Mapping[str, Any]) -> int:
@@ -163,11 +191,16 @@ def _deployment(ref: deletion.ObjectRef, obj: Mapping[str, Any] | None) -> recyc
         return recycling.DeploymentObservation(name=ref.name, exists=False)
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     return recycling.DeploymentObservation(
-        name=ref.name, service_label=(meta.get("labels") or {}).get(deletion.SERVICE_LABEL),
-        generation=int(meta.get("generation") or 1), observed_generation=status.get("observedGeneration"),
-        spec_replicas=spec.get("replicas"), replicas=int(status.get("replicas") or 0),
-        updated_replicas=int(status.get("updatedReplicas") or 0), ready_replicas=int(status.get("readyReplicas") or 0),
-        available_replicas=int(status.get("availableReplicas") or 0))
+        name=ref.name,
+        service_label=(meta.get("labels") or {}).get(deletion.SERVICE_LABEL),
+        generation=int(meta.get("generation") or 1),
+        observed_generation=status.get("observedGeneration"),
+        spec_replicas=spec.get("replicas"),
+        replicas=int(status.get("replicas") or 0),
+        updated_replicas=int(status.get("updatedReplicas") or 0),
+        ready_replicas=int(status.get("readyReplicas") or 0),
+        available_replicas=int(status.get("availableReplicas") or 0),
+    )
 
 
 def recycle_pod(obj: Mapping[str, Any]) -> recycling.RecyclePod:
@@ -175,9 +208,14 @@ def recycle_pod(obj: Mapping[str, Any]) -> recycling.RecyclePod:
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
     start = status.get("startTime")
     return recycling.RecyclePod(
-        name=meta["name"], uid=meta.get("uid", ""), phase=status.get("phase") or "Pending", ready=ready,
-        terminating=bool(meta.get("deletionTimestamp")), start_time=None if not start else durations.parse_time(start),
-        pod_ip=status.get("podIP") or None)
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        phase=status.get("phase") or "Pending",
+        ready=ready,
+        terminating=bool(meta.get("deletionTimestamp")),
+        start_time=None if not start else durations.parse_time(start),
+        pod_ip=status.get("podIP") or None,
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,7 +239,11 @@ class Workload:
         if obj is None:
             return False, False, 0
         replicas = (obj.get("spec") or {}).get("replicas")
-        return True, bool((obj.get("metadata") or {}).get("deletionTimestamp")), 1 if replicas is None else int(replicas)
+        return (
+            True,
+            bool((obj.get("metadata") or {}).get("deletionTimestamp")),
+            1 if replicas is None else int(replicas),
+        )
 
 
 async def observe_workload(kube: kube_.Kube, body: Mapping[str, Any], spec: deletion.ServiceSpec) -> Workload:
@@ -225,9 +267,13 @@ async def observe_workload(kube: kube_.Kube, body: Mapping[str, Any], spec: dele
     deployments = tuple(_deployment(ref, obj) for ref, (obj, _) in zip(refs, answers))
     single = answers[0][0] if len(refs) == 1 else None
     return Workload(
-        observation=recycling.WorkloadObservation(service=meta["name"], deployments=deployments,
-                                                  pods=tuple(recycle_pod(p) for p in listed or ())),
-        deployment=single, deployment_ref=refs[0] if len(refs) == 1 else None, failures=tuple(failures))
+        observation=recycling.WorkloadObservation(
+            service=meta["name"], deployments=deployments, pods=tuple(recycle_pod(p) for p in listed or ())
+        ),
+        deployment=single,
+        deployment_ref=refs[0] if len(refs) == 1 else None,
+        failures=tuple(failures),
+    )
 
 
 def held_record(data: Mapping[str, Any] | None) -> recycling.HeldRecord | None:
@@ -236,9 +282,13 @@ def held_record(data: Mapping[str, Any] | None) -> recycling.HeldRecord | None:
         return None
     try:
         retry = data.get("retryAt")
-        return recycling.HeldRecord(pod=data["pod"], uid=data["uid"], reason=recycling.HoldReason(data["reason"]),
-                                    since=durations.parse_time(data["since"]),
-                                    retry_at=None if not retry else durations.parse_time(retry))
+        return recycling.HeldRecord(
+            pod=data["pod"],
+            uid=data["uid"],
+            reason=recycling.HoldReason(data["reason"]),
+            since=durations.parse_time(data["since"]),
+            retry_at=None if not retry else durations.parse_time(retry),
+        )
     except (KeyError, ValueError, TypeError):
         return None
 
@@ -246,8 +296,13 @@ def held_record(data: Mapping[str, Any] | None) -> recycling.HeldRecord | None:
 def held_dict(held: recycling.HeldRecord | None) -> dict[str, Any] | None:
     if held is None:
         return None
-    return {"pod": held.pod, "uid": held.uid, "reason": held.reason.value, "since": durations.format_time(held.since),
-            "retryAt": None if held.retry_at is None else durations.format_time(held.retry_at)}
+    return {
+        "pod": held.pod,
+        "uid": held.uid,
+        "reason": held.reason.value,
+        "since": durations.format_time(held.since),
+        "retryAt": None if held.retry_at is None else durations.format_time(held.retry_at),
+    }
 
 
 def lifecycle_status(data: Mapping[str, Any] | None) -> lifecycle.LifecycleStatus:

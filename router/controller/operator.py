@@ -9,10 +9,14 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import kopf
-from kubernetes_asyncio import client, config as k8s_config
+from kubernetes_asyncio import client
+from kubernetes_asyncio import config as k8s_config
 from prometheus_client import CollectorRegistry, start_http_server
 
-from router.controller import handlers, kube as kube_, metrics as metrics_, settings as settings_
+from router.controller import handlers
+from router.controller import kube as kube_
+from router.controller import metrics as metrics_
+from router.controller import settings as settings_
 
 
 def connection_from(configuration: client.Configuration) -> kopf.ConnectionInfo:
@@ -25,9 +29,14 @@ def connection_from(configuration: client.Configuration) -> kopf.ConnectionInfo:
     if not configuration.host:
         raise RuntimeError("the Kubernetes client configuration names no API server")
     return kopf.ConnectionInfo(
-        server=configuration.host, ca_path=configuration.ssl_ca_cert, insecure=not configuration.verify_ssl,
-        token=token, scheme="Bearer" if token else None,
-        certificate_path=configuration.cert_file, private_key_path=configuration.key_file)
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        token=token,
+        scheme="Bearer" if token else None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+    )
 
 
 async def load_configuration() -> client.Configuration:
@@ -40,31 +49,43 @@ async def load_configuration() -> client.Configuration:
 
 
 @contextlib.asynccontextmanager
-async def context(settings: settings_.ControllerSettings, *, configuration: client.Configuration | None = None,
-                  registry: CollectorRegistry | None = None) -> AsyncIterator[handlers.Context]:
+async def context(
+    settings: settings_.ControllerSettings,
+    *,
+    configuration: client.Configuration | None = None,
+    registry: CollectorRegistry | None = None,
+) -> AsyncIterator[handlers.Context]:
     """The shared state of one run. With an explicit ``configuration`` (tests), kopf logs in with it
     too; otherwise kopf does its own in-cluster or kubeconfig login."""
     explicit = configuration is not None
     configuration = configuration or await load_configuration()
     async with client.ApiClient(configuration) as api, aiohttp.ClientSession() as session:
         yield handlers.Context(
-            settings=settings, kube=kube_.Kube(api), session=session,
+            settings=settings,
+            kube=kube_.Kube(api),
+            session=session,
             metrics=metrics_.ControllerMetrics(registry or CollectorRegistry()),
-            connection=connection_from(configuration) if explicit else None)
+            connection=connection_from(configuration) if explicit else None,
+        )
 
 
-async def operate(ctx: handlers.Context, *, stop_flag: asyncio.Event | None = None,
-                  ready_flag: asyncio.Event | None = None) -> None:
+async def operate(
+    ctx: handlers.Context, *, stop_flag: asyncio.Event | None = None, ready_flag: asyncio.Event | None = None
+) -> None:
     registry = kopf.OperatorRegistry()
     handlers.register(registry, ctx)
     await kopf.operator(
-        registry=registry, standalone=True, clusterwide=ctx.settings.all_namespaces,
-        namespaces=list(ctx.settings.namespaces), stop_flag=stop_flag, ready_flag=ready_flag)
+        registry=registry,
+        standalone=True,
+        clusterwide=ctx.settings.all_namespaces,
+        namespaces=list(ctx.settings.namespaces),
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )
 
 
 def run(settings: settings_.ControllerSettings) -> int:
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     registry = CollectorRegistry()
     if settings.metrics_port:
         start_http_server(settings.metrics_port, registry=registry)

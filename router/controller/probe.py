@@ -8,7 +8,6 @@ business: :func:`for_recycling` and :func:`for_lifecycle` only translate it into
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import ipaddress
 import json
@@ -59,16 +58,22 @@ def parse(code: int, text: str) -> Answer:
         return Answer(code=code, error=f"served={served!r} is not a count")
     if idle_since is not None and (isinstance(idle_since, bool) or not isinstance(idle_since, int | float)):
         return Answer(code=code, error=f"idle_since={idle_since!r} is not a time")
-    return Answer(code=code, inflight=inflight, state=state, served=served,
-                  idle_since=None if idle_since is None else float(idle_since))
+    return Answer(
+        code=code,
+        inflight=inflight,
+        state=state,
+        served=served,
+        idle_since=None if idle_since is None else float(idle_since),
+    )
 
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-async def probe(session: aiohttp.ClientSession, pod_ip: str | None, port: int,
-                timeout: float = recycling.IDLE_PROBE_TIMEOUT_SECS) -> Answer:
+async def probe(
+    session: aiohttp.ClientSession, pod_ip: str | None, port: int, timeout: float = recycling.IDLE_PROBE_TIMEOUT_SECS
+) -> Answer:
     """Ask one router. Never raises for anything the network or the router does."""
     if not pod_ip:
         return Answer(error="pod has no podIP")
@@ -77,11 +82,10 @@ async def probe(session: aiohttp.ClientSession, pod_ip: str | None, port: int,
     except ValueError:
         return Answer(error=f"podIP {pod_ip!r} is not an IP address")
     try:
-        async with session.get(target, timeout=aiohttp.ClientTimeout(total=timeout),
-                               allow_redirects=False) as response:
+        async with session.get(target, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=False) as response:
             text = await response.text()
             return parse(response.status, text)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return Answer(error=f"no answer within {timeout:g}s from {target}")
     except (aiohttp.ClientError, UnicodeDecodeError, OSError) as exc:
         return Answer(error=f"{type(exc).__name__} from {target}: {exc}")
@@ -89,8 +93,9 @@ async def probe(session: aiohttp.ClientSession, pod_ip: str | None, port: int,
 
 def for_recycling(answer: Answer, uid: str) -> recycling.ProbeResult:
     """The recycling candidate's answer (idle iff 200, valid, ``inflight == 0``, ``state == serving``)."""
-    return recycling.ProbeResult(uid=uid, code=answer.code, inflight=answer.inflight, state=answer.state,
-                                 error=answer.error)
+    return recycling.ProbeResult(
+        uid=uid, code=answer.code, inflight=answer.inflight, state=answer.state, error=answer.error
+    )
 
 
 def for_lifecycle(answer: Answer, pod: str) -> lifecycle.RouterReport | lifecycle.ProbeFailure:
@@ -99,5 +104,4 @@ def for_lifecycle(answer: Answer, pod: str) -> lifecycle.RouterReport | lifecycl
     ``served`` are what the clock needs (a replacement still starting must not null the clock)."""
     if answer.error is not None or answer.inflight is None or answer.served is None:
         return lifecycle.ProbeFailure(pod=pod, error=answer.error or "incomplete answer")
-    return lifecycle.RouterReport(pod=pod, inflight=answer.inflight, idle_since=answer.idle_since,
-                                  served=answer.served)
+    return lifecycle.RouterReport(pod=pod, inflight=answer.inflight, idle_since=answer.idle_since, served=answer.served)

@@ -45,8 +45,13 @@ class ControllerSettings:
     def __post_init__(self) -> None:
         if bool(self.namespaces) == self.all_namespaces:
             raise ValueError("give --namespace (one or more) or --all-namespaces, not both and not neither")
-        for field in ("requeue_secs", "max_sleep_secs", "idle_probe_timeout_secs", "idle_recheck_secs",
-                      "recycle_retry_secs"):
+        for field in (
+            "requeue_secs",
+            "max_sleep_secs",
+            "idle_probe_timeout_secs",
+            "idle_recheck_secs",
+            "recycle_retry_secs",
+        ):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field}={getattr(self, field)!r} must be positive")
         if self.lifecycle_buffer_secs < 0:

@@ -117,6 +117,7 @@ class Decision:
 EXIT_CLEAN = 0
 EXIT_ABORTED = 1
 
+
 def _to_closing(status: DrainStatus, *, now: float, inflight: int, reason: str) -> Decision:
     """Enter closing; if nothing is in flight, exit right away (the idle router does not linger)."""
     first_signal = status.t0 is None
@@ -158,8 +159,9 @@ def next_stage(status: DrainStatus, event: Event, *, inflight: int, drain_secs: 
     if event == Event.SIGINT:
         counted = dataclasses.replace(status, sigints=status.sigints + 1)
         if status.sigints >= 1:
-            aborted = dataclasses.replace(counted, phase=Phase.EXITED, exit_code=EXIT_ABORTED,
-                                          t0=status.t0 if status.t0 is not None else now)
+            aborted = dataclasses.replace(
+                counted, phase=Phase.EXITED, exit_code=EXIT_ABORTED, t0=status.t0 if status.t0 is not None else now
+            )
             return Decision(aborted, (Action.ABORT_INFLIGHT, Action.EXIT), (LogEvent.DRAIN_ABORTED,))
         if phase == Phase.CLOSING:
             return Decision(counted, (), (LogEvent.SIGNAL_IGNORED,))

@@ -57,7 +57,7 @@ def format_duration(seconds: float) -> str:
 
 def format_time(epoch: float) -> str:
     """Unix seconds -> RFC 3339 UTC (``2025-01-01T00:00:00Z``; fractions only when present)."""
-    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
+    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
     if moment.microsecond:
         return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,8 +43,11 @@ class EventReason(str, enum.Enum):
     DELETE_SELF = "LifecycleDeleteSelf"
 
 
-_EVENT = {Policy.SCALE_TO_ZERO: EventReason.SCALED_TO_ZERO, Policy.DELETE_WORKLOAD: EventReason.DELETE_WORKLOAD,
-          Policy.DELETE_SELF: EventReason.DELETE_SELF}
+_EVENT = {
+    Policy.SCALE_TO_ZERO: EventReason.SCALED_TO_ZERO,
+    Policy.DELETE_WORKLOAD: EventReason.DELETE_WORKLOAD,
+    Policy.DELETE_SELF: EventReason.DELETE_SELF,
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,25 +133,43 @@ def validate(rules: Sequence[Mapping[str, Any]]) -> tuple[RuleError, ...]:
     for i, rule in enumerate(rules):
         policy = rule.get("policy")
         if policy not in {p.value for p in Policy}:
-            errors.append(RuleError(field=f"{base}[{i}].policy", value=policy,
-                                    reason=f"expected one of {', '.join(p.value for p in ORDER)}"))
+            errors.append(
+                RuleError(
+                    field=f"{base}[{i}].policy",
+                    value=policy,
+                    reason=f"expected one of {', '.join(p.value for p in ORDER)}",
+                )
+            )
             continue
         idle = (rule.get("condition") or {}).get("idleSeconds")
         if isinstance(idle, bool) or not isinstance(idle, int | float) or idle < 0:
-            errors.append(RuleError(field=f"{base}[{i}].condition.idleSeconds", value=idle,
-                                    reason="expected a number of seconds >= 0"))
+            errors.append(
+                RuleError(
+                    field=f"{base}[{i}].condition.idleSeconds", value=idle, reason="expected a number of seconds >= 0"
+                )
+            )
             continue
         if Policy(policy) in seen:
-            errors.append(RuleError(field=f"{base}[{i}].policy", value=policy,
-                                    reason=f"listed twice (also rules[{seen[Policy(policy)][0]}]); one rule per policy"))
+            errors.append(
+                RuleError(
+                    field=f"{base}[{i}].policy",
+                    value=policy,
+                    reason=f"listed twice (also rules[{seen[Policy(policy)][0]}]); one rule per policy",
+                )
+            )
             continue
         seen[Policy(policy)] = (i, float(idle))
     present = [p for p in ORDER if p in seen]
-    for lower, higher in zip(present, present[1:]):
+    for lower, higher in itertools.pairwise(present):
         (_, low), (j, high) = seen[lower], seen[higher]
         if not low < high:
-            errors.append(RuleError(field=f"{base}[{j}].condition.idleSeconds", value=high,
-                                    reason=f"{higher.value} must come strictly after {lower.value} ({low:g}s)"))
+            errors.append(
+                RuleError(
+                    field=f"{base}[{j}].condition.idleSeconds",
+                    value=high,
+                    reason=f"{higher.value} must come strictly after {lower.value} ({low:g}s)",
+                )
+            )
     return tuple(errors)
 
 
@@ -159,8 +181,9 @@ def parse(rules: Sequence[Mapping[str, Any]]) -> tuple[Rule, ...]:
     return tuple(Rule(policy=Policy(r["policy"]), idle_seconds=float(r["condition"]["idleSeconds"])) for r in rules)
 
 
-def idle_clock(reports: Sequence[RouterReport | ProbeFailure], replicas: int, status: LifecycleStatus,
-               now: float) -> IdleClock:
+def idle_clock(
+    reports: Sequence[RouterReport | ProbeFailure], replicas: int, status: LifecycleStatus, now: float
+) -> IdleClock:
     """The service's idle clock from every active pod's router. Purely computational, no side effects.
 
     ``replicas`` is the Deployment's ``spec.replicas``: above zero while ``scaledToZeroAt`` is set
@@ -184,8 +207,9 @@ def idle_clock(reports: Sequence[RouterReport | ProbeFailure], replicas: int, st
     return IdleClock(idle_since=now if status.idle_since is None else status.idle_since)
 
 
-def done_from(*, deployment_exists: bool, deployment_deleting: bool, deployment_replicas: int | None,
-              deletion_stage: str | None) -> dict[Policy, bool]:
+def done_from(
+    *, deployment_exists: bool, deployment_deleting: bool, deployment_replicas: int | None, deletion_stage: str | None
+) -> dict[Policy, bool]:
     """Which policies the real state already satisfies: ScaleToZero when the Deployment is absent,
     deleting or at ``spec.replicas == 0``; DeleteWorkload when the staged teardown is Released;
     DeleteSelf never (the ModelService still exists, or nobody would ask)."""
@@ -196,8 +220,15 @@ def done_from(*, deployment_exists: bool, deployment_deleting: bool, deployment_
     }
 
 
-def next_rule(rules: Sequence[Rule], clock: IdleClock, done: Mapping[Policy, bool], status: LifecycleStatus,
-              now: float, *, buffer_secs: float = LIFECYCLE_REQUEUE_BUFFER_SECS) -> RuleDecision:
+def next_rule(
+    rules: Sequence[Rule],
+    clock: IdleClock,
+    done: Mapping[Policy, bool],
+    status: LifecycleStatus,
+    now: float,
+    *,
+    buffer_secs: float = LIFECYCLE_REQUEUE_BUFFER_SECS,
+) -> RuleDecision:
     """The one rule to run this pass, if any. Purely computational function with no side effects.
 
     A rule is due when ``now >= idleSince + idleSeconds``; of the due rules not yet done, only the most
@@ -206,8 +237,9 @@ def next_rule(rules: Sequence[Rule], clock: IdleClock, done: Mapping[Policy, boo
     ``buffer_secs`` (:data:`LIFECYCLE_REQUEUE_BUFFER_SECS`, shortened only by tests); while busy, the
     smallest pending ``idleSeconds`` from now.
     """
-    new = LifecycleStatus(idle_since=clock.idle_since,
-                          scaled_to_zero_at=None if clock.woke else status.scaled_to_zero_at)
+    new = LifecycleStatus(
+        idle_since=clock.idle_since, scaled_to_zero_at=None if clock.woke else status.scaled_to_zero_at
+    )
     pending = [r for r in rules if not done.get(r.policy, False)]
     if not clock.known or not pending:
         return RuleDecision(status=new)
@@ -223,7 +255,9 @@ def next_rule(rules: Sequence[Rule], clock: IdleClock, done: Mapping[Policy, boo
     rule = max(due, key=lambda r: ORDER.index(r.policy))
     if rule.policy is Policy.SCALE_TO_ZERO:
         new = dataclasses.replace(new, scaled_to_zero_at=now)
-    event = Event(type="Normal", reason=_EVENT[rule.policy],
-                  message=f"{rule.policy.value}: idle for {now - idle_since:.0f}s "
-                          f"(threshold {rule.idle_seconds:g}s)")
+    event = Event(
+        type="Normal",
+        reason=_EVENT[rule.policy],
+        message=f"{rule.policy.value}: idle for {now - idle_since:.0f}s (threshold {rule.idle_seconds:g}s)",
+    )
     return RuleDecision(status=new, action=rule.policy, events=(event,), requeue_at=requeue)

@@ -190,15 +190,17 @@ class RecycleDecision:
     requeue_at: float | None = None
 
 
-
 def condition_for(held: HeldRecord | None, now: float) -> RecycleCondition:
     """``RecycleHeld`` for what ``status.recycling.held`` says: the reason, the pod and how long it
     has been overdue."""
     if held is None:
         return RecycleCondition(status="False", reason="NothingHeld", message="no expired pod is held")
     overdue = max(now - held.since, 0.0)
-    return RecycleCondition(status="True", reason=held.reason.value,
-                            message=f"pod {held.pod} overdue by {overdue:.0f}s, not recycled: {held.reason.value}")
+    return RecycleCondition(
+        status="True",
+        reason=held.reason.value,
+        message=f"pod {held.pod} overdue by {overdue:.0f}s, not recycled: {held.reason.value}",
+    )
 
 
 def deadline_of(spec: RecyclingSpec, pod: RecyclePod) -> float | None:
@@ -207,8 +209,15 @@ def deadline_of(spec: RecyclingSpec, pod: RecyclePod) -> float | None:
     return pod.start_time + min(spec.max_pod_lifetime_seconds, MAX_LIFETIME_SECS)
 
 
-def next_recycle(spec: RecyclingSpec, obs: WorkloadObservation, probe: ProbeResult | None,
-                 held: HeldRecord | None, now: float, *, recheck_secs: float = IDLE_RECHECK_SECS) -> RecycleDecision:
+def next_recycle(
+    spec: RecyclingSpec,
+    obs: WorkloadObservation,
+    probe: ProbeResult | None,
+    held: HeldRecord | None,
+    now: float,
+    *,
+    recheck_secs: float = IDLE_RECHECK_SECS,
+) -> RecycleDecision:
     """One recycling pass. Purely computational function with no side effects; ``now`` is Unix seconds.
     ``recheck_secs`` (:data:`IDLE_RECHECK_SECS`) is shortened only by tests."""
     active = [p for p in obs.pods if p.phase not in IGNORED_POD_PHASES]
@@ -238,8 +247,9 @@ def next_recycle(spec: RecyclingSpec, obs: WorkloadObservation, probe: ProbeResu
     return _hold(pod, deadline, reason, held, requeue_at=recheck)
 
 
-def after_eviction(decision: RecycleDecision, answer: EvictAnswer, now: float, *,
-                   retry_secs: float = RECYCLE_RETRY_SECS) -> RecycleDecision:
+def after_eviction(
+    decision: RecycleDecision, answer: EvictAnswer, now: float, *, retry_secs: float = RECYCLE_RETRY_SECS
+) -> RecycleDecision:
     """What an Evict decision became, given the API server's answer. Purely computational, no side
     effects. 2xx: recycled, standard requeue. 404/409: the pod is gone or replaced, observe again.
     429: held by a PodDisruptionBudget. 403: forbidden. Anything else (a 500 for a pod under two
@@ -249,23 +259,37 @@ def after_eviction(decision: RecycleDecision, answer: EvictAnswer, now: float, *
     assert decision.kind is Kind.EVICT and pod is not None and deadline is not None, decision
     retry = now + retry_secs
     if 200 <= answer.code < 300 and not answer.failure:
-        return RecycleDecision(kind=Kind.NOTHING, events=(Event(
-            type="Normal", reason=EventReason.POD_RECYCLED,
-            message=f"pod {pod.name} evicted: past its maximum lifetime"),))
+        return RecycleDecision(
+            kind=Kind.NOTHING,
+            events=(
+                Event(
+                    type="Normal",
+                    reason=EventReason.POD_RECYCLED,
+                    message=f"pod {pod.name} evicted: past its maximum lifetime",
+                ),
+            ),
+        )
     if answer.code in (404, 409):
         return RecycleDecision(kind=Kind.NOTHING)
     if answer.code == 429:
         return _hold(pod, deadline, HoldReason.DISRUPTION_BUDGET, decision.held, requeue_at=retry, retry_at=retry)
     if answer.code == 403:
-        warning = Event(type="Warning", reason=EventReason.POD_RECYCLE_FORBIDDEN,
-                        message=f"create pods/eviction forbidden for pod {pod.name}: {answer.message}; "
-                                f"retrying in {retry_secs:g}s")
-        return _hold(pod, deadline, HoldReason.FORBIDDEN, decision.held, requeue_at=retry, retry_at=retry,
-                     extra=(warning,))
-    warning = Event(type="Warning", reason=EventReason.POD_RECYCLE_FAILED,
-                    message=f"eviction of pod {pod.name} failed ({answer.code}): {answer.message}")
-    return _hold(pod, deadline, HoldReason.EVICTION_FAILED, decision.held, requeue_at=retry, retry_at=retry,
-                 extra=(warning,))
+        warning = Event(
+            type="Warning",
+            reason=EventReason.POD_RECYCLE_FORBIDDEN,
+            message=f"create pods/eviction forbidden for pod {pod.name}: {answer.message}; retrying in {retry_secs:g}s",
+        )
+        return _hold(
+            pod, deadline, HoldReason.FORBIDDEN, decision.held, requeue_at=retry, retry_at=retry, extra=(warning,)
+        )
+    warning = Event(
+        type="Warning",
+        reason=EventReason.POD_RECYCLE_FAILED,
+        message=f"eviction of pod {pod.name} failed ({answer.code}): {answer.message}",
+    )
+    return _hold(
+        pod, deadline, HoldReason.EVICTION_FAILED, decision.held, requeue_at=retry, retry_at=retry, extra=(warning,)
+    )
 
 
 def _desired(deployment: DeploymentObservation) -> int:
@@ -280,8 +304,12 @@ def _gate(obs: WorkloadObservation, active: list[RecyclePod]) -> tuple[Deploymen
     if deployment.service_label is not None and deployment.service_label != obs.service:
         return deployment, HoldReason.FOREIGN_WORKLOAD
     desired = _desired(deployment)
-    counts = (deployment.replicas, deployment.updated_replicas, deployment.ready_replicas,
-              deployment.available_replicas)
+    counts = (
+        deployment.replicas,
+        deployment.updated_replicas,
+        deployment.ready_replicas,
+        deployment.available_replicas,
+    )
     if deployment.observed_generation != deployment.generation or any(c != desired for c in counts):
         return deployment, HoldReason.WORKLOAD_UNSTABLE
     if any(p.terminating or not p.ready or p.start_time is None for p in active):
@@ -291,13 +319,29 @@ def _gate(obs: WorkloadObservation, active: list[RecyclePod]) -> tuple[Deploymen
     return deployment, None
 
 
-def _hold(pod: RecyclePod, deadline: float, reason: HoldReason, previous: HeldRecord | None,
-          requeue_at: float | None, extra: tuple[Event, ...] = (), retry_at: float | None = None) -> RecycleDecision:
+def _hold(
+    pod: RecyclePod,
+    deadline: float,
+    reason: HoldReason,
+    previous: HeldRecord | None,
+    requeue_at: float | None,
+    extra: tuple[Event, ...] = (),
+    retry_at: float | None = None,
+) -> RecycleDecision:
     """Hold ``pod``: record why; ``PodRecycleHeld`` only the first time this pod (by UID) is held."""
     record = HeldRecord(pod=pod.name, uid=pod.uid, reason=reason, since=deadline, retry_at=retry_at)
     first = previous is None or previous.uid != pod.uid
-    events = extra + ((Event(type="Warning", reason=EventReason.POD_RECYCLE_HELD,
-                             message=f"pod {pod.name} is past its maximum lifetime and not recycled: "
-                                     f"{reason.value}"),) if first else ())
-    return RecycleDecision(kind=Kind.HOLD, pod=pod, deadline=deadline, reason=reason, held=record,
-                           events=events, requeue_at=requeue_at)
+    events = extra + (
+        (
+            Event(
+                type="Warning",
+                reason=EventReason.POD_RECYCLE_HELD,
+                message=f"pod {pod.name} is past its maximum lifetime and not recycled: {reason.value}",
+            ),
+        )
+        if first
+        else ()
+    )
+    return RecycleDecision(
+        kind=Kind.HOLD, pod=pod, deadline=deadline, reason=reason, held=record, events=events, requeue_at=requeue_at
+    )

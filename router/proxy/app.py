@@ -10,7 +10,6 @@ from typing import Any
 
 import aiohttp
 from aiohttp import hdrs, web
-
 from yarl import URL
 
 from router import config, logs
@@ -27,8 +26,9 @@ def make_session(cfg: config.Config) -> aiohttp.ClientSession:
     if proxy.upstream.unix_path is not None:
         connector = aiohttp.UnixConnector(path=proxy.upstream.unix_path, limit=limit, limit_per_host=0)
     else:
-        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=None, use_dns_cache=True,
-                                         socket_factory=_upstream_socket)
+        connector = aiohttp.TCPConnector(
+            limit=limit, limit_per_host=0, ttl_dns_cache=None, use_dns_cache=True, socket_factory=_upstream_socket
+        )
     return aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=proxy.upstream_connect_timeout_secs),
@@ -102,7 +102,10 @@ def make_server(
     """
     proxy = state.config.proxy
     return connection.TrafficServer(
-        TrafficHandler(state, session), state=state, handler_cancellation=True, access_log=None,
+        TrafficHandler(state, session),
+        state=state,
+        handler_cancellation=True,
+        access_log=None,
         header_timeout=float(proxy.client_header_timeout_secs),
         keepalive_timeout=float(proxy.client_keepalive_timeout_secs),
         connection_limit=connection_limit,

@@ -42,10 +42,15 @@ _REFUSED = (
     b"HTTP/1.1 503 Service Unavailable\r\nServer: drain-router\r\nContent-Type: application/json\r\n"
     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s"
 )
-_REFUSED_BODY = json.dumps({"error": {
-    "type": "out_of_file_descriptors",
-    "message": "the router is at its connection limit; retry on another replica", "code": 503,
-}}).encode()
+_REFUSED_BODY = json.dumps(
+    {
+        "error": {
+            "type": "out_of_file_descriptors",
+            "message": "the router is at its connection limit; retry on another replica",
+            "code": 503,
+        }
+    }
+).encode()
 
 
 def error_body(status: int, kind: str, message: str) -> str:
@@ -55,7 +60,7 @@ def error_body(status: int, kind: str, message: str) -> str:
 class TrafficConnection(RequestHandler):
     """One client connection of the traffic listener."""
 
-    __slots__ = ("_state", "_header_timeout", "_header_timer", "_refused")
+    __slots__ = ("_header_timeout", "_header_timer", "_refused", "_state")
 
     def __init__(self, manager: TrafficServer, *, state: RouterState, header_timeout: float, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
@@ -169,8 +174,12 @@ class TrafficConnection(RequestHandler):
             if isinstance(manager, TrafficServer):
                 manager.bad_request_log.emit(status=status, reason=(message or "").split("\n")[0][:120])
             self._state.metrics.count_request(status, "rejected", 0.0)
-        response = web.Response(status=status, text=error_body(status, kind, text), content_type="application/json",
-                                headers={"Server": SERVER_HEADER})
+        response = web.Response(
+            status=status,
+            text=error_body(status, kind, text),
+            content_type="application/json",
+            headers={"Server": SERVER_HEADER},
+        )
         response.force_close()
         return response
 
@@ -178,8 +187,16 @@ class TrafficConnection(RequestHandler):
 class TrafficServer(web.Server):
     """aiohttp's low-level server, making :class:`TrafficConnection` connections."""
 
-    def __init__(self, handler: Any, *, state: RouterState, header_timeout: float, keepalive_timeout: float,
-                 connection_limit: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        handler: Any,
+        *,
+        state: RouterState,
+        header_timeout: float,
+        keepalive_timeout: float,
+        connection_limit: int,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(handler, **kwargs)
         self._state = state
         self._header_timeout = header_timeout
@@ -192,5 +209,11 @@ class TrafficServer(web.Server):
         self.bad_request_log = logs.RateLimited(log, "proxy.bad_request", level="info")
 
     def __call__(self) -> TrafficConnection:
-        return TrafficConnection(self, loop=self._loop, state=self._state, header_timeout=self._header_timeout,
-                                 keepalive_timeout=self._keepalive_timeout, **self._kwargs)
+        return TrafficConnection(
+            self,
+            loop=self._loop,
+            state=self._state,
+            header_timeout=self._header_timeout,
+            keepalive_timeout=self._keepalive_timeout,
+            **self._kwargs,
+        )

@@ -97,8 +97,12 @@ def _client_gone(request: web.BaseRequest) -> bool:
 
 
 async def proxy(
-    request: web.BaseRequest, st: state_mod.RouterState, session: aiohttp.ClientSession, mark: Mark,
-    base: URL, log_bad_target: logs.RateLimited,
+    request: web.BaseRequest,
+    st: state_mod.RouterState,
+    session: aiohttp.ClientSession,
+    mark: Mark,
+    base: URL,
+    log_bad_target: logs.RateLimited,
 ) -> web.StreamResponse:
     """Forward one request. The in-flight count covers this whole function, on every path.
 
@@ -119,11 +123,12 @@ async def proxy(
         if request.version not in HTTP_1X:
             # llhttp reports a request line without a version as HTTP/0.9; aiohttp would answer in
             # kind. Refuse it in HTTP/1.1, and close.
-            request._message = request._message._replace(version=HttpVersion11)  # noqa: SLF001
+            request._message = request._message._replace(version=HttpVersion11)
             request = request.clone()  # a fresh object: the old one has cached its version
             outcome, code = "rejected", 400
-            return await _sent(request, _closing(error_response(
-                400, "bad_request", "the request is not valid HTTP/1.1")), mark)
+            return await _sent(
+                request, _closing(error_response(400, "bad_request", "the request is not valid HTTP/1.1")), mark
+            )
         try:
             if request.method == hdrs.METH_CONNECT:
                 raise BadTarget(request.raw_path)
@@ -131,16 +136,25 @@ async def proxy(
         except BadTarget:
             outcome, code = "rejected", 400
             log_bad_target.emit(method=request.method, target=request.raw_path[:120])
-            return await _error(request, mark, 400, "bad_request_target",
-                                "only origin-form request targets (/path?query) are proxied")
+            return await _error(
+                request, mark, 400, "bad_request_target", "only origin-form request targets (/path?query) are proxied"
+            )
         if request.headers.get(hdrs.UPGRADE):
             outcome = "rejected"
             code = 501
             # Close the connection: the body of the refused request (and anything pipelined behind
             # it) must not be read as a next request.
-            return await _sent(request, _closing(error_response(
-                501, "upgrade_not_supported",
-                "WebSocket and other Upgrade requests are not supported by drain-router v1")), mark)
+            return await _sent(
+                request,
+                _closing(
+                    error_response(
+                        501,
+                        "upgrade_not_supported",
+                        "WebSocket and other Upgrade requests are not supported by drain-router v1",
+                    )
+                ),
+                mark,
+            )
         limit = st.config.proxy.max_request_body_bytes
         length = request.content_length
         if length is not None and length > limit:
@@ -157,16 +171,21 @@ async def proxy(
 
         try:
             upstream = await session.request(
-                request.method, url, headers=request_headers(request), data=body,
-                allow_redirects=False, compress=None,
+                request.method,
+                url,
+                headers=request_headers(request),
+                data=body,
+                allow_redirects=False,
+                compress=None,
             )
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - every failure before headers maps to one answer
+        except Exception as exc:
             if too_large:
                 outcome, code = "rejected", 413
-                return await _error(request, mark, 413, "request_too_large",
-                                    f"request body is larger than {limit} bytes")
+                return await _error(
+                    request, mark, 413, "request_too_large", f"request body is larger than {limit} bytes"
+                )
             if _client_gone(request):
                 # The client left while its body was being sent: its failure, not the model server's.
                 raise ConnectionResetError("the client left while its request was sent") from exc
@@ -174,8 +193,13 @@ async def proxy(
             if _is_emfile(exc):
                 code = 503
                 log.error("proxy.emfile", error=str(exc), inflight=len(st.inflight))
-                return await _error(request, mark, 503, "out_of_file_descriptors",
-                                    "the router is out of file descriptors; retry on another replica")
+                return await _error(
+                    request,
+                    mark,
+                    503,
+                    "out_of_file_descriptors",
+                    "the router is out of file descriptors; retry on another replica",
+                )
             st.note_connect(False)
             if isinstance(exc, asyncio.TimeoutError):
                 code = 504
@@ -193,18 +217,21 @@ async def proxy(
             # syscall instead of three); streams (chunked, SSE) never take this path.
             try:
                 body_bytes = await upstream.read()
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 # Nothing was sent yet, so the client can still be told.
                 outcome, code = "upstream_error", 502
                 log.warning("proxy.upstream_cut", error=repr(exc), path=request.path)
-                return await _error(request, mark, 502, "upstream_unavailable",
-                                    "the model server closed the response early")
-            small = web.Response(status=upstream.status, reason=upstream.reason,
-                                 headers=response_headers(upstream), body=body_bytes)
+                return await _error(
+                    request, mark, 502, "upstream_unavailable", "the model server closed the response early"
+                )
+            small = web.Response(
+                status=upstream.status, reason=upstream.reason, headers=response_headers(upstream), body=body_bytes
+            )
             st.metrics.ttfb.observe(loop.time() - start)
             return await _sent(request, small, mark)
-        response = mark(web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                           headers=response_headers(upstream)))
+        response = mark(
+            web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=response_headers(upstream))
+        )
         await response.prepare(request)
         st.metrics.ttfb.observe(loop.time() - start)
         content = upstream.content
@@ -218,7 +245,7 @@ async def proxy(
             # is the model server's failure; a failed write (ConnectionError) is the client's.
             try:
                 chunk = await content.read(RELAY_CHUNK_BYTES)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 # The upstream died after the status went out; it can no longer change. Close the
                 # client connection without the terminating chunk, so the client sees the stream cut.
                 outcome = "upstream_error"
@@ -252,5 +279,12 @@ async def proxy(
         duration = loop.time() - start
         st.metrics.count_request(code, outcome, duration)
         if st.config.log.access_log:
-            log.info("request", method=request.method, path=request.path, status=code, outcome=outcome,
-                     duration_s=round(duration, 6), remote=request.remote)
+            log.info(
+                "request",
+                method=request.method,
+                path=request.path,
+                status=code,
+                outcome=outcome,
+                duration_s=round(duration, 6),
+                remote=request.remote,
+            )

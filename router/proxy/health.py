@@ -17,7 +17,6 @@ from router.proxy.connection import SERVER_HEADER
 from router.proxy.forwarding import error_response
 from router.proxy.state import RouterState
 
-
 ALIVE = {"status": "alive"}
 
 
@@ -55,8 +54,9 @@ async def drain_wait(request: web.Request) -> web.Response:
     st = request.app[STATE_KEY]
     waiters = request.app[WAITERS_KEY]
     if waiters[0] >= MAX_DRAIN_WAITERS:
-        return error_response(503, "too_many_waiters",
-                              f"at most {MAX_DRAIN_WAITERS} callers may wait for the drain at once")
+        return error_response(
+            503, "too_many_waiters", f"at most {MAX_DRAIN_WAITERS} callers may wait for the drain at once"
+        )
     raw = request.query.get("timeout")
     timeout: float
     if raw is None:
@@ -72,7 +72,7 @@ async def drain_wait(request: web.Request) -> web.Response:
     waiters[0] += 1
     try:
         await asyncio.wait_for(st.drain_finished.wait(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return web.json_response({"drained": False, "state": st.phase.value, "inflight": len(st.inflight)})
     finally:
         waiters[0] -= 1

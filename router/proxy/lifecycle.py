@@ -134,8 +134,9 @@ class Router:
         else:  # pragma: no cover - exhaustive over Action
             raise AssertionError(action)
 
-    def _log_event(self, log_event: drain.LogEvent, event: drain.Event, decision: drain.Decision,
-                   inflight: int) -> None:
+    def _log_event(
+        self, log_event: drain.LogEvent, event: drain.Event, decision: drain.Decision, inflight: int
+    ) -> None:
         status = decision.status
         deadline = self.config.drain.deadline_secs()
         since_t0 = status.t0 is not None
@@ -186,8 +187,9 @@ class Router:
     # -- startup -------------------------------------------------------------------------------
 
     async def _start_admin(self, stack: contextlib.AsyncExitStack) -> None:
-        runner = web.AppRunner(health.make_admin_app(self.state), access_log=None,
-                               shutdown_timeout=CLEANUP_TIMEOUT_SECS)
+        runner = web.AppRunner(
+            health.make_admin_app(self.state), access_log=None, shutdown_timeout=CLEANUP_TIMEOUT_SECS
+        )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         await web.TCPSite(runner, self.config.admin.host, self.config.admin.port).start()
@@ -220,8 +222,11 @@ class Router:
         """
         self._loop = asyncio.get_running_loop()
         # First, before anything slow: a SIGTERM during startup is honoured.
-        with (signals.capture(self._loop, self.handle_exit, pending=pending_signals) if install_signals
-              else contextlib.nullcontext()):
+        with (
+            signals.capture(self._loop, self.handle_exit, pending=pending_signals)
+            if install_signals
+            else contextlib.nullcontext()
+        ):
             if not install_signals:
                 for sig in pending_signals:
                     self.handle_exit(sig)
@@ -230,8 +235,9 @@ class Router:
     async def _run(self) -> int:
         cfg = self.config
         advisories = config.advisories(cfg)
-        self.metrics.set_config(cfg.drain.shutdown_drain_secs, cfg.drain.termination_grace_secs,
-                                [a.code.value for a in advisories])
+        self.metrics.set_config(
+            cfg.drain.shutdown_drain_secs, cfg.drain.termination_grace_secs, [a.code.value for a in advisories]
+        )
         self.metrics.set_state(self.state.status.phase.value, drain.PHASES)
         for advisory in advisories:
             log.warning("startup.advisory", **advisory.as_dict())
@@ -242,15 +248,26 @@ class Router:
                     if self.state.status.phase == drain.Phase.STARTING:
                         await start(stack)
             except OSError as exc:
-                log.error("startup.bind_failed", error=str(exc), host=cfg.proxy.host, port=cfg.proxy.port,
-                          admin_host=cfg.admin.host, admin_port=cfg.admin.port,
-                          remedy="choose free ports with --port / --admin-port")
+                log.error(
+                    "startup.bind_failed",
+                    error=str(exc),
+                    host=cfg.proxy.host,
+                    port=cfg.proxy.port,
+                    admin_host=cfg.admin.host,
+                    admin_port=cfg.admin.port,
+                    remedy="choose free ports with --port / --admin-port",
+                )
                 return EXIT_STARTUP_FAILED
             if self.port is not None:
-                log.info("startup.listening", port=self.port, admin_port=self.admin_port,
-                         connection_limit=self._main_server.connection_limit if self._main_server else None,
-                         upstream=cfg.proxy.upstream.url, shutdown_drain_secs=cfg.drain.shutdown_drain_secs,
-                         termination_grace_secs=cfg.drain.termination_grace_secs)
+                log.info(
+                    "startup.listening",
+                    port=self.port,
+                    admin_port=self.admin_port,
+                    connection_limit=self._main_server.connection_limit if self._main_server else None,
+                    upstream=cfg.proxy.upstream.url,
+                    shutdown_drain_secs=cfg.drain.shutdown_drain_secs,
+                    termination_grace_secs=cfg.drain.termination_grace_secs,
+                )
             stack.push_async_callback(self._cancel_tasks)  # first out: nothing runs while listeners close
             self._started.set()
             if self.state.status.phase == drain.Phase.STARTING:

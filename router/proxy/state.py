@@ -27,7 +27,7 @@ class InFlight:
     enter. The tasks are kept so the deadline can cancel exactly what is left.
     """
 
-    __slots__ = ("_tasks", "_on_idle", "_clock", "idle_since", "started", "completed")
+    __slots__ = ("_clock", "_on_idle", "_tasks", "completed", "idle_since", "started")
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._tasks: set[asyncio.Task[object]] = set()

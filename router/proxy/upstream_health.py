@@ -28,7 +28,7 @@ async def watch(session: aiohttp.ClientSession, cfg: config.Config, report: Call
                 up = 200 <= resp.status < 300
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - any failure means "not healthy"
+        except Exception:
             up = False
         if up != last:
             log.info("upstream.up" if up else "upstream.down", url=url)

@@ -52,8 +52,15 @@ def _forward_headers(headers: Mapping[str, str], connection: str | None) -> list
 class Balancer:
     """Probe-driven round robin over ``backends``; ``on_change(backend, in_rotation)`` on each flip."""
 
-    def __init__(self, backends: list[Backend], *, probe_interval: float = 0.5, fall: int = 2, rise: int = 1,
-                 on_change: Callable[[Backend, bool], None] | None = None) -> None:
+    def __init__(
+        self,
+        backends: list[Backend],
+        *,
+        probe_interval: float = 0.5,
+        fall: int = 2,
+        rise: int = 1,
+        on_change: Callable[[Backend, bool], None] | None = None,
+    ) -> None:
         self.backends = backends
         self.probe_interval = probe_interval
         self.fall = fall
@@ -108,10 +115,11 @@ class Balancer:
         assert self._probe_session is not None
         try:
             async with self._probe_session.get(
-                    backend.probe_url, timeout=aiohttp.ClientTimeout(total=self.probe_interval)) as resp:
+                backend.probe_url, timeout=aiohttp.ClientTimeout(total=self.probe_interval)
+            ) as resp:
                 ok = resp.status == 200
                 await resp.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             ok = False
         if ok:
             backend.oks, backend.fails = backend.oks + 1, 0
@@ -139,20 +147,27 @@ class Balancer:
         try:
             try:
                 upstream = await self._session.request(
-                    request.method, backend.url + request.path_qs, headers=headers, data=body,
-                    allow_redirects=False, timeout=aiohttp.ClientTimeout(total=None, connect=2))
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                    request.method,
+                    backend.url + request.path_qs,
+                    headers=headers,
+                    data=body,
+                    allow_redirects=False,
+                    timeout=aiohttp.ClientTimeout(total=None, connect=2),
+                )
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 backend.errors[type(exc).__name__] += 1
                 return web.json_response({"error": f"backend {backend.name}: {type(exc).__name__}"}, status=502)
             try:
                 response = web.StreamResponse(
-                    status=upstream.status, reason=upstream.reason,
-                    headers=_forward_headers(upstream.headers, upstream.headers.get("Connection")))
+                    status=upstream.status,
+                    reason=upstream.reason,
+                    headers=_forward_headers(upstream.headers, upstream.headers.get("Connection")),
+                )
                 await response.prepare(request)
                 try:
                     async for data in upstream.content.iter_any():
                         await response.write(data)
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                     backend.errors[f"{type(exc).__name__} mid-stream"] += 1
                     # The backend died mid-answer: the status is sent, so the only honest signal
                     # left is to cut the client's connection (no terminating chunk).

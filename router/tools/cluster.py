@@ -48,8 +48,9 @@ def free_port(host: str = LOOPBACK) -> int:
     raise RuntimeError("no fresh free port after 100 tries")
 
 
-async def wait_until(predicate: Callable[[], Awaitable[bool]], *, timeout: float, what: str,
-                     interval: float = POLL_SECS) -> None:
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool]], *, timeout: float, what: str, interval: float = POLL_SECS
+) -> None:
     """Poll ``predicate`` until it is true; ``TimeoutError`` naming ``what`` after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:
@@ -85,8 +86,9 @@ class Process:
         with open(self.log_path, "ab") as log:
             log.write(f"--- start {' '.join(self.argv)}\n".encode())
             log.flush()
-            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, start_new_session=True)
+            self.popen = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     @property
     def pid(self) -> int | None:
@@ -157,8 +159,17 @@ class FakeModel:
     process: Process = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        argv = python_m_router("fake-model", "--host", LOOPBACK, "--port", str(self.port),
-                               "--chunks", str(self.chunks), "--interval-ms", str(self.interval_ms))
+        argv = python_m_router(
+            "fake-model",
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(self.port),
+            "--chunks",
+            str(self.chunks),
+            "--interval-ms",
+            str(self.interval_ms),
+        )
         if self.exit_on_sigterm:
             argv.append("--exit-on-sigterm")
         self.process = Process(self.name, argv, self.log_dir / f"{self.name}.log")
@@ -196,9 +207,21 @@ class Replica:
 
     def __post_init__(self) -> None:
         argv = python_m_router(
-            "serve", "--upstream", self.upstream, "--host", LOOPBACK, "--port", str(self.port),
-            "--admin-host", LOOPBACK, "--admin-port", str(self.admin_port),
-            "--shutdown-drain-secs", str(self.shutdown_drain_secs), "--upstream-health-interval-secs", "1",
+            "serve",
+            "--upstream",
+            self.upstream,
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(self.port),
+            "--admin-host",
+            LOOPBACK,
+            "--admin-port",
+            str(self.admin_port),
+            "--shutdown-drain-secs",
+            str(self.shutdown_drain_secs),
+            "--upstream-health-interval-secs",
+            "1",
         )
         if self.termination_grace_secs is not None:
             argv += ["--termination-grace-secs", str(self.termination_grace_secs)]
@@ -272,7 +295,7 @@ async def _wait_http_ok(session: aiohttp.ClientSession, process: Process, url: s
             raise process.failed(f"exited before {url} answered 200")
         try:
             status, _ = await get_json(session, url, timeout=1.0)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             return False
         return status == 200
 

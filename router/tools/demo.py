@@ -58,22 +58,43 @@ class Scenario:
     """One run of the demo: start the replicas and the balancer, stream through it, restart the
     replicas one at a time with SIGTERM, and record what happened (:class:`runs.RunResult`)."""
 
-    def __init__(self, label: str, drain_secs: int, opts: Options, model: cluster.FakeModel,
-                 session: aiohttp.ClientSession, view: View, log_dir: Path, run_index: int, runs_total: int) -> None:
+    def __init__(
+        self,
+        label: str,
+        drain_secs: int,
+        opts: Options,
+        model: cluster.FakeModel,
+        session: aiohttp.ClientSession,
+        view: View,
+        log_dir: Path,
+        run_index: int,
+        runs_total: int,
+    ) -> None:
         self.opts = opts
         self.session = session
         self.view = view
         self.drain_secs = drain_secs
         self.run_index, self.runs_total = run_index, runs_total
-        self.replicas = [cluster.Replica(f"replica-{i}", model.url, log_dir / label.replace(" ", "-"),
-                                         shutdown_drain_secs=drain_secs, upstream_health_path="/health")
-                         for i in range(opts.replicas)]
+        self.replicas = [
+            cluster.Replica(
+                f"replica-{i}",
+                model.url,
+                log_dir / label.replace(" ", "-"),
+                shutdown_drain_secs=drain_secs,
+                upstream_health_path="/health",
+            )
+            for i in range(opts.replicas)
+        ]
         self.result = runs.RunResult(label=label, drain_secs=drain_secs, replicas=[r.name for r in self.replicas])
         self.started = time.monotonic()
         self.wall_started = time.time()
         self.balancer = balancer.Balancer(
             [balancer.Backend(r.name, r.url, f"{r.url}/readyz") for r in self.replicas],
-            probe_interval=opts.probe_interval_ms / 1000, fall=opts.probe_fall, rise=1, on_change=self._flipped)
+            probe_interval=opts.probe_interval_ms / 1000,
+            fall=opts.probe_fall,
+            rise=1,
+            on_change=self._flipped,
+        )
         self.load = load.Load("", clients=opts.clients, chunks=opts.chunks, interval_ms=opts.interval_ms)
         self.steps = ["warm-up", *[f"restart {r.name}" for r in self.replicas], "cool-down"]
         self._estimates = [opts.warmup_secs, *[drain_secs + 2.5] * len(self.replicas), opts.warmup_secs]
@@ -103,7 +124,7 @@ class Scenario:
         try:
             body = await replica.inflight(self.session)
             state, inflight = str(body["state"]), int(body["inflight"])
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, KeyError, ValueError, TypeError):
+        except (TimeoutError, aiohttp.ClientError, OSError, KeyError, ValueError, TypeError):
             state, inflight = ("exited" if not replica.process.alive else "down"), 0
         t = self.now()
         self.result.samples.append(runs.Sample(t, replica.name, state, inflight))
@@ -153,16 +174,22 @@ class Scenario:
 
     async def run(self) -> runs.RunResult:
         opts, view = self.opts, self.view
-        view.start_run(f"drain-router demo, run {self.run_index + 1}/{self.runs_total}: {self.result.label} "
-                       f"(--shutdown-drain-secs {self.drain_secs})", self.result.replicas, self.started)
+        view.start_run(
+            f"drain-router demo, run {self.run_index + 1}/{self.runs_total}: {self.result.label} "
+            f"(--shutdown-drain-secs {self.drain_secs})",
+            self.result.replicas,
+            self.started,
+        )
         background: list[asyncio.Task[None]] = []
         try:
             await asyncio.gather(*(r.start(self.session) for r in self.replicas))
             await self.balancer.start()
             await asyncio.gather(*(self._in_rotation(r) for r in self.replicas))
             background = [asyncio.create_task(self._sampler()), asyncio.create_task(self._renderer())]
-            view.event(f"{len(self.replicas)} replicas ready; balancer probes /readyz every "
-                       f"{opts.probe_interval_ms} ms (fall {opts.probe_fall}); {opts.clients} clients streaming")
+            view.event(
+                f"{len(self.replicas)} replicas ready; balancer probes /readyz every "
+                f"{opts.probe_interval_ms} ms (fall {opts.probe_fall}); {opts.clients} clients streaming"
+            )
             self.load.url = self.balancer.url
             await self.load.start()
             self._set_step(0)
@@ -192,12 +219,17 @@ class Scenario:
     def _finish(self) -> runs.RunResult:
         result, view = self.result, self.view
         result.duration = self.now()
-        logged = [runs.Mark(t, r.name, "closing") for r in self.replicas
-                  for t in runs.closing_times(r.process.log_path, self.wall_started)]
+        logged = [
+            runs.Mark(t, r.name, "closing")
+            for r in self.replicas
+            for t in runs.closing_times(r.process.log_path, self.wall_started)
+        ]
         if logged:  # the router's own drain.closing events are exact; sampling can miss a short closing
             result.marks = [m for m in result.marks if m.kind != "closing"] + logged
-        result.records = [dataclasses.replace(r, started=r.started - self.started, finished=r.finished - self.started)
-                          for r in self.load.records]
+        result.records = [
+            dataclasses.replace(r, started=r.started - self.started, finished=r.finished - self.started)
+            for r in self.load.records
+        ]
         view.done, view.lost = len(result.records), len(result.lost)
         for rv in view.replicas.values():
             rv.state, rv.inflight, rv.in_rotation = "stopped", 0, False
@@ -216,12 +248,16 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
         model = cluster.FakeModel(log_dir, chunks=opts.chunks, interval_ms=opts.interval_ms)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
             try:
-                out.write(f"Starting a fake model server ({opts.chunks} chunks every {opts.interval_ms} ms "
-                          f"a stream), {opts.replicas} router replicas and a balancer on 127.0.0.1...\n")
+                out.write(
+                    f"Starting a fake model server ({opts.chunks} chunks every {opts.interval_ms} ms "
+                    f"a stream), {opts.replicas} router replicas and a balancer on 127.0.0.1...\n"
+                )
                 out.flush()
                 await model.start(session)
-                results = [await Scenario(label, secs, opts, model, session, view, log_dir, i, len(runs_spec)).run()
-                           for i, (label, secs) in enumerate(runs_spec)]
+                results = [
+                    await Scenario(label, secs, opts, model, session, view, log_dir, i, len(runs_spec)).run()
+                    for i, (label, secs) in enumerate(runs_spec)
+                ]
             except (cluster.ProcessFailed, TimeoutError) as exc:
                 view.close()
                 out.write(f"\ndemo failed: {exc}\n")
@@ -230,10 +266,12 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
                 model.process.kill()
     out.write("\n" + runs.comparison_table(results) + "\n\n")
     on, off = results
-    out.write(f"With a {opts.drain_secs} s drain, the replicas kept serving while the balancer's probes "
-              f"took them out of rotation:\n{len(on.lost)} of {len(on.records)} requests lost. Without it, "
-              f"{len(off.lost)} of {len(off.records)} were lost: sent to a replica that had already "
-              f"closed its listener.\n")
+    out.write(
+        f"With a {opts.drain_secs} s drain, the replicas kept serving while the balancer's probes "
+        f"took them out of rotation:\n{len(on.lost)} of {len(on.records)} requests lost. Without it, "
+        f"{len(off.lost)} of {len(off.records)} were lost: sent to a replica that had already "
+        f"closed its listener.\n"
+    )
     if png is not None:
         from router.tools import timeline
 
@@ -248,26 +286,60 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
 
 @click.command("demo")
 @click.option("--replicas", default=2, show_default=True, type=click.IntRange(2, 6), help="Router replicas.")
-@click.option("--clients", default=16, show_default=True, type=click.IntRange(1, 500),
-              help="Concurrent streaming clients.")
-@click.option("--drain-secs", default=2, show_default=True, type=click.IntRange(1, 60),
-              help="--shutdown-drain-secs of the first run; the second run uses 0.")
-@click.option("--probe-interval-ms", default=500, show_default=True, type=click.IntRange(50, 10_000),
-              help="The balancer's /readyz probe period.")
-@click.option("--probe-fall", default=2, show_default=True, type=click.IntRange(1, 10),
-              help="Failed probes before the balancer takes a replica out of rotation.")
-@click.option("--chunks", default=20, show_default=True, type=click.IntRange(1, 10_000),
-              help="Chunks per streamed completion.")
-@click.option("--interval-ms", default=25, show_default=True, type=click.IntRange(0, 10_000),
-              help="Milliseconds between chunks.")
-@click.option("--png", "png", default="drain-router-demo.png", show_default=True,
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the timeline (needs the 'plot' extra).")
+@click.option(
+    "--clients", default=16, show_default=True, type=click.IntRange(1, 500), help="Concurrent streaming clients."
+)
+@click.option(
+    "--drain-secs",
+    default=2,
+    show_default=True,
+    type=click.IntRange(1, 60),
+    help="--shutdown-drain-secs of the first run; the second run uses 0.",
+)
+@click.option(
+    "--probe-interval-ms",
+    default=500,
+    show_default=True,
+    type=click.IntRange(50, 10_000),
+    help="The balancer's /readyz probe period.",
+)
+@click.option(
+    "--probe-fall",
+    default=2,
+    show_default=True,
+    type=click.IntRange(1, 10),
+    help="Failed probes before the balancer takes a replica out of rotation.",
+)
+@click.option(
+    "--chunks", default=20, show_default=True, type=click.IntRange(1, 10_000), help="Chunks per streamed completion."
+)
+@click.option(
+    "--interval-ms", default=25, show_default=True, type=click.IntRange(0, 10_000), help="Milliseconds between chunks."
+)
+@click.option(
+    "--png",
+    "png",
+    default="drain-router-demo.png",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the timeline (needs the 'plot' extra).",
+)
 @click.option("--no-png", is_flag=True, default=False, help="Do not write the timeline.")
-@click.option("--live/--plain", default=None,
-              help="A redrawn live view, or plain event lines. Default: live on a terminal.")
-def command(replicas: int, clients: int, drain_secs: int, probe_interval_ms: int, probe_fall: int, chunks: int,
-            interval_ms: int, png: Path, no_png: bool, live: bool | None) -> None:
+@click.option(
+    "--live/--plain", default=None, help="A redrawn live view, or plain event lines. Default: live on a terminal."
+)
+def command(
+    replicas: int,
+    clients: int,
+    drain_secs: int,
+    probe_interval_ms: int,
+    probe_fall: int,
+    chunks: int,
+    interval_ms: int,
+    png: Path,
+    no_png: bool,
+    live: bool | None,
+) -> None:
     """Show a rolling restart with and without the drain, on this machine.
 
     Starts a fake model server, router replicas and a probe-driven balancer on 127.0.0.1, streams
@@ -276,10 +348,20 @@ def command(replicas: int, clients: int, drain_secs: int, probe_interval_ms: int
     Exits 1 if the drained run lost a request.
     """
     if drain_secs * 1000 <= probe_interval_ms * probe_fall:
-        click.echo(f"note: a {drain_secs} s drain is not longer than the balancer's removal window "
-                   f"({probe_interval_ms} ms x {probe_fall}); expect losses in both runs.", err=True)
-    opts = Options(replicas=replicas, clients=clients, drain_secs=drain_secs, probe_interval_ms=probe_interval_ms,
-                   probe_fall=probe_fall, chunks=chunks, interval_ms=interval_ms)
+        click.echo(
+            f"note: a {drain_secs} s drain is not longer than the balancer's removal window "
+            f"({probe_interval_ms} ms x {probe_fall}); expect losses in both runs.",
+            err=True,
+        )
+    opts = Options(
+        replicas=replicas,
+        clients=clients,
+        drain_secs=drain_secs,
+        probe_interval_ms=probe_interval_ms,
+        probe_fall=probe_fall,
+        chunks=chunks,
+        interval_ms=interval_ms,
+    )
     is_live = sys.stdout.isatty() if live is None else live
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         code = runner.run(run_demo(opts, sys.stdout, live=is_live, png=None if no_png else png))

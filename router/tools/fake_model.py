@@ -70,8 +70,7 @@ class Counters:
         return self.started - self.finished - self.cancelled
 
     def as_dict(self) -> dict[str, int]:
-        return {"started": self.started, "finished": self.finished, "cancelled": self.cancelled,
-                "active": self.active}
+        return {"started": self.started, "finished": self.finished, "cancelled": self.cancelled, "active": self.active}
 
 
 @dataclasses.dataclass(slots=True)
@@ -95,16 +94,19 @@ class Generation:
 
 def _int_param(name: str, raw: object, maximum: int) -> int:
     if isinstance(raw, bool) or not isinstance(raw, (int, str)):
-        raise web.HTTPBadRequest(text=json.dumps({"error": f"{name} must be a whole number"}),
-                                 content_type="application/json")
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"{name} must be a whole number"}), content_type="application/json"
+        )
     try:
         value = int(raw)
     except ValueError:
-        raise web.HTTPBadRequest(text=json.dumps({"error": f"{name} must be a whole number"}),
-                                 content_type="application/json") from None
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"{name} must be a whole number"}), content_type="application/json"
+        ) from None
     if not 0 <= value <= maximum:
-        raise web.HTTPBadRequest(text=json.dumps({"error": f"{name} must be between 0 and {maximum}"}),
-                                 content_type="application/json")
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"{name} must be between 0 and {maximum}"}), content_type="application/json"
+        )
     return value
 
 
@@ -140,32 +142,50 @@ def chunk_payload(gen: Generation, *, rid: str, created: int, model: str, seq: i
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length" if last else None}
         obj = "text_completion"
-    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice],
-            "seq": seq, "total": gen.chunks}
+    return {
+        "id": rid,
+        "object": obj,
+        "created": created,
+        "model": model,
+        "choices": [choice],
+        "seq": seq,
+        "total": gen.chunks,
+    }
 
 
 def full_payload(gen: Generation, *, rid: str, created: int, model: str) -> dict[str, Any]:
     text = "".join(f" tok{i}" for i in range(gen.chunks))
     if gen.chat:
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "finish_reason": "length"}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": "length",
+        }
         obj = "chat.completion"
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
         obj = "text_completion"
-    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice],
-            "usage": {"prompt_tokens": 0, "completion_tokens": gen.chunks, "total_tokens": gen.chunks}}
+    return {
+        "id": rid,
+        "object": obj,
+        "created": created,
+        "model": model,
+        "choices": [choice],
+        "usage": {"prompt_tokens": 0, "completion_tokens": gen.chunks, "total_tokens": gen.chunks},
+    }
 
 
 async def _completion(request: web.Request, *, chat: bool) -> web.StreamResponse:
     try:
         body = await request.json() if request.can_read_body else {}
     except ValueError:
-        raise web.HTTPBadRequest(text=json.dumps({"error": "the body is not JSON"}),
-                                 content_type="application/json") from None
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": "the body is not JSON"}), content_type="application/json"
+        ) from None
     if not isinstance(body, dict):
-        raise web.HTTPBadRequest(text=json.dumps({"error": "the body must be a JSON object"}),
-                                 content_type="application/json")
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": "the body must be a JSON object"}), content_type="application/json"
+        )
     settings = request.app[SETTINGS]
     gen = resolve(settings, body, request.query, chat=chat)
     counters = request.app[COUNTERS]
@@ -179,11 +199,9 @@ async def _completion(request: web.Request, *, chat: bool) -> web.StreamResponse
             await asyncio.sleep(gen.first_token_ms / 1000)
         if not gen.stream:
             await asyncio.sleep(gen.chunks * gen.interval_ms / 1000)
-            response: web.StreamResponse = web.json_response(
-                full_payload(gen, rid=rid, created=created, model=model))
+            response: web.StreamResponse = web.json_response(full_payload(gen, rid=rid, created=created, model=model))
         else:
-            response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                                   "Cache-Control": "no-cache"})
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await response.prepare(request)
             for seq in range(gen.chunks):
                 if seq:
@@ -237,8 +255,9 @@ def make_app(settings: Settings) -> web.Application:
     return app
 
 
-async def serve(settings: Settings, *, host: str, port: int, uds: str | None, exit_on_sigterm: bool,
-                shutdown_timeout: float) -> None:
+async def serve(
+    settings: Settings, *, host: str, port: int, uds: str | None, exit_on_sigterm: bool, shutdown_timeout: float
+) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     if exit_on_sigterm:
@@ -253,14 +272,17 @@ async def serve(settings: Settings, *, host: str, port: int, uds: str | None, ex
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     site: web.BaseSite
-    if uds:
-        site = web.UnixSite(runner, uds)
-    else:
-        site = web.TCPSite(runner, host, port)
+    site = web.UnixSite(runner, uds) if uds else web.TCPSite(runner, host, port)
     await site.start()
     address: dict[str, Any] = {"uds": uds} if uds else {"host": host, "port": runner.addresses[0][1]}
-    _log("fake_model.listening", **address, chunks=settings.chunks, interval_ms=settings.interval_ms,
-         first_token_ms=settings.first_token_ms, exit_on_sigterm=exit_on_sigterm)
+    _log(
+        "fake_model.listening",
+        **address,
+        chunks=settings.chunks,
+        interval_ms=settings.interval_ms,
+        first_token_ms=settings.first_token_ms,
+        exit_on_sigterm=exit_on_sigterm,
+    )
     try:
         await stop.wait()
     finally:
@@ -276,22 +298,60 @@ def _log(event: str, **fields: Any) -> None:
 
 @click.command("fake-model")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Listen address.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
-              help="Listen port; 0 picks a free one (printed in the 'fake_model.listening' line).")
+@click.option(
+    "--port",
+    default=8000,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Listen port; 0 picks a free one (printed in the 'fake_model.listening' line).",
+)
 @click.option("--uds", default=None, metavar="PATH", help="Listen on this Unix socket instead of TCP.")
-@click.option("--chunks", default=DEFAULT_CHUNKS, show_default=True, type=click.IntRange(0, MAX_CHUNKS),
-              help="Chunks (tokens) per completion; a request's 'chunks' or 'max_tokens' overrides it.")
-@click.option("--interval-ms", default=DEFAULT_INTERVAL_MS, show_default=True,
-              type=click.IntRange(0, MAX_INTERVAL_MS), help="Milliseconds between chunks.")
-@click.option("--first-token-ms", default=0, show_default=True,
-              type=click.IntRange(0, MAX_INTERVAL_MS), help="Silent milliseconds before the first chunk.")
+@click.option(
+    "--chunks",
+    default=DEFAULT_CHUNKS,
+    show_default=True,
+    type=click.IntRange(0, MAX_CHUNKS),
+    help="Chunks (tokens) per completion; a request's 'chunks' or 'max_tokens' overrides it.",
+)
+@click.option(
+    "--interval-ms",
+    default=DEFAULT_INTERVAL_MS,
+    show_default=True,
+    type=click.IntRange(0, MAX_INTERVAL_MS),
+    help="Milliseconds between chunks.",
+)
+@click.option(
+    "--first-token-ms",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, MAX_INTERVAL_MS),
+    help="Silent milliseconds before the first chunk.",
+)
 @click.option("--model", default="fake-model", show_default=True, help="Model name in answers.")
-@click.option("--exit-on-sigterm", is_flag=True, default=False,
-              help="Die at once on SIGTERM, cutting open streams (a model server that does not drain).")
-@click.option("--shutdown-timeout-secs", default=60.0, show_default=True, type=click.FloatRange(0),
-              help="On a graceful SIGTERM, how long running streams may take before they are cancelled.")
-def command(host: str, port: int, uds: str | None, chunks: int, interval_ms: int, first_token_ms: int,
-            model: str, exit_on_sigterm: bool, shutdown_timeout_secs: float) -> None:
+@click.option(
+    "--exit-on-sigterm",
+    is_flag=True,
+    default=False,
+    help="Die at once on SIGTERM, cutting open streams (a model server that does not drain).",
+)
+@click.option(
+    "--shutdown-timeout-secs",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="On a graceful SIGTERM, how long running streams may take before they are cancelled.",
+)
+def command(
+    host: str,
+    port: int,
+    uds: str | None,
+    chunks: int,
+    interval_ms: int,
+    first_token_ms: int,
+    model: str,
+    exit_on_sigterm: bool,
+    shutdown_timeout_secs: float,
+) -> None:
     """A stand-in OpenAI-compatible streaming model server, for demos and tests.
 
     POST /v1/completions and /v1/chat/completions ("stream": true for server-sent events, each
@@ -300,8 +360,16 @@ def command(host: str, port: int, uds: str | None, chunks: int, interval_ms: int
     """
     settings = Settings(chunks=chunks, interval_ms=interval_ms, first_token_ms=first_token_ms, model=model)
     try:
-        asyncio.run(serve(settings, host=host, port=port, uds=uds, exit_on_sigterm=exit_on_sigterm,
-                          shutdown_timeout=shutdown_timeout_secs))
+        asyncio.run(
+            serve(
+                settings,
+                host=host,
+                port=port,
+                uds=uds,
+                exit_on_sigterm=exit_on_sigterm,
+                shutdown_timeout=shutdown_timeout_secs,
+            )
+        )
     except OSError as exc:
         click.echo(f"fake-model: cannot listen: {exc}", err=True)
         sys.exit(2)

@@ -43,8 +43,7 @@ async def stream_completion(
     gives up; the result says ``left``). ``read_delay_secs``: a slow reader, pausing that long
     after each read of at most ``SLOW_READ_BYTES``.
     """
-    body = {"model": "fake-model", "prompt": "drain", "stream": True, "chunks": chunks,
-            "interval_ms": interval_ms}
+    body = {"model": "fake-model", "prompt": "drain", "stream": True, "chunks": chunks, "interval_ms": interval_ms}
     if path.endswith("/chat/completions"):
         body.pop("prompt")
         body["messages"] = [{"role": "user", "content": "drain"}]
@@ -60,16 +59,20 @@ async def stream_completion(
             reads = resp.content.iter_chunked(SLOW_READ_BYTES) if read_delay_secs else resp.content.iter_any()
             async for data in reads:
                 events.extend(decoder.feed(data))
-                if leave_after_chunks is not None and len(events) >= leave_after_chunks and status == 200 \
-                        and streams.DONE not in events:
+                if (
+                    leave_after_chunks is not None
+                    and len(events) >= leave_after_chunks
+                    and status == 200
+                    and streams.DONE not in events
+                ):
                     resp.close()  # drop the connection now, as a browser tab closing does
-                    return streams.StreamResult(status=status, events=tuple(events), expected_chunks=chunks,
-                                                left=True)
+                    return streams.StreamResult(status=status, events=tuple(events), expected_chunks=chunks, left=True)
                 if read_delay_secs:
                     await asyncio.sleep(read_delay_secs)
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-        return streams.StreamResult(status=status, events=tuple(events), expected_chunks=chunks,
-                                    error=f"{type(exc).__name__}: {exc}")
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        return streams.StreamResult(
+            status=status, events=tuple(events), expected_chunks=chunks, error=f"{type(exc).__name__}: {exc}"
+        )
     return streams.StreamResult(status=status, events=tuple(events), expected_chunks=chunks)
 
 
@@ -136,14 +139,26 @@ class Load:
             leave = None
             if self.leave_fraction and self._rng.random() < self.leave_fraction:
                 leave = self._rng.randint(1, max(1, self.chunks - 1))
-            result = await stream_completion(self._session, self.url, chunks=self.chunks,
-                                             interval_ms=self.interval_ms, path=self.path,
-                                             leave_after_chunks=leave, read_delay_secs=self.read_delay_secs)
+            result = await stream_completion(
+                self._session,
+                self.url,
+                chunks=self.chunks,
+                interval_ms=self.interval_ms,
+                path=self.path,
+                leave_after_chunks=leave,
+                read_delay_secs=self.read_delay_secs,
+            )
             outcome = streams.classify(result)
-            self.records.append(Record(
-                started=started, finished=time.monotonic(), outcome=outcome, status=result.status,
-                error=result.error, chunks_seen=sum(1 for e in result.events if e != streams.DONE),
-            ))
+            self.records.append(
+                Record(
+                    started=started,
+                    finished=time.monotonic(),
+                    outcome=outcome,
+                    status=result.status,
+                    error=result.error,
+                    chunks_seen=sum(1 for e in result.events if e != streams.DONE),
+                )
+            )
             if outcome is streams.Outcome.CONNECT_ERROR:
                 # Do not spin on a dead address; a real client backs off too.
                 await asyncio.sleep(0.02)

@@ -76,12 +76,18 @@ def comparison_table(runs: list[RunResult]) -> str:
     rows: list[list[str]] = [
         ["requests", *[str(len(r.records)) for r in runs]],
         ["lost", *[str(len(r.lost)) for r in runs]],
-        ["p50 completion", *[_secs(load.percentile([x.duration for x in r.records if not x.outcome.lost], 0.5))
-                             for r in runs]],
-        ["p99 completion", *[_secs(load.percentile([x.duration for x in r.records if not x.outcome.lost], 0.99))
-                             for r in runs]],
-        ["drain (SIGTERM to exit)",
-         *[_secs(sum(r.drain_durations) / len(r.drain_durations)) if r.drain_durations else "-" for r in runs]],
+        [
+            "p50 completion",
+            *[_secs(load.percentile([x.duration for x in r.records if not x.outcome.lost], 0.5)) for r in runs],
+        ],
+        [
+            "p99 completion",
+            *[_secs(load.percentile([x.duration for x in r.records if not x.outcome.lost], 0.99)) for r in runs],
+        ],
+        [
+            "drain (SIGTERM to exit)",
+            *[_secs(sum(r.drain_durations) / len(r.drain_durations)) if r.drain_durations else "-" for r in runs],
+        ],
     ]
     notes: list[str] = []
     for run in runs:
@@ -97,4 +103,4 @@ def comparison_table(runs: list[RunResult]) -> str:
         return "  ".join([row[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(row[1:], widths[1:])]]).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
-    return "\n".join([fmt(headers), rule, *[fmt(r) for r in rows], *([""] + notes if notes else [])])
+    return "\n".join([fmt(headers), rule, *[fmt(r) for r in rows], *(["", *notes] if notes else [])])

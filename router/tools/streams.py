@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import json
 
 DONE = "[DONE]"
@@ -80,7 +81,7 @@ def classify(result: StreamResult) -> Outcome:
         seqs.append(seq)
         if isinstance(chunk.get("total"), int):
             totals.add(chunk["total"])
-    if any(b <= a for a, b in zip(seqs, seqs[1:])):
+    if any(b <= a for a, b in itertools.pairwise(seqs)):
         return Outcome.BAD_CHUNK
     if len(totals) > 1:
         return Outcome.BAD_CHUNK

@@ -70,8 +70,11 @@ def plot(runs: list[runs.RunResult], path: Path) -> Path:
 
 def _plot_run(ax: Any, rot: Any, run: runs.RunResult, ymax: float) -> None:
     lost = [r for r in run.records if r.outcome.lost]
-    ax.set_title(f"{run.label} (--shutdown-drain-secs {run.drain_secs}): {len(run.records)} requests, "
-                 f"{len(lost)} lost", fontsize=10, loc="left")
+    ax.set_title(
+        f"{run.label} (--shutdown-drain-secs {run.drain_secs}): {len(run.records)} requests, {len(lost)} lost",
+        fontsize=10,
+        loc="left",
+    )
     for i, name in enumerate(run.replicas):
         color = COLORS[i % len(COLORS)]
         points = [(s.t, s.inflight) for s in run.samples if s.replica == name]
@@ -88,8 +91,15 @@ def _plot_run(ax: Any, rot: Any, run: runs.RunResult, ymax: float) -> None:
                 ax.axvline(mark.t, color=color, ls=":", lw=1.4)
                 ax.text(mark.t, ymax * 0.55, " closing", color=color, fontsize=7, va="top", rotation=90)
     if lost:
-        ax.scatter([r.finished for r in lost], [ymax * 0.06] * len(lost), marker="x", color="#d62728",
-                   s=36, zorder=5, label=f"lost ({len(lost)})")
+        ax.scatter(
+            [r.finished for r in lost],
+            [ymax * 0.06] * len(lost),
+            marker="x",
+            color="#d62728",
+            s=36,
+            zorder=5,
+            label=f"lost ({len(lost)})",
+        )
     else:
         ax.plot([], [], "x", color="#d62728", label="lost (0)")
     ax.set_ylim(0, ymax)
@@ -98,8 +108,9 @@ def _plot_run(ax: Any, rot: Any, run: runs.RunResult, ymax: float) -> None:
     ax.tick_params(labelbottom=False)
     for i, name in enumerate(run.replicas):
         spans = rotation_spans(run.rotation, name, run.duration)
-        rot.broken_barh([(s.start, s.end - s.start) for s in spans], (i - 0.35, 0.7),
-                        color=COLORS[i % len(COLORS)], alpha=0.75)
+        rot.broken_barh(
+            [(s.start, s.end - s.start) for s in spans], (i - 0.35, 0.7), color=COLORS[i % len(COLORS)], alpha=0.75
+        )
     rot.set_yticks(range(len(run.replicas)), [f"{n} ready" for n in run.replicas], fontsize=8)
     rot.set_ylim(-0.6, len(run.replicas) - 0.4)
     rot.set_xlim(0, run.duration)

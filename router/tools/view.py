@@ -102,8 +102,9 @@ class View:
             table.add_row(name, rv.state, str(rv.inflight), rotation)
         lost = Text(f"{self.lost} lost", style="bold red" if self.lost else "green")
         progress = Table.grid(padding=(0, 1))
-        progress.add_row(ProgressBar(total=1.0, completed=self.progress, width=32),
-                         Text(f"{self.progress * 100:3.0f}%  {self.step}"))
+        progress.add_row(
+            ProgressBar(total=1.0, completed=self.progress, width=32), Text(f"{self.progress * 100:3.0f}%  {self.step}")
+        )
         return Group(
             Text(self.title, style="bold"),
             progress,

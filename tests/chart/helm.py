@@ -52,8 +52,12 @@ class Helm:
     """Throwaway HELM_{CACHE,CONFIG,DATA}_HOME: the tests never read or write the user's helm state."""
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "HELM_CACHE_HOME": str(self.home / "cache"),
-               "HELM_CONFIG_HOME": str(self.home / "config"), "HELM_DATA_HOME": str(self.home / "data")}
+        env = {
+            **os.environ,
+            "HELM_CACHE_HOME": str(self.home / "cache"),
+            "HELM_CONFIG_HOME": str(self.home / "config"),
+            "HELM_DATA_HOME": str(self.home / "data"),
+        }
         return subprocess.run([str(self.binary), *args], capture_output=True, text=True, timeout=30, env=env)
 
     def _values_args(self, values: dict[str, Any] | None, tag: str) -> list[str]:
@@ -63,8 +67,14 @@ class Helm:
         path.write_text(yaml.safe_dump(values))
         return ["-f", str(path)]
 
-    def template(self, values: dict[str, Any] | None = None, *, include_crds: bool = False,
-                 release: str = RELEASE, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    def template(
+        self,
+        values: dict[str, Any] | None = None,
+        *,
+        include_crds: bool = False,
+        release: str = RELEASE,
+        namespace: str = NAMESPACE,
+    ) -> list[dict[str, Any]]:
         """Render the chart; the parsed documents (a fresh copy), empty ones dropped. Renders are
         cached per session by their inputs: the chart does not change while the tests run."""
         key = (repr(values), include_crds, release, namespace)
@@ -72,10 +82,19 @@ class Helm:
             _RENDERED[key] = self._template(values, include_crds=include_crds, release=release, namespace=namespace)
         return copy.deepcopy(_RENDERED[key])
 
-    def _template(self, values: dict[str, Any] | None, *, include_crds: bool, release: str,
-                  namespace: str) -> list[dict[str, Any]]:
-        args = ["template", release, str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION,
-                *self._values_args(values, hashlib.sha256(repr(values).encode()).hexdigest()[:16])]
+    def _template(
+        self, values: dict[str, Any] | None, *, include_crds: bool, release: str, namespace: str
+    ) -> list[dict[str, Any]]:
+        args = [
+            "template",
+            release,
+            str(CHART),
+            "--namespace",
+            namespace,
+            "--kube-version",
+            KUBE_VERSION,
+            *self._values_args(values, hashlib.sha256(repr(values).encode()).hexdigest()[:16]),
+        ]
         if include_crds:
             args.append("--include-crds")
         done = self.run(*args)
@@ -101,8 +120,11 @@ def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
 
 
 def model_deployment(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    (dep,) = [d for d in find(docs, "Deployment")
-              if d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "model-server"]
+    (dep,) = [
+        d
+        for d in find(docs, "Deployment")
+        if d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "model-server"
+    ]
     return dep
 
 

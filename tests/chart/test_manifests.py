@@ -15,7 +15,10 @@ from tests.chart import values_sets
 from tests.chart.helm import CHART, KUBE_VERSION, NAMESPACE, RELEASE, Helm, find, model_deployment, one
 
 #: CRD-defined kinds that kubernetes-validate has no schema for; checked by the tests below instead.
-NOT_IN_KUBERNETES_SCHEMAS = {("gateway.networking.k8s.io/v1", "HTTPRoute"), ("drainrouter.dev/v1alpha1", "ModelService")}
+NOT_IN_KUBERNETES_SCHEMAS = {
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+    ("drainrouter.dev/v1alpha1", "ModelService"),
+}
 FULLNAME = f"{RELEASE}-drain-router"
 
 
@@ -72,14 +75,19 @@ def test_model_service_matches_the_crd_and_points_at_this_release(helm: Helm) ->
     ms = one(docs, "ModelService")
     jsonschema.validate(ms, crd_schema())
     spec = ms["spec"]
-    assert spec["workload"] == [{"apiVersion": "apps/v1", "kind": "Deployment", "name": FULLNAME},
-                                {"apiVersion": "v1", "kind": "Service", "name": FULLNAME}]
+    assert spec["workload"] == [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": FULLNAME},
+        {"apiVersion": "v1", "kind": "Service", "name": FULLNAME},
+    ]
     assert spec["route"] == {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "name": FULLNAME}
     one(docs, "Deployment", FULLNAME), one(docs, "Service", FULLNAME), one(docs, "HTTPRoute", FULLNAME)
     assert spec["router"] == {"adminPort": 9091}
     assert spec["deletion"] == {"maxWait": "2h", "routeSettle": "60s", "forceDeleteAfter": "30m"}
-    assert spec["recycling"] == {"maxPodLifetimeSeconds": 43200, "waitForIdle": True,
-                                 "maxPodLifetimeIdleTimeoutSeconds": 3600}
+    assert spec["recycling"] == {
+        "maxPodLifetimeSeconds": 43200,
+        "waitForIdle": True,
+        "maxPodLifetimeIdleTimeoutSeconds": 3600,
+    }
     assert spec["lifecycle"]["rules"][0] == {"policy": "ScaleToZero", "condition": {"idleSeconds": 1800}}
     # The podSelector is the Deployment's: its pods, never the controller's.
     assert spec["podSelector"] == {"matchLabels": model_deployment(docs)["spec"]["selector"]["matchLabels"]}
@@ -126,8 +134,18 @@ def test_controller_only_release(helm: Helm) -> None:
 
 
 def test_notes_warn_about_a_drain_inside_the_probe_window_and_a_self_removing_controller(helm: Helm) -> None:
-    done = helm.run("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client",
-                    "--set", "shutdownDrainSecs=10", "--set", "modelService.enabled=true")
+    done = helm.run(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--dry-run=client",
+        "--set",
+        "shutdownDrainSecs=10",
+        "--set",
+        "modelService.enabled=true",
+    )
     assert done.returncode == 0, done.stderr
     notes = done.stdout.split("NOTES:", 1)[1]
     assert "terminationGracePeriodSeconds = --termination-grace-secs = 180 s" in notes

@@ -22,8 +22,10 @@ def _allowed(policy: dict[str, Any], pod_labels: dict[str, str], port: int) -> b
         peers = rule.get("from")
         if peers is None:
             return True
-        if any("podSelector" in peer and "namespaceSelector" not in peer and _selects(peer["podSelector"], pod_labels)
-               for peer in peers):
+        if any(
+            "podSelector" in peer and "namespaceSelector" not in peer and _selects(peer["podSelector"], pod_labels)
+            for peer in peers
+        ):
             return True
     return False
 
@@ -33,8 +35,11 @@ def _pod_labels(deployment: dict[str, Any]) -> dict[str, str]:
 
 
 def _controller(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    (dep,) = [d for d in find(docs, "Deployment")
-              if d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "controller"]
+    (dep,) = [
+        d
+        for d in find(docs, "Deployment")
+        if d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "controller"
+    ]
     return dep
 
 
@@ -54,8 +59,14 @@ def test_admin_port_is_closed_to_everyone_but_the_controller(helm: Helm) -> None
 
 def test_ports_follow_the_router_values_and_extra_peers_are_added(helm: Helm) -> None:
     monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
-    values = {**values_sets.OTHER_SERVER, "networkPolicy": {"enabled": True, "adminFrom": [monitoring],
-                                                             "trafficFrom": [{"podSelector": {"matchLabels": {"app": "gw"}}}]}}
+    values = {
+        **values_sets.OTHER_SERVER,
+        "networkPolicy": {
+            "enabled": True,
+            "adminFrom": [monitoring],
+            "trafficFrom": [{"podSelector": {"matchLabels": {"app": "gw"}}}],
+        },
+    }
     policy = one(helm.template(values), "NetworkPolicy")
     assert _allowed(policy, {"app": "gw"}, 8081)
     assert not _allowed(policy, {"app": "other"}, 8081), "trafficFrom narrows the traffic port"

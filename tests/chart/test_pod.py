@@ -27,7 +27,8 @@ def test_one_grace_value_feeds_pod_grace_and_router_flag(rendered: tuple[dict[st
 
 
 def test_router_args_point_at_the_model_server_and_the_declared_ports(
-        rendered: tuple[dict[str, Any], list[Any]]) -> None:
+    rendered: tuple[dict[str, Any], list[Any]],
+) -> None:
     values, docs = rendered
     router = containers(docs)["router"]
     args = router["args"]
@@ -45,8 +46,9 @@ def test_model_server_prestop_holds_on_the_routers_drain_wait(rendered: tuple[di
     values, docs = rendered
     by_name = containers(docs)
     model = by_name[values["modelServer"]["name"]]
-    assert model["lifecycle"]["preStop"] == {"httpGet": {"path": "/admin/drain-wait",
-                                                         "port": values["router"]["adminPort"]}}
+    assert model["lifecycle"]["preStop"] == {
+        "httpGet": {"path": "/admin/drain-wait", "port": values["router"]["adminPort"]}
+    }
     admin = {p["name"]: p["containerPort"] for p in by_name["router"]["ports"]}["admin"]
     assert model["lifecycle"]["preStop"]["httpGet"]["port"] == admin
     assert "lifecycle" not in by_name["router"], "the router itself must get SIGTERM at once"
@@ -58,7 +60,7 @@ def test_router_is_a_regular_container_not_a_native_sidecar(rendered: tuple[dict
     _, docs = rendered
     pod = model_deployment(docs)["spec"]["template"]["spec"]
     assert "initContainers" not in pod
-    assert [c["name"] for c in pod["containers"]][0] == "router"
+    assert next(c["name"] for c in pod["containers"]) == "router"
     assert len(pod["containers"]) == 2
 
 
@@ -95,13 +97,17 @@ def test_service_and_pdb_select_only_model_server_pods(rendered: tuple[dict[str,
     values, docs = rendered
     pod_labels = model_deployment(docs)["spec"]["template"]["metadata"]["labels"]
     service = one(docs, "Service")
-    assert service["spec"]["ports"] == [{"name": "http", "port": values["service"]["port"], "targetPort": "http",
-                                         "protocol": "TCP"}]
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": values["service"]["port"], "targetPort": "http", "protocol": "TCP"}
+    ]
     selectors = [service["spec"]["selector"]]
     if values["pdb"]["enabled"]:
         selectors.append(one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"])
-    controller_pods = [d["spec"]["template"]["metadata"]["labels"] for d in find(docs, "Deployment")
-                       if d["metadata"]["name"].endswith("-controller")]
+    controller_pods = [
+        d["spec"]["template"]["metadata"]["labels"]
+        for d in find(docs, "Deployment")
+        if d["metadata"]["name"].endswith("-controller")
+    ]
     for selector in selectors:
         assert selector.items() <= pod_labels.items()
         for labels in controller_pods:

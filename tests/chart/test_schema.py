@@ -9,33 +9,44 @@ import pytest
 from tests.chart.helm import Helm, containers, flag
 
 
-@pytest.mark.parametrize(("values", "expected"), [
-    pytest.param({"shutdownDrainSecs": 1801, "terminationGraceSecs": 3600}, "/shutdownDrainSecs", id="drain-1801"),
-    pytest.param({"shutdownDrainSecs": -1}, "/shutdownDrainSecs", id="negative-drain"),
-    pytest.param({"shutdownDrainSecs": 30.5}, "/shutdownDrainSecs", id="fractional-drain"),
-    pytest.param({"terminationGraceSecs": -5}, "/terminationGraceSecs", id="negative-grace"),
-    pytest.param({"terminationGraceSecs": 0}, "/terminationGraceSecs", id="zero-grace"),
-    pytest.param({"terminationGraceSecs": "180"}, "/terminationGraceSecs", id="string-grace"),
-    pytest.param({"router": {"adminPort": 70000}}, "/router/adminPort", id="port-range"),
-    pytest.param({"router": {"securityContext": {"runAsNonRoot": False}}}, "runAsNonRoot", id="root-router"),
-    pytest.param({"router": {"readinesProbe": {}}}, "readinesProbe", id="typo-key"),
-    pytest.param({"httpRoute": {"enabled": True}}, "/httpRoute/parentRefs", id="route-without-parent"),
-    pytest.param({"modelService": {"deletion": {"routeSettle": "1 minute"}}}, "routeSettle", id="bad-duration"),
-    pytest.param({"modelService": {"lifecycleRules": [{"policy": "Nuke", "condition": {"idleSeconds": 1}}]}},
-                 "policy", id="unknown-policy"),
-])
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        pytest.param({"shutdownDrainSecs": 1801, "terminationGraceSecs": 3600}, "/shutdownDrainSecs", id="drain-1801"),
+        pytest.param({"shutdownDrainSecs": -1}, "/shutdownDrainSecs", id="negative-drain"),
+        pytest.param({"shutdownDrainSecs": 30.5}, "/shutdownDrainSecs", id="fractional-drain"),
+        pytest.param({"terminationGraceSecs": -5}, "/terminationGraceSecs", id="negative-grace"),
+        pytest.param({"terminationGraceSecs": 0}, "/terminationGraceSecs", id="zero-grace"),
+        pytest.param({"terminationGraceSecs": "180"}, "/terminationGraceSecs", id="string-grace"),
+        pytest.param({"router": {"adminPort": 70000}}, "/router/adminPort", id="port-range"),
+        pytest.param({"router": {"securityContext": {"runAsNonRoot": False}}}, "runAsNonRoot", id="root-router"),
+        pytest.param({"router": {"readinesProbe": {}}}, "readinesProbe", id="typo-key"),
+        pytest.param({"httpRoute": {"enabled": True}}, "/httpRoute/parentRefs", id="route-without-parent"),
+        pytest.param({"modelService": {"deletion": {"routeSettle": "1 minute"}}}, "routeSettle", id="bad-duration"),
+        pytest.param(
+            {"modelService": {"lifecycleRules": [{"policy": "Nuke", "condition": {"idleSeconds": 1}}]}},
+            "policy",
+            id="unknown-policy",
+        ),
+    ],
+)
 def test_schema_rejects(helm: Helm, values: dict[str, Any], expected: str) -> None:
     error = helm.template_error(values)
     assert "schema" in error
     assert expected in error
 
 
-@pytest.mark.parametrize(("values", "expected"), [
-    pytest.param({"shutdownDrainSecs": 180}, "must be below terminationGraceSecs", id="drain-equals-grace"),
-    pytest.param({"shutdownDrainSecs": 60, "terminationGraceSecs": 30}, "shutdownDrainSecs (60)", id="drain-over-grace"),
-    pytest.param({"router": {"adminPort": 8080}}, "router.port and router.adminPort", id="same-router-ports"),
-    pytest.param({"modelServer": {"port": 9091}}, "modelServer.port 9091 collides", id="model-port-collides"),
-])
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        pytest.param({"shutdownDrainSecs": 180}, "must be below terminationGraceSecs", id="drain-equals-grace"),
+        pytest.param(
+            {"shutdownDrainSecs": 60, "terminationGraceSecs": 30}, "shutdownDrainSecs (60)", id="drain-over-grace"
+        ),
+        pytest.param({"router": {"adminPort": 8080}}, "router.port and router.adminPort", id="same-router-ports"),
+        pytest.param({"modelServer": {"port": 9091}}, "modelServer.port 9091 collides", id="model-port-collides"),
+    ],
+)
 def test_render_checks_refuse(helm: Helm, values: dict[str, Any], expected: str) -> None:
     assert expected in helm.template_error(values)
 

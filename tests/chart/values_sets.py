@@ -14,21 +14,31 @@ FULL: dict[str, Any] = {
     # Everything on: the route, the ModelService with recycling and lifecycle rules.
     "terminationGraceSecs": 600,
     "shutdownDrainSecs": 45,
-    "httpRoute": {"enabled": True, "parentRefs": [{"name": "inference", "namespace": "gateways"}],
-                  "hostnames": ["llm.example.com"], "timeouts": {"request": "0s", "backendRequest": "0s"}},
+    "httpRoute": {
+        "enabled": True,
+        "parentRefs": [{"name": "inference", "namespace": "gateways"}],
+        "hostnames": ["llm.example.com"],
+        "timeouts": {"request": "0s", "backendRequest": "0s"},
+    },
     "modelService": {
         "enabled": True,
         "annotations": {"drainrouter.dev/route-settle": "90s"},
         "deletion": {"maxWait": "2h", "routeSettle": "60s", "forceDeleteAfter": "30m"},
         "recycling": {"enabled": True, "maxPodLifetimeSeconds": 43200, "maxPodLifetimeIdleTimeoutSeconds": 3600},
-        "lifecycleRules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": 1800}},
-                           {"policy": "DeleteSelf", "condition": {"idleSeconds": 86400}}],
+        "lifecycleRules": [
+            {"policy": "ScaleToZero", "condition": {"idleSeconds": 1800}},
+            {"policy": "DeleteSelf", "condition": {"idleSeconds": 86400}},
+        ],
     },
-    "workload": {"replicas": 3, "strategy": {"type": "RollingUpdate",
-                                             "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-                 "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": "hf-cache"}}]},
-    "modelServer": {"env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
-                    "volumeMounts": [{"name": "cache", "mountPath": "/root/.cache/huggingface"}]},
+    "workload": {
+        "replicas": 3,
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+        "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": "hf-cache"}}],
+    },
+    "modelServer": {
+        "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
+        "volumeMounts": [{"name": "cache", "mountPath": "/root/.cache/huggingface"}],
+    },
     "router": {"accessLog": True, "extraArgs": ["--upstream-max-connections", "512"]},
 }
 
@@ -36,18 +46,23 @@ OTHER_SERVER: dict[str, Any] = {
     # Another model server (SGLang) on other ports, a long grace, probes not declared to the router.
     "terminationGraceSecs": 1900,
     "shutdownDrainSecs": 1800,
-    "router": {"port": 8081, "adminPort": 9191, "upstreamHealthPath": "",
-               "readinessProbe": {"periodSeconds": 2, "failureThreshold": 5, "declareToRouter": False}},
-    "modelServer": {"name": "sglang", "image": {"repository": "lmsysorg/sglang", "tag": "v0.4.10"},
-                    "port": 30000, "command": ["python3", "-m", "sglang.launch_server"],
-                    "args": ["--model-path", "Qwen/Qwen2.5-0.5B-Instruct", "--host", "127.0.0.1",
-                             "--port", "30000"],
-                    "shmSize": ""},
+    "router": {
+        "port": 8081,
+        "adminPort": 9191,
+        "upstreamHealthPath": "",
+        "readinessProbe": {"periodSeconds": 2, "failureThreshold": 5, "declareToRouter": False},
+    },
+    "modelServer": {
+        "name": "sglang",
+        "image": {"repository": "lmsysorg/sglang", "tag": "v0.4.10"},
+        "port": 30000,
+        "command": ["python3", "-m", "sglang.launch_server"],
+        "args": ["--model-path", "Qwen/Qwen2.5-0.5B-Instruct", "--host", "127.0.0.1", "--port", "30000"],
+        "shmSize": "",
+    },
     "pdb": {"maxUnavailable": None, "minAvailable": "50%"},
-    "controller": {"allNamespaces": True, "image": {"repository": "registry.example.com/drain-router",
-                                                    "tag": "0.1.0"}},
-    "image": {"repository": "registry.example.com/drain-router",
-              "digest": "sha256:" + "0" * 64},
+    "controller": {"allNamespaces": True, "image": {"repository": "registry.example.com/drain-router", "tag": "0.1.0"}},
+    "image": {"repository": "registry.example.com/drain-router", "digest": "sha256:" + "0" * 64},
 }
 
 CONTROLLER_ONLY: dict[str, Any] = {"workload": {"enabled": False}, "controller": {"watchNamespaces": ["a", "b"]}}

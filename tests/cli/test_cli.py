@@ -54,13 +54,44 @@ def test_defaults(served: list[config.Config]) -> None:
 
 
 def test_every_flag_reaches_config(served: list[config.Config]) -> None:
-    result = run(["serve", "--upstream", "unix:/run/m.sock", "--host", "127.0.0.1", "--port", "8181",
-                  "--admin-host", "127.0.0.2", "--admin-port", "9191", "--shutdown-drain-secs", "45",
-                  "--termination-grace-secs", "120", "--readiness-probe-period-secs", "5",
-                  "--readiness-probe-failure-threshold", "3", "--upstream-health-path", "/health",
-                  "--upstream-health-interval-secs", "4", "--upstream-connect-timeout-secs", "7",
-                  "--upstream-max-connections", "500", "--max-request-body-bytes", "1024",
-                  "--log-format", "console", "--log-level", "DEBUG", "--access-log"])
+    result = run(
+        [
+            "serve",
+            "--upstream",
+            "unix:/run/m.sock",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "8181",
+            "--admin-host",
+            "127.0.0.2",
+            "--admin-port",
+            "9191",
+            "--shutdown-drain-secs",
+            "45",
+            "--termination-grace-secs",
+            "120",
+            "--readiness-probe-period-secs",
+            "5",
+            "--readiness-probe-failure-threshold",
+            "3",
+            "--upstream-health-path",
+            "/health",
+            "--upstream-health-interval-secs",
+            "4",
+            "--upstream-connect-timeout-secs",
+            "7",
+            "--upstream-max-connections",
+            "500",
+            "--max-request-body-bytes",
+            "1024",
+            "--log-format",
+            "console",
+            "--log-level",
+            "DEBUG",
+            "--access-log",
+        ]
+    )
     assert result.exit_code == 0, result.output
     cfg = served[0]
     assert cfg.proxy.upstream.unix_path == "/run/m.sock"
@@ -90,8 +121,9 @@ def test_environment_variables(served: list[config.Config]) -> None:
 
 @pytest.mark.parametrize("case", casefiles.params(casefiles.load("config_errors.yaml")))
 @pytest.mark.parametrize("command", ["serve", "check"])
-def test_hard_errors_exit_2_naming_flag_value_remedy(served: list[config.Config], command: str,
-                                                     case: dict[str, Any]) -> None:
+def test_hard_errors_exit_2_naming_flag_value_remedy(
+    served: list[config.Config], command: str, case: dict[str, Any]
+) -> None:
     result = CliRunner().invoke(cli.main, [command, *UPSTREAM, *case["args"]])
     assert result.exit_code == 2
     assert case["flag"] in result.output
@@ -144,8 +176,9 @@ def test_controller_without_the_extra_says_how_to_install_it():
     import sys
 
     code = "import sys; sys.modules['kopf'] = None; from router.cli import main; main()"
-    result = subprocess.run([sys.executable, "-c", code, "controller", "--namespace", "models"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code, "controller", "--namespace", "models"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 1
     assert "pip install 'drain-router[controller]'" in result.stderr
     assert "Traceback" not in result.stderr

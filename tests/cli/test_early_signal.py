@@ -26,8 +26,24 @@ def _entry_point() -> list[str]:
 
 
 def _router_argv() -> list[str]:
-    return [*_entry_point(), "serve", "--upstream", "http://127.0.0.1:9", "--host", "127.0.0.1", "--port", "0",
-            "--admin-host", "127.0.0.1", "--admin-port", "0", "--shutdown-drain-secs", "5", "--log-format", "json"]
+    return [
+        *_entry_point(),
+        "serve",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--admin-host",
+        "127.0.0.1",
+        "--admin-port",
+        "0",
+        "--shutdown-drain-secs",
+        "5",
+        "--log-format",
+        "json",
+    ]
 
 
 def _survives(argv: list[str], delay: float) -> int:
@@ -70,17 +86,21 @@ def test_sigterm_right_after_the_interpreters_floor_is_honoured(floor: float, af
             return
         if _survives([sys.executable, "-c", BARE], delay - 0.020) == 0:
             confirmed += 1
-            assert confirmed < 2, (f"SIGTERM at {floor * 1000:.0f} + {after_ms} ms killed the router (exit {router}) "
-                                   "twice, while a bare interpreter signalled 20 ms earlier survived")
+            assert confirmed < 2, (
+                f"SIGTERM at {floor * 1000:.0f} + {after_ms} ms killed the router (exit {router}) "
+                "twice, while a bare interpreter signalled 20 ms earlier survived"
+            )
     raise AssertionError("the machine stayed too busy to tell (the bare interpreter died too)")
 
 
 def test_the_entry_point_loads_nothing_heavy_before_its_recorder() -> None:
     """What the console script imports before the recorder is installed: the ``router`` package and
     ``router.entry`` only; no click, no configuration, no event loop, no aiohttp, no structlog."""
-    probe = ("import sys; import router.entry; "
-             "print(','.join(m for m in ('click', 'router.config', 'router.cli', 'aiohttp', 'uvloop', 'structlog',"
-             " 'router.proxy') if m in sys.modules))")
+    probe = (
+        "import sys; import router.entry; "
+        "print(','.join(m for m in ('click', 'router.config', 'router.cli', 'aiohttp', 'uvloop', 'structlog',"
+        " 'router.proxy') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "", f"loaded before the recorder: {done.stdout.strip()}"

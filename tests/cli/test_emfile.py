@@ -12,9 +12,9 @@ import signal
 import aiohttp
 
 from router.proxy import tuning
-from tests.waiting import wait_until
 from tests.process import RouterProcess
 from tests.upstream import sse_events
+from tests.waiting import wait_until
 
 NOFILE = 160  # soft = hard, so the router's own raise to the hard limit cannot lift it
 LIMIT = tuning.traffic_connection_limit(NOFILE)  # 48 client connections
@@ -32,14 +32,24 @@ async def test_connection_limit_keeps_admin_answering_and_held_streams_flowing(f
     every held stream ends with [DONE]; afterwards the router serves again and drains cleanly.
     (Without the limit, the idle connections alone exhaust the descriptors and the admin listener
     cannot accept its probes.)"""
-    p = await RouterProcess.start("--upstream", fake_upstream.url, "--port", "0", "--admin-port", "0",
-                                  "--shutdown-drain-secs", "0", preexec_fn=_tight_nofile)
+    p = await RouterProcess.start(
+        "--upstream",
+        fake_upstream.url,
+        "--port",
+        "0",
+        "--admin-port",
+        "0",
+        "--shutdown-drain-secs",
+        "0",
+        preexec_fn=_tight_nofile,
+    )
     try:
         listening = await p.wait_event("startup.listening")
         assert listening["connection_limit"] == LIMIT
         base = f"http://127.0.0.1:{p.port}"
         admin = f"http://127.0.0.1:{p.admin_port}"
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True)) as s:
+
             async def stream(n: int) -> object:
                 try:
                     async with s.get(f"{base}/sse?n={n}&iv=0.05", timeout=aiohttp.ClientTimeout(total=20)) as resp:
@@ -72,8 +82,11 @@ async def test_connection_limit_keeps_admin_answering_and_held_streams_flowing(f
                 assert resp.status == 200
             async with again.get(f"{admin}/metrics") as resp:
                 metrics = await resp.text()
-        refused = [line for line in metrics.splitlines()
-                   if line.startswith('drain_router_connections_refused_total{reason="connection_limit"}')]
+        refused = [
+            line
+            for line in metrics.splitlines()
+            if line.startswith('drain_router_connections_refused_total{reason="connection_limit"}')
+        ]
         assert refused and float(refused[0].split()[-1]) >= outcomes[503], refused
         assert any(e.get("event") == "proxy.connection_refused" for e in p.events)
         assert p.proc.returncode is None, "the router did not crash"

@@ -58,10 +58,30 @@ def world() -> Iterator[World]:
     fake, spy = holder["fake"], holder["spy"]
     assert isinstance(fake, upstream_mod.FakeUpstream) and isinstance(spy, Canary)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "router", "serve", "--upstream", fake.url, "--host", "127.0.0.1", "--port", "0",
-         "--admin-host", "127.0.0.1", "--admin-port", "0", "--shutdown-drain-secs", "0",
-         "--client-header-timeout-secs", "1", "--max-request-body-bytes", "65536"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "router",
+            "serve",
+            "--upstream",
+            fake.url,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--admin-host",
+            "127.0.0.1",
+            "--admin-port",
+            "0",
+            "--shutdown-drain-secs",
+            "0",
+            "--client-header-timeout-secs",
+            "1",
+            "--max-request-body-bytes",
+            "65536",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     lines: list[dict[str, object]] = []
@@ -122,32 +142,84 @@ def _requests_by_outcome(world: World) -> dict[str, float]:
 
 
 CANARY = "127.0.0.1:{canary}"
-methods = st.sampled_from(["GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "CONNECT", "TRACE", "PRI", "G ET",
-                           "get", "GET\x00"]) | st.text(min_size=1, max_size=8)
-targets = st.sampled_from(["/", "/echo", "/sse?n=2&iv=0", "*", "http://{c}/", "http://{c}/echo", "HTTP://{c}/", "{c}",
-                           "@{c}", "@{c}/echo", "//{c}/echo", "/@{c}/echo", "http://user@{c}/", "https://{c}/",
-                           "http://[::1]:{p}/", "/%2e%2e/%2e%2e/etc/passwd", "/echo#frag", "/echo\\r\\nX: y",
-                           "/" + "a" * 9000]) | st.text(max_size=30)
+methods = st.sampled_from(
+    ["GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "CONNECT", "TRACE", "PRI", "G ET", "get", "GET\x00"]
+) | st.text(min_size=1, max_size=8)
+targets = st.sampled_from(
+    [
+        "/",
+        "/echo",
+        "/sse?n=2&iv=0",
+        "*",
+        "http://{c}/",
+        "http://{c}/echo",
+        "HTTP://{c}/",
+        "{c}",
+        "@{c}",
+        "@{c}/echo",
+        "//{c}/echo",
+        "/@{c}/echo",
+        "http://user@{c}/",
+        "https://{c}/",
+        "http://[::1]:{p}/",
+        "/%2e%2e/%2e%2e/etc/passwd",
+        "/echo#frag",
+        "/echo\\r\\nX: y",
+        "/" + "a" * 9000,
+    ]
+) | st.text(max_size=30)
 versions = st.sampled_from(["HTTP/1.1", "HTTP/1.0", "HTTP/2.0", "HTTP/0.9", "HTTP/1.1 x", "", "http/1.1"])
-header_lines = st.lists(st.sampled_from([
-    "Host: x", "Host: {c}", "Host: ", "Host: a\x00b", "Content-Length: 5", "Content-Length: -1",
-    "Content-Length: abc", "Content-Length: 99999999999", "Transfer-Encoding: chunked",
-    "Transfer-Encoding: chunked, identity", "Transfer-Encoding: xchunked", " Transfer-Encoding: chunked",
-    "Connection: Host", "Connection: close", "Connection: Upgrade", "Upgrade: websocket",
-    "Expect: 100-continue", "X-Forwarded-For: {c}", "Forwarded: for=evil;host={c}", "Proxy-Connection: keep-alive",
-    "X" * 9000 + ": y", "Bad Header", ": empty", "X-Fold: a\r\n b",
-]) | st.text(max_size=40), max_size=8)
-bodies = st.sampled_from([b"", b"hello", b"5\r\nhello\r\n0\r\n\r\n", b"0\r\n\r\n", b"zz\r\n", b"GET / HTTP/1.1\r\n\r\n"]) | \
-    st.binary(max_size=64)
+header_lines = st.lists(
+    st.sampled_from(
+        [
+            "Host: x",
+            "Host: {c}",
+            "Host: ",
+            "Host: a\x00b",
+            "Content-Length: 5",
+            "Content-Length: -1",
+            "Content-Length: abc",
+            "Content-Length: 99999999999",
+            "Transfer-Encoding: chunked",
+            "Transfer-Encoding: chunked, identity",
+            "Transfer-Encoding: xchunked",
+            " Transfer-Encoding: chunked",
+            "Connection: Host",
+            "Connection: close",
+            "Connection: Upgrade",
+            "Upgrade: websocket",
+            "Expect: 100-continue",
+            "X-Forwarded-For: {c}",
+            "Forwarded: for=evil;host={c}",
+            "Proxy-Connection: keep-alive",
+            "X" * 9000 + ": y",
+            "Bad Header",
+            ": empty",
+            "X-Fold: a\r\n b",
+        ]
+    )
+    | st.text(max_size=40),
+    max_size=8,
+)
+bodies = st.sampled_from(
+    [b"", b"hello", b"5\r\nhello\r\n0\r\n\r\n", b"0\r\n\r\n", b"zz\r\n", b"GET / HTTP/1.1\r\n\r\n"]
+) | st.binary(max_size=64)
 structured = st.builds(
-    lambda m, t, v, hs, b: (f"{m} {t} {v}\r\n" + "".join(h + "\r\n" for h in hs) + "\r\n").encode("utf-8", "replace") + b,
-    methods, targets, versions, header_lines, bodies,
+    lambda m, t, v, hs, b: (
+        (f"{m} {t} {v}\r\n" + "".join(h + "\r\n" for h in hs) + "\r\n").encode("utf-8", "replace") + b
+    ),
+    methods,
+    targets,
+    versions,
+    header_lines,
+    bodies,
 )
 raw_requests = structured | st.binary(min_size=1, max_size=200)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(data=raw_requests)
 def test_no_raw_request_escapes_or_blames_the_model_server(world: World, data: bytes) -> None:
     data = data.replace(b"{c}", CANARY.format(canary=world.canary.port).encode())

@@ -28,8 +28,8 @@ from tests.blackbox import (
     reset,
     status_of,
 )
-from tests.waiting import wait_until
 from tests.process import RouterProcess
+from tests.waiting import wait_until
 
 Start = Callable[..., Awaitable[RouterProcess]]
 
@@ -39,8 +39,17 @@ async def start_process(fake_upstream) -> AsyncIterator[Start]:
     started: list[RouterProcess] = []
 
     async def start(*args: str, upstream: str | None = None) -> RouterProcess:
-        p = await RouterProcess.start("--upstream", upstream or fake_upstream.url, "--port", "0",
-                                      "--admin-port", "0", "--shutdown-drain-secs", "0", *args)
+        p = await RouterProcess.start(
+            "--upstream",
+            upstream or fake_upstream.url,
+            "--port",
+            "0",
+            "--admin-port",
+            "0",
+            "--shutdown-drain-secs",
+            "0",
+            *args,
+        )
         started.append(p)
         await p.wait_event("startup.listening")
         return p
@@ -81,8 +90,9 @@ async def test_no_request_target_reaches_anything_but_the_upstream(start_process
         answer, _ = await raw_exchange(p.port, line + b"\r\nHost: x\r\nContent-Length: 0\r\n\r\n", whole=True)
         assert status_of(answer) == 400, (line, answer[:120])
         assert _body(answer)["error"]["type"] in ("bad_request_target", "bad_request"), answer
-    answer, _ = await raw_exchange(p.port, f"GET /@127.0.0.1:{spy.port}/echo HTTP/1.1\r\nHost: x\r\n\r\n".encode(),
-                                   whole=True)
+    answer, _ = await raw_exchange(
+        p.port, f"GET /@127.0.0.1:{spy.port}/echo HTTP/1.1\r\nHost: x\r\n\r\n".encode(), whole=True
+    )
     assert status_of(answer) == 404, answer[:200]  # the upstream's own answer for that path
     assert spy.connections == 0
     assert fake_upstream.started == 0
@@ -136,9 +146,13 @@ async def test_malformed_requests_are_rejected_and_logged_once(start_process, fa
     """40 malformed requests: each a JSON 400 counted ``rejected`` (never ``upstream_error``); the log
     gets one rate-limited info line per kind, never an error or a traceback."""
     p = await start_process()
-    garbage = [b"GARBAGE\r\n\r\n", b"GET / HTTP/1.1\r\nBad Header\r\n\r\n", b"GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n",
-               b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-               b"GET /echo\r\n\r\n"]  # no version: llhttp says HTTP/0.9; answered in HTTP/1.1
+    garbage = [
+        b"GARBAGE\r\n\r\n",
+        b"GET / HTTP/1.1\r\nBad Header\r\n\r\n",
+        b"GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        b"GET /echo\r\n\r\n",
+    ]  # no version: llhttp says HTTP/0.9; answered in HTTP/1.1
     assert 40 % len(garbage) == 0
     for i in range(40):
         answer, _ = await raw_exchange(p.port, garbage[i % len(garbage)], whole=True)
@@ -206,7 +220,7 @@ async def test_slow_and_idle_clients_are_closed_streams_are_not(start_process, f
 async def _closed_within(reader: asyncio.StreamReader, timeout: float) -> bool:
     try:
         return await asyncio.wait_for(reader.read(65536), timeout) == b""
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
     except ConnectionError:
         return True
@@ -248,9 +262,12 @@ async def test_upgrade_with_a_pipelined_request_closes_the_connection(start_proc
     """An Upgrade request with a body, then a pipelined request: 501, and the connection closes; the
     pipelined request is not answered, not read as a request, and never reaches the upstream."""
     p = await start_process()
-    answer, closed = await raw_exchange(p.port, b"POST /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
-                                        b"Connection: Upgrade\r\nContent-Length: 3\r\n\r\nabc"
-                                        b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer, closed = await raw_exchange(
+        p.port,
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nContent-Length: 3\r\n\r\nabc"
+        b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
     assert status_of(answer) == 501
     assert answer.count(b"HTTP/1.1 ") == 1, answer
     assert closed
@@ -261,13 +278,17 @@ async def test_host_survives_connection_and_forwarded_headers_follow_the_trust_m
     """``Connection: Host`` does not remove Host; the router appends its own hop to ``Forwarded`` and
     ``X-Forwarded-For`` after what the client claimed, and drops ``X-Real-IP``."""
     p = await start_process()
-    answer, _ = await raw_exchange(p.port, b"GET /echo HTTP/1.1\r\nHost: model.example\r\nConnection: Host, X-Hop\r\n"
-                                   b"X-Hop: 1\r\nForwarded: for=203.0.113.9\r\nX-Forwarded-For: 203.0.113.9\r\n"
-                                   b"X-Real-IP: 203.0.113.9\r\n\r\n", whole=True)
+    answer, _ = await raw_exchange(
+        p.port,
+        b"GET /echo HTTP/1.1\r\nHost: model.example\r\nConnection: Host, X-Hop\r\n"
+        b"X-Hop: 1\r\nForwarded: for=203.0.113.9\r\nX-Forwarded-For: 203.0.113.9\r\n"
+        b"X-Real-IP: 203.0.113.9\r\n\r\n",
+        whole=True,
+    )
     seen = {k.lower(): v for k, v in _body(answer)["headers"].items()}
     assert seen["host"] == "model.example"
     assert "x-hop" not in seen
-    assert seen["forwarded"] == 'for=203.0.113.9, for=127.0.0.1;proto=http;host=model.example'
+    assert seen["forwarded"] == "for=203.0.113.9, for=127.0.0.1;proto=http;host=model.example"
     assert seen["x-forwarded-for"] == "203.0.113.9, 127.0.0.1"
     assert "x-real-ip" not in seen
 
@@ -277,6 +298,7 @@ async def test_drain_wait_timeout_and_waiters_are_capped(start_process):
     p = await start_process("--termination-grace-secs", "3")
     admin = f"http://127.0.0.1:{p.admin_port}/admin/drain-wait"
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True)) as s:
+
         async def wait(timeout: str) -> tuple[int, dict[str, object], float]:
             t0 = time.monotonic()
             async with s.get(admin, params={"timeout": timeout}, timeout=aiohttp.ClientTimeout(total=30)) as resp:

@@ -71,9 +71,27 @@ async def test_router_as_pid_1_drains_on_sigterm(fake_upstream):
     if probe.returncode != 0:
         pytest.skip(f"cannot create a PID namespace here: {probe.stderr.decode().strip()}")
     proc = await asyncio.create_subprocess_exec(
-        "unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
-        sys.executable, "-m", "router", "serve", "--upstream", fake_upstream.url, "--host", "127.0.0.1",
-        "--port", "0", "--admin-host", "127.0.0.1", "--admin-port", "0", "--shutdown-drain-secs", "1",
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "--kill-child",
+        sys.executable,
+        "-m",
+        "router",
+        "serve",
+        "--upstream",
+        fake_upstream.url,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--admin-host",
+        "127.0.0.1",
+        "--admin-port",
+        "0",
+        "--shutdown-drain-secs",
+        "1",
         stdout=asyncio.subprocess.PIPE,
     )
     try:
@@ -90,6 +108,7 @@ async def test_router_as_pid_1_drains_on_sigterm(fake_upstream):
         status = Path(f"/proc/{router_pid}/status").read_text()
         assert re.search(r"^NSpid:\s+\d+\s+1$", status, re.M), "the router is PID 1 in its namespace"
         async with aiohttp.ClientSession() as s:
+
             async def stream() -> bytes:
                 async with s.get(f"http://127.0.0.1:{ports[0]}/sse?n=30&iv=0.05") as resp:
                     return await resp.read()

@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 import pytest
 
-from tests.waiting import wait_until
 from tests.process import RouterProcess
 from tests.upstream import sse_events
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -72,7 +72,9 @@ async def test_deadline_abort_exits_1(fake_upstream, spawn):
 def test_config_error_exits_2_with_one_message():
     result = subprocess.run(
         [sys.executable, "-m", "router", "serve", "--upstream", "http://127.0.0.1:1", "--shutdown-drain-secs", "18000"],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 2
     assert "--shutdown-drain-secs" in result.stderr and "18000" in result.stderr
@@ -89,7 +91,9 @@ async def test_sigterm_during_startup_is_honoured(fake_upstream, spawn):
     p.signal(signal.SIGTERM)
     assert await p.wait(10) == 0
     assert "startup.listening" not in p.names(), "a signal before the bind means no bind at all"
-    p2 = await spawn("--upstream", fake_upstream.url, "--upstream-health-path", "/health", "--shutdown-drain-secs", "30")
+    p2 = await spawn(
+        "--upstream", fake_upstream.url, "--upstream-health-path", "/health", "--shutdown-drain-secs", "30"
+    )
     await p2.wait_event("startup.listening")
     p2.signal(signal.SIGTERM)  # while starting: listening, upstream not healthy yet
     t0 = time.monotonic()

@@ -15,8 +15,8 @@ import kmock
 import pytest
 from kubernetes_asyncio import client
 
-from router.controller import crd, handlers, settings as settings_
-
+from router.controller import crd, handlers
+from router.controller import settings as settings_
 from tests.chart import conftest as chart_fixtures
 from tests.chart import helm as chart
 
@@ -27,8 +27,9 @@ MSVC = f"{crd.group()}/{crd.version()}/{crd.plural()}"
 REQUEUE = 0.2
 
 
-async def eventually(check: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05,
-                     what: str = "condition") -> Any:
+async def eventually(
+    check: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"
+) -> Any:
     """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -63,8 +64,12 @@ async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Cluster
     if os.environ.get(RBAC_ENV) == "1":
         emulator.rbac = request.getfixturevalue("chart_rules")
     emulator.resources[MSVC] = kmock.ResourceInfo(
-        kind=spec["names"]["kind"], namespaced=True, shortnames=set(spec["names"]["shortNames"]),
-        subresources=set(spec["versions"][0]["subresources"]), verbs={"get", "list", "watch", "patch", "delete"})
+        kind=spec["names"]["kind"],
+        namespaced=True,
+        shortnames=set(spec["names"]["shortNames"]),
+        subresources=set(spec["versions"][0]["subresources"]),
+        verbs={"get", "list", "watch", "patch", "delete"},
+    )
     async with emulator, kmock.Server(emulator) as server:
         loops = [asyncio.create_task(emulator.kubelet()), asyncio.create_task(emulator.deployments())]
         try:
@@ -94,8 +99,9 @@ class Operator:
     async def start(self) -> None:
         from router.controller import operator
 
-        settings = settings_.ControllerSettings(**{
-            "namespaces": (NAMESPACE,), "requeue_secs": REQUEUE, "metrics_port": 0, **self.overrides})
+        settings = settings_.ControllerSettings(
+            **{"namespaces": (NAMESPACE,), "requeue_secs": REQUEUE, "metrics_port": 0, **self.overrides}
+        )
         configuration = client.Configuration(host=str(self.server.url).rstrip("/"))
         self.stop_flag, ready = threading.Event(), threading.Event()
 
@@ -152,4 +158,3 @@ async def operator(cluster: tuple[ClusterEmulator, kmock.Server]) -> AsyncIterat
         yield op
     finally:
         await op.stop()
-

@@ -64,9 +64,14 @@ controller's calls (kopf's and kubernetes_asyncio's)."""
 
 
 def _status(code: int, reason: str | None, message: str, *, name: str, success: bool = False) -> dict[str, Any]:
-    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                            "status": "Success" if success else "Failure", "code": code,
-                            "details": {"name": name, "kind": "pods"}}
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success" if success else "Failure",
+        "code": code,
+        "details": {"name": name, "kind": "pods"},
+    }
     if reason:
         body["reason"] = reason
     if message:
@@ -75,8 +80,9 @@ def _status(code: int, reason: str | None, message: str, *, name: str, success: 
 
 
 def _budget(name: str, cause: str) -> dict[str, Any]:
-    body = _status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
-                   name=name)
+    body = _status(
+        429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.", name=name
+    )
     body["details"]["causes"] = [{"reason": "DisruptionBudget", "message": cause}]
     return body
 
@@ -127,8 +133,12 @@ def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) ->
         return False
     for expr in selector.get("matchExpressions") or ():
         key, op, values = expr["key"], expr["operator"], expr.get("values") or ()
-        ok = {"In": key in labels and labels[key] in values, "NotIn": labels.get(key) not in values,
-              "Exists": key in labels, "DoesNotExist": key not in labels}[op]
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": labels.get(key) not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[op]
         if not ok:
             return False
     return True
@@ -148,8 +158,10 @@ def rules_of(roles: Iterable[dict[str, Any]]) -> list[Rule]:
 
 
 def _ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or ())
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or ()
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -198,8 +210,12 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         for path, (kind, namespaced, subresources) in RESOURCES.items():
-            self.resources[path] = kmock.ResourceInfo(kind=kind, namespaced=namespaced, subresources=subresources,
-                                                      verbs={"get", "list", "watch", "create", "patch", "delete"})
+            self.resources[path] = kmock.ResourceInfo(
+                kind=kind,
+                namespaced=namespaced,
+                subresources=subresources,
+                verbs={"get", "list", "watch", "create", "patch", "delete"},
+            )
 
     # --- helpers for tests ------------------------------------------------------------------------
 
@@ -251,10 +267,15 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         PDB selects; desired from ``minAvailable`` or ``maxUnavailable`` (int or percent)."""
         namespace = pdb["metadata"]["namespace"]
         spec = pdb.get("spec") or {}
-        pods = [o.raw for (res, ns, _), o in self.objects.items()
-                if res == kmock.resource("v1/pods") and ns == namespace and not o.deleted
-                and (o.raw.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                and selector_matches(spec.get("selector"), o.raw["metadata"].get("labels") or {})]
+        pods = [
+            o.raw
+            for (res, ns, _), o in self.objects.items()
+            if res == kmock.resource("v1/pods")
+            and ns == namespace
+            and not o.deleted
+            and (o.raw.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and selector_matches(spec.get("selector"), o.raw["metadata"].get("labels") or {})
+        ]
         expected = len(pods)
         healthy = sum(1 for p in pods if _ready(p) and not p["metadata"].get("deletionTimestamp"))
 
@@ -267,9 +288,13 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             desired = amount(spec["minAvailable"])
         else:
             desired = max(expected - amount(spec.get("maxUnavailable", 0)), 0)
-        return {"observedGeneration": pdb["metadata"].get("generation", 1), "currentHealthy": healthy,
-                "desiredHealthy": desired, "expectedPods": expected,
-                "disruptionsAllowed": max(healthy - desired, 0)}
+        return {
+            "observedGeneration": pdb["metadata"].get("generation", 1),
+            "currentHealthy": healthy,
+            "desiredHealthy": desired,
+            "expectedPods": expected,
+            "disruptionsAllowed": max(healthy - desired, 0),
+        }
 
     def _refresh_pdbs(self, namespace: str) -> list[tuple[Any, dict[str, Any]]]:
         pdbs = []
@@ -299,10 +324,14 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             pod = self.objects[key].raw
             status = pod.get("status") or {}
             start = status.get("startTime")
-            if start and not _ready(pod) and not pod["metadata"].get("deletionTimestamp") \
-                    and status.get("phase") == "Running" \
-                    and (self.pod_may_be_ready is None or self.pod_may_be_ready(pod)) \
-                    and now >= durations.parse_time(start) + ready_after:
+            if (
+                start
+                and not _ready(pod)
+                and not pod["metadata"].get("deletionTimestamp")
+                and status.get("phase") == "Running"
+                and (self.pod_may_be_ready is None or self.pod_may_be_ready(pod))
+                and now >= durations.parse_time(start) + ready_after
+            ):
                 self._write(key, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
         for key in [k for k, o in self.objects.items() if k[0] == deploy_res and not o.deleted]:
             deployment = self.objects[key].raw
@@ -310,40 +339,70 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             if meta.get("deletionTimestamp") or "template" not in spec:
                 continue
             desired = 1 if spec.get("replicas") is None else int(spec["replicas"])
-            owned = sorted((o.raw for k, o in self.objects.items() if k[0] == pods_res and not o.deleted
-                            and k[1] == key[1]
-                            and any(r.get("uid") == meta["uid"] for r in o.raw["metadata"].get("ownerReferences") or ())
-                            and (o.raw.get("status") or {}).get("phase") not in ("Succeeded", "Failed")),
-                           key=lambda p: p["metadata"]["creationTimestamp"] + p["metadata"]["name"])
+            owned = sorted(
+                (
+                    o.raw
+                    for k, o in self.objects.items()
+                    if k[0] == pods_res
+                    and not o.deleted
+                    and k[1] == key[1]
+                    and any(r.get("uid") == meta["uid"] for r in o.raw["metadata"].get("ownerReferences") or ())
+                    and (o.raw.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                ),
+                key=lambda p: p["metadata"]["creationTimestamp"] + p["metadata"]["name"],
+            )
             alive = [p for p in owned if not p["metadata"].get("deletionTimestamp")]
             for pod in alive[desired:][::-1]:
                 self._delete((pods_res, key[1], pod["metadata"]["name"]), {})
             for _ in range(desired - len(alive)):
                 template = copy.deepcopy(spec["template"])
                 pod_meta = template.get("metadata") or {}
-                pod_meta.update(namespace=key[1], generateName=f"{meta['name']}-", ownerReferences=[{
-                    "apiVersion": "apps/v1", "kind": "Deployment", "name": meta["name"], "uid": meta["uid"],
-                    "controller": True}])
+                pod_meta.update(
+                    namespace=key[1],
+                    generateName=f"{meta['name']}-",
+                    ownerReferences=[
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "Deployment",
+                            "name": meta["name"],
+                            "uid": meta["uid"],
+                            "controller": True,
+                        }
+                    ],
+                )
                 template["metadata"] = pod_meta
-                template["status"] = {"phase": "Running", "startTime": durations.format_time(now),
-                                      "podIP": self.allocate_ip(),
-                                      "conditions": [{"type": "Ready", "status": "False"}]}
+                template["status"] = {
+                    "phase": "Running",
+                    "startTime": durations.format_time(now),
+                    "podIP": self.allocate_ip(),
+                    "conditions": [{"type": "Ready", "status": "False"}],
+                }
                 _, created = self._create(pods_res, template)
                 if self.on_pod_created is not None:
                     self.on_pod_created(created)
-            alive = [p for p in (self.objects[(pods_res, key[1], n)].raw for n in
-                                 [k[2] for k, o in self.objects.items() if k[0] == pods_res and k[1] == key[1]
-                                  and not o.deleted])
-                     if any(r.get("uid") == meta["uid"] for r in p["metadata"].get("ownerReferences") or ())
-                     and not p["metadata"].get("deletionTimestamp")
-                     and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+            alive = [
+                p
+                for p in (
+                    self.objects[(pods_res, key[1], n)].raw
+                    for n in [
+                        k[2] for k, o in self.objects.items() if k[0] == pods_res and k[1] == key[1] and not o.deleted
+                    ]
+                )
+                if any(r.get("uid") == meta["uid"] for r in p["metadata"].get("ownerReferences") or ())
+                and not p["metadata"].get("deletionTimestamp")
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            ]
             ready = sum(1 for p in alive if _ready(p))
-            status = {"observedGeneration": meta.get("generation", 1), "replicas": len(alive),
-                      "updatedReplicas": len(alive), "readyReplicas": ready, "availableReplicas": ready}
+            status = {
+                "observedGeneration": meta.get("generation", 1),
+                "replicas": len(alive),
+                "updatedReplicas": len(alive),
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+            }
             current = deployment.get("status") or {}
             if any(current.get(k) != v for k, v in status.items()):
                 self._write(key, {"status": status})
-
 
     async def set_node_ready(self, name: str, ready: bool) -> None:
         async with self._lock:
@@ -382,8 +441,10 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         node = self.get("v1/nodes", None, name)
         if node is None:
             return False
-        return any(c.get("type") == "Ready" and c.get("status") == "True"
-                   for c in (node.get("status") or {}).get("conditions") or ())
+        return any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (node.get("status") or {}).get("conditions") or ()
+        )
 
     def _now(self) -> str:
         return durations.format_time(self.clock())
@@ -394,13 +455,14 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
-        info = self.resources[resource] if resource in self.resources else None
+        info = self.resources.get(resource, None)
         namespace = meta.get("namespace") if (info is None or info.namespaced) else None
         key = (resource, namespace, meta["name"])
         if key in self.objects and not self.objects[key].deleted:
             raise kmock.KubernetesError(status=409, reason="AlreadyExists", message=f"{meta['name']} already exists")
-        meta.update(uid=str(uuid.uuid4()), resourceVersion=str(next(self._rv)),
-                    creationTimestamp=self._now(), generation=1)
+        meta.update(
+            uid=str(uuid.uuid4()), resourceVersion=str(next(self._rv)), creationTimestamp=self._now(), generation=1
+        )
         if resource == kmock.resource("v1/pods"):
             obj.setdefault("status", {}).setdefault("phase", "Running")
         if key in self.objects:
@@ -454,9 +516,12 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         meta = raw["metadata"]
         pre = options.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != meta.get("uid"):
-            raise kmock.KubernetesError(status=409, reason="Conflict",
-                                        message=f"Precondition failed: UID in precondition: {pre['uid']}, "
-                                                f"UID in object meta: {meta.get('uid')}")
+            raise kmock.KubernetesError(
+                status=409,
+                reason="Conflict",
+                message=f"Precondition failed: UID in precondition: {pre['uid']}, "
+                f"UID in object meta: {meta.get('uid')}",
+            )
         if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
             raise kmock.KubernetesError(status=409, reason="Conflict", message="Precondition failed: resourceVersion")
         is_pod = key[0] == kmock.resource("v1/pods")
@@ -493,17 +558,30 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         denied = self._denied(request)
         if denied is not None:
             return aiohttp.web.json_response(denied, status=403)
-        if request.resource == kmock.resource("v1/pods") and request.subresource == "eviction" \
-                and request.method == "POST":
+        if (
+            request.resource == kmock.resource("v1/pods")
+            and request.subresource == "eviction"
+            and request.method == "POST"
+        ):
             async with self._lock:
-                unsettled = sorted(o.raw["metadata"]["name"] for k, o in self.objects.items()
-                                   if k[0] == kmock.resource("v1/pods") and k[1] == request.namespace
-                                   and not o.deleted and (o.raw["metadata"].get("deletionTimestamp")
-                                                          or not _ready(o.raw)))
+                unsettled = sorted(
+                    o.raw["metadata"]["name"]
+                    for k, o in self.objects.items()
+                    if k[0] == kmock.resource("v1/pods")
+                    and k[1] == request.namespace
+                    and not o.deleted
+                    and (o.raw["metadata"].get("deletionTimestamp") or not _ready(o.raw))
+                )
                 code, body = self._evict(request.namespace, request.name, request.data or {})
-                self.evictions.append(Eviction(
-                    pod=request.name, code=code, at=self.clock(), unsettled=tuple(unsettled),
-                    uid=((request.data or {}).get("deleteOptions") or {}).get("preconditions", {}).get("uid", "")))
+                self.evictions.append(
+                    Eviction(
+                        pod=request.name,
+                        code=code,
+                        at=self.clock(),
+                        unsettled=tuple(unsettled),
+                        uid=((request.data or {}).get("deleteOptions") or {}).get("preconditions", {}).get("uid", ""),
+                    )
+                )
                 await self._flush()
             return aiohttp.web.json_response(body, status=code)
         if request.resource is not None and action in (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE):
@@ -518,8 +596,11 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     def _denied(self, request: Any) -> dict[str, Any] | None:
         """The 403 ``Status`` for a request RBAC does not allow, ``None`` when allowed. The tests' own
         requests (:data:`TEST_CLIENT`) and non-resource URLs (discovery) are always allowed."""
-        if request.resource is None or request.resource.plural is None \
-                or request.headers.get("User-Agent", "").startswith(TEST_CLIENT):
+        if (
+            request.resource is None
+            or request.resource.plural is None
+            or request.headers.get("User-Agent", "").startswith(TEST_CLIENT)
+        ):
             return None
         if request.subresource == "eviction" and request.method == "POST":
             verb = "create"
@@ -531,52 +612,75 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         group = request.resource.group or ""
         allowed = (verb, plural) not in self._forbidden
         if allowed and self.rbac is not None:
-            allowed = any(group in groups and plural in resources and verb in verbs
-                          for groups, resources, verbs in self.rbac)
+            allowed = any(
+                group in groups and plural in resources and verb in verbs for groups, resources, verbs in self.rbac
+            )
         if allowed:
             return None
-        where = f" in the namespace \"{request.namespace}\"" if request.namespace else " at the cluster scope"
-        subject = f"{request.resource.plural} \"{request.name}\"" if request.name else request.resource.plural
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Forbidden",
-                "message": f"{subject} is forbidden: User \"{CONTROLLER_USER}\" cannot {verb} resource "
-                           f"\"{plural}\" in API group \"{group}\"{where}",
-                "details": {"name": request.name or "", "group": group, "kind": request.resource.plural},
-                "code": 403}
+        where = f' in the namespace "{request.namespace}"' if request.namespace else " at the cluster scope"
+        subject = f'{request.resource.plural} "{request.name}"' if request.name else request.resource.plural
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "reason": "Forbidden",
+            "message": f'{subject} is forbidden: User "{CONTROLLER_USER}" cannot {verb} resource '
+            f'"{plural}" in API group "{group}"{where}',
+            "details": {"name": request.name or "", "group": group, "kind": request.resource.plural},
+            "code": 403,
+        }
 
     def _evict(self, namespace: str, name: str, eviction: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """The Eviction subresource, after the API server's ``pkg/registry/core/pod/storage/eviction.go``."""
         key = (kmock.resource("v1/pods"), namespace, name)
         if key not in self.objects or self.objects[key].deleted:
-            return 404, _status(404, "NotFound", f"pods \"{name}\" not found", name=name)
+            return 404, _status(404, "NotFound", f'pods "{name}" not found', name=name)
         pod = self.objects[key].raw
         options = eviction.get("deleteOptions") or {}
         uid = (options.get("preconditions") or {}).get("uid")
         if uid and uid != pod["metadata"].get("uid"):
-            return 409, _status(409, "Conflict", f"Operation cannot be fulfilled on pods \"{name}\": Precondition "
-                                                 f"failed: UID in precondition: {uid}, UID in object meta: "
-                                                 f"{pod['metadata'].get('uid')}", name=name)
+            return 409, _status(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods "{name}": Precondition '
+                f"failed: UID in precondition: {uid}, UID in object meta: "
+                f"{pod['metadata'].get('uid')}",
+                name=name,
+            )
         success = _status(201, None, "", name=name, success=True)
         phase = (pod.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed", "Pending") or pod["metadata"].get("deletionTimestamp"):
             self._delete(key, options)  # nothing to protect: no budget check
             return 201, success
-        pdbs = [(k, raw) for k, raw in self._refresh_pdbs(namespace)
-                if selector_matches((raw.get("spec") or {}).get("selector"), pod["metadata"].get("labels") or {})]
+        pdbs = [
+            (k, raw)
+            for k, raw in self._refresh_pdbs(namespace)
+            if selector_matches((raw.get("spec") or {}).get("selector"), pod["metadata"].get("labels") or {})
+        ]
         if len(pdbs) > 1:
-            return 500, _status(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
-                                                      "eviction subresource does not support.", name=name)
+            return 500, _status(
+                500,
+                "InternalError",
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+                name=name,
+            )
         if pdbs:
             pdb_key, pdb = pdbs[0]
             status, pdb_name = pdb.get("status") or {}, pdb["metadata"]["name"]
             if (status.get("observedGeneration") or 0) < pdb["metadata"].get("generation", 1):
                 return 429, _budget(name, f"The disruption budget {pdb_name} is still being processed by the server.")
-            unhealthy_ok = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow" \
-                and not _ready(pod)
+            unhealthy_ok = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow" and not _ready(
+                pod
+            )
             if not unhealthy_ok:
                 if (status.get("disruptionsAllowed") or 0) <= 0:
-                    return 429, _budget(name, f"The disruption budget {pdb_name} needs "
-                                              f"{status.get('desiredHealthy')} healthy pods and has "
-                                              f"{status.get('currentHealthy')} currently")
+                    return 429, _budget(
+                        name,
+                        f"The disruption budget {pdb_name} needs "
+                        f"{status.get('desiredHealthy')} healthy pods and has "
+                        f"{status.get('currentHealthy')} currently",
+                    )
                 self.objects[pdb_key].patch({"status": {"disruptionsAllowed": status["disruptionsAllowed"] - 1}})
         self._delete(key, options)
         return 201, success
@@ -601,9 +705,11 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             current = self.objects[key].raw["metadata"].get("resourceVersion")
             if expected is not None and expected != current:
                 raise kmock.KubernetesError(
-                    status=409, reason="Conflict",
-                    message=f"Operation cannot be fulfilled on {resource.plural} \"{name}\": the object has been "
-                            "modified; please apply your changes to the latest version and try again")
+                    status=409,
+                    reason="Conflict",
+                    message=f'Operation cannot be fulfilled on {resource.plural} "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again",
+                )
             if expected is not None:
                 patch = copy.deepcopy(patch)
                 del patch["metadata"]["resourceVersion"]
@@ -615,17 +721,28 @@ class ClusterEmulator(kmock.KubernetesEmulator):
                 patch = {k: v for k, v in patch.items() if k != "status"}
         elif isinstance(patch, list):
             on_status = [op for op in patch if op.get("path", "").startswith("/status")]
-            patch = on_status if request.subresource == "status" else (
-                [op for op in patch if op not in on_status] if has_status else patch)
+            patch = (
+                on_status
+                if request.subresource == "status"
+                else ([op for op in patch if op not in on_status] if has_status else patch)
+            )
         self._write(key, patch)
 
     async def _serve_list(self, request: Any) -> Any:
         selector = (request.params or {}).get("labelSelector")
         async with self._lock:
-            items = [copy.deepcopy(obj.raw) for (res, ns, _), obj in self.objects.items()
-                     if res == request.resource and not obj.deleted
-                     and (request.namespace is None or ns == request.namespace)]
+            items = [
+                copy.deepcopy(obj.raw)
+                for (res, ns, _), obj in self.objects.items()
+                if res == request.resource
+                and not obj.deleted
+                and (request.namespace is None or ns == request.namespace)
+            ]
         if selector:
             items = [i for i in items if _selector_matches(selector, (i["metadata"].get("labels") or {}))]
-        return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": str(next(self._rv))},
-                "items": items}
+        return {
+            "apiVersion": "v1",
+            "kind": "List",
+            "metadata": {"resourceVersion": str(next(self._rv))},
+            "items": items,
+        }

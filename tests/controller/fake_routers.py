@@ -38,8 +38,10 @@ class FakeRouters:
         self.answers.pop(ip, None)
 
     def busy(self, ip: str, inflight: int = 1) -> None:
-        self.answers[ip] = (200, {"inflight": inflight, "state": "serving", "idle_since": None,
-                                  "started_at": 0.0, "served": 5})
+        self.answers[ip] = (
+            200,
+            {"inflight": inflight, "state": "serving", "idle_since": None, "started_at": 0.0, "served": 5},
+        )
 
     def answer(self, ip: str, status: int, body: Any) -> None:
         self.answers[ip] = (status, body)
@@ -47,8 +49,10 @@ class FakeRouters:
     async def _inflight(self, request: web.Request) -> web.Response:
         ip = request.transport.get_extra_info("sockname")[0] if request.transport else ""
         self.asked.append(ip)
-        status, body = self.answers.get(ip, (200, {"inflight": 0, "state": "serving",
-                                                   "idle_since": self.idle_since, "started_at": 0.0, "served": 5}))
+        status, body = self.answers.get(
+            ip,
+            (200, {"inflight": 0, "state": "serving", "idle_since": self.idle_since, "started_at": 0.0, "served": 5}),
+        )
         text = body if isinstance(body, str) else json.dumps(body)
         return web.Response(status=status, text=text, content_type="application/json")
 

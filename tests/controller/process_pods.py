@@ -35,8 +35,15 @@ class PodProcess:
 
 
 class ProcessKubelet:
-    def __init__(self, emulator: ClusterEmulator, *, upstream: str, admin_port: int, main_port: int,
-                 router_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        emulator: ClusterEmulator,
+        *,
+        upstream: str,
+        admin_port: int,
+        main_port: int,
+        router_args: tuple[str, ...] = (),
+    ) -> None:
         self.emulator = emulator
         self.upstream, self.admin_port, self.main_port = upstream, admin_port, main_port
         self.router_args = router_args
@@ -55,15 +62,30 @@ class ProcessKubelet:
         task.add_done_callback(self._tasks.discard)
 
     def _created(self, pod: dict[str, Any]) -> None:
-        self._spawn(self._run(pod["metadata"]["name"], pod["metadata"]["uid"], pod["metadata"]["namespace"],
-                              pod["status"]["podIP"]))
+        self._spawn(
+            self._run(
+                pod["metadata"]["name"], pod["metadata"]["uid"], pod["metadata"]["namespace"], pod["status"]["podIP"]
+            )
+        )
 
     async def _run(self, name: str, uid: str, namespace: str, ip: str) -> None:
         # Shielded: a cancellation while the process is being spawned would leave it running
         # unrecorded; this way every spawned router lands in ``pods`` and close() kills it.
-        start = asyncio.ensure_future(RouterProcess.start(
-            "--host", ip, "--port", str(self.main_port), "--admin-host", ip, "--admin-port", str(self.admin_port),
-            "--upstream", self.upstream, *self.router_args))
+        start = asyncio.ensure_future(
+            RouterProcess.start(
+                "--host",
+                ip,
+                "--port",
+                str(self.main_port),
+                "--admin-host",
+                ip,
+                "--admin-port",
+                str(self.admin_port),
+                "--upstream",
+                self.upstream,
+                *self.router_args,
+            )
+        )
         self._starting.add(start)
         router = await asyncio.shield(start)
         process = self.pods[uid] = PodProcess(name=name, uid=uid, ip=ip, router=router)
@@ -73,8 +95,11 @@ class ProcessKubelet:
         process.exit_code = await router.wait(timeout=None)  # type: ignore[arg-type]
         async with self.emulator._lock:  # the kubelet confirms the pod is gone once its container exited
             key = self.emulator.key("v1/pods", namespace, name)
-            if key in self.emulator.objects and not self.emulator.objects[key].deleted \
-                    and self.emulator.objects[key].raw["metadata"].get("uid") == uid:
+            if (
+                key in self.emulator.objects
+                and not self.emulator.objects[key].deleted
+                and self.emulator.objects[key].raw["metadata"].get("uid") == uid
+            ):
                 self.emulator._hard_delete(key)
             await self.emulator._flush()
 
@@ -127,8 +152,18 @@ class ProcessKubelet:
 async def fake_model(*args: str) -> AsyncIterator[str]:
     """One ``drain-router fake-model`` on 127.0.0.1; yields its URL."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "router", "fake-model", "--host", "127.0.0.1", "--port", "0", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        sys.executable,
+        "-m",
+        "router",
+        "fake-model",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     try:
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), 20)

@@ -17,27 +17,56 @@ LABELS = {"app.kubernetes.io/instance": "llama"}
 ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "name": "llama"}
 
 
-async def make_service(cluster: ClusterEmulator, *, admin_port: int, replicas: int = 1,
-                       recycling: dict[str, Any] | None = None, lifecycle: dict[str, Any] | None = None,
-                       status: dict[str, Any] | None = None, exits_after: float | None = 0.2, grace: int = 30) -> None:
+async def make_service(
+    cluster: ClusterEmulator,
+    *,
+    admin_port: int,
+    replicas: int = 1,
+    recycling: dict[str, Any] | None = None,
+    lifecycle: dict[str, Any] | None = None,
+    status: dict[str, Any] | None = None,
+    exits_after: float | None = 0.2,
+    grace: int = 30,
+) -> None:
     """``exits_after``: seconds after its deletion that a simulated container exits; ``None`` for
     process-backed pods, whose real router decides."""
-    await cluster.put("apps/v1/deployments", {
-        "metadata": {"name": "llama", "namespace": NAMESPACE},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": LABELS},
-                 "template": {"metadata": {"labels": LABELS, "annotations": {} if exits_after is None else {
-                     EXITS_AFTER: str(exits_after)}},
-                              "spec": {"terminationGracePeriodSeconds": grace}}}})
-    await cluster.put("gateway.networking.k8s.io/v1/httproutes", {"metadata": {"name": "llama", "namespace": NAMESPACE}})
-    spec: dict[str, Any] = {"podSelector": {"matchLabels": LABELS}, "route": ROUTE, "router": {"adminPort": admin_port},
-                            "workload": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"}],
-                            "deletion": {"routeSettle": "0s"}}
+    await cluster.put(
+        "apps/v1/deployments",
+        {
+            "metadata": {"name": "llama", "namespace": NAMESPACE},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": LABELS},
+                "template": {
+                    "metadata": {
+                        "labels": LABELS,
+                        "annotations": {} if exits_after is None else {EXITS_AFTER: str(exits_after)},
+                    },
+                    "spec": {"terminationGracePeriodSeconds": grace},
+                },
+            },
+        },
+    )
+    await cluster.put(
+        "gateway.networking.k8s.io/v1/httproutes", {"metadata": {"name": "llama", "namespace": NAMESPACE}}
+    )
+    spec: dict[str, Any] = {
+        "podSelector": {"matchLabels": LABELS},
+        "route": ROUTE,
+        "router": {"adminPort": admin_port},
+        "workload": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"}],
+        "deletion": {"routeSettle": "0s"},
+    }
     if recycling is not None:
         spec["recycling"] = recycling
     if lifecycle is not None:
         spec["lifecycle"] = lifecycle
-    body: dict[str, Any] = {"apiVersion": f"{crd.group()}/{crd.version()}", "kind": "ModelService",
-                            "metadata": {"name": "llama", "namespace": NAMESPACE}, "spec": spec}
+    body: dict[str, Any] = {
+        "apiVersion": f"{crd.group()}/{crd.version()}",
+        "kind": "ModelService",
+        "metadata": {"name": "llama", "namespace": NAMESPACE},
+        "spec": spec,
+    }
     if status is not None:
         body["status"] = status
     await cluster.put(MSVC, body)
@@ -45,14 +74,22 @@ async def make_service(cluster: ClusterEmulator, *, admin_port: int, replicas: i
 
 def pods(cluster: ClusterEmulator, *, alive_only: bool = True) -> list[dict[str, Any]]:
     """The service's pods, oldest first (terminating ones too unless ``alive_only``)."""
-    out = [o.raw for k, o in cluster.objects.items() if k[0] == kmock.resource("v1/pods") and not o.deleted
-           and (not alive_only or not o.raw["metadata"].get("deletionTimestamp"))]
+    out = [
+        o.raw
+        for k, o in cluster.objects.items()
+        if k[0] == kmock.resource("v1/pods")
+        and not o.deleted
+        and (not alive_only or not o.raw["metadata"].get("deletionTimestamp"))
+    ]
     return sorted(out, key=lambda p: (p["status"]["startTime"], p["metadata"]["name"]))
 
 
 def ready_pods(cluster: ClusterEmulator) -> list[dict[str, Any]]:
-    return [p for p in pods(cluster) if any(c.get("type") == "Ready" and c.get("status") == "True"
-                                            for c in p["status"].get("conditions") or ())]
+    return [
+        p
+        for p in pods(cluster)
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in p["status"].get("conditions") or ())
+    ]
 
 
 def deployment(cluster: ClusterEmulator) -> dict[str, Any]:
@@ -75,8 +112,12 @@ def held(cluster: ClusterEmulator) -> dict[str, Any] | None:
 
 
 def gauge(op: Any) -> float:
-    return float(op.ctx.metrics.registry.get_sample_value(
-        "drain_router_controller_recycle_held_pods", {"namespace": NAMESPACE, "name": "llama"}) or 0.0)
+    return float(
+        op.ctx.metrics.registry.get_sample_value(
+            "drain_router_controller_recycle_held_pods", {"namespace": NAMESPACE, "name": "llama"}
+        )
+        or 0.0
+    )
 
 
 def counter(op: Any, name: str, labels: dict[str, str] | None = None) -> float:
@@ -84,5 +125,8 @@ def counter(op: Any, name: str, labels: dict[str, str] | None = None) -> float:
 
 
 def patches_to(cluster: ClusterEmulator, plural: str) -> list[Any]:
-    return [r for r in cluster._requests if r.action == kmock.action.UPDATE and r.resource is not None
-            and r.resource.plural == plural]
+    return [
+        r
+        for r in cluster._requests
+        if r.action == kmock.action.UPDATE and r.resource is not None and r.resource.plural == plural
+    ]

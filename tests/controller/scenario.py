@@ -16,34 +16,77 @@ LABELS = {"app.kubernetes.io/instance": "llama"}
 ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "name": "llama"}
 
 
-async def make_service(cluster: ClusterEmulator, *, deletion_spec: dict[str, Any] | None = None,
-                       annotations: dict[str, str] | None = None, pods: int = 2, grace: int = 30,
-                       exits_after: float | None = 0.5, suspend: bool = False,
-                       service_labels: dict[str, str] | None = None, node: str = "gpu-1",
-                       route_object: bool = True, pod_selector: dict[str, Any] | None = None) -> None:
-    await cluster.put("v1/nodes", {"metadata": {"name": node}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+async def make_service(
+    cluster: ClusterEmulator,
+    *,
+    deletion_spec: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
+    pods: int = 2,
+    grace: int = 30,
+    exits_after: float | None = 0.5,
+    suspend: bool = False,
+    service_labels: dict[str, str] | None = None,
+    node: str = "gpu-1",
+    route_object: bool = True,
+    pod_selector: dict[str, Any] | None = None,
+) -> None:
+    await cluster.put(
+        "v1/nodes", {"metadata": {"name": node}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    )
     deployment = await cluster.put("apps/v1/deployments", {"metadata": {"name": "llama", "namespace": NAMESPACE}})
-    await cluster.put("v1/services", {"metadata": {"name": "llama", "namespace": NAMESPACE, "labels": service_labels or {}}})
+    await cluster.put(
+        "v1/services", {"metadata": {"name": "llama", "namespace": NAMESPACE, "labels": service_labels or {}}}
+    )
     if route_object:
-        await cluster.put("gateway.networking.k8s.io/v1/httproutes", {"metadata": {"name": "llama", "namespace": NAMESPACE}})
+        await cluster.put(
+            "gateway.networking.k8s.io/v1/httproutes", {"metadata": {"name": "llama", "namespace": NAMESPACE}}
+        )
     owner = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama", "uid": deployment["metadata"]["uid"]}]
     for i in range(pods):
-        await cluster.put("v1/pods", {
-            "metadata": {"name": f"llama-{i}", "namespace": NAMESPACE, "labels": LABELS, "ownerReferences": owner,
-                         "annotations": {} if exits_after is None else {EXITS_AFTER: str(exits_after)}},
-            "spec": {"nodeName": node, "terminationGracePeriodSeconds": grace}})
+        await cluster.put(
+            "v1/pods",
+            {
+                "metadata": {
+                    "name": f"llama-{i}",
+                    "namespace": NAMESPACE,
+                    "labels": LABELS,
+                    "ownerReferences": owner,
+                    "annotations": {} if exits_after is None else {EXITS_AFTER: str(exits_after)},
+                },
+                "spec": {"nodeName": node, "terminationGracePeriodSeconds": grace},
+            },
+        )
     # An unrelated pod and a finished one: neither may hold the finalizer.
-    await cluster.put("v1/pods", {"metadata": {"name": "other", "namespace": NAMESPACE, "labels": {"app": "other"}},
-                                  "spec": {"nodeName": node}})
-    await cluster.put("v1/pods", {"metadata": {"name": "llama-job", "namespace": NAMESPACE, "labels": LABELS},
-                                  "spec": {"nodeName": node}, "status": {"phase": "Succeeded"}})
-    await cluster.put(MSVC, {
-        "apiVersion": f"{crd.group()}/{crd.version()}", "kind": "ModelService",
-        "metadata": {"name": "llama", "namespace": NAMESPACE, "annotations": annotations or {}},
-        "spec": {"podSelector": {"matchLabels": LABELS} if pod_selector is None else pod_selector, "route": ROUTE, "suspend": suspend,
-                 "workload": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"},
-                              {"apiVersion": "v1", "kind": "Service", "name": "llama"}],
-                 "deletion": {"routeSettle": "1s", **(deletion_spec or {})}}})
+    await cluster.put(
+        "v1/pods",
+        {"metadata": {"name": "other", "namespace": NAMESPACE, "labels": {"app": "other"}}, "spec": {"nodeName": node}},
+    )
+    await cluster.put(
+        "v1/pods",
+        {
+            "metadata": {"name": "llama-job", "namespace": NAMESPACE, "labels": LABELS},
+            "spec": {"nodeName": node},
+            "status": {"phase": "Succeeded"},
+        },
+    )
+    await cluster.put(
+        MSVC,
+        {
+            "apiVersion": f"{crd.group()}/{crd.version()}",
+            "kind": "ModelService",
+            "metadata": {"name": "llama", "namespace": NAMESPACE, "annotations": annotations or {}},
+            "spec": {
+                "podSelector": {"matchLabels": LABELS} if pod_selector is None else pod_selector,
+                "route": ROUTE,
+                "suspend": suspend,
+                "workload": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"},
+                    {"apiVersion": "v1", "kind": "Service", "name": "llama"},
+                ],
+                "deletion": {"routeSettle": "1s", **(deletion_spec or {})},
+            },
+        },
+    )
 
 
 def msvc(cluster: ClusterEmulator) -> dict[str, Any] | None:
@@ -60,8 +103,10 @@ def exists(cluster: ClusterEmulator, path: str, name: str = "llama") -> bool:
 
 
 async def delete_msvc(cluster: ClusterEmulator, server: kmock.Server) -> None:
-    await eventually(lambda: "drainrouter.dev/staged-deletion" in (msvc(cluster) or {}).get("metadata", {}).get("finalizers", []),
-                     what="the finalizer added by the operator")
+    await eventually(
+        lambda: "drainrouter.dev/staged-deletion" in (msvc(cluster) or {}).get("metadata", {}).get("finalizers", []),
+        what="the finalizer added by the operator",
+    )
     response = await server.client.delete(f"/apis/{MSVC.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/{crd.plural()}/llama")
     assert response.status == 200, await response.text()
 
@@ -92,8 +137,11 @@ def message(cluster: ClusterEmulator) -> str:
 
 
 def delete_order(cluster: ClusterEmulator) -> list[str]:
-    return [f"{r.resource.plural}/{r.name}" for r in cluster._requests
-            if r.action == kmock.action.DELETE and r.resource is not None and r.resource.plural != crd.plural()]
+    return [
+        f"{r.resource.plural}/{r.name}"
+        for r in cluster._requests
+        if r.action == kmock.action.DELETE and r.resource is not None and r.resource.plural != crd.plural()
+    ]
 
 
 def msvc_url() -> str:
@@ -111,5 +159,8 @@ def final_status(cluster: ClusterEmulator) -> dict[str, Any]:
 
 def passes(cluster: ClusterEmulator) -> int:
     """GETs of the ModelService itself: one per pass of the handler."""
-    return sum(1 for r in cluster._requests if r.action == kmock.action.FETCH and r.resource is not None
-               and r.resource.plural == crd.plural())
+    return sum(
+        1
+        for r in cluster._requests
+        if r.action == kmock.action.FETCH and r.resource is not None and r.resource.plural == crd.plural()
+    )

@@ -21,8 +21,9 @@ def _version() -> dict:
 
 
 def test_chart_copy_is_the_packaged_crd() -> None:
-    assert CHART_COPY.read_text(encoding="utf-8") == crd.text(), \
+    assert CHART_COPY.read_text(encoding="utf-8") == crd.text(), (
         "charts/drain-router/crds/modelservice.yaml differs: drain-router controller --print-crd > it"
+    )
 
 
 def test_names_and_printer_columns() -> None:

@@ -49,11 +49,13 @@ def cel_errors(rules: list[dict[str, Any]]) -> list[str]:
 def test_the_crd_has_both_rules() -> None:
     assert [c["message"] for c in _rules_schema()["x-kubernetes-validations"]] == [
         "one rule per policy",
-        "idle thresholds must be strictly ordered ScaleToZero < DeleteWorkload < DeleteSelf"]
+        "idle thresholds must be strictly ordered ScaleToZero < DeleteWorkload < DeleteSelf",
+    ]
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c["id"]) for c in CASES
-                                  if c["rules"] and _schema_accepts(c["rules"])])
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c["id"]) for c in CASES if c["rules"] and _schema_accepts(c["rules"])]
+)
 def test_cel_agrees_with_validate(case: dict[str, Any]) -> None:
     assert bool(cel_errors(case["rules"])) == bool(lifecycle.validate(case["rules"])), case["id"]
 
@@ -63,14 +65,32 @@ def test_the_cases_cover_both_verdicts() -> None:
     assert any(not c["errors"] for c in checked) and sum(1 for c in checked if c["errors"]) >= 3
 
 
-@pytest.mark.parametrize(("rules", "message"), [
-    ([{"policy": "ScaleToZero", "condition": {"idleSeconds": 5}},
-      {"policy": "ScaleToZero", "condition": {"idleSeconds": 6}}], "one rule per policy"),
-    ([{"policy": "DeleteWorkload", "condition": {"idleSeconds": 9}},
-      {"policy": "DeleteSelf", "condition": {"idleSeconds": 9}}], "idle thresholds must be strictly ordered"),
-    ([{"policy": "DeleteSelf", "condition": {"idleSeconds": 10}},
-      {"policy": "ScaleToZero", "condition": {"idleSeconds": 20}}], "idle thresholds must be strictly ordered"),
-])
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        (
+            [
+                {"policy": "ScaleToZero", "condition": {"idleSeconds": 5}},
+                {"policy": "ScaleToZero", "condition": {"idleSeconds": 6}},
+            ],
+            "one rule per policy",
+        ),
+        (
+            [
+                {"policy": "DeleteWorkload", "condition": {"idleSeconds": 9}},
+                {"policy": "DeleteSelf", "condition": {"idleSeconds": 9}},
+            ],
+            "idle thresholds must be strictly ordered",
+        ),
+        (
+            [
+                {"policy": "DeleteSelf", "condition": {"idleSeconds": 10}},
+                {"policy": "ScaleToZero", "condition": {"idleSeconds": 20}},
+            ],
+            "idle thresholds must be strictly ordered",
+        ),
+    ],
+)
 def test_each_rule_names_its_problem(rules: list[dict[str, Any]], message: str) -> None:
     (broken,) = cel_errors(rules)
     assert broken.startswith(message)

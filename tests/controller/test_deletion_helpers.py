@@ -22,9 +22,13 @@ def test_knobs(row: dict[str, Any]) -> None:
     resolution = deletion.resolve_knobs(row["annotations"], observe.deletion_spec(row["spec"]))
     expect = row["expect"]
     knobs = resolution.knobs
-    got = {"maxWait": knobs.max_wait, "routeSettle": knobs.route_settle,
-           "forceDeleteAfter": knobs.force_delete_after, "orphan": knobs.orphan,
-           "invalid": [i.key for i in resolution.invalid]}
+    got = {
+        "maxWait": knobs.max_wait,
+        "routeSettle": knobs.route_settle,
+        "forceDeleteAfter": knobs.force_delete_after,
+        "orphan": knobs.orphan,
+        "invalid": [i.key for i in resolution.invalid],
+    }
     assert {k: got[k] for k in expect} == expect
 
 
@@ -57,8 +61,11 @@ ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "nam
 
 def _object(state: str, ref: dict[str, str]) -> deletion.ObjectObservation:
     return deletion.ObjectObservation(
-        ref=observe.object_ref(ref), exists=state != "absent", deleting=state == "deleting",
-        service_label="other" if state == "foreign" else None)
+        ref=observe.object_ref(ref),
+        exists=state != "absent",
+        deleting=state == "deleting",
+        service_label="other" if state == "foreign" else None,
+    )
 
 
 def _status(data: dict[str, Any] | None) -> deletion.DeletionStatus | None:
@@ -66,7 +73,8 @@ def _status(data: dict[str, Any] | None) -> deletion.DeletionStatus | None:
         return None
     times = {"startedAt", "deadline", "routeRemovedAt", "uninstalledAt", "podsGoneAt"}
     return deletion.DeletionStatus.from_dict(
-        {k: durations.format_time(T0 + v) if k in times else v for k, v in data.items()})
+        {k: durations.format_time(T0 + v) if k in times else v for k, v in data.items()}
+    )
 
 
 def _failure(data: dict[str, Any]) -> deletion.ApiFailure:
@@ -79,7 +87,9 @@ def test_next_stage(row: dict[str, Any]) -> None:
     knobs = deletion.Knobs(
         max_wait=knob_rows.get("maxWait", deletion.DEFAULT_MAX_WAIT_SECS),
         route_settle=knob_rows.get("routeSettle", deletion.DEFAULT_ROUTE_SETTLE_SECS),
-        force_delete_after=knob_rows.get("forceDeleteAfter"), orphan=knob_rows.get("orphan", False))
+        force_delete_after=knob_rows.get("forceDeleteAfter"),
+        orphan=knob_rows.get("orphan", False),
+    )
     pods = row.get("pods", [])
     if isinstance(pods, int):
         pods = [f"p{i:02d}" for i in range(pods)]
@@ -88,13 +98,19 @@ def test_next_stage(row: dict[str, Any]) -> None:
     obs = deletion.Observations(
         service="llama",
         route=None if row["route"] == "none" else _object(row["route"], ROUTE),
-        workload=tuple(_object(state, {"apiVersion": "apps/v1", "kind": "Deployment", "name": f"w{i}"})
-                       for i, state in enumerate(workload)),
-        pods=tuple(deletion.PodObservation(name=name, uid=f"uid-{name}", node="n1", deletion_timestamp=deleted)
-                   for name in pods),
+        workload=tuple(
+            _object(state, {"apiVersion": "apps/v1", "kind": "Deployment", "name": f"w{i}"})
+            for i, state in enumerate(workload)
+        ),
+        pods=tuple(
+            deletion.PodObservation(name=name, uid=f"uid-{name}", node="n1", deletion_timestamp=deleted)
+            for name in pods
+        ),
         nodes=row.get("nodes", {"n1": True}),
-        failed_reads=tuple(deletion.FailedRead(subject=deletion.Subject(f["subject"]), failure=_failure(f))
-                           for f in row.get("failedReads", ())),
+        failed_reads=tuple(
+            deletion.FailedRead(subject=deletion.Subject(f["subject"]), failure=_failure(f))
+            for f in row.get("failedReads", ())
+        ),
         failed_actions=tuple(_failure(f) for f in row.get("failedActions", ())),
     )
     decision = deletion.next_stage(_status(row["status"]), obs, knobs, T0 + row["now"])
@@ -128,19 +144,22 @@ def test_next_stage(row: dict[str, Any]) -> None:
         assert status is not None and len(status.force_deleted) == expect["forceDeletedListed"]
 
 
-@pytest.mark.parametrize(("stage", "outcome", "status", "reason"), [
-    (None, None, "True", "Starting"),
-    ("RouteRemoving", None, "True", "RouteRemoving"),
-    ("RouteSettling", None, "True", "RouteSettling"),
-    ("Uninstalling", None, "True", "Uninstalling"),
-    ("Uninstalling", "NoRoute", "True", "NoRoute"),
-    ("Uninstalling", "RouteStuck", "True", "RouteStuck"),
-    ("PodsTerminating", "RouteStuck", "True", "WaitingForPods"),
-    ("ForceDeleting", "PodsForceDeleted", "True", "PodsForceDeleted"),
-    ("Released", "Clean", "False", "Released"),
-    ("Released", "PodsForceDeleted", "False", "Released"),
-    ("Released", "TimedOut", "False", "TimedOut"),
-])
+@pytest.mark.parametrize(
+    ("stage", "outcome", "status", "reason"),
+    [
+        (None, None, "True", "Starting"),
+        ("RouteRemoving", None, "True", "RouteRemoving"),
+        ("RouteSettling", None, "True", "RouteSettling"),
+        ("Uninstalling", None, "True", "Uninstalling"),
+        ("Uninstalling", "NoRoute", "True", "NoRoute"),
+        ("Uninstalling", "RouteStuck", "True", "RouteStuck"),
+        ("PodsTerminating", "RouteStuck", "True", "WaitingForPods"),
+        ("ForceDeleting", "PodsForceDeleted", "True", "PodsForceDeleted"),
+        ("Released", "Clean", "False", "Released"),
+        ("Released", "PodsForceDeleted", "False", "Released"),
+        ("Released", "TimedOut", "False", "TimedOut"),
+    ],
+)
 def test_condition_reason(stage: str | None, outcome: str | None, status: str, reason: str) -> None:
     cond = deletion.condition_for(deletion.DeletionStatus.from_dict({"stage": stage, "outcome": outcome}))
     assert (cond.type, cond.status, cond.reason.value) == ("Deleting", status, reason)
@@ -157,25 +176,46 @@ def test_condition_reasons_cover_every_stage() -> None:
 def test_merge_condition_keeps_transition_time_while_unchanged() -> None:
     cond = deletion.Condition(status="True", reason=deletion.Reason.WAITING_FOR_PODS, message="waiting for 2 pods")
     first = deletion.merge_condition([{"type": "Ready", "status": "True"}], cond, T0)
-    later = deletion.merge_condition(first, deletion.Condition(status="True", reason=deletion.Reason.WAITING_FOR_PODS,
-                                                               message="waiting for 1 pod"), T0 + 5)
+    later = deletion.merge_condition(
+        first,
+        deletion.Condition(status="True", reason=deletion.Reason.WAITING_FOR_PODS, message="waiting for 1 pod"),
+        T0 + 5,
+    )
     assert later[0] == {"type": "Ready", "status": "True"}
     assert later[1]["lastTransitionTime"] == "2025-01-01T00:00:00Z" and later[1]["message"] == "waiting for 1 pod"
-    moved = deletion.merge_condition(later, deletion.Condition(status="False", reason=deletion.Reason.RELEASED,
-                                                               message="released"), T0 + 9)
+    moved = deletion.merge_condition(
+        later, deletion.Condition(status="False", reason=deletion.Reason.RELEASED, message="released"), T0 + 9
+    )
     assert moved[1]["lastTransitionTime"] == "2025-01-01T00:00:09Z"
 
 
 def test_status_round_trips() -> None:
-    status = deletion.DeletionStatus(stage=deletion.Stage.FORCE_DELETING, outcome=deletion.Outcome.PODS_FORCE_DELETED,
-                                     started_at=T0, deadline=T0 + 3600, route_removed_at=T0 + 1.25,
-                                     pods_remaining=1, force_deleted=("a",), message="m")
+    status = deletion.DeletionStatus(
+        stage=deletion.Stage.FORCE_DELETING,
+        outcome=deletion.Outcome.PODS_FORCE_DELETED,
+        started_at=T0,
+        deadline=T0 + 3600,
+        route_removed_at=T0 + 1.25,
+        pods_remaining=1,
+        force_deleted=("a",),
+        message="m",
+    )
     assert deletion.DeletionStatus.from_dict(status.as_dict()) == status
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("0", 0), ("0s", 0), ("60s", 60), ("1h", 3600), ("1h30m", 5400), ("1.5s", 1.5), ("250ms", 0.25), ("2m3s", 123),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0", 0),
+        ("0s", 0),
+        ("60s", 60),
+        ("1h", 3600),
+        ("1h30m", 5400),
+        ("1.5s", 1.5),
+        ("250ms", 0.25),
+        ("2m3s", 123),
+    ],
+)
 def test_durations(text: str, seconds: float) -> None:
     assert durations.parse_duration(text) == seconds
 

@@ -17,27 +17,39 @@ CONTROLLER = {"User-Agent": "kopf/1.45.2"}
 """What the controller's own calls look like; the tests' kmock client is exempt from RBAC mode."""
 
 
-async def _pod(emu: ClusterEmulator, name: str, *, ready: bool = True, phase: str = "Running",
-               grace: int = 30) -> dict[str, Any]:
-    return await emu.put("v1/pods", {
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": LABELS},
-        "spec": {"terminationGracePeriodSeconds": grace},
-        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}})
+async def _pod(
+    emu: ClusterEmulator, name: str, *, ready: bool = True, phase: str = "Running", grace: int = 30
+) -> dict[str, Any]:
+    return await emu.put(
+        "v1/pods",
+        {
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": LABELS},
+            "spec": {"terminationGracePeriodSeconds": grace},
+            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        },
+    )
 
 
 async def _pdb(emu: ClusterEmulator, name: str = "llama", **spec: Any) -> None:
-    await emu.put("policy/v1/poddisruptionbudgets", {
-        "metadata": {"name": name, "namespace": NAMESPACE}, "spec": {"selector": {"matchLabels": LABELS}, **spec}})
+    await emu.put(
+        "policy/v1/poddisruptionbudgets",
+        {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": {"selector": {"matchLabels": LABELS}, **spec}},
+    )
 
 
-async def _evict(server: kmock.Server, name: str, uid: str | None = None,
-                 headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
-    body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
-                            "metadata": {"name": name, "namespace": NAMESPACE}}
+async def _evict(
+    server: kmock.Server, name: str, uid: str | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any]]:
+    body: dict[str, Any] = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+    }
     if uid is not None:
         body["deleteOptions"] = {"preconditions": {"uid": uid}}
-    response = await server.client.post(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/eviction", json=body,
-                                        headers=headers)
+    response = await server.client.post(
+        f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/eviction", json=body, headers=headers
+    )
     return response.status, await response.json()
 
 
@@ -96,8 +108,11 @@ async def test_budget_at_zero_is_429_with_the_disruption_budget_cause(cluster: A
     await _pod(emu, "a")
     await _pod(emu, "b")
     code, body = await _evict(server, "a")
-    assert (code, body["reason"], body["details"]["causes"][0]["reason"]) == (429, "TooManyRequests",
-                                                                               "DisruptionBudget")
+    assert (code, body["reason"], body["details"]["causes"][0]["reason"]) == (
+        429,
+        "TooManyRequests",
+        "DisruptionBudget",
+    )
     assert "needs 2 healthy pods and has 2 currently" in body["details"]["causes"][0]["message"]
     assert not _terminating(emu, "a")
 
@@ -110,8 +125,9 @@ async def test_budget_not_yet_observed_is_429(cluster: Any) -> None:
     emu.pdb_controller_paused = True
     await emu.put("policy/v1/poddisruptionbudgets", {"metadata": {"name": "unused", "namespace": "other"}})
     key = emu.key("policy/v1/poddisruptionbudgets", NAMESPACE, "llama")
-    emu.objects[key].patch({"metadata": {"generation": 2}, "status": {"observedGeneration": 1,
-                                                                        "disruptionsAllowed": 1}})
+    emu.objects[key].patch(
+        {"metadata": {"generation": 2}, "status": {"observedGeneration": 1, "disruptionsAllowed": 1}}
+    )
     code, body = await _evict(server, "a")
     assert code == 429 and "still being processed" in body["details"]["causes"][0]["message"]
 
@@ -136,8 +152,13 @@ async def test_min_available_percent(cluster: Any) -> None:
     await _pdb(emu, minAvailable="50%")
     pdb = emu.get("policy/v1/poddisruptionbudgets", NAMESPACE, "llama")
     assert pdb is not None
-    assert emu.pdb_status(pdb) == {"observedGeneration": 1, "currentHealthy": 4, "desiredHealthy": 2,
-                                   "expectedPods": 4, "disruptionsAllowed": 2}
+    assert emu.pdb_status(pdb) == {
+        "observedGeneration": 1,
+        "currentHealthy": 4,
+        "desiredHealthy": 2,
+        "expectedPods": 4,
+        "disruptionsAllowed": 2,
+    }
 
 
 @pytest.mark.parametrize(("policy", "code"), [("AlwaysAllow", 201), ("IfHealthyBudget", 429)])
@@ -151,26 +172,41 @@ async def test_unready_pod_with_always_allow(cluster: Any, policy: str, code: in
 
 async def test_deployment_keeps_replicas_with_start_time_ip_and_readiness(cluster: Any) -> None:
     emu, server = cluster
-    await emu.put("apps/v1/deployments", {"metadata": {"name": "llama", "namespace": NAMESPACE}, "spec": {
-        "replicas": 2, "selector": {"matchLabels": LABELS}, "template": {"metadata": {"labels": LABELS}}}})
+    await emu.put(
+        "apps/v1/deployments",
+        {
+            "metadata": {"name": "llama", "namespace": NAMESPACE},
+            "spec": {"replicas": 2, "selector": {"matchLabels": LABELS}, "template": {"metadata": {"labels": LABELS}}},
+        },
+    )
 
     def pods() -> list[dict[str, Any]]:
-        return [o.raw for k, o in emu.objects.items() if k[0] == kmock.resource("v1/pods") and not o.deleted
-                and not o.raw["metadata"].get("deletionTimestamp")]
+        return [
+            o.raw
+            for k, o in emu.objects.items()
+            if k[0] == kmock.resource("v1/pods") and not o.deleted and not o.raw["metadata"].get("deletionTimestamp")
+        ]
 
     def status() -> dict[str, Any]:
         return (emu.get("apps/v1/deployments", NAMESPACE, "llama") or {}).get("status") or {}
 
     await eventually(lambda: status().get("readyReplicas") == 2, what="two Ready replicas", timeout=10)
-    assert status() == {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2,
-                        "availableReplicas": 2}
+    assert status() == {
+        "observedGeneration": 1,
+        "replicas": 2,
+        "updatedReplicas": 2,
+        "readyReplicas": 2,
+        "availableReplicas": 2,
+    }
     ips = sorted(p["status"]["podIP"] for p in pods())
     assert all(ip.startswith("127.0.0.") for ip in ips) and len(set(ips)) == 2
     assert all(p["status"]["startTime"] and p["metadata"]["labels"] == LABELS for p in pods())
 
-    response = await server.client.patch(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
-                                         json={"spec": {"replicas": 0}},
-                                         headers={"Content-Type": "application/merge-patch+json"})
+    response = await server.client.patch(
+        f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
+        json={"spec": {"replicas": 0}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
     assert response.status == 200
     deployment = emu.get("apps/v1/deployments", NAMESPACE, "llama")
     assert deployment is not None and deployment["metadata"]["generation"] == 2
@@ -206,11 +242,18 @@ async def test_rbac_mode_allows_only_the_rules_with_a_real_status_body(cluster: 
     assert (await server.client.get(f"/api/v1/namespaces/{NAMESPACE}/pods", headers=CONTROLLER)).status == 200
     code, body = await _evict(server, "a", pod["metadata"]["uid"], headers=CONTROLLER)
     assert code == 403
-    assert body == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Forbidden",
-                    "message": 'pods "a" is forbidden: User "system:serviceaccount:drain-router:drain-router-'
-                               'controller" cannot create resource "pods/eviction" in API group "" in the '
-                               'namespace "ns"',
-                    "details": {"name": "a", "group": "", "kind": "pods"}, "code": 403}
+    assert body == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "reason": "Forbidden",
+        "message": 'pods "a" is forbidden: User "system:serviceaccount:drain-router:drain-router-'
+        'controller" cannot create resource "pods/eviction" in API group "" in the '
+        'namespace "ns"',
+        "details": {"name": "a", "group": "", "kind": "pods"},
+        "code": 403,
+    }
     assert not _terminating(emu, "a"), "a refused call never mutates"
     assert (await server.client.get("/api/v1", headers=CONTROLLER)).status == 200, "discovery needs no rule"
     denied = await server.client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/a", headers=CONTROLLER)

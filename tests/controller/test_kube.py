@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from router.controller import crd, kube as kube_
+from router.controller import crd
+from router.controller import kube as kube_
 from router.decisions import deletion, recycling
 
 from .conftest import MSVC, NAMESPACE
@@ -27,8 +28,13 @@ async def kube(cluster: Any) -> AsyncIterator[kube_.Kube]:
 
 
 async def _pod(emu: ClusterEmulator, name: str = "a") -> str:
-    pod = await emu.put("v1/pods", {"metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "x"}},
-                                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    pod = await emu.put(
+        "v1/pods",
+        {
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "x"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        },
+    )
     return str(pod["metadata"]["uid"])
 
 
@@ -38,9 +44,12 @@ async def test_evict_success_is_201_and_sends_the_uid_and_no_grace(cluster: Any,
     answer = await kube.evict_pod(NAMESPACE, "a", uid)
     assert answer == recycling.EvictAnswer(code=201)
     (request,) = [r for r in emu._requests if r.subresource == "eviction"]
-    assert request.data == {"apiVersion": "policy/v1", "kind": "Eviction",
-                            "metadata": {"name": "a", "namespace": NAMESPACE},
-                            "deleteOptions": {"preconditions": {"uid": uid}}}
+    assert request.data == {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "a", "namespace": NAMESPACE},
+        "deleteOptions": {"preconditions": {"uid": uid}},
+    }
 
 
 async def test_evict_answers_are_data(cluster: Any, kube: kube_.Kube) -> None:
@@ -49,8 +58,10 @@ async def test_evict_answers_are_data(cluster: Any, kube: kube_.Kube) -> None:
     await _pod(emu)
     conflict = await kube.evict_pod(NAMESPACE, "a", "another-uid")
     assert (conflict.code, conflict.reason) == (409, "Conflict")
-    await emu.put("policy/v1/poddisruptionbudgets", {"metadata": {"name": "llama", "namespace": NAMESPACE},
-                                                     "spec": {"selector": {}, "maxUnavailable": 0}})
+    await emu.put(
+        "policy/v1/poddisruptionbudgets",
+        {"metadata": {"name": "llama", "namespace": NAMESPACE}, "spec": {"selector": {}, "maxUnavailable": 0}},
+    )
     uid = emu.get("v1/pods", NAMESPACE, "a")["metadata"]["uid"]  # type: ignore[index]
     budget = await kube.evict_pod(NAMESPACE, "a", uid)
     assert (budget.code, budget.reason, budget.cause) == (429, "TooManyRequests", "DisruptionBudget")
@@ -59,15 +70,25 @@ async def test_evict_answers_are_data(cluster: Any, kube: kube_.Kube) -> None:
     forbidden = await kube.evict_pod(NAMESPACE, "a", uid)
     assert (forbidden.code, forbidden.reason) == (403, "Forbidden") and "pods/eviction" in forbidden.message
     emu.heal()
-    await emu.put("policy/v1/poddisruptionbudgets", {"metadata": {"name": "two", "namespace": NAMESPACE},
-                                                     "spec": {"selector": {}, "maxUnavailable": 1}})
+    await emu.put(
+        "policy/v1/poddisruptionbudgets",
+        {"metadata": {"name": "two", "namespace": NAMESPACE}, "spec": {"selector": {}, "maxUnavailable": 1}},
+    )
     failed = await kube.evict_pod(NAMESPACE, "a", uid)
     assert failed.code == 500 and failed.message.startswith("This pod has more than one PodDisruptionBudget")
 
 
 def test_a_2xx_failure_status_is_a_failure() -> None:
-    answer = kube_.evict_answer(201, {"kind": "Status", "status": "Failure", "reason": "Odd", "message": "no",
-                                      "details": {"causes": [{"reason": "Something"}]}})
+    answer = kube_.evict_answer(
+        201,
+        {
+            "kind": "Status",
+            "status": "Failure",
+            "reason": "Odd",
+            "message": "no",
+            "details": {"causes": [{"reason": "Something"}]},
+        },
+    )
     assert answer == recycling.EvictAnswer(code=201, reason="Odd", cause="Something", message="no", failure=True)
     assert not kube_.evict_answer(201, {"kind": "Status", "status": "Success"}).failure
 
@@ -81,8 +102,9 @@ async def test_no_answer_is_code_0(kube: kube_.Kube) -> None:
 
 async def test_scale_is_a_merge_patch_of_spec_replicas(cluster: Any, kube: kube_.Kube) -> None:
     emu, _ = cluster
-    await emu.put("apps/v1/deployments", {"metadata": {"name": "llama", "namespace": NAMESPACE},
-                                          "spec": {"replicas": 3}})
+    await emu.put(
+        "apps/v1/deployments", {"metadata": {"name": "llama", "namespace": NAMESPACE}, "spec": {"replicas": 3}}
+    )
     await kube.scale(DEPLOYMENT, NAMESPACE, 0)
     assert emu.get("apps/v1/deployments", NAMESPACE, "llama")["spec"]["replicas"] == 0  # type: ignore[index]
     emu.forbid("patch", "deployments")
@@ -92,8 +114,15 @@ async def test_scale_is_a_merge_patch_of_spec_replicas(cluster: Any, kube: kube_
 
 
 async def _msvc(emu: ClusterEmulator) -> dict[str, Any]:
-    return await emu.put(MSVC, {"apiVersion": f"{crd.group()}/{crd.version()}", "kind": "ModelService",
-                                "metadata": {"name": "llama", "namespace": NAMESPACE}, "spec": {}})
+    return await emu.put(
+        MSVC,
+        {
+            "apiVersion": f"{crd.group()}/{crd.version()}",
+            "kind": "ModelService",
+            "metadata": {"name": "llama", "namespace": NAMESPACE},
+            "spec": {},
+        },
+    )
 
 
 async def test_delete_modelservice(cluster: Any, kube: kube_.Kube) -> None:

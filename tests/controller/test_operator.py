@@ -29,8 +29,9 @@ from .scenario import (
 )
 
 
-async def test_route_first_settle_then_workload_then_pods(cluster: tuple[ClusterEmulator, kmock.Server],
-                                                          operator: Operator) -> None:
+async def test_route_first_settle_then_workload_then_pods(
+    cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator
+) -> None:
     """1. ModelService with route, Deployment, Service and 2 pods (each drains 0.5 s after SIGTERM).
     2. Deleted. Result: the route is deleted first; during RouteSettling the Deployment still exists;
     after >= 1 s of settle the workload goes; the pods' wait holds the finalizer; then Released and
@@ -79,8 +80,9 @@ async def test_pod_wait_holds_the_finalizer(cluster: tuple[ClusterEmulator, kmoc
     assert not exists(emu, "v1/pods", "llama-0") and final_status(emu)["outcome"] == "Clean"
 
 
-async def test_force_delete_with_uid_precondition(cluster: tuple[ClusterEmulator, kmock.Server],
-                                                  operator: Operator) -> None:
+async def test_force_delete_with_uid_precondition(
+    cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator
+) -> None:
     """1. forceDeleteAfter 1s; pods ignore SIGTERM with a 600 s grace. 2. Deleted. Result:
     ForceDeleting, each pod deleted with grace 0 and its UID as precondition, one PodForceDeleted
     warning per pod, outcome PodsForceDeleted, released long before the grace."""
@@ -91,11 +93,18 @@ async def test_force_delete_with_uid_precondition(cluster: tuple[ClusterEmulator
     await eventually(lambda: msvc(emu) is None, what="release after force delete")
     status = final_status(emu)
     assert status["outcome"] == "PodsForceDeleted" and status["forceDeleted"] == ["llama-0", "llama-1"]
-    forced = [r for r in emu._requests if r.action == kmock.action.DELETE and r.resource == kmock.resource("v1/pods")
-              and (r.data or {}).get("gracePeriodSeconds") == 0]
+    forced = [
+        r
+        for r in emu._requests
+        if r.action == kmock.action.DELETE
+        and r.resource == kmock.resource("v1/pods")
+        and (r.data or {}).get("gracePeriodSeconds") == 0
+    ]
     assert {r.name: r.data["preconditions"]["uid"] for r in forced} == uids
-    await eventually(lambda: [reason for _, reason in events(emu)].count("PodForceDeleted") == 2,
-                     what="one PodForceDeleted event per pod")
+    await eventually(
+        lambda: [reason for _, reason in events(emu)].count("PodForceDeleted") == 2,
+        what="one PodForceDeleted event per pod",
+    )
     reasons = [reason for _, reason in events(emu)]
     assert reasons.count("PodForceDeleted") == 2 and reasons.count("PodsForceDeleted") == 1
     assert ("Warning", "PodForceDeleted") in events(emu)
@@ -111,8 +120,9 @@ async def test_delete_precondition_answers_409(cluster: tuple[ClusterEmulator, k
     assert response.status == 409 and exists(emu, "v1/pods", "p")
 
 
-async def test_restart_resumes_on_the_same_clock(cluster: tuple[ClusterEmulator, kmock.Server],
-                                                 operator: Operator) -> None:
+async def test_restart_resumes_on_the_same_clock(
+    cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator
+) -> None:
     """1. routeSettle 4s. 2. Deleted; RouteSettling recorded. 3. The operator stops, is down for 1 s,
     and a new one starts (no memory). Result: same startedAt, deadline and routeRemovedAt; the
     workload goes at routeRemovedAt + 4 s, not 4 s after the restart."""
@@ -148,8 +158,9 @@ async def test_orphan_skips_every_stage(cluster: tuple[ClusterEmulator, kmock.Se
     await eventually(lambda: ("Normal", "Orphaned") in events(emu), what="the Orphaned event")
 
 
-async def test_foreign_workload_skips_every_stage(cluster: tuple[ClusterEmulator, kmock.Server],
-                                                  operator: Operator) -> None:
+async def test_foreign_workload_skips_every_stage(
+    cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator
+) -> None:
     """1. The Service is labelled drainrouter.dev/service=other. 2. Deleted. Result: nothing is
     deleted (not even the route), a ForeignWorkload warning, the ModelService goes."""
     emu, server = cluster
@@ -170,8 +181,9 @@ async def test_suspend_holds_then_resumes(cluster: tuple[ClusterEmulator, kmock.
     seen = passes(emu)
     await eventually(lambda: passes(emu) >= seen + 3, what="three suspended passes")
     assert finalizer_held(emu) and delete_order(emu) == [] and stage(emu) is None
-    response = await server.client.patch(msvc_url(), json={"spec": {"suspend": False}},
-                                         headers={"Content-Type": "application/merge-patch+json"})
+    response = await server.client.patch(
+        msvc_url(), json={"spec": {"suspend": False}}, headers={"Content-Type": "application/merge-patch+json"}
+    )
     assert response.status == 200, await response.text()
     await eventually(lambda: msvc(emu) is None, what="release after unsuspending")
     assert delete_order(emu)[0] == "httproutes/llama"

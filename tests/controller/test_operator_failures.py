@@ -35,12 +35,14 @@ async def test_emulator_fault_answers_a_status_and_never_mutates(cluster: tuple[
 
 
 def timed_out_warning(cluster: ClusterEmulator, call: str) -> bool:
-    return any(kind == "Warning" and reason == "TimedOut" and call in text
-               for kind, reason, text in event_messages(cluster))
+    return any(
+        kind == "Warning" and reason == "TimedOut" and call in text for kind, reason, text in event_messages(cluster)
+    )
 
 
-async def test_unserved_route_kind_times_out_naming_the_call(cluster: tuple[ClusterEmulator, kmock.Server],
-                                                             operator: Operator) -> None:
+async def test_unserved_route_kind_times_out_naming_the_call(
+    cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator
+) -> None:
     """1. The Gateway API is not installed: discovery of gateway.networking.k8s.io/v1 answers 404, and
     the ModelService names an HTTPRoute. maxWait 2s. 2. Deleted. Result: the status says the route
     cannot be read (the clock started, nothing deleted on unknown state); at the deadline the
@@ -59,8 +61,9 @@ async def test_unserved_route_kind_times_out_naming_the_call(cluster: tuple[Clus
     assert delete_order(emu) == [] and exists(emu, "apps/v1/deployments")
 
 
-async def test_failing_get_times_out_naming_the_call(cluster: tuple[ClusterEmulator, kmock.Server],
-                                                     operator: Operator) -> None:
+async def test_failing_get_times_out_naming_the_call(
+    cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator
+) -> None:
     """1. Every GET of the Deployment answers 500. maxWait 2s. 2. Deleted. Result: TimedOut at the
     deadline, the warning names GET apps/v1 deployments/llama and its 500."""
     emu, server = cluster
@@ -69,20 +72,29 @@ async def test_failing_get_times_out_naming_the_call(cluster: tuple[ClusterEmula
     await delete_msvc(emu, server)
     await eventually(lambda: msvc(emu) is None, what="release at the deadline")
     assert final_status(emu)["outcome"] == "TimedOut"
-    await eventually(lambda: timed_out_warning(emu, "GET apps/v1 deployments/llama: 500 etcdserver: request timed out"),
-                     what="a TimedOut warning naming the GET")
+    await eventually(
+        lambda: timed_out_warning(emu, "GET apps/v1 deployments/llama: 500 etcdserver: request timed out"),
+        what="a TimedOut warning naming the GET",
+    )
 
 
-async def test_refused_workload_delete_times_out_naming_the_call(cluster: tuple[ClusterEmulator, kmock.Server],
-                                                                 operator: Operator) -> None:
+async def test_refused_workload_delete_times_out_naming_the_call(
+    cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator
+) -> None:
     """1. DELETE of the Deployment answers 403; routeSettle 0s, maxWait 3s. 2. Deleted. Result: the
     route and the Service go, the stage stays Uninstalling with the refusal in the status message,
     then at the deadline TimedOut with a warning naming DELETE apps/v1 deployments/llama and its 403;
     the Deployment is still there."""
     emu, server = cluster
     await make_service(emu, deletion_spec={"routeSettle": "0s", "maxWait": "3s"})
-    emu.fail("delete", "apps/v1/deployments", "llama", 403, "Forbidden",
-             'deployments.apps "llama" is forbidden: User "system:serviceaccount:ns:ctl" cannot delete')
+    emu.fail(
+        "delete",
+        "apps/v1/deployments",
+        "llama",
+        403,
+        "Forbidden",
+        'deployments.apps "llama" is forbidden: User "system:serviceaccount:ns:ctl" cannot delete',
+    )
     await delete_msvc(emu, server)
     call = "DELETE apps/v1 deployments/llama: 403"
     await eventually(lambda: f"last attempt failed: {call}" in message(emu), what="the refusal in the status")
@@ -93,8 +105,9 @@ async def test_refused_workload_delete_times_out_naming_the_call(cluster: tuple[
     assert exists(emu, "apps/v1/deployments") and not exists(emu, "v1/services")
 
 
-async def test_pod_selector_that_selects_nothing_times_out(cluster: tuple[ClusterEmulator, kmock.Server],
-                                                          operator: Operator) -> None:
+async def test_pod_selector_that_selects_nothing_times_out(
+    cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator
+) -> None:
     """1. spec.podSelector is {matchLabels: {}} (admitted by the CRD's minProperties, selects every
     pod). routeSettle 0s, maxWait 2s. 2. Deleted. Result: route and workload go, but the pods are
     never listed with an empty selector; at the deadline TimedOut, naming the pod list not sent."""
@@ -103,6 +116,8 @@ async def test_pod_selector_that_selects_nothing_times_out(cluster: tuple[Cluste
     await delete_msvc(emu, server)
     await eventually(lambda: msvc(emu) is None, what="release at the deadline")
     last = final_status(emu)
-    assert last["outcome"] == "TimedOut" and "LIST v1 pods: not sent: spec.podSelector selects nothing" in last["message"]
+    assert (
+        last["outcome"] == "TimedOut" and "LIST v1 pods: not sent: spec.podSelector selects nothing" in last["message"]
+    )
     assert not exists(emu, "apps/v1/deployments")
     await eventually(lambda: timed_out_warning(emu, "LIST v1 pods: not sent"), what="a TimedOut warning naming it")

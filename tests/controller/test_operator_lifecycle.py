@@ -48,8 +48,12 @@ async def test_scale_to_zero_keeps_the_route_and_records_it(cluster: Any, router
     assert exists(emu, "gateway.networking.k8s.io/v1/httproutes") and exists(emu, MSVC)
     assert events(emu).count(("Normal", "LifecycleScaledToZero")) == 1
     assert len(patches_to(emu, "deployments")) == 1, "scaled once, not on every pass"
-    assert op.ctx.metrics.registry.get_sample_value("drain_router_controller_lifecycle_actions_total",
-                                                    {"policy": "ScaleToZero"}) == 1
+    assert (
+        op.ctx.metrics.registry.get_sample_value(
+            "drain_router_controller_lifecycle_actions_total", {"policy": "ScaleToZero"}
+        )
+        == 1
+    )
 
 
 async def test_busy_router_keeps_the_clock_null(cluster: Any, routers: Any, start_operator: Any) -> None:
@@ -71,9 +75,12 @@ async def test_only_the_most_impactful_overdue_rule_runs(cluster: Any, routers: 
     finalizer's staged teardown removes the route before the workload."""
     emu, _ = cluster
     routers.idle_since = time.time() - 3600
-    await make_service(emu, admin_port=routers.port,
-                       lifecycle=_rules(("ScaleToZero", 1), ("DeleteWorkload", 2), ("DeleteSelf", 3)),
-                       status={"lifecycle": {"idleSince": durations.format_time(time.time() - 3600)}})
+    await make_service(
+        emu,
+        admin_port=routers.port,
+        lifecycle=_rules(("ScaleToZero", 1), ("DeleteWorkload", 2), ("DeleteSelf", 3)),
+        status={"lifecycle": {"idleSince": durations.format_time(time.time() - 3600)}},
+    )
     await eventually(lambda: len(ready_pods(emu)) == 1, what="a Ready pod")
     await start_operator(**FAST)
     await eventually(lambda: not exists(emu, MSVC), what="the ModelService deleted and released", timeout=20)
@@ -85,14 +92,16 @@ async def test_only_the_most_impactful_overdue_rule_runs(cluster: Any, routers: 
     assert order.index("httproutes/llama") < order.index("deployments/llama"), order
 
 
-async def test_delete_workload_runs_the_staged_teardown_and_keeps_the_service(cluster: Any, routers: Any,
-                                                                               start_operator: Any) -> None:
+async def test_delete_workload_runs_the_staged_teardown_and_keeps_the_service(
+    cluster: Any, routers: Any, start_operator: Any
+) -> None:
     emu, _ = cluster
     await make_service(emu, admin_port=routers.port, lifecycle=_rules(("DeleteWorkload", 1)))
     await eventually(lambda: len(ready_pods(emu)) == 1, what="a Ready pod")
     await start_operator(**FAST)
-    await eventually(lambda: (status(emu).get("deletion") or {}).get("stage") == "Released",
-                     what="the teardown released", timeout=20)
+    await eventually(
+        lambda: (status(emu).get("deletion") or {}).get("stage") == "Released", what="the teardown released", timeout=20
+    )
     assert exists(emu, MSVC), "DeleteWorkload keeps the ModelService"
     obj = emu.get(MSVC, NAMESPACE, "llama")
     assert obj is not None and "drainrouter.dev/staged-deletion" in obj["metadata"].get("finalizers", [])
@@ -110,25 +119,34 @@ async def test_scaling_back_up_wakes_the_service(cluster: Any, routers: Any, sta
     await start_operator(**FAST)
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)
     woke_at = time.time()
-    response = await server.client.patch(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
-                                         json={"spec": {"replicas": 1}},
-                                         headers={"Content-Type": "application/merge-patch+json"})
+    response = await server.client.patch(
+        f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
+        json={"spec": {"replicas": 1}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
     assert response.status == 200
-    await eventually(lambda: (status(emu).get("lifecycle") or {}).get("scaledToZeroAt") is None,
-                     what="scaledToZeroAt cleared", timeout=10)
+    await eventually(
+        lambda: (status(emu).get("lifecycle") or {}).get("scaledToZeroAt") is None,
+        what="scaledToZeroAt cleared",
+        timeout=10,
+    )
     idle_since = durations.parse_time(status(emu)["lifecycle"]["idleSince"])
     assert idle_since >= woke_at - 0.01
     assert deployment(emu)["spec"]["replicas"] == 1
     assert len(patches_to(emu, "deployments")) == 2  # the rule's one, the person's one
 
 
-async def test_invalid_rules_act_on_nothing_and_warn_once_per_generation(cluster: Any, routers: Any,
-                                                                         start_operator: Any) -> None:
+async def test_invalid_rules_act_on_nothing_and_warn_once_per_generation(
+    cluster: Any, routers: Any, start_operator: Any
+) -> None:
     emu, _ = cluster
     await make_service(emu, admin_port=routers.port, lifecycle=_rules(("ScaleToZero", 5), ("DeleteSelf", 5)))
     await start_operator(**FAST)
-    await eventually(lambda: (condition(emu, "LifecycleRulesValid") or {}).get("reason") == "InvalidRules",
-                     what="LifecycleRulesValid False", timeout=10)
+    await eventually(
+        lambda: (condition(emu, "LifecycleRulesValid") or {}).get("reason") == "InvalidRules",
+        what="LifecycleRulesValid False",
+        timeout=10,
+    )
     cond = condition(emu, "LifecycleRulesValid")
     assert cond is not None and cond["status"] == "False" and "strictly after ScaleToZero" in cond["message"]
     requests = len(emu._requests)

@@ -27,32 +27,51 @@ async def routers() -> AsyncIterator[fake_routers.FakeRouters]:
 
 
 async def test_recycle_then_scale_to_zero_then_delete_self_under_the_charts_rbac(
-        cluster: Any, routers: Any, start_operator: Any, chart_rules: list[Rule]) -> None:
+    cluster: Any, routers: Any, start_operator: Any, chart_rules: list[Rule]
+) -> None:
     emu, _ = cluster
     emu.rbac = chart_rules
-    await make_service(emu, admin_port=routers.port, recycling={"maxPodLifetimeSeconds": 1},
-                       lifecycle={"rules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": 3}},
-                                            {"policy": "DeleteSelf", "condition": {"idleSeconds": 5}}]})
+    await make_service(
+        emu,
+        admin_port=routers.port,
+        recycling={"maxPodLifetimeSeconds": 1},
+        lifecycle={
+            "rules": [
+                {"policy": "ScaleToZero", "condition": {"idleSeconds": 3}},
+                {"policy": "DeleteSelf", "condition": {"idleSeconds": 5}},
+            ]
+        },
+    )
     await eventually(lambda: len(ready_pods(emu)) == 1, what="a Ready pod")
     await start_operator(**FAST)
     await eventually(lambda: any(e.code == 201 for e in emu.evictions), what="a pod recycled", timeout=15)
-    await eventually(lambda: exists(emu, "apps/v1/deployments") and deployment(emu)["spec"]["replicas"] == 0,
-                     what="scaled to zero", timeout=15)
+    await eventually(
+        lambda: exists(emu, "apps/v1/deployments") and deployment(emu)["spec"]["replicas"] == 0,
+        what="scaled to zero",
+        timeout=15,
+    )
     await eventually(lambda: not exists(emu, MSVC), what="deleted by DeleteSelf and released", timeout=20)
     assert "httproutes/llama" in delete_order(emu)
-    refused = [m for m in event_messages(emu) if m[1] in ("PodRecycleForbidden", "PodRecycleFailed")
-               or "forbidden" in m[2].lower()]
+    refused = [
+        m
+        for m in event_messages(emu)
+        if m[1] in ("PodRecycleForbidden", "PodRecycleFailed") or "forbidden" in m[2].lower()
+    ]
     assert not refused, refused
 
 
-async def test_a_chart_without_pods_eviction_is_forbidden_visibly(cluster: Any, routers: Any, start_operator: Any,
-                                                                  chart_rules: list[Rule]) -> None:
+async def test_a_chart_without_pods_eviction_is_forbidden_visibly(
+    cluster: Any, routers: Any, start_operator: Any, chart_rules: list[Rule]
+) -> None:
     emu, _ = cluster
     emu.rbac = [r for r in chart_rules if r[1] != ("pods/eviction",)]
     assert len(emu.rbac) == len(chart_rules) - 1, "the chart grants pods/eviction in a rule of its own"
     await make_service(emu, admin_port=routers.port, recycling={"maxPodLifetimeSeconds": 1})
     await eventually(lambda: len(ready_pods(emu)) == 1, what="a Ready pod")
     await start_operator(**FAST)
-    await eventually(lambda: any(r == "PodRecycleForbidden" and "create pods/eviction" in m
-                                 for _, r, m in event_messages(emu)), what="PodRecycleForbidden", timeout=15)
+    await eventually(
+        lambda: any(r == "PodRecycleForbidden" and "create pods/eviction" in m for _, r, m in event_messages(emu)),
+        what="PodRecycleForbidden",
+        timeout=15,
+    )
     assert emu.evictions == [], "RBAC refuses before the eviction is even considered"

@@ -4,6 +4,7 @@ waits are shortened by settings, never slept through."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,8 +32,11 @@ def _ip(pod: dict[str, Any]) -> str:
 
 
 async def _settled(emu: Any, replicas: int) -> list[dict[str, Any]]:
-    return await eventually(lambda: (p := ready_pods(emu)) and len(p) == replicas and len(pods(emu, alive_only=False))
-                            == replicas and p, what=f"{replicas} Ready pods", timeout=15)
+    return await eventually(
+        lambda: (p := ready_pods(emu)) and len(p) == replicas and len(pods(emu, alive_only=False)) == replicas and p,
+        what=f"{replicas} Ready pods",
+        timeout=15,
+    )
 
 
 async def test_one_eviction_at_a_time_oldest_deadline_first(cluster: Any, routers: Any, start_operator: Any) -> None:
@@ -44,9 +48,11 @@ async def test_one_eviction_at_a_time_oldest_deadline_first(cluster: Any, router
     await make_service(emu, admin_port=routers.port, replicas=1, recycling={"maxPodLifetimeSeconds": 1})
     await _settled(emu, 1)
     for replicas in (2, 3):
-        response = await server.client.patch(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
-                                             json={"spec": {"replicas": replicas}},
-                                             headers={"Content-Type": "application/merge-patch+json"})
+        response = await server.client.patch(
+            f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
+            json={"spec": {"replicas": replicas}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
         assert response.status == 200
         await _settled(emu, replicas)
     originals = await _settled(emu, 3)
@@ -58,8 +64,11 @@ async def test_one_eviction_at_a_time_oldest_deadline_first(cluster: Any, router
     await start_operator(**FAST)
     names = [p["metadata"]["name"] for p in originals]
     uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in originals}
-    await eventually(lambda: {e.pod for e in emu.evictions if e.code == 201} >= set(names),
-                     what="every original pod evicted", timeout=40)
+    await eventually(
+        lambda: {e.pod for e in emu.evictions if e.code == 201} >= set(names),
+        what="every original pod evicted",
+        timeout=40,
+    )
     done = [e for e in emu.evictions if e.code == 201]
     for e in done:
         assert e.unsettled == (), f"evicted {e.pod} while {e.unsettled} were not settled"
@@ -68,8 +77,9 @@ async def test_one_eviction_at_a_time_oldest_deadline_first(cluster: Any, router
     assert ("Normal", "PodRecycled") in events(emu)
 
 
-async def test_busy_pod_is_held_visibly_then_recycled_when_idle(cluster: Any, routers: Any,
-                                                                 start_operator: Any) -> None:
+async def test_busy_pod_is_held_visibly_then_recycled_when_idle(
+    cluster: Any, routers: Any, start_operator: Any
+) -> None:
     """1. the only pod expires while its router is busy 2. many passes 3. the router goes idle.
     Result: held (status, condition naming the pod, gauge 1, exactly one PodRecycleHeld), then
     evicted; held cleared, condition False, gauge 0."""
@@ -88,11 +98,15 @@ async def test_busy_pod_is_held_visibly_then_recycled_when_idle(cluster: Any, ro
     await eventually(lambda: len(routers.asked) >= asked + 3, what="three more probes", timeout=10)
     assert not emu.evictions
     assert [m for m in event_messages(emu) if m[1] == "PodRecycleHeld"] == [
-        ("Warning", "PodRecycleHeld", f"pod {name} is past its maximum lifetime and not recycled: Busy")]
+        ("Warning", "PodRecycleHeld", f"pod {name} is past its maximum lifetime and not recycled: Busy")
+    ]
     routers.idle(_ip(pod))
     await eventually(lambda: [e.pod for e in emu.evictions] == [name], what="the eviction", timeout=10)
-    await eventually(lambda: held(emu) is None and (condition(emu, "RecycleHeld") or {}).get("status") == "False",
-                     what="held cleared", timeout=10)
+    await eventually(
+        lambda: held(emu) is None and (condition(emu, "RecycleHeld") or {}).get("status") == "False",
+        what="held cleared",
+        timeout=10,
+    )
     await eventually(lambda: gauge(op) == 0, what="the held gauge back at 0")
 
 
@@ -108,46 +122,66 @@ async def test_probe_failure_holds_and_never_evicts(cluster: Any, routers: Any, 
     assert not emu.evictions
 
 
-async def test_pdb_refusal_is_retried_no_sooner_than_the_retry_wait(cluster: Any, routers: Any,
-                                                                    start_operator: Any) -> None:
+async def test_pdb_refusal_is_retried_no_sooner_than_the_retry_wait(
+    cluster: Any, routers: Any, start_operator: Any
+) -> None:
     """1. a PDB allows no disruption 2. the pod expires, idle. Result: 429, held DisruptionBudget,
     the next attempt no sooner than ``recycle_retry_secs``; once the budget allows, evicted."""
     emu, server = cluster
     await make_service(emu, admin_port=routers.port, recycling={"maxPodLifetimeSeconds": 1})
-    await emu.put("policy/v1/poddisruptionbudgets", {"metadata": {"name": "llama", "namespace": NAMESPACE},
-                                                     "spec": {"selector": {}, "maxUnavailable": 0}})
+    await emu.put(
+        "policy/v1/poddisruptionbudgets",
+        {"metadata": {"name": "llama", "namespace": NAMESPACE}, "spec": {"selector": {}, "maxUnavailable": 0}},
+    )
     await _settled(emu, 1)
     op = await start_operator(**FAST)
     await eventually(lambda: len(emu.evictions) >= 3, what="three refused evictions", timeout=20)
     refused = emu.evictions[:3]
     assert [e.code for e in refused] == [429, 429, 429]
-    gaps = [b.at - a.at for a, b in zip(refused, refused[1:])]
+    gaps = [b.at - a.at for a, b in itertools.pairwise(refused)]
     assert all(gap >= FAST["recycle_retry_secs"] - 0.05 for gap in gaps), gaps
     assert (held(emu) or {}).get("reason") == "DisruptionBudget"
-    assert op.ctx.metrics.registry.get_sample_value("drain_router_controller_eviction_rejections_total",
-                                                    {"reason": "DisruptionBudget"}) >= 3
-    response = await server.client.patch(f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets/llama",
-                                         json={"spec": {"maxUnavailable": 1}},
-                                         headers={"Content-Type": "application/merge-patch+json"})
+    assert (
+        op.ctx.metrics.registry.get_sample_value(
+            "drain_router_controller_eviction_rejections_total", {"reason": "DisruptionBudget"}
+        )
+        >= 3
+    )
+    response = await server.client.patch(
+        f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets/llama",
+        json={"spec": {"maxUnavailable": 1}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
     assert response.status == 200
     await eventually(lambda: any(e.code == 201 for e in emu.evictions), what="the eviction", timeout=10)
 
 
-async def test_forbidden_eviction_degrades_and_the_lifecycle_pass_still_runs(cluster: Any, routers: Any,
-                                                                             start_operator: Any) -> None:
+async def test_forbidden_eviction_degrades_and_the_lifecycle_pass_still_runs(
+    cluster: Any, routers: Any, start_operator: Any
+) -> None:
     """The image is newer than the chart: create pods/eviction is not granted. Result: a
     PodRecycleForbidden Warning naming the permission, held Forbidden, and the lifecycle rule
     (ScaleToZero after 3 s idle, counted from now) still scales the Deployment to zero."""
     emu, _ = cluster
     emu.forbid("create", "pods/eviction")
     routers.idle_since = time.time()
-    await make_service(emu, admin_port=routers.port, recycling={"maxPodLifetimeSeconds": 1},
-                       lifecycle={"rules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": 3}}]})
+    await make_service(
+        emu,
+        admin_port=routers.port,
+        recycling={"maxPodLifetimeSeconds": 1},
+        lifecycle={"rules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": 3}}]},
+    )
     await _settled(emu, 1)
     await start_operator(**FAST)
-    await eventually(lambda: any(r == "PodRecycleForbidden" and "create pods/eviction" in m
-                                 for _, r, m in event_messages(emu)), what="PodRecycleForbidden", timeout=15)
+    await eventually(
+        lambda: any(r == "PodRecycleForbidden" and "create pods/eviction" in m for _, r, m in event_messages(emu)),
+        what="PodRecycleForbidden",
+        timeout=15,
+    )
     assert (held(emu) or {}).get("reason") == "Forbidden"
-    await eventually(lambda: emu.get("apps/v1/deployments", NAMESPACE, "llama")["spec"]["replicas"] == 0,
-                     what="scaled to zero by the lifecycle pass", timeout=15)
+    await eventually(
+        lambda: emu.get("apps/v1/deployments", NAMESPACE, "llama")["spec"]["replicas"] == 0,
+        what="scaled to zero by the lifecycle pass",
+        timeout=15,
+    )
     assert (status(emu).get("lifecycle") or {}).get("scaledToZeroAt")

@@ -46,8 +46,9 @@ def _writes_and_deletes(cluster: ClusterEmulator) -> list[tuple[str, Any]]:
     return out
 
 
-async def test_status_is_written_before_the_action_it_records(cluster: tuple[ClusterEmulator, kmock.Server],
-                                                              operator: Operator) -> None:
+async def test_status_is_written_before_the_action_it_records(
+    cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator
+) -> None:
     """1. routeSettle 0s, forceDeleteAfter 1s, pods that ignore SIGTERM (grace 600 s). 2. Deleted.
     Result: in the API server's request log, each DELETE comes after a status write that records it:
     the route's after stage RouteRemoving, the Deployment's and the Service's after Uninstalling,
@@ -58,8 +59,13 @@ async def test_status_is_written_before_the_action_it_records(cluster: tuple[Clu
     await eventually(lambda: msvc(emu) is None, what="release after force delete")
     log = _writes_and_deletes(emu)
     deletes = [what for kind, what in log if kind == "delete"]
-    assert {"httproutes/llama", "deployments/llama", "services/llama",
-            "pods/llama-0@grace0", "pods/llama-1@grace0"} <= set(deletes), deletes
+    assert {
+        "httproutes/llama",
+        "deployments/llama",
+        "services/llama",
+        "pods/llama-0@grace0",
+        "pods/llama-1@grace0",
+    } <= set(deletes), deletes
     last: dict[str, Any] | None = None
     for kind, what in log:
         if kind == "status":
@@ -75,8 +81,9 @@ async def test_status_is_written_before_the_action_it_records(cluster: tuple[Clu
             assert last["stage"] == "ForceDeleting" and pod in last["forceDeleted"], (what, last)
 
 
-async def test_invalid_annotation_warns_once_and_falls_back(cluster: tuple[ClusterEmulator, kmock.Server],
-                                                            operator: Operator) -> None:
+async def test_invalid_annotation_warns_once_and_falls_back(
+    cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator
+) -> None:
     """1. Annotation route-settle "soon" (invalid), spec.deletion.routeSettle 0s. 2. Deleted. Result:
     one Warning InvalidAnnotation naming the annotation and its value (not one per pass), and the
     spec's 0s is used: the workload goes right after the route, not after the 60 s default."""
@@ -88,15 +95,18 @@ async def test_invalid_annotation_warns_once_and_falls_back(cluster: tuple[Clust
     assert durations.parse_time(last["uninstalledAt"]) - durations.parse_time(last["routeRemovedAt"]) < 5
 
     def warnings() -> list[str]:
-        return [text for kind, reason, text in event_messages(emu) if (kind, reason) == ("Warning", "InvalidAnnotation")]
+        return [
+            text for kind, reason, text in event_messages(emu) if (kind, reason) == ("Warning", "InvalidAnnotation")
+        ]
 
     await eventually(warnings, what="the InvalidAnnotation warning")
     (text,) = warnings()
     assert "drainrouter.dev/route-settle='soon'" in text, text
 
 
-async def test_annotation_added_after_the_delete_is_read(cluster: tuple[ClusterEmulator, kmock.Server],
-                                                         operator: Operator) -> None:
+async def test_annotation_added_after_the_delete_is_read(
+    cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator
+) -> None:
     """1. Pods ignore SIGTERM with a 600 s grace; no force delete configured. 2. Deleted; the
     deletion reaches PodsTerminating and waits there. 3. The annotation force-delete-after: 0s is
     added to the ModelService. Result: the next passes read it: the pods are force deleted and the
@@ -107,16 +117,19 @@ async def test_annotation_added_after_the_delete_is_read(cluster: tuple[ClusterE
     await eventually(lambda: stage(emu) == "PodsTerminating", what="PodsTerminating")
     await eventually(lambda: message(emu) == "waiting for 2 pods", what="the pods' wait")
     response = await server.client.patch(
-        msvc_url(), json={"metadata": {"annotations": {deletion.ANNOTATION_FORCE_DELETE_AFTER: "0s"}}},
-        headers={"Content-Type": "application/merge-patch+json"})
+        msvc_url(),
+        json={"metadata": {"annotations": {deletion.ANNOTATION_FORCE_DELETE_AFTER: "0s"}}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
     assert response.status == 200, await response.text()
     await eventually(lambda: msvc(emu) is None, what="release after the annotation's force delete")
     assert final_status(emu)["outcome"] == "PodsForceDeleted"
     assert not exists(emu, "v1/pods", "llama-0")
 
 
-async def test_pod_on_notready_node_counts_as_gone_past_its_grace(cluster: tuple[ClusterEmulator, kmock.Server],
-                                                                  operator: Operator) -> None:
+async def test_pod_on_notready_node_counts_as_gone_past_its_grace(
+    cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator
+) -> None:
     """1. The pods' node gpu-1 is NotReady, so no kubelet will ever confirm their end; grace 1 s.
     2. Deleted. Result: while within their grace they are waited for and reported stuck on the
     NotReady node; past it they count as gone and the ModelService is released (outcome Clean) while
@@ -129,7 +142,13 @@ async def test_pod_on_notready_node_counts_as_gone_past_its_grace(cluster: tuple
     assert final_status(emu)["outcome"] == "Clean"
     pod = emu.get("v1/pods", NAMESPACE, "llama-0")
     assert pod is not None and pod["metadata"].get("deletionTimestamp"), "the pod should still be Terminating"
-    stuck = [w for w in emu._requests if w.resource is not None and w.resource.plural == crd.plural()
-             and w.subresource == "status" and isinstance(w.data, dict)
-             and "stuck on NotReady node gpu-1" in str(w.data)]
+    stuck = [
+        w
+        for w in emu._requests
+        if w.resource is not None
+        and w.resource.plural == crd.plural()
+        and w.subresource == "status"
+        and isinstance(w.data, dict)
+        and "stuck on NotReady node gpu-1" in str(w.data)
+    ]
     assert stuck, "the wait within the grace was never reported"

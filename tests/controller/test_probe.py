@@ -35,22 +35,26 @@ async def _serve(aiohttp_server: Callable[..., Awaitable[TestServer]], status: i
     return await aiohttp_server(app, host="127.0.0.1")
 
 
-@pytest.mark.parametrize(("status", "body", "idle", "failed"), [
-    pytest.param(200, GOOD, True, False, id="idle"),
-    pytest.param(200, {**GOOD, "inflight": 2}, False, False, id="busy"),
-    pytest.param(200, {**GOOD, "state": "draining"}, False, False, id="draining"),
-    pytest.param(200, {**GOOD, "state": "starting"}, False, False, id="starting"),
-    pytest.param(503, GOOD, False, True, id="non-200"),
-    pytest.param(200, "not json", False, True, id="bad-json"),
-    pytest.param(200, [1, 2], False, True, id="not-an-object"),
-    pytest.param(200, {**GOOD, "inflight": -1}, False, True, id="negative-inflight"),
-    pytest.param(200, {**GOOD, "inflight": True}, False, True, id="bool-inflight"),
-    pytest.param(200, {k: v for k, v in GOOD.items() if k != "state"}, False, True, id="no-state"),
-    pytest.param(200, {k: v for k, v in GOOD.items() if k != "served"}, False, True, id="no-served"),
-    pytest.param(200, {**GOOD, "idle_since": "yesterday"}, False, True, id="bad-idle-since"),
-])
-async def test_answers(aiohttp_server: Any, session: aiohttp.ClientSession, status: int, body: Any,
-                       idle: bool, failed: bool) -> None:
+@pytest.mark.parametrize(
+    ("status", "body", "idle", "failed"),
+    [
+        pytest.param(200, GOOD, True, False, id="idle"),
+        pytest.param(200, {**GOOD, "inflight": 2}, False, False, id="busy"),
+        pytest.param(200, {**GOOD, "state": "draining"}, False, False, id="draining"),
+        pytest.param(200, {**GOOD, "state": "starting"}, False, False, id="starting"),
+        pytest.param(503, GOOD, False, True, id="non-200"),
+        pytest.param(200, "not json", False, True, id="bad-json"),
+        pytest.param(200, [1, 2], False, True, id="not-an-object"),
+        pytest.param(200, {**GOOD, "inflight": -1}, False, True, id="negative-inflight"),
+        pytest.param(200, {**GOOD, "inflight": True}, False, True, id="bool-inflight"),
+        pytest.param(200, {k: v for k, v in GOOD.items() if k != "state"}, False, True, id="no-state"),
+        pytest.param(200, {k: v for k, v in GOOD.items() if k != "served"}, False, True, id="no-served"),
+        pytest.param(200, {**GOOD, "idle_since": "yesterday"}, False, True, id="bad-idle-since"),
+    ],
+)
+async def test_answers(
+    aiohttp_server: Any, session: aiohttp.ClientSession, status: int, body: Any, idle: bool, failed: bool
+) -> None:
     server = await _serve(aiohttp_server, status, body if isinstance(body, str) else json.dumps(body))
     answer = await probe.probe(session, "127.0.0.1", server.port)
     result = probe.for_recycling(answer, "uid-a")
@@ -58,8 +62,9 @@ async def test_answers(aiohttp_server: Any, session: aiohttp.ClientSession, stat
     report = probe.for_lifecycle(answer, "a")
     assert isinstance(report, lifecycle.ProbeFailure) == failed
     if not failed:
-        assert report == lifecycle.RouterReport(pod="a", inflight=body["inflight"], idle_since=body["idle_since"],
-                                                served=body["served"])
+        assert report == lifecycle.RouterReport(
+            pod="a", inflight=body["inflight"], idle_since=body["idle_since"], served=body["served"]
+        )
 
 
 async def test_timeout_is_a_failure(aiohttp_server: Any, session: aiohttp.ClientSession) -> None:
@@ -95,8 +100,9 @@ def test_ipv6_url() -> None:
     assert probe.url("fd00::1", 9091) == "http://[fd00::1]:9091/admin/inflight"
 
 
-async def test_a_real_router_answers_idle_with_served(start_router: Any, fake_upstream: Any,
-                                                      session: aiohttp.ClientSession) -> None:
+async def test_a_real_router_answers_idle_with_served(
+    start_router: Any, fake_upstream: Any, session: aiohttp.ClientSession
+) -> None:
     router = await start_router(upstream=fake_upstream.url)
     async with session.get(router.url + "/short") as response:
         await response.read()

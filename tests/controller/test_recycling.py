@@ -16,10 +16,14 @@ ROWS = casefiles.params(casefiles.load("recycling/next-recycle.yaml"))
 
 def _pod(data: dict[str, Any]) -> recycling.RecyclePod:
     start = data.get("start")
-    return recycling.RecyclePod(name=data["name"], uid=data.get("uid", f"uid-{data['name']}"),
-                                phase=data.get("phase", "Running"), ready=data.get("ready", True),
-                                terminating=data.get("terminating", False),
-                                start_time=None if start is None else T0 + start)
+    return recycling.RecyclePod(
+        name=data["name"],
+        uid=data.get("uid", f"uid-{data['name']}"),
+        phase=data.get("phase", "Running"),
+        ready=data.get("ready", True),
+        terminating=data.get("terminating", False),
+        start_time=None if start is None else T0 + start,
+    )
 
 
 def _deployments(row: dict[str, Any], active: int) -> tuple[recycling.DeploymentObservation, ...]:
@@ -27,28 +31,45 @@ def _deployments(row: dict[str, Any], active: int) -> tuple[recycling.Deployment
         return tuple(recycling.DeploymentObservation(name=d["name"]) for d in row["deployments"])
     d = row.get("deployment", {})
     desired = d.get("specReplicas", active)
-    counts = {k: d.get(k, active if desired is None else desired) for k in ("replicas", "updated", "ready", "available")}
-    return (recycling.DeploymentObservation(
-        name="llama", exists=d.get("exists", True), service_label=d.get("serviceLabel"),
-        generation=d.get("generation", 1), observed_generation=d.get("observedGeneration", 1),
-        spec_replicas=desired, replicas=counts["replicas"], updated_replicas=counts["updated"],
-        ready_replicas=counts["ready"], available_replicas=counts["available"]),)
+    counts = {
+        k: d.get(k, active if desired is None else desired) for k in ("replicas", "updated", "ready", "available")
+    }
+    return (
+        recycling.DeploymentObservation(
+            name="llama",
+            exists=d.get("exists", True),
+            service_label=d.get("serviceLabel"),
+            generation=d.get("generation", 1),
+            observed_generation=d.get("observedGeneration", 1),
+            spec_replicas=desired,
+            replicas=counts["replicas"],
+            updated_replicas=counts["updated"],
+            ready_replicas=counts["ready"],
+            available_replicas=counts["available"],
+        ),
+    )
 
 
 def _held(data: dict[str, Any] | None) -> recycling.HeldRecord | None:
     if data is None:
         return None
-    return recycling.HeldRecord(pod=data["pod"], uid=data.get("uid", f"uid-{data['pod']}"),
-                                reason=recycling.HoldReason(data["reason"]), since=T0 + data["since"],
-                                retry_at=None if data.get("retryAt") is None else T0 + data["retryAt"])
+    return recycling.HeldRecord(
+        pod=data["pod"],
+        uid=data.get("uid", f"uid-{data['pod']}"),
+        reason=recycling.HoldReason(data["reason"]),
+        since=T0 + data["since"],
+        retry_at=None if data.get("retryAt") is None else T0 + data["retryAt"],
+    )
 
 
 @pytest.mark.parametrize("row", ROWS)
 def test_next_recycle(row: dict[str, Any]) -> None:
     s = row.get("spec", {"maxPodLifetimeSeconds": 100})
-    spec = recycling.RecyclingSpec(max_pod_lifetime_seconds=s["maxPodLifetimeSeconds"],
-                                   wait_for_idle=s.get("waitForIdle", True),
-                                   idle_timeout_seconds=s.get("maxPodLifetimeIdleTimeoutSeconds"))
+    spec = recycling.RecyclingSpec(
+        max_pod_lifetime_seconds=s["maxPodLifetimeSeconds"],
+        wait_for_idle=s.get("waitForIdle", True),
+        idle_timeout_seconds=s.get("maxPodLifetimeIdleTimeoutSeconds"),
+    )
     pods = tuple(_pod(p) for p in row.get("pods", DEFAULT_PODS))
     active = sum(1 for p in pods if p.phase not in recycling.IGNORED_POD_PHASES)
     obs = recycling.WorkloadObservation(service="llama", deployments=_deployments(row, active), pods=pods)
@@ -60,15 +81,25 @@ def test_next_recycle(row: dict[str, Any]) -> None:
         assert first.kind is recycling.Kind.PROBE, "a probe answer is only given after a Probe decision"
         assert first.pod is not None
         p = row["probe"]
-        probe = recycling.ProbeResult(uid=p.get("uid", first.pod.uid), code=p.get("code"),
-                                      inflight=p.get("inflight"), state=p.get("state"), error=p.get("error"))
+        probe = recycling.ProbeResult(
+            uid=p.get("uid", first.pod.uid),
+            code=p.get("code"),
+            inflight=p.get("inflight"),
+            state=p.get("state"),
+            error=p.get("error"),
+        )
     decision = recycling.next_recycle(spec, obs, probe, held, now)
     assert decision == recycling.next_recycle(spec, obs, probe, held, now), "pure"
     if "answer" in row:
         assert decision.kind is recycling.Kind.EVICT
         a = row["answer"]
-        answer = recycling.EvictAnswer(code=a["code"], reason=a.get("reason"), cause=a.get("cause"),
-                                       message=a.get("message", ""), failure=a.get("failure", False))
+        answer = recycling.EvictAnswer(
+            code=a["code"],
+            reason=a.get("reason"),
+            cause=a.get("cause"),
+            message=a.get("message", ""),
+            failure=a.get("failure", False),
+        )
         decision = recycling.after_eviction(decision, answer, now)
 
     expect = row["expect"]
@@ -84,8 +115,11 @@ def test_next_recycle(row: dict[str, Any]) -> None:
     if "messageContains" in expect:
         assert any(expect["messageContains"] in e.message for e in decision.events), decision.events
     if "held" in expect:
-        got = None if decision.held is None else {"pod": decision.held.pod, "reason": decision.held.reason.value,
-                                                  "since": decision.held.since - T0}
+        got = (
+            None
+            if decision.held is None
+            else {"pod": decision.held.pod, "reason": decision.held.reason.value, "since": decision.held.since - T0}
+        )
         assert got == expect["held"]
     if "retryAt" in expect:
         assert decision.held is not None

@@ -7,7 +7,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from router.controller import handlers, kube as kube_, metrics, settings
+from router.controller import handlers, metrics, settings
+from router.controller import kube as kube_
 from router.decisions import deletion
 
 
@@ -16,12 +17,15 @@ class FakeKube:
 
     def __init__(self, conflicts: int) -> None:
         self.conflicts = conflicts
-        self.stored: dict[str, Any] = {"metadata": {"namespace": "ns", "name": "llama", "resourceVersion": "7"},
-                                       "status": {"conditions": [{"type": "Other", "status": "True"}]}}
+        self.stored: dict[str, Any] = {
+            "metadata": {"namespace": "ns", "name": "llama", "resourceVersion": "7"},
+            "status": {"conditions": [{"type": "Other", "status": "True"}]},
+        }
         self.patches: list[tuple[dict[str, Any], str | None]] = []
 
-    async def patch_modelservice_status(self, namespace: str, name: str, status: dict[str, Any],
-                                        resource_version: str | None = None) -> dict[str, Any]:
+    async def patch_modelservice_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> dict[str, Any]:
         self.patches.append((status, resource_version))
         if self.conflicts:
             self.conflicts -= 1
@@ -43,13 +47,18 @@ class Log:
 
 
 def _ctx(fake: FakeKube) -> handlers.Context:
-    return handlers.Context(settings=settings.ControllerSettings(namespaces=("ns",)), kube=fake,  # type: ignore[arg-type]
-                            metrics=metrics.ControllerMetrics(CollectorRegistry()))
+    return handlers.Context(
+        settings=settings.ControllerSettings(namespaces=("ns",)),
+        kube=fake,  # type: ignore[arg-type]
+        metrics=metrics.ControllerMetrics(CollectorRegistry()),
+    )
 
 
 def _build(current: Any) -> dict[str, Any]:
-    return {"lifecycle": {"idleSince": "2026-01-01T00:00:00Z"},
-            "conditions": [*current.get("conditions", []), {"type": "LifecycleRulesValid", "status": "True"}]}
+    return {
+        "lifecycle": {"idleSince": "2026-01-01T00:00:00Z"},
+        "conditions": [*current.get("conditions", []), {"type": "LifecycleRulesValid", "status": "True"}],
+    }
 
 
 async def test_a_conflict_is_re_read_and_retried_once() -> None:

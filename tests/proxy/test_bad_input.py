@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from tests.waiting import wait_until
 from tests.upstream import sse_events
+from tests.waiting import wait_until
 
 
 async def _raw(port: int, data: bytes, timeout: float = 3.0) -> bytes:
@@ -27,14 +27,18 @@ async def _still_serving(r, http) -> None:
     assert len(r.state.inflight) == 0
 
 
-@pytest.mark.parametrize("request_bytes", [
-    b"GARBAGE\r\n\r\n",
-    b"GET / HTTP/9.9\r\nHost: x\r\n\r\n",
-    b"GET /\x00bad HTTP/1.1\r\nHost: x\r\n\r\n",
-    b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
-    b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
-    b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
-], ids=["no-method", "bad-version", "nul-in-path", "bad-length", "bad-header", "te-and-cl"])
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"GET / HTTP/9.9\r\nHost: x\r\n\r\n",
+        b"GET /\x00bad HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+    ],
+    ids=["no-method", "bad-version", "nul-in-path", "bad-length", "bad-header", "te-and-cl"],
+)
 async def test_malformed_requests_get_400(fake_upstream, start_router, http, request_bytes):
     r = await start_router(upstream=fake_upstream.url)
     answer = await _raw(r.router.port, request_bytes)
@@ -52,7 +56,7 @@ async def test_oversized_headers_are_refused(fake_upstream, start_router, http):
 
 async def test_slowloris_does_not_block_others(fake_upstream, start_router, http):
     r = await start_router(upstream=fake_upstream.url)
-    reader, writer = await asyncio.open_connection("127.0.0.1", r.router.port)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", r.router.port)
     for byte in b"GET /sse?n=1 HT":
         writer.write(bytes([byte]))
         await writer.drain()

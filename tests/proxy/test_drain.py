@@ -9,8 +9,8 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-from tests.waiting import wait_until
 from tests.upstream import sse_events
+from tests.waiting import wait_until
 
 
 async def _stream(session: aiohttp.ClientSession, url: str) -> tuple[int, list[str]]:
@@ -60,7 +60,7 @@ async def test_draining_keeps_serving_with_readyz_503_and_connection_close(fake_
     await wait_until(lambda: _refused(r.router.port), 2, "listener closed")
     async with http.get(f"{r.admin}/readyz") as resp:
         assert resp.status == 503 and (await resp.json())["status"] == "closing"
-    status, events = await holder
+    _status, events = await holder
     assert events[-1] == "[DONE]"
     assert await r.exit_code() == 0
 
@@ -130,8 +130,13 @@ async def test_deadline_aborts_the_rest_counts_and_exits_1(fake_upstream, start_
     assert deadline["aborted"] == 3 and deadline["inflight"] == 3 and deadline["exit_code"] == 1
     assert r.router.aborted == 3
     assert len(r.state.inflight) == 0
-    samples = {s.labels["outcome"]: s.value for m in r.router.metrics.registry.collect()
-               if m.name == "drain_router_requests" for s in m.samples if s.name.endswith("_total")}
+    samples = {
+        s.labels["outcome"]: s.value
+        for m in r.router.metrics.registry.collect()
+        if m.name == "drain_router_requests"
+        for s in m.samples
+        if s.name.endswith("_total")
+    }
     assert samples["deadline_aborted"] == 3
     for t in tasks:
         with pytest.raises(aiohttp.ClientError):
@@ -242,8 +247,7 @@ async def test_one_decision_through_closing_to_exited_logs_each_state(fake_upstr
 
 async def test_upstream_health_gates_readiness(fake_upstream, start_router, http):
     fake_upstream.healthy = False
-    r = await start_router(upstream=fake_upstream.url, upstream_health_path="/health",
-                           upstream_health_interval_secs=1)
+    r = await start_router(upstream=fake_upstream.url, upstream_health_path="/health", upstream_health_interval_secs=1)
     async with http.get(f"{r.admin}/readyz") as resp:
         assert resp.status == 503 and (await resp.json())["status"] == "starting"
     fake_upstream.healthy = True

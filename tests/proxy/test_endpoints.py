@@ -20,10 +20,17 @@ async def test_probes_on_both_listeners_metrics_admin_only(fake_upstream, start_
     async with http.get(f"{r.admin}/metrics") as resp:
         assert resp.status == 200
         text = await resp.text()
-    for name in ("drain_router_inflight_requests", "drain_router_state{state=\"serving\"} 1.0",
-                 "drain_router_shutdown_drain_seconds 1.0", "drain_router_upstream_up",
-                 "drain_router_request_duration_seconds", "drain_router_time_to_first_byte_seconds",
-                 "process_resident_memory_bytes", "process_open_fds", "process_max_fds"):
+    for name in (
+        "drain_router_inflight_requests",
+        'drain_router_state{state="serving"} 1.0',
+        "drain_router_shutdown_drain_seconds 1.0",
+        "drain_router_upstream_up",
+        "drain_router_request_duration_seconds",
+        "drain_router_time_to_first_byte_seconds",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+    ):
         assert name in text
     async with http.get(f"{r.url}/metrics") as resp:  # on the traffic port it is just proxied
         assert resp.status == 404, "the fake model server has no /metrics"
@@ -60,8 +67,13 @@ async def test_admin_inflight_matches_open_streams_and_ignores_probes(fake_upstr
 
 
 async def test_admin_config_and_advisory_metric(fake_upstream, start_router, http):
-    r = await start_router(upstream=fake_upstream.url, shutdown_drain_secs=10, termination_grace_secs=10,
-                           readiness_probe_period_secs=5, readiness_probe_failure_threshold=3)
+    r = await start_router(
+        upstream=fake_upstream.url,
+        shutdown_drain_secs=10,
+        termination_grace_secs=10,
+        readiness_probe_period_secs=5,
+        readiness_probe_failure_threshold=3,
+    )
     async with http.get(f"{r.admin}/admin/config") as resp:
         data = await resp.json()
     assert data["config"]["drain"]["termination_grace_secs"] == 10

@@ -16,8 +16,8 @@ import pytest
 
 from router.tools.cluster import free_port
 from tests import upstream as upstream_mod
-from tests.waiting import wait_until
 from tests.upstream import sse_events
+from tests.waiting import wait_until
 
 
 async def test_sse_reaches_client_chunk_by_chunk(fake_upstream, start_router, http):
@@ -44,7 +44,7 @@ async def test_request_body_streams_and_arrives_intact(fake_upstream, start_rout
 
     async def chunks():
         for i in range(0, len(payload), 65536):
-            yield payload[i:i + 65536]
+            yield payload[i : i + 65536]
 
     async with http.post(f"{r.url}/echo?x=1&y=%20", data=chunks()) as resp:  # chunked upload
         body = await resp.json()
@@ -58,11 +58,19 @@ async def test_request_body_streams_and_arrives_intact(fake_upstream, start_rout
 async def test_hop_by_hop_dropped_both_ways_and_forwarded_headers_set(fake_upstream, start_router):
     r = await start_router(upstream=fake_upstream.url)
     async with aiohttp.ClientSession(skip_auto_headers=["User-Agent"]) as s:
-        async with s.get(f"{r.url}/echo", headers={
-            "Host": "api.example.com", "Connection": "keep-alive, X-Secret-Hop", "X-Secret-Hop": "1",
-            "Keep-Alive": "timeout=5", "TE": "trailers", "Proxy-Authorization": "Basic x",
-            "X-Forwarded-For": "203.0.113.7", "X-Custom": "kept",
-        }) as resp:
+        async with s.get(
+            f"{r.url}/echo",
+            headers={
+                "Host": "api.example.com",
+                "Connection": "keep-alive, X-Secret-Hop",
+                "X-Secret-Hop": "1",
+                "Keep-Alive": "timeout=5",
+                "TE": "trailers",
+                "Proxy-Authorization": "Basic x",
+                "X-Forwarded-For": "203.0.113.7",
+                "X-Custom": "kept",
+            },
+        ) as resp:
             seen = (await resp.json())["headers"]
             assert "Keep-Alive" not in resp.headers
             assert "X-Drop-Me" not in resp.headers, "a header named in the upstream's Connection is hop-by-hop"
@@ -82,11 +90,13 @@ async def test_hop_by_hop_names_match_in_any_case(fake_upstream, start_router):
     header may name them in any case; hop-by-hop still means hop-by-hop."""
     r = await start_router(upstream=fake_upstream.url)
     reader, writer = await asyncio.open_connection("127.0.0.1", r.router.port)
-    writer.write(b"GET /echo HTTP/1.1\r\nhost: api.example.com\r\nconnection: keep-alive, X-Secret-Hop\r\n"
-                 b"x-secret-hop: 1\r\nkeep-alive: timeout=5\r\nte: trailers\r\nproxy-authorization: Basic x\r\n"
-                 b"x-forwarded-for: 203.0.113.7\r\nx-custom: kept\r\n\r\n")
+    writer.write(
+        b"GET /echo HTTP/1.1\r\nhost: api.example.com\r\nconnection: keep-alive, X-Secret-Hop\r\n"
+        b"x-secret-hop: 1\r\nkeep-alive: timeout=5\r\nte: trailers\r\nproxy-authorization: Basic x\r\n"
+        b"x-forwarded-for: 203.0.113.7\r\nx-custom: kept\r\n\r\n"
+    )
     await writer.drain()
-    head, _, rest = (await reader.readuntil(b"}}")).partition(b"\r\n\r\n")
+    _head, _, rest = (await reader.readuntil(b"}}")).partition(b"\r\n\r\n")
     writer.close()
     seen = {k.lower(): v for k, v in json.loads(rest)["headers"].items()}
     for hop in ("x-secret-hop", "keep-alive", "te", "proxy-authorization"):
@@ -144,8 +154,7 @@ async def test_upstream_connect_timeout_is_504(start_router, http):
             except BlockingIOError:
                 pass
             fillers.append(c)
-        r = await start_router(upstream=f"http://127.0.0.1:{blocker.getsockname()[1]}",
-                               upstream_connect_timeout_secs=1)
+        r = await start_router(upstream=f"http://127.0.0.1:{blocker.getsockname()[1]}", upstream_connect_timeout_secs=1)
         t0 = time.monotonic()
         async with http.get(f"{r.url}/x") as resp:
             assert resp.status == 504
@@ -218,8 +227,13 @@ async def test_client_disconnect_cancels_upstream_within_1s(fake_upstream, start
     await asyncio.wait_for(fake_upstream.cancel_seen.wait(), 1.0)
     assert time.monotonic() - t0 < 1.0
     await wait_until(lambda: len(r.state.inflight) == 0, 1.0, "in-flight back to 0")
-    outcomes = {s.labels["outcome"]: s.value for m in r.router.metrics.registry.collect()
-                if m.name == "drain_router_requests" for s in m.samples if s.name.endswith("_total")}
+    outcomes = {
+        s.labels["outcome"]: s.value
+        for m in r.router.metrics.registry.collect()
+        if m.name == "drain_router_requests"
+        for s in m.samples
+        if s.name.endswith("_total")
+    }
     assert outcomes.get("client_aborted") == 1
 
 
@@ -264,7 +278,7 @@ async def test_emfile_is_a_clean_503(fake_upstream, start_router, http, monkeypa
     from structlog.testing import capture_logs
 
     r = await start_router(upstream=fake_upstream.url)
-    session = r.router._session  # noqa: SLF001
+    session = r.router._session
     connector = session.connector
 
     async def no_fds(*args, **kwargs):
@@ -294,7 +308,7 @@ async def test_a_failed_write_to_the_client_is_client_aborted(fake_upstream, sta
 
     async def breaking(self: web.StreamResponse, data: bytes) -> None:
         nonlocal writes
-        transport = self._req.transport if self._req is not None else None  # noqa: SLF001
+        transport = self._req.transport if self._req is not None else None
         if transport is not None and transport.get_extra_info("sockname")[1] in router_port:  # not the upstream's
             writes += 1
             if writes > 2:
@@ -304,11 +318,16 @@ async def test_a_failed_write_to_the_client_is_client_aborted(fake_upstream, sta
     monkeypatch.setattr(web.StreamResponse, "write", breaking)
     r = await start_router(upstream=fake_upstream.url)
     router_port.append(r.router.port)
-    reader, writer = await asyncio.open_connection("127.0.0.1", r.router.port)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", r.router.port)
     writer.write(b"GET /sse?n=1000&iv=0.01 HTTP/1.1\r\nHost: t\r\n\r\n")
     await asyncio.wait_for(fake_upstream.cancel_seen.wait(), 5)
     await wait_until(lambda: len(r.state.inflight) == 0, 2, "in-flight back to 0")
-    outcomes = {s.labels["outcome"]: s.value for m in r.router.metrics.registry.collect()
-                if m.name == "drain_router_requests" for s in m.samples if s.name.endswith("_total")}
+    outcomes = {
+        s.labels["outcome"]: s.value
+        for m in r.router.metrics.registry.collect()
+        if m.name == "drain_router_requests"
+        for s in m.samples
+        if s.name.endswith("_total")
+    }
     assert outcomes == {"client_aborted": 1}, outcomes
     writer.close()

@@ -22,20 +22,32 @@ from tests.waiting import wait_until
 
 KINDS = ("completed", "slow", "abort_mid_stream", "abort_in_prefill", "upstream_cut", "oversized", "upgrade")
 EXPECTED_OUTCOME = {
-    "completed": "completed", "slow": "completed", "abort_mid_stream": "client_aborted",
-    "abort_in_prefill": "client_aborted", "upstream_cut": "upstream_error", "oversized": "rejected",
+    "completed": "completed",
+    "slow": "completed",
+    "abort_mid_stream": "client_aborted",
+    "abort_in_prefill": "client_aborted",
+    "upstream_cut": "upstream_error",
+    "oversized": "rejected",
     "upgrade": "rejected",
 }
 BODY_LIMIT = 4096
 
 request_plan = st.lists(
     st.tuples(st.sampled_from(KINDS), st.floats(min_value=0, max_value=0.05), st.floats(min_value=0, max_value=0.05)),
-    min_size=1, max_size=25,
+    min_size=1,
+    max_size=25,
 )
 
 
-async def _one(session: aiohttp.ClientSession, fake: upstream_mod.FakeUpstream, base: str, kind: str,
-               offset: float, abort_after: float, index: int) -> None:
+async def _one(
+    session: aiohttp.ClientSession,
+    fake: upstream_mod.FakeUpstream,
+    base: str,
+    kind: str,
+    offset: float,
+    abort_after: float,
+    index: int,
+) -> None:
     await asyncio.sleep(offset)
     if kind == "completed":
         async with session.get(f"{base}/sse?n=3&iv=0") as resp:
@@ -76,8 +88,15 @@ async def _read(session: aiohttp.ClientSession, url: str) -> bytes:
 
 async def _scenario(plan: list[tuple[str, float, float]]) -> None:
     async with upstream_mod.running() as fake:
-        cfg = config.build_config(upstream=fake.url, host="127.0.0.1", port=0, admin_host="127.0.0.1",
-                                  admin_port=0, shutdown_drain_secs=0, max_request_body_bytes=BODY_LIMIT)
+        cfg = config.build_config(
+            upstream=fake.url,
+            host="127.0.0.1",
+            port=0,
+            admin_host="127.0.0.1",
+            admin_port=0,
+            shutdown_drain_secs=0,
+            max_request_body_bytes=BODY_LIMIT,
+        )
         registry = CollectorRegistry()
         router = lifecycle.Router(cfg, registry=registry)
         task = asyncio.ensure_future(router.run(install_signals=False))

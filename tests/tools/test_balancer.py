@@ -50,11 +50,14 @@ class Upstream:
 async def cluster(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> AsyncIterator[Any]:
     ups = [Upstream("a"), Upstream("b")]
     servers = [await aiohttp_server(u.app) for u in ups]
-    backends = [balancer.Backend(u.name, str(s.make_url("")).rstrip("/"), str(s.make_url("/readyz")))
-                for u, s in zip(ups, servers)]
+    backends = [
+        balancer.Backend(u.name, str(s.make_url("")).rstrip("/"), str(s.make_url("/readyz")))
+        for u, s in zip(ups, servers)
+    ]
     changes: list[tuple[str, bool]] = []
-    lb = balancer.Balancer(backends, probe_interval=3600, fall=2, rise=1,
-                           on_change=lambda b, up: changes.append((b.name, up)))
+    lb = balancer.Balancer(
+        backends, probe_interval=3600, fall=2, rise=1, on_change=lambda b, up: changes.append((b.name, up))
+    )
     await lb.start()
     await lb.probe_once()
     async with aiohttp.ClientSession() as session:
@@ -68,7 +71,7 @@ async def _who(session: aiohttp.ClientSession, lb: balancer.Balancer, path: str 
 
 
 async def test_round_robin_over_backends_in_rotation(cluster: Any) -> None:
-    lb, ups, session, changes = cluster
+    lb, _ups, session, changes = cluster
     assert changes == [("a", True), ("b", True)]
     names = [(await _who(session, lb))[1]["name"] for _ in range(4)]
     assert sorted(names) == ["a", "a", "b", "b"]

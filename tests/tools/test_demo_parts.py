@@ -16,12 +16,24 @@ def _record(t: float, duration: float, outcome: streams.Outcome, status: int | N
 
 
 def _runs() -> list[runs_mod.RunResult]:
-    on = runs_mod.RunResult("drain on", 2, ["replica-0"], duration=10, drain_durations=[2.2, 2.4],
-                        records=[_record(i, 0.5, streams.Outcome.OK) for i in range(10)])
-    off = runs_mod.RunResult("drain off", 0, ["replica-0"], duration=8, drain_durations=[0.4],
-                         records=[_record(i, 0.5, streams.Outcome.OK) for i in range(8)]
-                         + [_record(3, 0.01, streams.Outcome.HTTP_ERROR, 502)] * 2
-                         + [_record(3, 0.2, streams.Outcome.CUT)])
+    on = runs_mod.RunResult(
+        "drain on",
+        2,
+        ["replica-0"],
+        duration=10,
+        drain_durations=[2.2, 2.4],
+        records=[_record(i, 0.5, streams.Outcome.OK) for i in range(10)],
+    )
+    off = runs_mod.RunResult(
+        "drain off",
+        0,
+        ["replica-0"],
+        duration=8,
+        drain_durations=[0.4],
+        records=[_record(i, 0.5, streams.Outcome.OK) for i in range(8)]
+        + [_record(3, 0.01, streams.Outcome.HTTP_ERROR, 502)] * 2
+        + [_record(3, 0.2, streams.Outcome.CUT)],
+    )
     off.balancer_errors.update({"ClientConnectorError": 2})
     return [on, off]
 
@@ -54,9 +66,11 @@ def test_rotation_spans() -> None:
 
 def test_closing_times_from_router_log(tmp_path: Path) -> None:
     log = tmp_path / "r.log"
-    log.write_text("--- start x\nnot json\n"
-                   '{"event": "drain.start", "timestamp": "2026-01-01T00:00:01Z"}\n'
-                   '{"event": "drain.closing", "timestamp": "2026-01-01T00:00:03.5Z"}\n')
+    log.write_text(
+        "--- start x\nnot json\n"
+        '{"event": "drain.start", "timestamp": "2026-01-01T00:00:01Z"}\n'
+        '{"event": "drain.closing", "timestamp": "2026-01-01T00:00:03.5Z"}\n'
+    )
     start = 1767225600.0  # 2026-01-01T00:00:00Z
     assert runs_mod.closing_times(log, start) == [3.5]
     assert runs_mod.closing_times(tmp_path / "missing.log", start) == []

@@ -23,8 +23,9 @@ Client = Callable[..., Awaitable[TestClient]]
 
 @pytest.fixture
 async def client(aiohttp_client: Client) -> TestClient:
-    return await aiohttp_client(fake_model.make_app(fake_model.Settings(chunks=3, interval_ms=1)),
-                                server_kwargs={"handler_cancellation": True})
+    return await aiohttp_client(
+        fake_model.make_app(fake_model.Settings(chunks=3, interval_ms=1)), server_kwargs={"handler_cancellation": True}
+    )
 
 
 async def _stream(client: TestClient, path: str, body: dict[str, Any], **kw: Any) -> tuple[int, list[str]]:
@@ -45,13 +46,16 @@ async def test_completion_stream_is_numbered_and_ends_done(client: TestClient) -
     assert {c["total"] for c in chunks} == {3}
     assert chunks[0]["object"] == "text_completion"
     assert [c["choices"][0]["finish_reason"] for c in chunks] == [None, None, "length"]
-    assert streams.classify(streams.StreamResult(status=status, events=tuple(events), expected_chunks=3)) \
+    assert (
+        streams.classify(streams.StreamResult(status=status, events=tuple(events), expected_chunks=3))
         is streams.Outcome.OK
+    )
 
 
 async def test_chat_stream_has_deltas(client: TestClient) -> None:
-    status, events = await _stream(client, "/v1/chat/completions",
-                                   {"messages": [{"role": "user", "content": "x"}], "stream": True})
+    status, events = await _stream(
+        client, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": True}
+    )
     chunks = [json.loads(e) for e in events[:-1]]
     assert status == 200
     assert chunks[0]["object"] == "chat.completion.chunk"
@@ -65,14 +69,16 @@ async def test_stream_content_type(client: TestClient) -> None:
         await resp.read()
 
 
-@pytest.mark.parametrize(("body", "query", "expected"), [
-    pytest.param({"chunks": 5}, {}, 5, id="body-chunks"),
-    pytest.param({"max_tokens": 4}, {}, 4, id="body-max-tokens"),
-    pytest.param({"chunks": 5}, {"chunks": "2"}, 2, id="query-wins"),
-    pytest.param({"chunks": 0}, {}, 0, id="zero"),
-])
-async def test_chunk_overrides(client: TestClient, body: dict[str, Any], query: dict[str, str],
-                               expected: int) -> None:
+@pytest.mark.parametrize(
+    ("body", "query", "expected"),
+    [
+        pytest.param({"chunks": 5}, {}, 5, id="body-chunks"),
+        pytest.param({"max_tokens": 4}, {}, 4, id="body-max-tokens"),
+        pytest.param({"chunks": 5}, {"chunks": "2"}, 2, id="query-wins"),
+        pytest.param({"chunks": 0}, {}, 0, id="zero"),
+    ],
+)
+async def test_chunk_overrides(client: TestClient, body: dict[str, Any], query: dict[str, str], expected: int) -> None:
     _, events = await _stream(client, "/v1/completions", {"stream": True, **body}, params=query)
     assert len(events) == expected + 1
 
@@ -83,8 +89,7 @@ async def test_interval_override_paces_chunks(client: TestClient) -> None:
     assert time.monotonic() - started >= 0.15  # three gaps of 50 ms
 
 
-@pytest.mark.parametrize("body", [{"chunks": -1}, {"chunks": "many"}, {"interval_ms": 10**9},
-                                  {"chunks": True}])
+@pytest.mark.parametrize("body", [{"chunks": -1}, {"chunks": "many"}, {"interval_ms": 10**9}, {"chunks": True}])
 async def test_bad_overrides_are_400(client: TestClient, body: dict[str, Any]) -> None:
     async with client.post("/v1/completions", json={"stream": True, **body}) as resp:
         assert resp.status == 400
@@ -134,9 +139,12 @@ async def _poll(client: TestClient, predicate: Callable[[dict[str, int]], bool])
 async def test_client_disconnect_counts_cancelled(client: TestClient, first_token_ms: int) -> None:
     """1. a stream starts 2. the client leaves (mid-stream, or during a silent prefill).
     Result: the server notices at once and counts it cancelled, not finished."""
-    request = asyncio.create_task(client.post(
-        "/v1/completions",
-        json={"stream": True, "chunks": 1000, "interval_ms": 10, "first_token_ms": first_token_ms}))
+    request = asyncio.create_task(
+        client.post(
+            "/v1/completions",
+            json={"stream": True, "chunks": 1000, "interval_ms": 10, "first_token_ms": first_token_ms},
+        )
+    )
     await _poll(client, lambda s: s["active"] == 1)
     if first_token_ms:
         request.cancel()  # no headers yet: the client gives up waiting, its connection closes
@@ -151,9 +159,13 @@ async def test_client_disconnect_counts_cancelled(client: TestClient, first_toke
 
 
 def _spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "router", "fake-model", "--port", "0", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "router", "fake-model", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _listening_port(proc: subprocess.Popen[str]) -> int:
@@ -182,8 +194,9 @@ def spawned() -> Any:
 
 
 async def _open_stream(session: aiohttp.ClientSession, port: int) -> aiohttp.ClientResponse:
-    resp = await session.post(f"http://127.0.0.1:{port}/v1/completions",
-                              json={"stream": True, "chunks": 20, "interval_ms": 50})
+    resp = await session.post(
+        f"http://127.0.0.1:{port}/v1/completions", json={"stream": True, "chunks": 20, "interval_ms": 50}
+    )
     await resp.content.readuntil(b"\n\n")  # the first chunk: the stream is running
     return resp
 
@@ -228,8 +241,12 @@ async def test_exit_on_sigterm_cuts_streams(spawned: Any) -> None:
 @pytest.mark.slow
 async def test_unix_socket(spawned: Any, tmp_path: Any) -> None:
     path = str(tmp_path / "model.sock")
-    proc = subprocess.Popen([sys.executable, "-m", "router", "fake-model", "--uds", path],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "router", "fake-model", "--uds", path],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout is not None
         assert json.loads(await asyncio.to_thread(proc.stdout.readline))["uds"] == path

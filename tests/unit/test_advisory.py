@@ -54,8 +54,13 @@ def test_default_grace_constant_is_one_value() -> None:
 
 
 def test_all_advisories_in_stable_order() -> None:
-    found = advisory.advisories(shutdown_drain_secs=30, termination_grace_secs=None,
-                                probe_period_secs=10, probe_failure_threshold=3)
+    found = advisory.advisories(
+        shutdown_drain_secs=30, termination_grace_secs=None, probe_period_secs=10, probe_failure_threshold=3
+    )
     assert [a.code.value for a in found] == ["DRAIN_CONSUMES_GRACE", "DRAIN_SHORTER_THAN_PROBE_WINDOW"]
-    assert advisory.advisories(shutdown_drain_secs=31, termination_grace_secs=60,
-                               probe_period_secs=10, probe_failure_threshold=3) == ()
+    assert (
+        advisory.advisories(
+            shutdown_drain_secs=31, termination_grace_secs=60, probe_period_secs=10, probe_failure_threshold=3
+        )
+        == ()
+    )

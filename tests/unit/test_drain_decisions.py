@@ -38,7 +38,9 @@ def test_next_stage(case: dict[str, Any]) -> None:
     assert [a.value for a in decision.actions] == expect["actions"]
     assert list(decision.events) == expect["events"]
     assert status == drain.DrainStatus(
-        phase=drain.Phase(given["phase"]), t0=given.get("t0"), sigints=given.get("sigints", 0),
+        phase=drain.Phase(given["phase"]),
+        t0=given.get("t0"),
+        sigints=given.get("sigints", 0),
         exit_code=given.get("exit_code"),
     ), "next_stage must not mutate its input"
 
@@ -47,8 +49,9 @@ def test_next_stage(case: dict[str, Any]) -> None:
 @pytest.mark.parametrize("phase", list(drain.Phase))
 def test_phases_only_move_forward(phase: drain.Phase, event: drain.Event) -> None:
     for inflight in (0, 1):
-        decision = drain.next_stage(drain.DrainStatus(phase=phase, t0=1.0), event, inflight=inflight,
-                                    drain_secs=1, now=2.0)
+        decision = drain.next_stage(
+            drain.DrainStatus(phase=phase, t0=1.0), event, inflight=inflight, drain_secs=1, now=2.0
+        )
         assert decision.status.phase.order >= phase.order
 
 
@@ -71,7 +74,11 @@ def test_log_events_carry_their_level_and_the_state_they_announce() -> None:
     warnings = {e.value for e in drain.LogEvent if e.level == "warning"}
     assert warnings == {"drain.deadline", "drain.aborted", "drain.signal_ignored"}
     assert {e.value: e.phase.value for e in drain.LogEvent if e.phase is not None} == {
-        "state.serving": "serving", "drain.start": "draining", "drain.closing": "closing",
-        "drain.complete": "exited", "drain.deadline": "exited", "drain.aborted": "exited",
+        "state.serving": "serving",
+        "drain.start": "draining",
+        "drain.closing": "closing",
+        "drain.complete": "exited",
+        "drain.deadline": "exited",
+        "drain.aborted": "exited",
     }
     assert drain.LogEvent.SIGNAL_IGNORED.phase is None

@@ -43,8 +43,9 @@ def condition_for(status: DeletionStatus) -> Condition:
         reason = _STAGE_REASONS[status.stage]
     else:  # the first pass could not start (its reads failed): the clock runs, nothing acted on yet
         reason = Reason.STARTING
-    return Condition(status="False" if status.stage is Stage.RELEASED else "True", reason=reason,
-                     message=status.message)
+    return Condition(
+        status="False" if status.stage is Stage.RELEASED else "True", reason=reason, message=status.message
+    )
 
 
 def merge_condition(previous: Sequence[Mapping[str, Any]] | None, new: Condition, now: float) -> list[dict[str, Any]]:
@@ -54,5 +55,13 @@ def merge_condition(previous: Sequence[Mapping[str, Any]] | None, new: Condition
     old = next((c for c in previous or () if c.get("type") == new.type), None)
     unchanged = old is not None and old.get("status") == new.status and old.get("reason") == new.reason.value
     since = old.get("lastTransitionTime") if unchanged and old else durations.format_time(now)
-    return [*others, {"type": new.type, "status": new.status, "reason": new.reason.value,
-                      "message": new.message, "lastTransitionTime": since}]
+    return [
+        *others,
+        {
+            "type": new.type,
+            "status": new.status,
+            "reason": new.reason.value,
+            "message": new.message,
+            "lastTransitionTime": since,
+        },
+    ]

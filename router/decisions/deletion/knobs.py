@@ -71,8 +71,9 @@ class KnobResolution:
     invalid: tuple[InvalidKnob, ...] = ()
 
 
-def _duration_layer(value: str | None, *, source: str, key: str, nullable: bool,
-                    invalid: list[InvalidKnob]) -> tuple[bool, float | None]:
+def _duration_layer(
+    value: str | None, *, source: str, key: str, nullable: bool, invalid: list[InvalidKnob]
+) -> tuple[bool, float | None]:
     """(present, seconds). Absent or invalid layers are not present; invalid ones are recorded."""
     if value is None and source == "spec":
         return (False, None)
@@ -98,13 +99,15 @@ def resolve_knobs(annotations: Mapping[str, str], deletion_spec: DeletionSpec | 
         ("forceDeleteAfter", spec.force_delete_after, ANNOTATION_FORCE_DELETE_AFTER, None, True),
     ):
         chosen: float | None = default
-        present, seconds = _duration_layer(spec_value, source="spec", key=f"spec.deletion.{field}",
-                                           nullable=nullable, invalid=invalid)
+        present, seconds = _duration_layer(
+            spec_value, source="spec", key=f"spec.deletion.{field}", nullable=nullable, invalid=invalid
+        )
         if present:
             chosen = seconds
         if annotation in annotations:
-            present, seconds = _duration_layer(annotations[annotation], source="annotation", key=annotation,
-                                               nullable=nullable, invalid=invalid)
+            present, seconds = _duration_layer(
+                annotations[annotation], source="annotation", key=annotation, nullable=nullable, invalid=invalid
+            )
             if present:
                 chosen = seconds
         values[field] = chosen
@@ -114,12 +117,19 @@ def resolve_knobs(annotations: Mapping[str, str], deletion_spec: DeletionSpec | 
         if policy == "Orphan":
             orphan = True
         elif policy != "Delete":
-            invalid.append(InvalidKnob(source="annotation", key=ANNOTATION_DELETION_POLICY, value=policy,
-                                       reason="expected Orphan or Delete"))
+            invalid.append(
+                InvalidKnob(
+                    source="annotation",
+                    key=ANNOTATION_DELETION_POLICY,
+                    value=policy,
+                    reason="expected Orphan or Delete",
+                )
+            )
     max_wait, route_settle = values["maxWait"], values["routeSettle"]
     assert max_wait is not None and route_settle is not None  # not nullable
     return KnobResolution(
-        knobs=Knobs(max_wait=max_wait, route_settle=route_settle,
-                    force_delete_after=values["forceDeleteAfter"], orphan=orphan),
+        knobs=Knobs(
+            max_wait=max_wait, route_settle=route_settle, force_delete_after=values["forceDeleteAfter"], orphan=orphan
+        ),
         invalid=tuple(invalid),
     )

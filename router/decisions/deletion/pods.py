@@ -33,8 +33,9 @@ class PodEntry:
             "name": self.name,
             "phase": self.phase,
             "node": self.node,
-            "deletionTimestamp": (None if self.deletion_timestamp is None
-                                  else durations.format_time(self.deletion_timestamp)),
+            "deletionTimestamp": (
+                None if self.deletion_timestamp is None else durations.format_time(self.deletion_timestamp)
+            ),
             "grace": None if self.grace is None else int(self.grace),
             "stuck": self.stuck,
         }
@@ -80,9 +81,17 @@ def count_pods(pods: Sequence[PodObservation], nodes: Mapping[str, bool], now: f
         if end is not None and past_grace and (node_bad or now >= end + POD_GONE_AFTER_GRACE_SECS):
             continue
         why = _node_state(pod.node, nodes) if node_bad else ("past-grace" if past_grace else None)
-        remaining.append(PodEntry(name=pod.name, phase=pod.phase, node=pod.node,
-                                  deletion_timestamp=pod.deletion_timestamp, grace=pod.grace,
-                                  stuck=why is not None, stuck_why=why))
+        remaining.append(
+            PodEntry(
+                name=pod.name,
+                phase=pod.phase,
+                node=pod.node,
+                deletion_timestamp=pod.deletion_timestamp,
+                grace=pod.grace,
+                stuck=why is not None,
+                stuck_why=why,
+            )
+        )
     return PodCount(remaining=tuple(remaining), message=pods_message(remaining))
 
 

@@ -38,8 +38,10 @@ class Pass:
     """The pods counted at ``now``: once per pass, whatever stages the pass goes through."""
 
     def pod_fields(self) -> dict[str, Any]:
-        return {"pods_remaining": self.pods.count,
-                "pods": tuple(p.as_dict() for p in self.pods.remaining[:MAX_LISTED_PODS])}
+        return {
+            "pods_remaining": self.pods.count,
+            "pods": tuple(p.as_dict() for p in self.pods.remaining[:MAX_LISTED_PODS]),
+        }
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,9 +95,16 @@ def _before_stages(current: DeletionStatus, obs: Observations, knobs: Knobs) -> 
     if current.stage is Stage.RELEASED:
         return Decision(verdict=Verdict.RELEASE, status=current)
     if knobs.orphan:
-        return Decision(verdict=Verdict.SKIP, events=(Event(
-            type="Normal", reason=Reason.ORPHANED,
-            message="deletion-policy Orphan: route, workload and pods left in place"),))
+        return Decision(
+            verdict=Verdict.SKIP,
+            events=(
+                Event(
+                    type="Normal",
+                    reason=Reason.ORPHANED,
+                    message="deletion-policy Orphan: route, workload and pods left in place",
+                ),
+            ),
+        )
     return None
 
 
@@ -108,9 +117,18 @@ def _start(status: DeletionStatus, p: Pass) -> Advance | Stop:
     foreign = [o for o in (p.obs.route, *p.obs.workload) if o is not None and o.foreign_to(p.obs.service)]
     if foreign:
         names = ", ".join(f"{o.ref} ({SERVICE_LABEL}={o.service_label})" for o in foreign)
-        return Stop(decision=Decision(verdict=Verdict.SKIP, events=(Event(
-            type="Warning", reason=Reason.FOREIGN_WORKLOAD,
-            message=f"belongs to another service, nothing deleted: {names}"),)))
+        return Stop(
+            decision=Decision(
+                verdict=Verdict.SKIP,
+                events=(
+                    Event(
+                        type="Warning",
+                        reason=Reason.FOREIGN_WORKLOAD,
+                        message=f"belongs to another service, nothing deleted: {names}",
+                    ),
+                ),
+            )
+        )
     if p.obs.route is None:
         return _enter(status, p, Stage.UNINSTALLING, Reason.NO_ROUTE, outcome=Outcome.NO_ROUTE, uninstalled_at=p.now)
     return _enter(status, p, Stage.ROUTE_REMOVING, Reason.ROUTE_REMOVING)
@@ -121,11 +139,21 @@ def _route_removing(status: DeletionStatus, p: Pass) -> Advance | Stop:
     if route is None or not route.exists:
         return _enter(status, p, Stage.ROUTE_SETTLING, Reason.ROUTE_SETTLING, route_removed_at=p.now)
     if p.now >= p.deadline:
-        return _enter(status, p, Stage.UNINSTALLING, Reason.ROUTE_STUCK, "Warning",
-                      outcome=Outcome.ROUTE_STUCK, uninstalled_at=p.now)
+        return _enter(
+            status,
+            p,
+            Stage.UNINSTALLING,
+            Reason.ROUTE_STUCK,
+            "Warning",
+            outcome=Outcome.ROUTE_STUCK,
+            uninstalled_at=p.now,
+        )
     # Ask again until it is gone (a failed delete is retried); never touch its finalizers.
-    deletes = () if route.deleting or route.foreign_to(p.obs.service) else (
-        Action(kind=ActionKind.DELETE_ROUTE, ref=route.ref),)
+    deletes = (
+        ()
+        if route.deleting or route.foreign_to(p.obs.service)
+        else (Action(kind=ActionKind.DELETE_ROUTE, ref=route.ref),)
+    )
     return _wait(status, p, actions=deletes)
 
 
@@ -139,8 +167,11 @@ def _route_settling(status: DeletionStatus, p: Pass) -> Advance | Stop:
 
 def _uninstalling(status: DeletionStatus, p: Pass) -> Advance | Stop:
     route_ref = None if p.obs.route is None else p.obs.route.ref
-    pending = [o for o in p.obs.workload
-               if o.exists and not o.deleting and o.ref != route_ref and not o.foreign_to(p.obs.service)]
+    pending = [
+        o
+        for o in p.obs.workload
+        if o.exists and not o.deleting and o.ref != route_ref and not o.foreign_to(p.obs.service)
+    ]
     if pending:
         # One pass after entering (the deletes were asked for at least once), the deadline ends it.
         tried = status.uninstalled_at is None or status.uninstalled_at < p.now
@@ -148,8 +179,7 @@ def _uninstalling(status: DeletionStatus, p: Pass) -> Advance | Stop:
             names = ", ".join(str(o.ref) for o in pending)
             return _timed_out(status, p, f"in Uninstalling, not deleted: {names}", p.obs.failed_actions)
         return _wait(status, p, actions=[Action(kind=ActionKind.DELETE_WORKLOAD, ref=o.ref) for o in pending])
-    return _enter(status, p, Stage.PODS_TERMINATING, Reason.UNINSTALLED, prefix="workload deleted; ",
-                  **p.pod_fields())
+    return _enter(status, p, Stage.PODS_TERMINATING, Reason.UNINSTALLED, prefix="workload deleted; ", **p.pod_fields())
 
 
 def _pods_terminating(status: DeletionStatus, p: Pass) -> Advance | Stop:
@@ -158,8 +188,9 @@ def _pods_terminating(status: DeletionStatus, p: Pass) -> Advance | Stop:
     if over is not None:
         return over
     if _force_delete_targets(status, p):
-        return _enter(status, p, Stage.FORCE_DELETING, Reason.PODS_FORCE_DELETED, "Warning",
-                      outcome=Outcome.PODS_FORCE_DELETED)
+        return _enter(
+            status, p, Stage.FORCE_DELETING, Reason.PODS_FORCE_DELETED, "Warning", outcome=Outcome.PODS_FORCE_DELETED
+        )
     return _wait(status, p)
 
 
@@ -172,11 +203,18 @@ def _force_deleting(status: DeletionStatus, p: Pass) -> Advance | Stop:
     if not targets:
         return _wait(status, p)
     names = tuple(pod.name for pod in targets)
-    status = dataclasses.replace(status, outcome=Outcome.PODS_FORCE_DELETED,
-                                 force_deleted=(status.force_deleted + names)[:MAX_LISTED_PODS])
-    events = tuple(Event(type="Warning", reason=Reason.POD_FORCE_DELETED,
-                         message=f"pod {pod.name} on node {pod.node or '<none>'} terminating "
-                                 f"past force-delete-after; deleted with grace 0") for pod in targets)
+    status = dataclasses.replace(
+        status, outcome=Outcome.PODS_FORCE_DELETED, force_deleted=(status.force_deleted + names)[:MAX_LISTED_PODS]
+    )
+    events = tuple(
+        Event(
+            type="Warning",
+            reason=Reason.POD_FORCE_DELETED,
+            message=f"pod {pod.name} on node {pod.node or '<none>'} terminating "
+            f"past force-delete-after; deleted with grace 0",
+        )
+        for pod in targets
+    )
     actions = [Action(kind=ActionKind.FORCE_DELETE_POD, pod=pod.name, uid=pod.uid) for pod in targets]
     stop = _wait(status, p, actions=actions)
     return Stop(decision=dataclasses.replace(stop.decision, events=events))
@@ -209,8 +247,16 @@ def _order(stage: Stage | None) -> int:
     return -1 if stage is None else list(Stage).index(stage)
 
 
-def _enter(status: DeletionStatus, p: Pass, stage: Stage, reason: Reason, event_type: str = "Normal",
-           prefix: str = "", message: str | None = None, **changes: Any) -> Advance:
+def _enter(
+    status: DeletionStatus,
+    p: Pass,
+    stage: Stage,
+    reason: Reason,
+    event_type: str = "Normal",
+    prefix: str = "",
+    message: str | None = None,
+    **changes: Any,
+) -> Advance:
     """Move to ``stage`` with ``changes``; the transition's event carries the new stage's message."""
     moved = dataclasses.replace(status, stage=stage, **changes)
     moved = dataclasses.replace(moved, message=_stage_message(moved, p) if message is None else message)
@@ -223,8 +269,9 @@ def _wait(status: DeletionStatus, p: Pass, *, actions: Any = (), requeue_at: flo
     if p.obs.failed_actions:
         message += f"; last attempt failed: {_named(p.obs.failed_actions)}"
     status = dataclasses.replace(status, message=message)
-    return Stop(decision=Decision(verdict=Verdict.CONTINUE, status=status, actions=tuple(actions),
-                                  requeue_at=requeue_at))
+    return Stop(
+        decision=Decision(verdict=Verdict.CONTINUE, status=status, actions=tuple(actions), requeue_at=requeue_at)
+    )
 
 
 def _named(failures: Sequence[ApiFailure]) -> str:
@@ -235,10 +282,10 @@ def _blocked(status: DeletionStatus, p: Pass, unread: Sequence[ApiFailure]) -> S
     """A read this stage needs failed: wait without acting (nothing is decided on unknown state);
     at the deadline, TimedOut naming the calls."""
     if p.now >= p.deadline:
-        return _timed_out(status, p, f"in {status.stage.value if status.stage else 'the first pass'}, "
-                                     f"cannot read {_named(unread)}")
-    message = (f"cannot read {_named(unread)}; retrying until the deadline "
-               f"{durations.format_time(p.deadline)}")
+        return _timed_out(
+            status, p, f"in {status.stage.value if status.stage else 'the first pass'}, cannot read {_named(unread)}"
+        )
+    message = f"cannot read {_named(unread)}; retrying until the deadline {durations.format_time(p.deadline)}"
     if status.stage is not None:
         message = f"{_stage_message(status, p)}; {message}"
     return Stop(decision=Decision(verdict=Verdict.CONTINUE, status=dataclasses.replace(status, message=message)))
@@ -257,8 +304,9 @@ def _release(status: DeletionStatus, p: Pass, reason: Reason, event_type: str, *
 
 def _pods_gone_or_timed_out(status: DeletionStatus, p: Pass) -> Stop | None:
     if p.pods.count == 0:
-        return _release(status, p, Reason.RELEASED, "Normal", pods_gone_at=p.now,
-                        outcome=status.outcome or Outcome.CLEAN)
+        return _release(
+            status, p, Reason.RELEASED, "Normal", pods_gone_at=p.now, outcome=status.outcome or Outcome.CLEAN
+        )
     if p.now >= p.deadline:
         return _timed_out(status, p, f"with {plural(p.pods.count, 'pod')} remaining", p.obs.failed_actions)
     return None
