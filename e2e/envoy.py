@@ -30,6 +30,8 @@ from pathlib import Path
 
 import aiohttp
 
+from e2e import probed
+from e2e.probed import Server
 from router.tools import cluster
 
 CLUSTER = "replicas"
@@ -38,12 +40,6 @@ ACCESS_LOG_FORMAT = (
     "[%START_TIME%] %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %RESPONSE_FLAGS% "
     "%UPSTREAM_HOST% %DURATION%ms %UPSTREAM_TRANSPORT_FAILURE_REASON%\n"
 )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Server:
-    name: str
-    port: int
 
 
 def render_config(
@@ -177,8 +173,11 @@ def binary() -> str | None:
 
 
 @dataclasses.dataclass(slots=True)
-class Envoy:
+class Envoy(probed.ProbedBalancer):
     """One Envoy process (``--concurrency 1``) with its config and log in ``workdir``."""
+
+    NAME = "envoy"
+    START_ERRORS = (aiohttp.ClientError, OSError)
 
     workdir: Path
     servers: list[Server]
@@ -218,24 +217,6 @@ class Envoy:
             self.workdir / "envoy.log",
         )
 
-    @property
-    def url(self) -> str:
-        return f"http://{cluster.LOOPBACK}:{self.port}"
-
-    async def start(self, timeout: float = 20.0) -> None:
-        self.process.start()
-
-        async def up() -> bool:
-            if not self.process.alive:
-                raise self.process.failed("exited at startup")
-            try:
-                await self.server_status()
-            except (aiohttp.ClientError, OSError):
-                return False
-            return True
-
-        await cluster.wait_until(up, timeout=timeout, what="envoy's admin listener")
-
     async def server_status(self) -> dict[str, str]:
         """``{server name: "UP" | "DOWN"}`` for the cluster's hosts, from the admin ``/clusters``."""
         by_port = {s.port: s.name for s in self.servers}
@@ -252,11 +233,3 @@ class Envoy:
                 # "healthy", or flags such as "/failed_active_hc" or "/pending_active_hc".
                 status[by_port.get(port, parts[1])] = "UP" if parts[3] == "healthy" else "DOWN"
         return status
-
-    async def wait_status(self, name: str, want: str, timeout: float = 10.0) -> None:
-        """Poll until Envoy reports host ``name`` as ``want`` (``UP`` or ``DOWN``)."""
-
-        async def reached() -> bool:
-            return (await self.server_status()).get(name, "") == want
-
-        await cluster.wait_until(reached, timeout=timeout, what=f"envoy to see {name} {want}")

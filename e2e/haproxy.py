@@ -15,15 +15,11 @@ import io
 import shutil
 from pathlib import Path
 
+from e2e import probed
+from e2e.probed import Server
 from router.tools import cluster
 
 BACKEND = "replicas"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Server:
-    name: str
-    port: int
 
 
 def render_config(
@@ -69,8 +65,11 @@ def binary() -> str | None:
 
 
 @dataclasses.dataclass(slots=True)
-class HAProxy:
+class HAProxy(probed.ProbedBalancer):
     """One ``haproxy -db`` process with its config and stats socket in ``workdir``."""
+
+    NAME = "haproxy"
+    START_ERRORS = (OSError,)
 
     workdir: Path
     servers: list[Server]
@@ -101,24 +100,6 @@ class HAProxy:
     def stats_socket(self) -> Path:
         return self.workdir / "haproxy.sock"
 
-    @property
-    def url(self) -> str:
-        return f"http://{cluster.LOOPBACK}:{self.port}"
-
-    async def start(self, timeout: float = 10.0) -> None:
-        self.process.start()
-
-        async def up() -> bool:
-            if not self.process.alive:
-                raise self.process.failed("exited at startup")
-            try:
-                await self.server_status()
-            except OSError:
-                return False
-            return True
-
-        await cluster.wait_until(up, timeout=timeout, what="haproxy's stats socket")
-
     async def command(self, text: str) -> str:
         reader, writer = await asyncio.open_unix_connection(str(self.stats_socket))
         try:
@@ -138,11 +119,3 @@ class HAProxy:
             for row in rows
             if row.get("pxname") == BACKEND and row.get("svname") not in ("BACKEND", "FRONTEND")
         }
-
-    async def wait_status(self, name: str, want: str, timeout: float = 10.0) -> None:
-        """Poll until HAProxy reports server ``name`` as ``want`` (``UP`` or ``DOWN``)."""
-
-        async def reached() -> bool:
-            return (await self.server_status()).get(name, "").startswith(want)
-
-        await cluster.wait_until(reached, timeout=timeout, what=f"haproxy to see {name} {want}")
