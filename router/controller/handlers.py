@@ -28,7 +28,7 @@ from router.controller import crd, observe, probe
 from router.controller import kube as kube_
 from router.controller import metrics as metrics_
 from router.controller import settings as settings_
-from router.decisions import deletion, durations, lifecycle, recycling
+from router.decisions import deletion, lifecycle, recycling
 
 PREFIX = "drainrouter.dev"
 HANDLER_ID = "staged_delete"
@@ -322,21 +322,6 @@ async def _write_status(
     return fresh, False
 
 
-def merge_condition(
-    previous: Any, type_: str, status: str, reason: str, message: str, now: float
-) -> list[dict[str, Any]]:
-    """``status.conditions`` with ``type_`` replaced; ``lastTransitionTime`` kept while status and
-    reason are unchanged."""
-    others = [dict(c) for c in previous or () if c.get("type") != type_]
-    old = next((c for c in previous or () if c.get("type") == type_), None)
-    unchanged = old is not None and old.get("status") == status and old.get("reason") == reason
-    since = old.get("lastTransitionTime") if unchanged and old else durations.format_time(now)
-    return [
-        *others,
-        {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": since},
-    ]
-
-
 def _condition(conditions: Any, type_: str) -> Mapping[str, Any] | None:
     return next((c for c in conditions or () if c.get("type") == type_), None)
 
@@ -398,7 +383,7 @@ async def _recycling_pass(
             return None
         return {
             "recycling": {"held": new_held},
-            "conditions": merge_condition(
+            "conditions": deletion.set_condition(
                 current.get("conditions"), condition.type, condition.status, condition.reason, condition.message, now
             ),
         }
@@ -473,7 +458,7 @@ async def _lifecycle_pass(
             return None
         return {
             "lifecycle": new_lifecycle,
-            "conditions": merge_condition(
+            "conditions": deletion.set_condition(
                 current.get("conditions"), "LifecycleRulesValid", "True", "Valid", "lifecycle rules are valid", now
             ),
         }
@@ -528,6 +513,6 @@ def _condition_patch(
         old = _condition(current.get("conditions"), type_)
         if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (status, reason, message):
             return None
-        return {"conditions": merge_condition(current.get("conditions"), type_, status, reason, message, now)}
+        return {"conditions": deletion.set_condition(current.get("conditions"), type_, status, reason, message, now)}
 
     return build

@@ -22,7 +22,7 @@ count), ``status`` (``status.deletion`` and its wire format), ``conditions`` (th
 condition), ``decision`` (what a pass returns) and ``stages`` (the state machine).
 """
 
-from router.decisions.deletion.conditions import Condition, condition_for, merge_condition
+from router.decisions.deletion.conditions import Condition, condition_for, merge_condition, set_condition
 from router.decisions.deletion.decision import Action, Decision, Event
 from router.decisions.deletion.enums import ActionKind, Outcome, Reason, Stage, Subject, Verdict
 from router.decisions.deletion.knobs import (
@@ -115,4 +115,5 @@ __all__ = [
     "next_stage",
     "pods_message",
     "resolve_knobs",
+    "set_condition",
 ]

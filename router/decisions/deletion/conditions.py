@@ -48,20 +48,21 @@ def condition_for(status: DeletionStatus) -> Condition:
     )
 
 
-def merge_condition(previous: Sequence[Mapping[str, Any]] | None, new: Condition, now: float) -> list[dict[str, Any]]:
-    """``status.conditions`` with ``Deleting`` replaced; ``lastTransitionTime`` kept while the
-    condition's status and reason are unchanged."""
-    others = [dict(c) for c in previous or () if c.get("type") != new.type]
-    old = next((c for c in previous or () if c.get("type") == new.type), None)
-    unchanged = old is not None and old.get("status") == new.status and old.get("reason") == new.reason.value
+def set_condition(
+    previous: Sequence[Mapping[str, Any]] | None, type_: str, status: str, reason: str, message: str, now: float
+) -> list[dict[str, Any]]:
+    """``status.conditions`` with ``type_`` replaced; ``lastTransitionTime`` kept while its status and
+    reason are unchanged. Shared by every condition the controller writes."""
+    others = [dict(c) for c in previous or () if c.get("type") != type_]
+    old = next((c for c in previous or () if c.get("type") == type_), None)
+    unchanged = old is not None and old.get("status") == status and old.get("reason") == reason
     since = old.get("lastTransitionTime") if unchanged and old else durations.format_time(now)
     return [
         *others,
-        {
-            "type": new.type,
-            "status": new.status,
-            "reason": new.reason.value,
-            "message": new.message,
-            "lastTransitionTime": since,
-        },
+        {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": since},
     ]
+
+
+def merge_condition(previous: Sequence[Mapping[str, Any]] | None, new: Condition, now: float) -> list[dict[str, Any]]:
+    """``status.conditions`` with the ``Deleting`` condition ``new`` set (see :func:`set_condition`)."""
+    return set_condition(previous, new.type, new.status, new.reason.value, new.message, now)
