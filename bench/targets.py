@@ -167,10 +167,17 @@ def _bin_dir() -> Path:
 ROUTER_SRC_ENV = "BENCH_ROUTER_SRC"
 
 
+#: A second router from another source tree, measured beside the first in the same rounds (target
+#: ``before``): how a change to the traffic path is shown as a before/after ratio from one run.
+BEFORE_SRC_ENV = "BENCH_BEFORE_SRC"
+
+
 class Router(Target):
     """drain-router as shipped: metrics, in-flight counting, readiness, default log level; the
     drain window at its default too (stopped with SIGINT, which skips the window). With
     ``BENCH_ROUTER_SRC=/path/to/checkout`` the router is run from that tree instead."""
+
+    src_env = ROUTER_SRC_ENV
 
     def missing(self) -> str | None:
         if importlib.util.find_spec("router.proxy.lifecycle") is None:
@@ -184,7 +191,7 @@ class Router(Target):
 
     def command(self, ctx: Context) -> list[str]:
         script = _bin_dir() / "drain-router"
-        use_script = script.exists() and not os.environ.get(ROUTER_SRC_ENV)
+        use_script = script.exists() and not os.environ.get(self.src_env)
         base = [str(script)] if use_script else [sys.executable, "-m", "router"]
         return [
             *base,
@@ -203,8 +210,23 @@ class Router(Target):
         ]
 
     def env(self) -> dict[str, str]:
-        src = os.environ.get(ROUTER_SRC_ENV)
+        src = os.environ.get(self.src_env)
         return {**os.environ, "PYTHONPATH": src} if src else dict(os.environ)
+
+
+class RouterBefore(Router):
+    """The router from ``BENCH_BEFORE_SRC`` (a checkout of the commit before a change)."""
+
+    src_env = BEFORE_SRC_ENV
+
+    def missing(self) -> str | None:
+        src = os.environ.get(BEFORE_SRC_ENV)
+        if not src or not (Path(src) / "router" / "proxy" / "lifecycle.py").exists():
+            return f"set {BEFORE_SRC_ENV} to a checkout of the router to compare with"
+        return None
+
+    def version(self) -> str:
+        return "drain-router from " + os.environ.get(BEFORE_SRC_ENV, "?")
 
     def stop_signal(self) -> int:
         return signal.SIGINT
@@ -513,6 +535,7 @@ def all_targets() -> list[Target]:
     return [
         Direct("direct", "direct (no proxy)"),
         Router("router", "drain-router", drain_signal=signal.SIGTERM),
+        RouterBefore("before", "drain-router before the change", drain_signal=signal.SIGTERM),
         AiohttpProxy("aiohttp", "bare aiohttp proxy"),
         RawRelay("raw", "raw-protocol relay (prototype)"),
         Nginx("nginx", "nginx", drain_signal=signal.SIGQUIT),

@@ -5,9 +5,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import bisect
+from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 PREFIX = "drain_router_"
 
@@ -18,8 +22,53 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 TTFB_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
+class HotHistogram:
+    """A histogram for the hot path: no lock, no per-sample object. The event loop is its only writer
+    and its only reader (``/metrics`` is served on the same loop), so a lock would buy nothing; this
+    saves microseconds per request against ``prometheus_client.Histogram`` and exports the same family."""
+
+    __slots__ = ("bounds", "counts", "doc", "name", "total")
+
+    def __init__(self, name: str, doc: str, buckets: tuple[float, ...]) -> None:
+        self.name = name
+        self.doc = doc
+        self.bounds = list(buckets)
+        self.counts = [0] * (len(buckets) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def family(self) -> HistogramMetricFamily:
+        buckets = []
+        running = 0
+        for bound, count in zip([*self.bounds, float("inf")], self.counts, strict=True):
+            running += count
+            buckets.append((floatToGoString(bound), running))
+        return HistogramMetricFamily(self.name, self.doc, buckets=buckets, sum_value=self.total)
+
+
+class _HotPath(Collector):
+    """Exports the hot-path families at scrape time."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self._metrics
+        requests = CounterMetricFamily(PREFIX + "requests", m.REQUESTS_DOC, labels=["code", "outcome"])
+        for (code, outcome), count in sorted(m.request_counts.items()):
+            requests.add_metric([str(code), outcome], count)
+        yield requests
+        yield m.duration.family()
+        yield m.ttfb.family()
+
+
 class Metrics:
     """The router's Prometheus metrics."""
+
+    REQUESTS_DOC = "Proxied requests by status code and outcome."
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -28,24 +77,19 @@ class Metrics:
             "Proxied requests between headers parsed and last byte written (probes and admin excluded).",
             registry=registry,
         )
-        self.requests = Counter(
-            PREFIX + "requests",
-            "Proxied requests by status code and outcome.",
-            ["code", "outcome"],
-            registry=registry,
-        )
-        self.duration = Histogram(
+        self.request_counts: dict[tuple[int, str], int] = {}
+        """Proxied requests by (status code, outcome): ``requests_total``."""
+        self.duration = HotHistogram(
             PREFIX + "request_duration_seconds",
             "Proxied request duration, headers parsed to last byte written.",
-            buckets=DURATION_BUCKETS,
-            registry=registry,
+            DURATION_BUCKETS,
         )
-        self.ttfb = Histogram(
+        self.ttfb = HotHistogram(
             PREFIX + "time_to_first_byte_seconds",
             "Headers parsed to response headers sent to the client.",
-            buckets=TTFB_BUCKETS,
-            registry=registry,
+            TTFB_BUCKETS,
         )
+        registry.register(_HotPath(self))
         self.state = Gauge(PREFIX + "state", "1 for the router's current drain state.", ["state"], registry=registry)
         self.upstream_up = Gauge(
             PREFIX + "upstream_up",
@@ -73,17 +117,15 @@ class Metrics:
         # The standard process_* families (resident memory, open descriptors against the limit, CPU):
         # what the descriptor reserve and a stalled reader's memory bound are measured against.
         ProcessCollector(registry=registry)
-        self._request_children: dict[tuple[int, str], Counter] = {}
 
     def track_inflight(self, count: Callable[[], int]) -> None:
         """Read the in-flight count at scrape time: nothing to update on the hot path."""
         self.inflight.set_function(count)
 
     def count_request(self, code: int, outcome: str, duration: float) -> None:
-        child = self._request_children.get((code, outcome))
-        if child is None:
-            child = self._request_children[(code, outcome)] = self.requests.labels(str(code), outcome)
-        child.inc()
+        counts = self.request_counts
+        key = (code, outcome)
+        counts[key] = counts.get(key, 0) + 1
         self.duration.observe(duration)
 
     def set_state(self, current: str, states: Iterable[str]) -> None:

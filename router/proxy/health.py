@@ -13,11 +13,14 @@ from aiohttp import hdrs, web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from router import config
-from router.proxy.connection import SERVER_HEADER
-from router.proxy.forwarding import error_response
+from router.proxy.responses import SERVER_HEADER, error_body
 from router.proxy.state import RouterState
 
 ALIVE = {"status": "alive"}
+
+
+def error_response(status: int, kind: str, message: str) -> web.Response:
+    return web.Response(status=status, body=error_body(status, kind, message), content_type="application/json")
 
 
 async def livez(request: web.Request) -> web.Response:

@@ -9,7 +9,7 @@ Order, following aiohttp's graceful-shutdown steps with the Kubernetes step in f
 3. In-flight reaches zero: ``exited`` with status 0. With a declared grace, at t0 + grace - 2 s what
    is left is aborted, counted and logged, and the process exits 1.
 4. Everything started is closed in the reverse order of its start (an ``AsyncExitStack``): the main
-   listener, the upstream session, then the admin listener (so ``/admin/drain-wait`` is answered).
+   listener, the upstream pool, then the admin listener (so ``/admin/drain-wait`` is answered).
 
 Transitions are decided by :func:`router.decisions.drain.next_stage`; this module only carries them
 out. Signals: :mod:`router.proxy.signals`; process tuning: :mod:`router.proxy.tuning`; upstream
@@ -25,16 +25,16 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
-import aiohttp
 import uvloop
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from router import config, logs, metrics
 from router.decisions import drain
-from router.proxy import app as app_mod
-from router.proxy import connection, health, signals, tuning, upstream_health
+from router.proxy import health, signals, tuning, upstream_health
+from router.proxy.listener import TrafficListener
 from router.proxy.state import RouterState
+from router.proxy.upstream import UpstreamPool
 
 log = logs.get("drain_router.lifecycle")
 
@@ -70,9 +70,8 @@ class Router:
         self._started = asyncio.Event()
         self._timers: list[asyncio.TimerHandle] = []
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._main_server: connection.TrafficServer | None = None
-        self._main_site: web.TCPSite | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self.listener: TrafficListener | None = None
+        self.pool: UpstreamPool | None = None
         self._completed_at_t0 = 0
         self._started_at_t0 = 0
         self.state.inflight.on_idle(self._on_idle)
@@ -169,13 +168,8 @@ class Router:
         task.add_done_callback(self._tasks.discard)
 
     async def _close_listeners(self) -> None:
-        if self._main_site is not None:
-            await self._main_site.stop()
-            self._main_site = None
-        if self._main_server is not None:
-            for conn in self._main_server.connections:
-                assert isinstance(conn, connection.TrafficConnection)
-                conn.close_when_idle()
+        if self.listener is not None:
+            self.listener.stop_accepting()
 
     def _upstream_health(self, up: bool) -> None:
         if up != self.state.upstream_up:
@@ -195,20 +189,16 @@ class Router:
         await web.TCPSite(runner, self.config.admin.host, self.config.admin.port).start()
         self.admin_port = _bound_port(runner)
 
-    async def _start_session(self, stack: contextlib.AsyncExitStack) -> None:
-        self._session = app_mod.make_session(self.config)
-        stack.push_async_callback(self._session.close)
+    async def _start_pool(self, stack: contextlib.AsyncExitStack) -> None:
+        self.pool = UpstreamPool(self.config, self.state.note_connect)
+        stack.callback(self.pool.close)
 
     async def _start_main(self, stack: contextlib.AsyncExitStack) -> None:
-        assert self._session is not None
-        server = app_mod.make_server(self.state, self._session, connection_limit=tuning.traffic_connection_limit())
-        runner = web.ServerRunner(server, shutdown_timeout=CLEANUP_TIMEOUT_SECS)
-        await runner.setup()
-        stack.push_async_callback(runner.cleanup)
-        self._main_server = server
-        self._main_site = web.TCPSite(runner, self.config.proxy.host, self.config.proxy.port, backlog=4096)
-        await self._main_site.start()
-        self.port = _bound_port(runner)
+        assert self.pool is not None
+        listener = TrafficListener(self.state, self.pool, connection_limit=tuning.traffic_connection_limit())
+        self.port = await listener.start(self.config.proxy.host, self.config.proxy.port)
+        self.listener = listener
+        stack.callback(listener.close)
 
     @property
     def started(self) -> asyncio.Event:
@@ -244,7 +234,7 @@ class Router:
         async with contextlib.AsyncExitStack() as stack:
             try:
                 # A signal during startup skips the rest: the listeners are never bound.
-                for start in (self._start_admin, self._start_session, self._start_main):
+                for start in (self._start_admin, self._start_pool, self._start_main):
                     if self.state.status.phase == drain.Phase.STARTING:
                         await start(stack)
             except OSError as exc:
@@ -263,7 +253,7 @@ class Router:
                     "startup.listening",
                     port=self.port,
                     admin_port=self.admin_port,
-                    connection_limit=self._main_server.connection_limit if self._main_server else None,
+                    connection_limit=self.listener.connection_limit if self.listener else None,
                     upstream=cfg.proxy.upstream.url,
                     shutdown_drain_secs=cfg.drain.shutdown_drain_secs,
                     termination_grace_secs=cfg.drain.termination_grace_secs,
@@ -274,11 +264,8 @@ class Router:
                 if cfg.health.upstream_health_path is None:
                     self._apply(drain.Event.UPSTREAM_HEALTHY)
                 else:
-                    assert self._session is not None
-                    self._spawn(upstream_health.watch(self._session, cfg, self._upstream_health))
+                    self._spawn(upstream_health.watch(cfg, self._upstream_health))
             await self._exit.wait()
-            if self.aborted:
-                await self.state.inflight.wait_aborted(CLEANUP_TIMEOUT_SECS)
         exit_code = self.state.status.exit_code
         return drain.EXIT_CLEAN if exit_code is None else exit_code
 

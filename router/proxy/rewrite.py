@@ -1,97 +1,173 @@
-"""What the router sends upstream and back, besides the bytes: the request's target and headers.
+"""What the router sends upstream and back, besides the bodies: heads, as bytes. Pure, no I/O.
 
-Only origin-form targets are proxied, and the URL is checked (:func:`upstream_url`); hop-by-hop
-headers are dropped both ways; this hop is appended to ``X-Forwarded-For`` and ``Forwarded``.
+Only origin-form targets are proxied (:func:`check_target`); hop-by-hop headers (RFC 9110 §7.6.1,
+and any named in ``Connection``) are dropped both ways; this hop is appended to ``X-Forwarded-For``
+and ``Forwarded``, ``X-Forwarded-Proto`` and ``X-Forwarded-Host`` are set, ``Host`` is kept.
 """
 
 from __future__ import annotations
 
-import aiohttp
-from aiohttp import hdrs, web
-from multidict import CIMultiDict, CIMultiDictProxy, istr
-from yarl import URL
+from typing import NamedTuple
 
 from router import headers as headers_mod
 
-#: Dropped both ways: the hop-by-hop headers, and ``Expect`` (the router already answered any
-#: 100-continue). Also dropped: any header named in ``Connection``.
-HOP_BY_HOP = headers_mod.HOP_BY_HOP | {"expect"}
-_X_FORWARDED_FOR = istr("X-Forwarded-For")
-_X_FORWARDED_PROTO = istr("X-Forwarded-Proto")
-_X_FORWARDED_HOST = istr("X-Forwarded-Host")
-_REPLACED_UPSTREAM = frozenset({"x-forwarded-for", "forwarded", "x-real-ip"})
-#: Never removed by being named in ``Connection``: SPEC keeps ``Host``, and a client must not be able
-#: to make the model server see the router's upstream address as the host.
-_NEVER_NAMED = frozenset({"host"})
+Headers = list[tuple[bytes, bytes]]
 
-
-def end_to_end(incoming: CIMultiDictProxy[str], also_drop: frozenset[str] = frozenset()) -> CIMultiDict[str]:
-    """``incoming`` without its hop-by-hop headers (and those named in its ``Connection``, except
-    ``Host``), nor the lowercase names in ``also_drop``. Every comparison ignores case."""
-    named = headers_mod.named_in_connection(incoming.getall(hdrs.CONNECTION, ())) - _NEVER_NAMED
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in incoming.items():
-        lower = name.lower()
-        if lower in HOP_BY_HOP or lower in named or lower in also_drop:
-            continue
-        out.add(name, value)
-    return out
-
-
-_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-
-
-def _forwarded_node(value: str) -> str:
-    """A value for RFC 7239 ``Forwarded``: an IPv6 address bracketed, anything not a token quoted."""
-    if value.count(":") > 1 and not value.startswith("["):
-        value = f"[{value}]"
-    if value and all(c in _TOKEN_CHARS for c in value):
-        return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def request_headers(request: web.BaseRequest) -> CIMultiDict[str]:
-    """Headers to send upstream: hop-by-hop dropped, ``Host`` kept, this hop appended to
-    ``X-Forwarded-For`` and ``Forwarded``, ``X-Forwarded-Proto`` and ``X-Forwarded-Host`` set.
-
-    Trust model: the router vouches only for what it saw itself (its peer, the scheme, the Host), which
-    it appends last; earlier entries of the list-valued headers are passed on as claims. A
-    single-valued client-identity claim (``X-Real-IP``) is dropped: the router cannot tell who set it.
-    """
-    incoming = request.headers
-    out = end_to_end(incoming, _REPLACED_UPSTREAM)
-    peer = request.remote or ""
-    prior = incoming.getall(_X_FORWARDED_FOR, ())
-    out[_X_FORWARDED_FOR] = ", ".join([*prior, peer]) if prior else peer
-    out[_X_FORWARDED_PROTO] = request.scheme
-    host = incoming.get(hdrs.HOST)
-    if host is not None:
-        out[_X_FORWARDED_HOST] = host
-    hop = f"for={_forwarded_node(peer)};proto={request.scheme}"
-    if host is not None:
-        hop += f";host={_forwarded_node(host)}"
-    out[hdrs.FORWARDED] = ", ".join([*incoming.getall(hdrs.FORWARDED, ()), hop])
-    return out
-
-
-def response_headers(upstream: aiohttp.ClientResponse) -> CIMultiDict[str]:
-    """Headers to send the client: hop-by-hop (and those named in ``Connection``) dropped."""
-    return end_to_end(upstream.headers)
-
-
-def upstream_url(base: URL, target: str) -> URL:
-    """The upstream URL for a request target: ``base`` plus an origin-form target (``/path?query``).
-
-    Raises :class:`BadTarget` for anything else, and checks the result: no request target can change
-    the scheme, host or port the router connects to (``/@evil:6443`` stays a path).
-    """
-    if not target.startswith("/"):
-        raise BadTarget(target)
-    url = URL(str(base) + target, encoded=True)
-    if url.scheme != base.scheme or url.raw_host != base.raw_host or url.port != base.port:
-        raise BadTarget(target)
-    return url
+#: Dropped both ways: the hop-by-hop headers, and ``Expect`` (the router answers 100-continue itself).
+HOP_BY_HOP = frozenset(name.encode() for name in headers_mod.HOP_BY_HOP) | {b"expect"}
+#: Replaced on the way up: the router vouches only for what it saw itself.
+_REPLACED = frozenset({b"x-forwarded-for", b"forwarded", b"x-real-ip", b"x-forwarded-proto", b"x-forwarded-host"})
+_SPECIAL = HOP_BY_HOP | _REPLACED | {b"host", b"content-length"}
+#: Never removed by being named in ``Connection``: a client must not make the model server see the
+#: router's upstream address as the host.
+_NEVER_NAMED = frozenset({b"host"})
 
 
 class BadTarget(ValueError):
     """A request target that is not origin-form (CONNECT authority, absolute-form, ``*``)."""
+
+
+def check_target(method: bytes, target: bytes) -> None:
+    """Raise :class:`BadTarget` unless ``target`` is origin-form (``/path?query``) and the method is
+    not CONNECT. The router writes the target after its own connection to the upstream, so an
+    origin-form target can only ever name a path there (``/@evil:6443`` stays a path)."""
+    if method == b"CONNECT" or not target.startswith(b"/"):
+        raise BadTarget(target.decode("latin-1"))
+
+
+def _named(value: bytes, into: set[bytes] | None) -> set[bytes]:
+    tokens = {t.strip().lower() for t in value.split(b",") if t.strip()}
+    return tokens if into is None else into | tokens
+
+
+_TOKEN_CHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def forwarded_node(value: bytes) -> bytes:
+    """A value for RFC 7239 ``Forwarded``: an IPv6 address bracketed, anything not a token quoted."""
+    if value.count(b":") > 1 and not value.startswith(b"["):
+        value = b"[" + value + b"]"
+    if value and all(c in _TOKEN_CHARS for c in value):
+        return value
+    return b'"' + value.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+
+
+class RequestHead(NamedTuple):
+    head: bytes
+    """The request line and headers to write upstream, ending with the blank line."""
+    content_length: int | None
+    chunked: bool
+    """The client's body is chunked (it is re-chunked upstream; other codings pass through)."""
+    expect_continue: bool
+    upgrade: bool
+    hosts: int
+    """How many ``Host`` headers the client sent (HTTP/1.1 requires exactly one)."""
+
+
+def request_head(
+    method: bytes, target: bytes, headers: Headers, peer: bytes, peer_node: bytes, default_host: bytes
+) -> RequestHead:
+    """The upstream request's head. ``peer`` is the client's address, ``peer_node`` the same as
+    :func:`forwarded_node` renders it (both computed once per connection); ``default_host`` is sent
+    as ``Host`` when the client sent none (HTTP/1.0)."""
+    parts = [method, b" ", target, b" HTTP/1.1\r\n"]
+    named: set[bytes] | None = None
+    prior_xff: list[bytes] = []
+    prior_fwd: list[bytes] = []
+    host = None
+    hosts = 0
+    length = None
+    transfer = None
+    expect = upgrade = False
+    for name, value in headers:
+        lower = name.lower()
+        if lower not in _SPECIAL:
+            parts += (name, b": ", value, b"\r\n")
+        elif lower == b"host":
+            host = value
+            hosts += 1
+            parts += (name, b": ", value, b"\r\n")
+        elif lower == b"content-length":
+            length = int(value)
+            parts += (name, b": ", value, b"\r\n")
+        elif lower == b"connection":
+            named = _named(value, named)
+        elif lower == b"transfer-encoding":
+            transfer = value if transfer is None else transfer + b", " + value
+        elif lower == b"x-forwarded-for":
+            prior_xff.append(value)
+        elif lower == b"forwarded":
+            prior_fwd.append(value)
+        elif lower == b"expect":
+            expect = value.strip().lower() == b"100-continue"
+        elif lower == b"upgrade":
+            upgrade = True
+    if named and (named := named - HOP_BY_HOP - _NEVER_NAMED):
+        parts = parts[:4] + [
+            p
+            for name, value in headers
+            if (lower := name.lower()) not in named and (lower not in _SPECIAL or lower in (b"host", b"content-length"))
+            for p in (name, b": ", value, b"\r\n")
+        ]
+    xff = b", ".join([*prior_xff, peer])
+    hop = b"for=" + peer_node + b";proto=http"
+    if host is not None:
+        hop += b";host=" + forwarded_node(host)
+        parts += (b"X-Forwarded-Host: ", host, b"\r\n")
+    else:
+        parts += (b"Host: ", default_host, b"\r\n")
+    parts += (b"X-Forwarded-For: ", xff, b"\r\nX-Forwarded-Proto: http\r\nForwarded: ", b", ".join([*prior_fwd, hop]))
+    chunked = transfer is not None
+    if chunked:
+        parts += (b"\r\nTransfer-Encoding: ", transfer)  # type: ignore[arg-type]
+        length = None
+    parts.append(b"\r\n\r\n")
+    return RequestHead(b"".join(parts), length, chunked, expect, upgrade, hosts)
+
+
+class ResponseHead(NamedTuple):
+    lines: bytes
+    """The end-to-end header lines, each ending in CRLF (no status line, no blank line)."""
+    content_length: int | None
+    codings: bytes | None
+    """Transfer codings other than chunked (``b""`` when the upstream said only chunked), or None."""
+    chunked: bool
+    has_server: bool
+
+
+def response_head(headers: Headers) -> ResponseHead:
+    """The upstream response's headers for the client, and what frames its body."""
+    lines: list[bytes] = []
+    named: set[bytes] | None = None
+    length = None
+    transfer: bytes | None = None
+    has_server = False
+    for name, value in headers:
+        lower = name.lower()
+        if lower in HOP_BY_HOP:
+            if lower == b"connection":
+                named = _named(value, named)
+            elif lower == b"transfer-encoding":
+                transfer = value if transfer is None else transfer + b"," + value
+            continue
+        if lower == b"content-length":
+            length = int(value)
+        elif lower == b"server":
+            has_server = True
+        lines += (name, b": ", value, b"\r\n")
+    if named and (named := named - HOP_BY_HOP):
+        lines = [
+            p
+            for name, value in headers
+            if (lower := name.lower()) not in HOP_BY_HOP and lower not in named
+            for p in (name, b": ", value, b"\r\n")
+        ]
+        has_server = has_server and b"server" not in named
+    codings = None
+    chunked = False
+    if transfer is not None:
+        tokens = [t.strip() for t in transfer.split(b",") if t.strip()]
+        chunked = bool(tokens) and tokens[-1].lower() == b"chunked"
+        codings = b", ".join(t for t in tokens if t.lower() != b"chunked")
+        length = None  # Transfer-Encoding overrides Content-Length (RFC 9112 §6.3)
+    return ResponseHead(b"".join(lines), length, codings, chunked, has_server)

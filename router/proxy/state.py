@@ -9,28 +9,31 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from router import config, metrics
 from router.decisions import drain
 
-#: Cancellation message used when the deadline (or a second SIGINT) aborts in-flight requests, so the
-#: handler can tell an abort from a client disconnect.
-ABORT_MESSAGE = "drain-router: deadline abort"
+
+class Request(Protocol):
+    """What the in-flight count holds: a proxied request that the deadline can abort."""
+
+    def abort_deadline(self) -> None: ...
 
 
 class InFlight:
     """Exactly the proxied requests between headers parsed and last byte written, or aborted.
 
-    A set of handler tasks: a request enters when its handler starts and leaves in the handler's
-    ``finally``, on every path (completion, error, cancellation, disconnect, deadline), so the count
-    cannot go negative and returns to zero when traffic stops. Probes, metrics and admin calls never
-    enter. The tasks are kept so the deadline can cancel exactly what is left.
+    A request enters when its head is parsed and leaves exactly once, on every path (completion,
+    error, disconnect, deadline), so the count cannot go negative and returns to zero when traffic
+    stops. Probes, metrics and admin calls never enter. The requests are kept so the deadline can
+    abort exactly what is left.
     """
 
-    __slots__ = ("_clock", "_on_idle", "_tasks", "completed", "idle_since", "started")
+    __slots__ = ("_clock", "_on_idle", "_requests", "completed", "idle_since", "started")
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
-        self._tasks: set[asyncio.Task[object]] = set()
+        self._requests: set[Request] = set()
         self._on_idle: Callable[[], None] | None = None
         self._clock = clock
         self.idle_since: float | None = clock()
@@ -41,7 +44,7 @@ class InFlight:
         """Requests that have left, for the 'served during the drain' log field."""
 
     def __len__(self) -> int:
-        return len(self._tasks)
+        return len(self._requests)
 
     def __bool__(self) -> bool:
         raise NotImplementedError("use len(inflight)")
@@ -49,31 +52,25 @@ class InFlight:
     def on_idle(self, callback: Callable[[], None]) -> None:
         self._on_idle = callback
 
-    def enter(self, task: asyncio.Task[object]) -> None:
-        self._tasks.add(task)
+    def enter(self, request: Request) -> None:
+        self._requests.add(request)
         self.started += 1
         self.idle_since = None
 
-    def leave(self, task: asyncio.Task[object]) -> None:
-        self._tasks.discard(task)
+    def leave(self, request: Request) -> None:
+        self._requests.discard(request)
         self.completed += 1
-        if not self._tasks:
+        if not self._requests:
             self.idle_since = self._clock()
             if self._on_idle is not None:
                 self._on_idle()
 
     def abort_all(self) -> int:
-        """Cancel every in-flight request; returns how many were cancelled."""
-        tasks = [t for t in self._tasks if not t.done()]
-        for task in tasks:
-            task.cancel(ABORT_MESSAGE)
-        return len(tasks)
-
-    async def wait_aborted(self, timeout: float) -> None:
-        """After :meth:`abort_all`, give the handlers a moment to run their ``finally``."""
-        tasks = list(self._tasks)
-        if tasks:
-            await asyncio.wait(tasks, timeout=timeout)
+        """Abort every in-flight request now (each leaves the count as it is aborted); returns how many."""
+        requests = list(self._requests)
+        for request in requests:
+            request.abort_deadline()
+        return len(requests)
 
 
 class RouterState:

@@ -12,9 +12,21 @@ from router import config, logs
 log = logs.get("drain_router.upstream")
 
 
-async def watch(session: aiohttp.ClientSession, cfg: config.Config, report: Callable[[bool], None]) -> None:
+async def watch(cfg: config.Config, report: Callable[[bool], None]) -> None:
     """Poll ``--upstream-health-path`` every ``--upstream-health-interval-secs`` until cancelled and
-    ``report(up)`` each answer (logged when it changes). Any failure means "not healthy"."""
+    ``report(up)`` each answer (logged when it changes). Any failure means "not healthy". Its own
+    aiohttp session: the traffic path's pool is for traffic."""
+    upstream = cfg.proxy.upstream
+    connector: aiohttp.BaseConnector
+    if upstream.unix_path is not None:
+        connector = aiohttp.UnixConnector(path=upstream.unix_path, limit=1)
+    else:
+        connector = aiohttp.TCPConnector(limit=1)
+    async with aiohttp.ClientSession(connector=connector, trust_env=False) as session:
+        await _poll(session, cfg, report)
+
+
+async def _poll(session: aiohttp.ClientSession, cfg: config.Config, report: Callable[[bool], None]) -> None:
     health = cfg.health
     assert health.upstream_health_path is not None
     url = cfg.proxy.upstream.base_url + health.upstream_health_path

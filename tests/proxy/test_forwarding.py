@@ -278,13 +278,10 @@ async def test_emfile_is_a_clean_503(fake_upstream, start_router, http, monkeypa
     from structlog.testing import capture_logs
 
     r = await start_router(upstream=fake_upstream.url)
-    session = r.router._session
-    connector = session.connector
-
     async def no_fds(*args, **kwargs):
         raise OSError(errno.EMFILE, "Too many open files")
 
-    monkeypatch.setattr(connector, "_create_connection", no_fds)
+    monkeypatch.setattr(r.router.pool, "open_connection", no_fds)
     with capture_logs() as logs:
         async with http.get(f"{r.url}/sse") as resp:
             assert resp.status == 503
@@ -295,31 +292,20 @@ async def test_emfile_is_a_clean_503(fake_upstream, start_router, http, monkeypa
         assert resp.status == 200
 
 
-async def test_a_failed_write_to_the_client_is_client_aborted(fake_upstream, start_router, monkeypatch):
-    """The write to the client fails the way aiohttp fails it when the client's connection broke
-    before the loop noticed (``ClientConnectionResetError``, which is also an ``aiohttp.ClientError``):
-    that is the client's failure (``client_aborted``), never ``upstream_error``; the model server
-    sees its request cancelled."""
-    from aiohttp import web
+async def test_a_failed_write_to_the_client_is_client_aborted(fake_upstream, start_router):
+    """The client's connection breaks under the relay (it resets it: the router's next write fails
+    with ECONNRESET/EPIPE): that is the client's failure (``client_aborted``), never
+    ``upstream_error``; the model server sees its request cancelled."""
+    import socket
+    import struct
 
-    original = web.StreamResponse.write
-    writes = 0
-    router_port: list[int] = []
-
-    async def breaking(self: web.StreamResponse, data: bytes) -> None:
-        nonlocal writes
-        transport = self._req.transport if self._req is not None else None
-        if transport is not None and transport.get_extra_info("sockname")[1] in router_port:  # not the upstream's
-            writes += 1
-            if writes > 2:
-                raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
-        await original(self, data)
-
-    monkeypatch.setattr(web.StreamResponse, "write", breaking)
     r = await start_router(upstream=fake_upstream.url)
-    router_port.append(r.router.port)
-    _reader, writer = await asyncio.open_connection("127.0.0.1", r.router.port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", r.router.port)
     writer.write(b"GET /sse?n=1000&iv=0.01 HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert b"data: 0" in await asyncio.wait_for(reader.readuntil(b"data: 0"), 5)
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = reset
+    writer.transport.abort()
     await asyncio.wait_for(fake_upstream.cancel_seen.wait(), 5)
     await wait_until(lambda: len(r.state.inflight) == 0, 2, "in-flight back to 0")
     outcomes = {
@@ -330,4 +316,3 @@ async def test_a_failed_write_to_the_client_is_client_aborted(fake_upstream, sta
         if s.name.endswith("_total")
     }
     assert outcomes == {"client_aborted": 1}, outcomes
-    writer.close()

@@ -1,0 +1,364 @@
+"""One proxied request, from its head parsed to the last byte of its response: counted exactly.
+
+An :class:`Exchange` enters the in-flight count when its head is parsed and leaves it exactly once
+(:meth:`Exchange.finish`): when the last byte of its response is handed to the client's transport,
+or when it is aborted (client gone, model server gone, deadline). Outcomes name the side that
+failed: ``client_aborted`` when the client left, ``rejected`` for a request the router refuses,
+``upstream_error`` only for the model server's failures, ``deadline_aborted`` for the deadline.
+
+The response is relayed as it arrives, one client write per upstream read: a small body of known
+length (up to :data:`SMALL_BODY_BYTES`) goes out with its head in one write; anything else streams,
+re-chunked for HTTP/1.1 clients and close-delimited for HTTP/1.0 ones.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from router import logs
+from router.decisions import drain
+from router.proxy import responses
+from router.proxy.rewrite import RequestHead, response_head
+from router.proxy.upstream import PENDING, UpstreamConnection
+
+if TYPE_CHECKING:
+    from router.proxy.listener import ClientConnection
+
+log = logs.get("drain_router.proxy")
+
+#: Responses with a Content-Length up to this size are sent with their head in one write.
+SMALL_BODY_BYTES = 64 * 1024
+#: Request body bytes buffered while the upstream connection is being opened, before the client is
+#: no longer read.
+PENDING_BODY_BYTES = 64 * 1024
+#: Retried once on a fresh connection when a pooled one turns out closed (and nothing was received).
+IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
+
+# How the response body is framed to the client.
+NONE, LENGTH, SMALL, CHUNKED, UNTIL_CLOSE = range(5)
+
+
+class Exchange:
+    __slots__ = (
+        "client",
+        "close",
+        "code",
+        "discard",
+        "finished",
+        "head_sent",
+        "http10",
+        "keep_alive",
+        "method",
+        "mode",
+        "out",
+        "pending",
+        "pending_size",
+        "req_done",
+        "request",
+        "resp_done",
+        "retried",
+        "reused",
+        "seen",
+        "t0",
+        "target",
+        "until_eof",
+        "up",
+    )
+
+    def __init__(self, client: ClientConnection, method: bytes, target: bytes, http10: bool, keep_alive: bool) -> None:
+        self.client = client
+        self.method = method
+        self.target = target
+        self.http10 = http10
+        self.keep_alive = keep_alive
+        self.request: RequestHead | None = None
+        self.up: UpstreamConnection | None = None
+        self.pending: list[bytes] | None = None
+        self.pending_size = 0
+        self.req_done = False
+        self.seen = 0
+        self.discard = False
+        self.code = 0
+        self.mode = NONE
+        self.until_eof = False
+        self.resp_done = False
+        self.out: list[bytes] = []
+        self.head_sent = False
+        self.close = False
+        self.finished = False
+        self.reused = False
+        self.retried = False
+        self.t0 = client.listener.loop.time()
+        client.listener.inflight.enter(self)
+
+    @property
+    def path(self) -> str:
+        return self.target.partition(b"?")[0].decode("latin-1")
+
+    def inflight_count(self) -> int:
+        return len(self.client.listener.inflight)
+
+    # -- the request ---------------------------------------------------------------------------
+
+    def start(self, request: RequestHead) -> None:
+        """Its turn has come (pipelined requests wait for the one ahead): refuse it or send it."""
+        self.request = request
+        listener = self.client.listener
+        if request.upgrade:
+            self.client.close_after = True
+            self.discard = True
+            self.reply(responses.UPGRADE, "rejected", close=True)
+            return
+        limit = listener.max_body
+        if request.content_length is not None and request.content_length > limit:
+            self.discard = True
+            self.reply(responses.too_large(limit), "rejected", close=True)
+            return
+        if request.expect_continue and not self.http10 and not self.req_done:
+            self.client.transport.write(responses.CONTINUE)
+        listener.pool.acquire(self)
+
+    def attach(self, up: UpstreamConnection, *, reused: bool) -> None:
+        """The pool gave it a connection: write the head and what of the body has arrived."""
+        self.up = up
+        self.reused = reused
+        assert self.request is not None
+        if self.client.write_paused:
+            up.transport.pause_reading()
+        pending = self.pending
+        if pending:
+            self.pending = None
+            self.pending_size = 0
+            up.start(self, self.request.head + b"".join(pending))
+            self.client.resume_reading(PENDING)
+        else:
+            up.start(self, self.request.head)
+
+    def request_body(self, data: bytes) -> None:
+        if self.discard or self.finished:
+            return
+        self.seen += len(data)
+        limit = self.client.listener.max_body
+        if self.seen > limit:
+            self.discard = True
+            if self.head_sent:
+                if self.client.transport is not None:
+                    self.client.transport.abort()
+                self.abort("rejected")
+            else:
+                self.reply(responses.too_large(limit), "rejected", close=True)
+            return
+        assert self.request is not None
+        framed = b"%x\r\n%s\r\n" % (len(data), data) if self.request.chunked else data
+        self._send(framed)
+
+    def request_done(self) -> None:
+        self.req_done = True
+        if self.discard or self.finished:
+            return
+        assert self.request is not None
+        if self.request.chunked:
+            self._send(b"0\r\n\r\n")
+
+    def _send(self, data: bytes) -> None:
+        up = self.up
+        if up is not None and up.transport is not None:
+            up.transport.write(data)
+            return
+        if self.pending is None:
+            self.pending = [data]
+        else:
+            self.pending.append(data)
+        self.pending_size += len(data)
+        if self.pending_size > PENDING_BODY_BYTES:
+            self.client.pause_reading(PENDING)
+
+    # -- the response (called from the upstream's parser callbacks, then flush()) --------------
+
+    def response_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        self.code = status
+        head = response_head(headers)
+        client = self.client
+        close = not self.keep_alive or client.close_after or drain.closes_connections(client.listener.state.phase)
+        lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason), head.lines]
+        if not head.has_server:
+            lines.append(b"Server: drain-router\r\n")
+        if self.method == b"HEAD" or status in (204, 304):
+            mode = NONE
+            self.resp_done = True  # llhttp does not know a HEAD response has no body
+        elif head.content_length is not None:
+            mode = SMALL if head.content_length <= SMALL_BODY_BYTES else LENGTH
+        else:
+            self.until_eof = not head.chunked
+            if not self.http10:
+                mode = CHUNKED
+                codings = head.codings + b", chunked" if head.codings else b"chunked"
+                lines += (b"Transfer-Encoding: ", codings, b"\r\n")
+            elif head.codings:  # a transfer coding an HTTP/1.0 client cannot be told about
+                self.code = 0
+                self.up_invalid("transfer coding for an HTTP/1.0 client")
+                return
+            else:
+                mode = UNTIL_CLOSE
+                close = True
+        if close:
+            lines.append(b"Connection: close\r\n")
+            self.close = True
+        elif self.http10:
+            lines.append(b"Connection: keep-alive\r\n")
+        lines.append(b"\r\n")
+        self.mode = mode
+        self.out.append(b"".join(lines))
+        if mode != SMALL:
+            self._head_out()
+
+    def _head_out(self) -> None:
+        self.head_sent = True
+        listener = self.client.listener
+        listener.metrics.ttfb.observe(listener.loop.time() - self.t0)
+
+    def response_body(self, body: bytes) -> None:
+        if self.mode == CHUNKED:
+            self.out.append(b"%x\r\n%s\r\n" % (len(body), body))
+        elif self.mode != NONE:
+            self.out.append(body)
+
+    def flush(self) -> None:
+        """After each upstream read: one write to the client; finish when the response is whole."""
+        if self.finished:
+            return
+        out = self.out
+        if self.resp_done:
+            if self.mode == CHUNKED:
+                out.append(b"0\r\n\r\n")
+            elif self.mode == SMALL:
+                self._head_out()
+        elif not out or (self.mode == SMALL and not self.head_sent):
+            return
+        transport = self.client.transport
+        if transport is not None:
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+        out.clear()
+        if self.resp_done:
+            self.finish("completed")
+
+    # -- endings -------------------------------------------------------------------------------
+
+    def upstream_lost(self, exc: BaseException | None, *, invalid: bool = False) -> None:
+        """The upstream connection closed (or sent something unparseable) while this owned it."""
+        self.up = None
+        if self.finished:
+            return
+        if not invalid and exc is None and self.until_eof and self.code:
+            self.resp_done = True  # a close-delimited body ends with the connection
+            self.flush()
+            return
+        if not self.head_sent:
+            if (
+                self.reused
+                and not self.retried
+                and not self.code
+                and not invalid
+                and self.method in IDEMPOTENT
+                and self.request is not None
+                and not self.request.chunked
+                and not self.request.content_length
+            ):
+                # A pooled connection the model server had closed: one retry on a fresh one.
+                self.retried = True
+                self.client.listener.pool.acquire(self)
+                return
+            self.out.clear()
+            log.warning("proxy.upstream_cut", error=repr(exc), path=self.path)
+            self.reply(responses.BAD_RESPONSE if invalid else responses.CUT, "upstream_error")
+            return
+        # The status went out and can no longer change: close the client connection without the
+        # terminating chunk, so the client sees the stream cut.
+        log.warning("proxy.upstream_cut", error=repr(exc), path=self.path)
+        self.out.clear()
+        if self.client.transport is not None:
+            self.client.transport.abort()
+        self.finish("upstream_error")
+
+    def up_invalid(self, why: str) -> None:
+        up = self.up
+        if up is not None:
+            self.up = None
+            up.exchange = None
+            up.transport.abort()
+        self.upstream_lost(ValueError(why), invalid=True)
+
+    def fail(self, error: tuple[int, str, str], outcome: str) -> None:
+        """The upstream connection could not be opened."""
+        if not self.finished:
+            self.reply(error, outcome)
+
+    def abort(self, outcome: str) -> None:
+        """Stop now: the upstream connection is closed, so the model server sees the request cancelled."""
+        if not self.finished:
+            self.finish(outcome)
+
+    def abort_deadline(self) -> None:
+        if not self.finished:
+            if self.client.transport is not None:
+                self.client.transport.abort()
+            self.finish("deadline_aborted")
+
+    def reply(self, error: tuple[int, str, str], outcome: str, *, close: bool = False) -> None:
+        """A JSON error of the router's own, written now (in-flight covers it)."""
+        status, kind, message = error
+        self.code = status
+        client = self.client
+        close = (
+            close or not self.keep_alive or client.close_after or drain.closes_connections(client.listener.state.phase)
+        )
+        self.close = close
+        if client.transport is not None:
+            client.transport.write(
+                responses.error(status, kind, message, close=close, keep_alive_10=self.http10 and not close)
+            )
+        self.head_sent = True
+        self.finish(outcome)
+
+    def finish(self, outcome: str) -> None:
+        """Leave the in-flight count (exactly once), release or close the upstream connection, and
+        let the client connection go on."""
+        if self.finished:
+            return
+        self.finished = True
+        client = self.client
+        listener = client.listener
+        listener.inflight.leave(self)
+        duration = listener.loop.time() - self.t0
+        listener.metrics.count_request(self.code, outcome, duration)
+        if listener.access_log:
+            log.info(
+                "request",
+                method=self.method.decode("latin-1"),
+                path=self.path,
+                status=self.code,
+                outcome=outcome,
+                duration_s=round(duration, 6),
+                remote=client.peer.decode("latin-1"),
+            )
+        up = self.up
+        if up is not None:
+            self.up = None
+            reusable = outcome == "completed" and up.keep_alive and self.req_done and not self.until_eof
+            if reusable and up.transport is not None and not up.transport.is_closing():
+                if client.write_paused:
+                    up.transport.resume_reading()
+                listener.pool.release(up)
+            else:
+                up.exchange = None
+                if up.transport is not None:
+                    # Closing an unfinished response's connection: the model server sees the
+                    # request cancelled and stops generating.
+                    if outcome == "completed":
+                        up.transport.close()
+                    else:
+                        up.transport.abort()
+        client.exchange_finished(self, outcome)
+
+    def describe(self) -> dict[str, Any]:
+        return {"method": self.method.decode("latin-1"), "path": self.path, "status": self.code}

@@ -1,0 +1,81 @@
+"""Answers the router makes itself, as raw HTTP/1.1 bytes for the traffic listener.
+
+Every one carries ``Server: drain-router`` (no framework or version for a scanner to match), a
+``Date``, a JSON body, and static text only: never an address or an exception (the log has those).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from email.utils import formatdate
+
+#: Our own ``Server`` header value.
+SERVER_HEADER = "drain-router"
+
+REASONS = {
+    100: b"Continue",
+    200: b"OK",
+    400: b"Bad Request",
+    413: b"Content Too Large",
+    431: b"Request Header Fields Too Large",
+    501: b"Not Implemented",
+    502: b"Bad Gateway",
+    503: b"Service Unavailable",
+    504: b"Gateway Timeout",
+}
+
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def error_body(status: int, kind: str, message: str) -> bytes:
+    return json.dumps({"error": {"type": kind, "message": message, "code": status}}).encode()
+
+
+_date = [0, b""]
+
+
+def date_header() -> bytes:
+    """The ``Date`` header line, formatted at most once a second."""
+    now = int(time.time())
+    if now != _date[0]:
+        _date[0] = now
+        _date[1] = b"Date: " + formatdate(now, usegmt=True).encode() + b"\r\n"
+    return _date[1]  # type: ignore[return-value]
+
+
+def response(status: int, body: bytes, *, close: bool, head_only: bool = False, keep_alive_10: bool = False) -> bytes:
+    """A whole JSON response. ``head_only`` for a HEAD request (the length of the body it would
+    have had, and no body); ``keep_alive_10`` for an HTTP/1.0 client that asked to keep the connection."""
+    connection = b"Connection: close\r\n" if close else (b"Connection: keep-alive\r\n" if keep_alive_10 else b"")
+    head = (
+        b"HTTP/1.1 %d %s\r\nServer: drain-router\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n"
+        % (
+            status,
+            REASONS.get(status, b"Error"),
+            date_header(),
+            len(body),
+            connection,
+        )
+    )
+    return head if head_only else head + body
+
+
+def error(status: int, kind: str, message: str, *, close: bool, keep_alive_10: bool = False) -> bytes:
+    return response(status, error_body(status, kind, message), close=close, keep_alive_10=keep_alive_10)
+
+
+BAD_REQUEST = (400, "bad_request", "the request is not valid HTTP/1.1")
+HEAD_TOO_LARGE = (431, "request_header_too_large", "the request line or a header is too large")
+BAD_TARGET = (400, "bad_request_target", "only origin-form request targets (/path?query) are proxied")
+UPGRADE = (501, "upgrade_not_supported", "WebSocket and other Upgrade requests are not supported by drain-router v1")
+UNREACHABLE = (502, "upstream_unavailable", "the model server is unreachable")
+CUT = (502, "upstream_unavailable", "the model server closed the response early")
+BAD_RESPONSE = (502, "upstream_unavailable", "the model server sent an invalid response")
+CONNECT_TIMEOUT = (504, "upstream_timeout", "connecting to the model server timed out")
+OUT_OF_FDS = (503, "out_of_file_descriptors", "the router is out of file descriptors; retry on another replica")
+AT_LIMIT = (503, "out_of_file_descriptors", "the router is at its connection limit; retry on another replica")
+
+
+def too_large(limit: int) -> tuple[int, str, str]:
+    return 413, "request_too_large", f"request body is larger than {limit} bytes"

@@ -1,0 +1,264 @@
+"""The upstream leg: one pool of keep-alive HTTP/1.1 connections to the model server.
+
+Each :class:`UpstreamConnection` is an asyncio Protocol parsing responses with llhttp (httptools).
+Its callbacks only record what arrived on the :class:`~router.proxy.exchange.Exchange` that owns the
+connection; the exchange acts once per read (:meth:`Exchange.flush`), so one upstream read is one
+write to the client. A task is made only to open a new connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import httptools
+
+from router import config, logs
+from router.proxy import responses
+
+if TYPE_CHECKING:
+    from router.proxy.exchange import Exchange
+
+log = logs.get("drain_router.proxy")
+
+#: Receive buffer of each upstream socket. The model server is in the same pod (microseconds away),
+#: so a small window costs no throughput, and it bounds what one read can pull in while the client
+#: on the other side has stopped reading (the kernel would otherwise autotune it to megabytes).
+UPSTREAM_RCVBUF_BYTES = 16 * 1024
+#: Request body bytes queued for the model server before the client is no longer read (upload
+#: back-pressure: the transport's high-water mark).
+UPSTREAM_HIGH_WATER_BYTES = 64 * 1024
+
+_EMFILE = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One connection to the model server; owned by at most one exchange at a time."""
+
+    __slots__ = ("complete", "exchange", "headers", "interim", "keep_alive", "parser", "pool", "reason", "transport")
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self.pool = pool
+        self.transport: Any = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.exchange: Exchange | None = None
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.reason = b""
+        self.interim = False
+        self.keep_alive = True
+        self.complete = True
+        """The parser is between responses (not after a HEAD response's head, say)."""
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        transport.set_write_buffer_limits(high=UPSTREAM_HIGH_WATER_BYTES)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.pool.lost(self)
+        exchange = self.exchange
+        if exchange is not None:
+            self.exchange = None
+            exchange.upstream_lost(exc)
+
+    def pause_writing(self) -> None:  # the model server reads the upload slower than the client sends it
+        if self.exchange is not None:
+            self.exchange.client.pause_reading(UPLOAD)
+
+    def resume_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.client.resume_reading(UPLOAD)
+
+    def start(self, exchange: Exchange, head: bytes) -> None:
+        """Hand the connection to ``exchange`` and write its request head (and any buffered body)."""
+        self.exchange = exchange
+        if not self.complete:
+            self.parser = httptools.HttpResponseParser(self)
+            self.complete = True
+        self.headers = []
+        self.reason = b""
+        self.transport.write(head)
+
+    def data_received(self, data: bytes) -> None:
+        exchange = self.exchange
+        if exchange is None:  # bytes nobody asked for on an idle connection: it is out of step
+            self.transport.abort()
+            return
+        self.complete = False
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self.exchange = None
+            self.transport.abort()
+            exchange.upstream_lost(exc, invalid=True)
+            return
+        exchange.flush()
+
+    # llhttp callbacks: record only; the exchange acts in flush()
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if status < 200:  # 100 Continue (already answered to the client by the router), 103
+            self.interim = True
+            return
+        self.keep_alive = self.parser.should_keep_alive()
+        exchange = self.exchange
+        if exchange is not None:
+            exchange.response_head(status, self.reason, self.headers)
+            self.headers = []  # trailers, if any, are dropped
+
+    def on_body(self, body: bytes) -> None:
+        exchange = self.exchange
+        if exchange is not None:
+            exchange.response_body(body)
+
+    def on_message_complete(self) -> None:
+        if self.interim:
+            self.interim = False
+            self.headers = []
+            self.reason = b""
+            return
+        self.complete = True
+        exchange = self.exchange
+        if exchange is not None:
+            exchange.resp_done = True
+
+
+#: Why a client connection is not being read (a bit each; reading resumes when none is left).
+UPLOAD = 1
+PIPELINE = 2
+PENDING = 4
+
+
+class UpstreamPool:
+    """Idle connections (last in, first out), a connection cap (``--upstream-max-connections``, 0 =
+    none) with a queue of exchanges waiting for one, and the connect with its timeout."""
+
+    def __init__(self, cfg: config.Config, note_connect: Any) -> None:
+        proxy = cfg.proxy
+        self.upstream = proxy.upstream
+        self.host_header = self.upstream.base_url.split("://", 1)[1].encode()
+        """``Host`` for a request that came without one (HTTP/1.0)."""
+        self.connect_timeout = float(proxy.upstream_connect_timeout_secs)
+        self.max_connections = proxy.upstream_max_connections
+        self.note_connect = note_connect
+        self.idle: list[UpstreamConnection] = []
+        self.open = 0
+        self.waiting: deque[Exchange] = deque()
+        self.connections: set[UpstreamConnection] = set()
+        self._connecting: set[asyncio.Task[None]] = set()
+        self._addresses: list[Any] | None = None
+
+    def acquire(self, exchange: Exchange) -> None:
+        """Give ``exchange`` a connection now, or once one is free (``exchange.attach``)."""
+        idle = self.idle
+        while idle:
+            up = idle.pop()
+            if up.transport is not None and not up.transport.is_closing():
+                exchange.attach(up, reused=True)
+                return
+        if self.max_connections and self.open >= self.max_connections:
+            self.waiting.append(exchange)
+            return
+        self._spawn_connect(exchange)
+
+    def _spawn_connect(self, exchange: Exchange) -> None:
+        self.open += 1
+        task = asyncio.ensure_future(self._connect(exchange))
+        self._connecting.add(task)
+        task.add_done_callback(self._connecting.discard)
+
+    def release(self, up: UpstreamConnection) -> None:
+        up.exchange = None
+        while self.waiting:
+            exchange = self.waiting.popleft()
+            if not exchange.finished:
+                exchange.attach(up, reused=True)
+                return
+        self.idle.append(up)
+
+    def lost(self, up: UpstreamConnection) -> None:
+        self.connections.discard(up)
+        if up in self.idle:
+            self.idle.remove(up)
+        self._closed_one()
+
+    def _closed_one(self) -> None:
+        self.open -= 1
+        while self.waiting and (not self.max_connections or self.open < self.max_connections):
+            exchange = self.waiting.popleft()
+            if not exchange.finished:
+                self._spawn_connect(exchange)
+
+    async def open_connection(self) -> UpstreamConnection:
+        """A new connection to the model server (TCP with a small receive buffer, or a Unix socket)."""
+        loop = asyncio.get_running_loop()
+        factory = lambda: UpstreamConnection(self)
+        if self.upstream.unix_path is not None:
+            _, up = await loop.create_unix_connection(factory, self.upstream.unix_path)
+            return up
+        if self._addresses is None:
+            self._addresses = await loop.getaddrinfo(self.upstream.host, self.upstream.port, type=socket.SOCK_STREAM)
+        last: OSError | None = None
+        for family, type_, proto, _, address in self._addresses:
+            sock = socket.socket(family, type_, proto)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UPSTREAM_RCVBUF_BYTES)
+                await loop.sock_connect(sock, address)
+                _, up = await loop.create_connection(factory, sock=sock)
+                return up
+            except OSError as exc:
+                sock.close()
+                last = exc
+            except BaseException:
+                sock.close()
+                raise
+        self._addresses = None  # resolve again next time
+        raise last or OSError("no address for the upstream")
+
+    async def _connect(self, exchange: Exchange) -> None:
+        try:
+            up = await asyncio.wait_for(self.open_connection(), self.connect_timeout)
+        except TimeoutError:
+            self._closed_one()
+            self.note_connect(False)
+            log.warning("proxy.upstream_timeout", path=exchange.path)
+            exchange.fail(responses.CONNECT_TIMEOUT, "upstream_error")
+            return
+        except OSError as exc:
+            self._closed_one()
+            if exc.errno in _EMFILE:
+                log.error("proxy.emfile", error=str(exc), inflight=exchange.inflight_count())
+                exchange.fail(responses.OUT_OF_FDS, "upstream_error")
+                return
+            self.note_connect(False)
+            log.warning("proxy.upstream_error", error=repr(exc), path=exchange.path)
+            exchange.fail(responses.UNREACHABLE, "upstream_error")
+            return
+        except BaseException:
+            self._closed_one()
+            raise
+        self.note_connect(True)
+        self.connections.add(up)
+        if exchange.finished:  # the client left (or the deadline hit) while connecting
+            self.release(up)
+            return
+        exchange.attach(up, reused=False)
+
+    def close(self) -> None:
+        """At exit: close every connection (in-flight ones were finished or aborted before)."""
+        for task in self._connecting:
+            task.cancel()
+        for up in list(self.connections):
+            if up.transport is not None:
+                up.transport.abort()
+        self.idle.clear()
