@@ -278,6 +278,7 @@ async def test_emfile_is_a_clean_503(fake_upstream, start_router, http, monkeypa
     from structlog.testing import capture_logs
 
     r = await start_router(upstream=fake_upstream.url)
+
     async def no_fds(*args, **kwargs):
         raise OSError(errno.EMFILE, "Too many open files")
 
