@@ -7,35 +7,28 @@ failed: ``client_aborted`` when the client left, ``rejected`` for a request the 
 ``upstream_error`` only for the model server's failures, ``deadline_aborted`` for the deadline.
 
 The response is relayed as it arrives, one client write per upstream read: a small body of known
-length (up to :data:`SMALL_BODY_BYTES`) goes out with its head in one write; anything else streams,
+length (up to :data:`~router.proxy.rewrite.SMALL_BODY_BYTES`) goes out with its head in one write; anything else streams,
 re-chunked for HTTP/1.1 clients and close-delimited for HTTP/1.0 ones.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from router import logs
 from router.decisions import drain
 from router.proxy import responses
-from router.proxy.rewrite import RequestHead, response_head
+from router.proxy.rewrite import CHUNKED, NONE, SMALL, RequestHead, client_head, retryable
 from router.proxy.upstream import PENDING, UpstreamConnection
 
 if TYPE_CHECKING:
-    from router.proxy.listener import ClientConnection
+    from router.proxy.client import ClientConnection
 
 log = logs.get("drain_router.proxy")
 
-#: Responses with a Content-Length up to this size are sent with their head in one write.
-SMALL_BODY_BYTES = 64 * 1024
 #: Request body bytes buffered while the upstream connection is being opened, before the client is
 #: no longer read.
 PENDING_BODY_BYTES = 64 * 1024
-#: Retried once on a fresh connection when a pooled one turns out closed (and nothing was received).
-IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
-
-# How the response body is framed to the client.
-NONE, LENGTH, SMALL, CHUNKED, UNTIL_CLOSE = range(5)
 
 
 class Exchange:
@@ -176,40 +169,22 @@ class Exchange:
     # -- the response (called from the upstream's parser callbacks, then flush()) --------------
 
     def response_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-        self.code = status
-        head = response_head(headers)
         client = self.client
         close = not self.keep_alive or client.close_after or drain.closes_connections(client.listener.state.phase)
-        lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason), head.lines]
-        if not head.has_server:
-            lines.append(b"Server: drain-router\r\n")
-        if self.method == b"HEAD" or status in (204, 304):
-            mode = NONE
+        head = client_head(
+            status, reason, headers, head_request=self.method == b"HEAD", http10=self.http10, close=close
+        )
+        if head is None:
+            self.up_invalid("a transfer coding an HTTP/1.0 client cannot be told about")
+            return
+        self.code = status
+        self.mode = head.mode
+        self.until_eof = head.until_eof
+        self.close = head.close
+        self.out.append(head.head)
+        if head.mode == NONE:
             self.resp_done = True  # llhttp does not know a HEAD response has no body
-        elif head.content_length is not None:
-            mode = SMALL if head.content_length <= SMALL_BODY_BYTES else LENGTH
-        else:
-            self.until_eof = not head.chunked
-            if not self.http10:
-                mode = CHUNKED
-                codings = head.codings + b", chunked" if head.codings else b"chunked"
-                lines += (b"Transfer-Encoding: ", codings, b"\r\n")
-            elif head.codings:  # a transfer coding an HTTP/1.0 client cannot be told about
-                self.code = 0
-                self.up_invalid("transfer coding for an HTTP/1.0 client")
-                return
-            else:
-                mode = UNTIL_CLOSE
-                close = True
-        if close:
-            lines.append(b"Connection: close\r\n")
-            self.close = True
-        elif self.http10:
-            lines.append(b"Connection: keep-alive\r\n")
-        lines.append(b"\r\n")
-        self.mode = mode
-        self.out.append(b"".join(lines))
-        if mode != SMALL:
+        if head.mode != SMALL:
             self._head_out()
 
     def _head_out(self) -> None:
@@ -259,10 +234,7 @@ class Exchange:
                 and not self.retried
                 and not self.code
                 and not invalid
-                and self.method in IDEMPOTENT
-                and self.request is not None
-                and not self.request.chunked
-                and not self.request.content_length
+                and retryable(self.method, self.request)
             ):
                 # A pooled connection the model server had closed: one retry on a fresh one.
                 self.retried = True
@@ -359,6 +331,3 @@ class Exchange:
                     else:
                         up.transport.abort()
         client.exchange_finished(self, outcome)
-
-    def describe(self) -> dict[str, Any]:
-        return {"method": self.method.decode("latin-1"), "path": self.path, "status": self.code}

@@ -125,6 +125,17 @@ def request_head(
     return RequestHead(b"".join(parts), length, chunked, expect, upgrade, hosts)
 
 
+#: Idempotent methods (RFC 9110 §9.2.2).
+IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
+
+
+def retryable(method: bytes, request: RequestHead | None) -> bool:
+    """A request the router may send again on a fresh connection when the pooled one it was written
+    to turns out closed by the model server before any answer: idempotent and without a body (a
+    body was streamed, not kept)."""
+    return method in IDEMPOTENT and request is not None and not request.chunked and not request.content_length
+
+
 class ResponseHead(NamedTuple):
     lines: bytes
     """The end-to-end header lines, each ending in CRLF (no status line, no blank line)."""
@@ -171,3 +182,54 @@ def response_head(headers: Headers) -> ResponseHead:
         codings = b", ".join(t for t in tokens if t.lower() != b"chunked")
         length = None  # Transfer-Encoding overrides Content-Length (RFC 9112 §6.3)
     return ResponseHead(b"".join(lines), length, codings, chunked, has_server)
+
+
+#: Responses with a Content-Length up to this size are sent with their head in one write.
+SMALL_BODY_BYTES = 64 * 1024
+
+# How a response body is framed to the client.
+NONE, LENGTH, SMALL, CHUNKED, UNTIL_CLOSE = range(5)
+
+
+class ClientHead(NamedTuple):
+    head: bytes
+    """The status line, headers and blank line for the client."""
+    mode: int
+    """How the body is framed to the client: NONE, LENGTH, SMALL, CHUNKED or UNTIL_CLOSE."""
+    until_eof: bool
+    """The upstream ends the body by closing the connection."""
+    close: bool
+    """The client connection closes after this response."""
+
+
+def client_head(
+    status: int, reason: bytes, headers: Headers, *, head_request: bool, http10: bool, close: bool
+) -> ClientHead | None:
+    """The response head for the client and how its body is framed, from the upstream's. ``close``:
+    the connection closes after it anyway (the client asked, or the router is draining). None when
+    the body cannot be framed for this client (a transfer coding an HTTP/1.0 client cannot be told)."""
+    head = response_head(headers)
+    lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason), head.lines]
+    if not head.has_server:
+        lines.append(b"Server: drain-router\r\n")
+    until_eof = False
+    if head_request or status in (204, 304):
+        mode = NONE
+    elif head.content_length is not None:
+        mode = SMALL if head.content_length <= SMALL_BODY_BYTES else LENGTH
+    else:
+        until_eof = not head.chunked
+        if not http10:
+            mode = CHUNKED
+            lines += (b"Transfer-Encoding: ", head.codings + b", chunked" if head.codings else b"chunked", b"\r\n")
+        elif head.codings:
+            return None
+        else:
+            mode = UNTIL_CLOSE
+            close = True
+    if close:
+        lines.append(b"Connection: close\r\n")
+    elif http10:
+        lines.append(b"Connection: keep-alive\r\n")
+    lines.append(b"\r\n")
+    return ClientHead(b"".join(lines), mode, until_eof, close)

@@ -1,0 +1,369 @@
+"""One client connection of the traffic listener: an asyncio Protocol parsing with llhttp.
+
+It answers ``/livez`` and ``/readyz`` itself and proxies everything else through one
+:class:`~router.proxy.exchange.Exchange` per request. Callbacks only: no task, no request or
+response object per request.
+
+- **Header timeout**: a request's head must arrive whole within ``--client-header-timeout-secs`` of
+  the connection opening (or of its first byte, for later requests), so slowloris clients are closed.
+- **Keep-alive idle timeout**: ``--client-keepalive-timeout-secs`` between requests (never during a
+  streaming response, never while a body is read). The listener's sweep enforces both.
+- **Malformed requests** (llhttp's strict parsing: no smuggling through both Content-Length and
+  Transfer-Encoding, no bare LF) get a JSON 400, an oversized head 431; counted ``rejected``, logged
+  as one rate-limited line. Only origin-form targets are proxied; HTTP/1.1 needs one ``Host``.
+- **Pipelining** is answered in order; reading pauses while a request waits its turn (and while an
+  upload outpaces the model server), so a pipelining client costs bounded memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import httptools
+
+from router import logs
+from router.decisions import drain
+from router.proxy import health, responses
+from router.proxy.exchange import Exchange
+from router.proxy.rewrite import BadTarget, RequestHead, check_target, forwarded_node, request_head
+from router.proxy.upstream import PIPELINE
+
+if TYPE_CHECKING:
+    from router.proxy.listener import TrafficListener
+
+log = logs.get("drain_router.proxy")
+
+#: A request head larger than this, or a request line or header line longer than MAX_LINE_BYTES, is
+#: answered 431 (nginx's defaults: four 8 KiB buffers).
+MAX_HEAD_BYTES = 32 * 1024
+MAX_LINE_BYTES = 8 * 1024
+#: Bytes queued for a client before the model server is no longer read (a stalled reader's bound).
+CLIENT_HIGH_WATER_BYTES = 16 * 1024
+#: How long a connection closed with part of a request body unread keeps reading (and dropping) it,
+#: so the client reads the answer instead of a reset.
+BODY_LINGER_SECS = 2.0
+
+_PROBES = frozenset({b"/livez", b"/readyz"})
+_VERSIONS = frozenset({"1.0", "1.1"})
+NO_HOST = (400, "bad_request", "an HTTP/1.1 request needs exactly one Host header")
+
+Queued = tuple[Exchange, RequestHead | tuple[int, str, str] | None] | tuple[bytes, bytes, bool, bool]
+
+
+class HeadTooLarge(Exception):
+    """Raised from the parser's callback to stop parsing a head past the limits."""
+
+
+class ClientConnection(asyncio.Protocol):
+    __slots__ = (
+        "active",
+        "close_after",
+        "current",
+        "deadline",
+        "deadline_is_head",
+        "head_bytes",
+        "head_size",
+        "headers",
+        "in_head",
+        "listener",
+        "parser",
+        "paused_for",
+        "peer",
+        "peer_node",
+        "queue",
+        "transport",
+        "url",
+        "write_paused",
+    )
+
+    def __init__(self, listener: TrafficListener) -> None:
+        self.listener = listener
+        self.transport: Any = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.peer = self.peer_node = b""
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.head_bytes = 0
+        """Bytes received while a head is incomplete (bounds a head that never ends)."""
+        self.head_size = 0
+        """The parsed head's size so far."""
+        self.in_head = True
+        self.active: Exchange | None = None
+        """The exchange whose response is being relayed."""
+        self.current: Exchange | None = None
+        """The exchange whose request body is being parsed."""
+        self.queue: deque[Queued] | None = None
+        self.close_after = False
+        self.paused_for = 0
+        self.write_paused = False
+        self.deadline: float | None = None
+        self.deadline_is_head = True
+
+    # -- the connection --------------------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        listener = self.listener
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = peer[0].encode() if isinstance(peer, tuple) else b""
+        self.peer_node = forwarded_node(self.peer)
+        listener.clients.add(self)
+        transport.set_write_buffer_limits(high=CLIENT_HIGH_WATER_BYTES)
+        self.deadline = listener.loop.time() + listener.header_timeout
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.transport = None
+        self.listener.clients.discard(self)
+        for exchange in (self.active, self.current):
+            if exchange is not None:
+                exchange.abort("client_aborted")
+        while self.queue:
+            entry = self.queue.popleft()
+            if isinstance(entry[0], Exchange):
+                entry[0].abort("client_aborted")
+
+    def eof_received(self) -> bool | None:
+        return None  # a half-close is a departure: the upstream request is cancelled
+
+    def pause_writing(self) -> None:  # the client reads slower than the model server writes
+        self.write_paused = True
+        up = self.active.up if self.active is not None else None
+        if up is not None and up.transport is not None:
+            up.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        up = self.active.up if self.active is not None else None
+        if up is not None and up.transport is not None:
+            up.transport.resume_reading()
+
+    def pause_reading(self, reason: int) -> None:
+        if not self.paused_for and self.transport is not None:
+            self.transport.pause_reading()
+        self.paused_for |= reason
+
+    def resume_reading(self, reason: int) -> None:
+        if self.paused_for & reason:
+            self.paused_for &= ~reason
+            if not self.paused_for and self.transport is not None:
+                self.transport.resume_reading()
+
+    def close_when_idle(self) -> None:
+        self.close_after = True
+        if self.active is None and self.in_head and not self.head_bytes and self.transport is not None:
+            self.transport.close()
+
+    def deadline_passed(self) -> None:
+        self.deadline = None
+        if self.transport is None or self.active is not None:
+            return  # a response is being relayed: the next deadline is set when it ends
+        if self.deadline_is_head:
+            listener = self.listener
+            listener.metrics.connections_refused.labels("header_timeout").inc()
+            listener.timeout_log.emit(header_timeout_secs=listener.header_timeout)
+        self.transport.close()
+
+    # -- parsing ---------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.in_head:
+            self.head_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # Answered 501 (or 400 for CONNECT) in turn; llhttp reads nothing after it.
+            self.close_after = True
+            self.pause_reading(PIPELINE)
+            if self.current is not None:
+                self.current.req_done = True
+                self.current = None
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, HeadTooLarge):
+                self.bad_request(responses.HEAD_TOO_LARGE, "head too large")
+            else:  # a bug of ours, raised in a callback: say so loudly, and end this connection
+                log.error("proxy.internal_error", error=repr(exc.__context__), exc_info=exc.__context__)
+                if self.transport is not None:
+                    self.transport.abort()
+        except httptools.HttpParserError as exc:
+            self.bad_request(responses.BAD_REQUEST, str(exc))
+        else:
+            if self.in_head and self.head_bytes > MAX_HEAD_BYTES:
+                self.bad_request(responses.HEAD_TOO_LARGE, "head too large")
+
+    def bad_request(self, error: tuple[int, str, str], reason: str) -> None:
+        """The client sent something llhttp (or the head limit) refuses: answer if nothing else is
+        being answered on this connection, and close it."""
+        transport = self.transport
+        if transport is None:
+            return
+        listener = self.listener
+        listener.bad_request_log.emit(status=error[0], reason=reason[:120])
+        self.close_after = True
+        self.pause_reading(PIPELINE)
+        current = self.current
+        self.current = None
+        if current is not None and current is self.active and not current.head_sent:
+            current.req_done = True
+            current.reply(error, "rejected", close=True)
+            return
+        if current is not None:
+            current.abort("rejected")
+        else:
+            listener.metrics.count_request(error[0], "rejected", 0.0)
+        if self.active is None and current is None:
+            transport.write(responses.error(*error, close=True))
+            transport.close()
+        else:
+            transport.abort()
+
+    def on_message_begin(self) -> None:
+        self.url = b""
+        self.headers = []
+        self.head_size = 0
+        if not self.deadline_is_head or self.deadline is None:
+            listener = self.listener
+            self.deadline = listener.loop.time() + listener.header_timeout
+            self.deadline_is_head = True
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        if len(self.url) > MAX_LINE_BYTES:
+            raise HeadTooLarge
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+        size = len(name) + len(value)
+        self.head_size += size + 4
+        if size > MAX_LINE_BYTES or self.head_size > MAX_HEAD_BYTES:
+            raise HeadTooLarge
+
+    def on_headers_complete(self) -> None:
+        self.in_head = False
+        self.head_bytes = 0
+        self.deadline = None
+        parser = self.parser
+        method = parser.get_method()
+        version = parser.get_http_version()
+        keep_alive = parser.should_keep_alive()
+        url = self.url
+        if version not in _VERSIONS:
+            # llhttp reports a request line without a version as HTTP/0.9: refuse it in HTTP/1.1.
+            problem: RequestHead | tuple[int, str, str] | None = responses.BAD_REQUEST
+            self.close_after = True
+        elif (method == b"GET" or method == b"HEAD") and url.partition(b"?")[0] in _PROBES:
+            probe = (url.partition(b"?")[0], method, keep_alive, version == "1.0")
+            self.current = None
+            if self.active is None and not self.queue:
+                self._probe(*probe)
+            else:
+                self._enqueue(probe)
+            return
+        else:
+            try:
+                check_target(method, url)
+                request = request_head(
+                    method, url, self.headers, self.peer, self.peer_node, self.listener.pool.host_header
+                )
+                # RFC 9112 §3.2: an HTTP/1.1 request needs exactly one Host (an HTTP/1.0 one may have none).
+                problem = request if request.hosts == 1 or (request.hosts == 0 and version == "1.0") else NO_HOST
+            except BadTarget:
+                self.listener.bad_target_log.emit(method=method.decode("latin-1"), target=url[:120].decode("latin-1"))
+                problem = responses.BAD_TARGET
+                if method == b"CONNECT":
+                    self.close_after = True
+        exchange = Exchange(self, method, url, version == "1.0", keep_alive)
+        self.current = exchange
+        if self.active is None and not self.queue:
+            self.active = exchange
+            self._start(exchange, problem)
+        else:
+            self._enqueue((exchange, problem))
+
+    def on_body(self, body: bytes) -> None:
+        if self.current is not None:
+            self.current.request_body(body)
+
+    def on_message_complete(self) -> None:
+        self.in_head = True
+        exchange = self.current
+        self.current = None
+        if exchange is not None:
+            exchange.request_done()
+            if exchange.finished and self.close_after and self.active is None and self.transport is not None:
+                self.transport.close()  # the rest of a refused body has been read: the answer is safe
+
+    # -- answering in order ----------------------------------------------------------------------
+
+    def _enqueue(self, entry: Queued) -> None:
+        if self.queue is None:
+            self.queue = deque()
+        self.queue.append(entry)
+        self.pause_reading(PIPELINE)  # its body (and what follows) waits for its turn
+
+    def _start(self, exchange: Exchange, problem: RequestHead | tuple[int, str, str] | None) -> None:
+        if isinstance(problem, RequestHead):
+            exchange.start(problem)
+        else:
+            assert problem is not None
+            exchange.discard = True
+            exchange.reply(problem, "rejected", close=self.close_after)
+
+    def _probe(self, path: bytes, method: bytes, keep_alive: bool, http10: bool) -> None:
+        state = self.listener.state
+        code, body = state.readiness() if path == b"/readyz" else (200, health.ALIVE)
+        close = not keep_alive or self.close_after or drain.closes_connections(state.phase)
+        payload = json.dumps(body).encode()
+        if self.transport is not None:
+            self.transport.write(
+                responses.response(code, payload, close=close, head_only=method == b"HEAD", keep_alive_10=http10)
+            )
+        self._after_response(close)
+
+    def exchange_finished(self, exchange: Exchange, outcome: str) -> None:
+        if exchange is self.active:
+            self.active = None
+            if self.transport is not None and outcome in ("completed", "rejected", "upstream_error"):
+                self._after_response(exchange.close, unread_body=not exchange.req_done)
+
+    def _after_response(self, close: bool, *, unread_body: bool = False) -> None:
+        """A response ended cleanly: close the connection, or answer the next pipelined request, or
+        wait for one (under the keep-alive deadline)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if close or self.close_after:
+            self.close_after = True
+            if unread_body and self.current is not None:
+                self.current.discard = True  # read and drop the rest, then close, so the answer is not reset
+                self.listener.loop.call_later(BODY_LINGER_SECS, transport.close)
+            else:
+                transport.close()
+            return
+        if unread_body and self.current is not None:
+            self.current.discard = True  # the rest of its body is read and dropped
+        queue = self.queue
+        while queue:
+            entry = queue.popleft()
+            if not queue:
+                self.resume_reading(PIPELINE)
+            if isinstance(entry[0], Exchange):
+                exchange, problem = entry
+                if not exchange.finished:
+                    self.active = exchange
+                    self._start(exchange, problem)
+                    return
+            else:
+                self._probe(*entry)
+                return  # _probe came back here for the rest
+        listener = self.listener
+        if self.current is not None:
+            self.deadline = None  # a body is still being read: no timeout applies to a body
+        elif self.in_head and not self.head_bytes:
+            self.deadline = listener.loop.time() + listener.keepalive_timeout
+            self.deadline_is_head = False
+        else:
+            self.deadline = listener.loop.time() + listener.header_timeout
+            self.deadline_is_head = True
