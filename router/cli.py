@@ -104,7 +104,7 @@ def serve(**params: Any) -> None:
     entry.install()
     cfg = _build(params)
     from router import logs
-    from router.proxy import lifecycle  # the event loop and aiohttp only when serving
+    from router.proxy import lifecycle  # the event loop, httptools and aiohttp only when serving
 
     logs.configure(format=cfg.log.format, level=cfg.log.level)
     sys.exit(lifecycle.serve(cfg, pending_signals=entry.pending))

@@ -36,10 +36,12 @@ if TYPE_CHECKING:
 
 log = logs.get("drain_router.proxy")
 
-#: A request head larger than this, or a request line or header line longer than MAX_LINE_BYTES, is
-#: answered 431 (nginx's defaults: four 8 KiB buffers).
+#: A request head larger than this, or with a request line or header longer than MAX_LINE_BYTES, or
+#: with more than MAX_HEADERS headers, is answered 431 (aiohttp's line and count limits, and nginx's
+#: total of four 8 KiB buffers).
 MAX_HEAD_BYTES = 32 * 1024
-MAX_LINE_BYTES = 8 * 1024
+MAX_LINE_BYTES = 8190
+MAX_HEADERS = 128
 #: Bytes queued for a client before the model server is no longer read (a stalled reader's bound).
 CLIENT_HIGH_WATER_BYTES = 16 * 1024
 #: How long a connection closed with part of a request body unread keeps reading (and dropping) it,
@@ -237,7 +239,7 @@ class ClientConnection(asyncio.Protocol):
         self.headers.append((name, value))
         size = len(name) + len(value)
         self.head_size += size + 4
-        if size > MAX_LINE_BYTES or self.head_size > MAX_HEAD_BYTES:
+        if size > MAX_LINE_BYTES or self.head_size > MAX_HEAD_BYTES or len(self.headers) > MAX_HEADERS:
             raise HeadTooLarge
 
     def on_headers_complete(self) -> None:

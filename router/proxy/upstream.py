@@ -32,13 +32,29 @@ UPSTREAM_RCVBUF_BYTES = 16 * 1024
 #: back-pressure: the transport's high-water mark).
 UPSTREAM_HIGH_WATER_BYTES = 64 * 1024
 
+#: Pooled connections idle longer than this are closed by the router: below the keep-alive timeout
+#: of uvicorn (5 s), which vLLM and SGLang serve with, so the model server never closes a connection
+#: the router is about to reuse (a POST written to it could not be retried).
+UPSTREAM_IDLE_SECS = 4.0
+
 _EMFILE = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 class UpstreamConnection(asyncio.Protocol):
     """One connection to the model server; owned by at most one exchange at a time."""
 
-    __slots__ = ("complete", "exchange", "headers", "interim", "keep_alive", "parser", "pool", "reason", "transport")
+    __slots__ = (
+        "complete",
+        "exchange",
+        "headers",
+        "idle_at",
+        "interim",
+        "keep_alive",
+        "parser",
+        "pool",
+        "reason",
+        "transport",
+    )
 
     def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
@@ -51,6 +67,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.keep_alive = True
         self.complete = True
         """The parser is between responses (not after a HEAD response's head, say)."""
+        self.idle_at = 0.0
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -156,6 +173,7 @@ class UpstreamPool:
         self.connections: set[UpstreamConnection] = set()
         self._connecting: set[asyncio.Task[None]] = set()
         self._addresses: list[Any] | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
 
     def acquire(self, exchange: Exchange) -> None:
         """Give ``exchange`` a connection now, or once one is free (``exchange.attach``)."""
@@ -183,7 +201,26 @@ class UpstreamPool:
             if not exchange.finished:
                 exchange.attach(up, reused=True)
                 return
+        up.idle_at = asyncio.get_running_loop().time()
         self.idle.append(up)
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().call_later(UPSTREAM_IDLE_SECS / 2, self._close_stale)
+
+    def _close_stale(self) -> None:
+        """Close the pooled connections idle for longer than :data:`UPSTREAM_IDLE_SECS` (the oldest
+        are first in the list: reuse takes the newest)."""
+        self._sweeper = None
+        idle = self.idle
+        horizon = asyncio.get_running_loop().time() - UPSTREAM_IDLE_SECS
+        stale = 0
+        while stale < len(idle) and idle[stale].idle_at <= horizon:
+            stale += 1
+        for up in idle[:stale]:
+            if up.transport is not None:
+                up.transport.close()
+        del idle[:stale]
+        if idle:
+            self._sweeper = asyncio.get_running_loop().call_later(UPSTREAM_IDLE_SECS / 2, self._close_stale)
 
     def lost(self, up: UpstreamConnection) -> None:
         self.connections.discard(up)
@@ -256,6 +293,8 @@ class UpstreamPool:
 
     def close(self) -> None:
         """At exit: close every connection (in-flight ones were finished or aborted before)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for task in self._connecting:
             task.cancel()
         for up in list(self.connections):
