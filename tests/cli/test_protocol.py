@@ -256,15 +256,22 @@ async def test_an_oversized_head_is_431_json_and_closed(start_process, raw, requ
     assert by_outcome(await requests_total(p.admin_port)) == {"rejected": 1}
 
 
-async def test_too_many_headers_are_refused_and_closed(start_process, raw):
-    """More than 128 header fields: refused (431 or 400, JSON), the connection closed, not proxied."""
+@pytest.mark.xfail(
+    reason="README's limits table says a head past 128 header fields gets 431; aiohttp's parser answers 400 "
+    "(BadHttpMessage 'Too many headers', not LineTooLong)",
+    strict=True,
+)
+async def test_too_many_headers_are_431_json_and_closed(start_process, raw):
+    """More than 128 header fields: 431 with the JSON error body (the README's limits), the connection
+    closed, counted ``rejected``, nothing proxied."""
     p = await start_process()
     many = b"".join(b"X-H%d: v\r\n" % i for i in range(200))
     answer, closed = await raw_exchange(p.port, b"GET /echo HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
-    assert status_of(answer) in (400, 431), answer[:200]
-    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == status_of(answer)
-    assert closed
     assert raw.accepted == 0
+    assert closed
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == status_of(answer)
+    assert by_outcome(await requests_total(p.admin_port)) == {"rejected": 1}
+    assert status_of(answer) == 431, answer[:200]
 
 
 async def test_header_timeout_applies_to_each_head_never_to_a_body(start_process, raw):
