@@ -258,8 +258,9 @@ raw_requests = structured | st.binary(min_size=1, max_size=200)
 def test_no_raw_request_escapes_or_blames_the_model_server(world: World, data: bytes) -> None:
     data = data.replace(b"{c}", CANARY.format(canary=world.canary.port).encode())
     data = data.replace(b"{p}", str(world.canary.port).encode())
+    before = world.canary.connections
     answer = _exchange(world.port, data)
-    assert world.canary.connections == 0, f"the router connected to the canary for {data[:120]!r}"
+    assert world.canary.connections == before, f"the router connected to the canary for {data[:120]!r}"
     if answer:
         assert answer.startswith(b"HTTP/1."), answer[:80]
         status = status_of(answer)
@@ -347,9 +348,10 @@ def test_every_exchange_ends_and_nothing_escapes(world: World, data: bytes) -> N
     gets no connection; the process is alive."""
     data = data.replace(b"{c}", CANARY.format(canary=world.canary.port).encode())
     data = data.replace(b"{p}", str(world.canary.port).encode())
+    before = world.canary.connections
     answer, took = _exchange_half_closed(world.port, data)
     assert took is not None, f"the exchange did not end within {HANG_DEADLINE}s: {data[:200]!r} -> {answer[:200]!r}"
-    assert world.canary.connections == 0, f"the router connected to the canary for {data[:120]!r}"
+    assert world.canary.connections == before, f"the router connected to the canary for {data[:120]!r}"
     assert world.proc.poll() is None, f"the router exited on {data[:200]!r}"
     if answer:
         assert answer.startswith(b"HTTP/1."), answer[:80]
