@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -226,6 +227,44 @@ async def test_a_request_without_host(start_process, raw):
     assert raw.paths() == ["/echo"], "the 1.1 request without Host was not proxied"
     await _inflight_back_to_zero(p)
     assert by_outcome(await requests_total(p.admin_port)) == {"completed": 1, "rejected": 1}
+
+
+# -- strict framing (request smuggling) -----------------------------------------------------------
+
+SMUGGLED = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+AMBIGUOUS = {
+    # RFC 9112 §6.1-6.3: each of these has no single reading; a proxy that picks one while the model
+    # server picks another forwards the embedded request as a second one (request smuggling).
+    "te-and-cl": b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n"
+    b"0\r\n\r\n" + SMUGGLED,
+    "cl-and-te": b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 43\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"0\r\n\r\n" + SMUGGLED,
+    "two-lengths": b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 38\r\n\r\n" + SMUGGLED,
+    "length-list": b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 0, 38\r\n\r\n" + SMUGGLED,
+    "signed-length": b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: +38\r\n\r\n" + SMUGGLED,
+    "space-before-colon": b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n" + SMUGGLED,
+    "chunked-not-last": b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n"
+    b"0\r\n\r\n" + SMUGGLED,
+    "te-obfuscated": b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: \x0bchunked\r\n\r\n0\r\n\r\n" + SMUGGLED,
+    "chunk-size-overflow": b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"10000000000000026\r\n" + SMUGGLED + b"\r\n0\r\n\r\n",
+    "bare-lf-chunks": b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\nhi\n0\n\n" + SMUGGLED,
+    "nul-in-header": b"POST /echo HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\nContent-Length: 0\r\n\r\n" + SMUGGLED,
+}
+
+
+@pytest.mark.parametrize("request_bytes", list(AMBIGUOUS.values()), ids=list(AMBIGUOUS))
+async def test_ambiguous_framing_is_refused_and_nothing_is_smuggled(start_process, raw, request_bytes):
+    """A request whose framing has more than one reading, with a request hidden where one reading
+    puts the body: 400 (or 501 for a coding it does not know), the connection closed, nothing proxied
+    (the hidden request least of all), counted ``rejected``."""
+    p = await start_process()
+    answer, closed = await raw_exchange(p.port, request_bytes)
+    assert status_of(answer) in (400, 501), answer[:300]
+    assert len(re.findall(rb"HTTP/1\.[01] \d{3} ", answer)) == 1, "one answer: the hidden request was not read"
+    assert closed
+    assert raw.accepted == 0, raw.paths()
+    assert by_outcome(await requests_total(p.admin_port)) == {"rejected": 1}
 
 
 # -- oversized heads and timeouts ------------------------------------------------------------------
