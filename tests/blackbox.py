@@ -7,6 +7,7 @@ import contextlib
 import socket
 import struct
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -109,3 +110,90 @@ async def canary() -> AsyncIterator[Canary]:
     finally:
         server.close()
         await server.wait_closed()
+
+
+@dataclass
+class Response:
+    """One response as a client reads it off the wire."""
+
+    version: bytes
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    """Names lowercased, in order, repeats kept."""
+    body: bytes
+    framing: str
+    """How its body was delimited: ``length``, ``chunked``, ``close`` or ``none`` (HEAD, 1xx, 204, 304)."""
+    trailers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    def header(self, name: bytes) -> bytes | None:
+        for key, value in self.headers:
+            if key == name.lower():
+                return value
+        return None
+
+    def closes(self) -> bool:
+        """The response says the connection ends after it."""
+        tokens = b",".join(v for k, v in self.headers if k == b"connection").lower()
+        if self.version == b"HTTP/1.0":
+            return b"keep-alive" not in tokens or self.framing == "close"
+        return b"close" in [t.strip() for t in tokens.split(b",")] or self.framing == "close"
+
+
+def _fields(lines: list[bytes]) -> list[tuple[bytes, bytes]]:
+    out = []
+    for line in lines:
+        name, _, value = line.partition(b":")
+        out.append((name.strip().lower(), value.strip()))
+    return out
+
+
+async def read_response(reader: asyncio.StreamReader, *, method: str = "GET", timeout: float = 5.0) -> Response:
+    """Read one response (an interim 1xx is returned as one, with no body), framed as its head says;
+    fails with ``TimeoutError`` if it has not arrived whole within ``timeout`` seconds."""
+    return await asyncio.wait_for(_read_response(reader, method), timeout)
+
+
+async def _read_response(reader: asyncio.StreamReader, method: str) -> Response:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head[:-4].split(b"\r\n")
+    version, status, _ = (lines[0] + b" ").split(b" ", 2)
+    code = int(status)
+    headers = _fields(lines[1:])
+    response = Response(version=version, status=code, headers=headers, body=b"", framing="none")
+    if code < 200 or code in (204, 304) or method == "HEAD":
+        return response
+    te = b",".join(v for k, v in headers if k == b"transfer-encoding").lower()
+    if te:
+        assert te.split(b",")[-1].strip() == b"chunked", te
+        response.framing = "chunked"
+        body = bytearray()
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip(), 16)
+            if size == 0:
+                trailer_lines = []
+                while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
+                    trailer_lines.append(line[:-2])
+                response.trailers = _fields(trailer_lines)
+                break
+            body += await reader.readexactly(size)
+            assert await reader.readexactly(2) == b"\r\n", "a chunk's data ends with CRLF"
+        response.body = bytes(body)
+        return response
+    length = response.header(b"content-length")
+    if length is not None:
+        response.framing = "length"
+        response.body = await reader.readexactly(int(length))
+        return response
+    response.framing = "close"
+    response.body = await reader.read()  # until the connection closes
+    return response
+
+
+async def closed_within(reader: asyncio.StreamReader, timeout: float) -> bool:
+    """The peer closed the connection (EOF or reset) within ``timeout`` seconds, with nothing more sent."""
+    try:
+        return await asyncio.wait_for(reader.read(65536), timeout) == b""
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        return True

@@ -4,7 +4,11 @@ One real router process in front of a healthy in-process model server, with a ca
 another loopback port that many of the generated requests name (as an authority, an absolute URL, a
 Host, a userinfo trick). Whatever the bytes: the canary never gets a connection, no answer is a 500
 or a 502/503/504 (the model server is healthy: nothing may be blamed on it), nothing is counted
-``upstream_error``, in-flight returns to 0 and the router still serves.
+``upstream_error``, in-flight returns to 0 and the router still serves. And the parser boundary
+itself (framing: duplicated or signed Content-Length, Transfer-Encoding with Content-Length, odd chunk
+sizes and extensions, bare LF or CR line ends, odd bytes in header names and values, pipelined
+requests behind a body): once a client has sent its bytes and closed its side, the router ends the
+exchange within a deadline (never a hang), and the process stays alive.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from tests import upstream as upstream_mod
 from tests.blackbox import Canary, canary, status_of
 
 READ_TIMEOUT = 0.5
+#: A client that has sent everything and closed its side sees the router close within this long
+#: (the router's header timeout is 1 s here; the model server answers at once).
+HANG_DEADLINE = 3.0
 
 
 @dataclass
@@ -36,6 +43,7 @@ class World:
     admin_port: int
     canary: Canary
     fake: upstream_mod.FakeUpstream
+    proc: subprocess.Popen[str]
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +101,7 @@ def world() -> Iterator[World]:
     drainer = threading.Thread(target=lambda: [lines.append(json.loads(r)) for r in proc.stdout], daemon=True)
     drainer.start()
     try:
-        yield World(port=int(event["port"]), admin_port=int(event["admin_port"]), canary=spy, fake=fake)
+        yield World(port=int(event["port"]), admin_port=int(event["admin_port"]), canary=spy, fake=fake, proc=proc)
     finally:
         proc.terminate()
         code = proc.wait(10)
@@ -123,6 +131,32 @@ def _exchange(port: int, data: bytes) -> bytes:
                 break
             out += chunk
         return out
+
+
+def _exchange_half_closed(port: int, data: bytes) -> tuple[bytes, float | None]:
+    """Send ``data``, close the sending side, read until the router closes. Returns what came back
+    and how long the close took after the send (None: still open at :data:`HANG_DEADLINE`)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=HANG_DEADLINE) as sock:
+        started = time.monotonic()
+        try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            return b"", time.monotonic() - started  # the router closed while we sent: ended
+        out = b""
+        deadline = started + HANG_DEADLINE
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            except OSError:  # reset: ended
+                return out, time.monotonic() - started
+            if not chunk:
+                return out, time.monotonic() - started
+            out += chunk
+        return out, None
 
 
 def _admin_json(world: World, path: str) -> dict[str, object]:
@@ -224,13 +258,104 @@ raw_requests = structured | st.binary(min_size=1, max_size=200)
 def test_no_raw_request_escapes_or_blames_the_model_server(world: World, data: bytes) -> None:
     data = data.replace(b"{c}", CANARY.format(canary=world.canary.port).encode())
     data = data.replace(b"{p}", str(world.canary.port).encode())
+    before = world.canary.connections
     answer = _exchange(world.port, data)
-    assert world.canary.connections == 0, f"the router connected to the canary for {data[:120]!r}"
+    assert world.canary.connections == before, f"the router connected to the canary for {data[:120]!r}"
     if answer:
         assert answer.startswith(b"HTTP/1."), answer[:80]
         status = status_of(answer)
         assert status not in (500, 502, 503, 504), (data[:200], answer[:300])
         assert b"Traceback" not in answer and b"aiohttp" not in answer.split(b"\r\n\r\n", 1)[0]
+
+
+# The parser boundary, at the byte level: framing that proxies have disagreed on (request smuggling),
+# line ends, odd bytes in header names and values, chunk sizes, a request pipelined behind the body.
+line_ends = st.sampled_from([b"\r\n", b"\r\n", b"\r\n", b"\n", b"\r"])
+framing_headers = st.sampled_from(
+    [
+        b"Content-Length: 5",
+        b"Content-Length: 6",
+        b"Content-Length: 0",
+        b"Content-Length: +5",
+        b"Content-Length: 5, 5",
+        b"Content-Length: 5, 6",
+        b"Content-Length: 0x5",
+        b"Content-Length: 18446744073709551621",
+        b"Content-Length : 5",
+        b"Content-Length:\t5",
+        b"Transfer-Encoding: chunked",
+        b"Transfer-Encoding: Chunked",
+        b"Transfer-Encoding: chunked, chunked",
+        b"Transfer-Encoding: gzip, chunked",
+        b"Transfer-Encoding: chunked, gzip",
+        b"Transfer-Encoding: identity",
+        b"Transfer-Encoding : chunked",
+        b"Transfer-Encoding:\x0bchunked",
+        b"Transfer-Encoding: \x00chunked",
+        b"Transfer_Encoding: chunked",
+        b"Expect: 100-continue",
+        b"Connection: keep-alive",
+        b"Connection: close",
+    ]
+)
+odd_headers = st.builds(
+    lambda name, value: name + b": " + value,
+    st.binary(min_size=1, max_size=10) | st.sampled_from([b"X-Ok", b"X\x7fY", b"X\xffY", b"X Y", b"X\tY", b"X:Y"]),
+    st.binary(max_size=16) | st.sampled_from([b"a\x00b", b"a\x7fb", b"\xff\xfe", b"a\rb", b" padded ", b"\t"]),
+)
+chunk_sizes = st.sampled_from(
+    [b"5", b"05", b"0x5", b"-5", b"+5", b" 5", b"5 ", b"5;ext=1", b'5;e="q;x"', b"5;", b"ffffffffffffffff5", b"g", b""]
+)
+chunked_bodies = st.builds(
+    lambda pieces, last, trailer: b"".join(size + b"\r\n" + data + b"\r\n" for size, data in pieces) + last + trailer,
+    st.lists(st.tuples(chunk_sizes, st.sampled_from([b"hello", b"hell", b"hello!", b""])), max_size=3),
+    st.sampled_from([b"0\r\n", b"0;x=y\r\n", b"00\r\n", b"0\n", b""]),
+    st.sampled_from([b"\r\n", b"X-Trailer: t\r\n\r\n", b"Content-Length: 99\r\n\r\n", b"", b"\n"]),
+)
+pipelined = st.sampled_from(
+    [b"", b"GET /echo?pipelined HTTP/1.1\r\nHost: x\r\n\r\n", b"GET http://{c}/ HTTP/1.1\r\n\r\n"]
+)
+framed = st.builds(
+    lambda method, target, eol, headers, body, behind: (
+        method
+        + b" "
+        + target
+        + b" HTTP/1.1"
+        + eol
+        + b"Host: x"
+        + eol
+        + b"".join(h + eol for h in headers)
+        + eol
+        + body
+        + behind
+    ),
+    st.sampled_from([b"POST", b"GET", b"PUT", b"HEAD"]),
+    st.sampled_from([b"/echo", b"/sse?n=2&iv=0", b"http://{c}/echo", b"/echo?x=\xff"]),
+    line_ends,
+    st.lists(framing_headers | odd_headers, max_size=4),
+    st.sampled_from([b"", b"hello", b"hello!"]) | chunked_bodies,
+    pipelined,
+)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(data=framed | structured)
+def test_every_exchange_ends_and_nothing_escapes(world: World, data: bytes) -> None:
+    """Whatever the framing, once the client has sent its bytes and closed its side, the router
+    closes the connection within the deadline; no answer is blamed on the model server; the canary
+    gets no connection; the process is alive."""
+    data = data.replace(b"{c}", CANARY.format(canary=world.canary.port).encode())
+    data = data.replace(b"{p}", str(world.canary.port).encode())
+    before = world.canary.connections
+    answer, took = _exchange_half_closed(world.port, data)
+    assert took is not None, f"the exchange did not end within {HANG_DEADLINE}s: {data[:200]!r} -> {answer[:200]!r}"
+    assert world.canary.connections == before, f"the router connected to the canary for {data[:120]!r}"
+    assert world.proc.poll() is None, f"the router exited on {data[:200]!r}"
+    if answer:
+        assert answer.startswith(b"HTTP/1."), answer[:80]
+        assert status_of(answer) not in (500, 502, 503, 504), (data[:200], answer[:300])
 
 
 def test_after_the_fuzz_nothing_is_blamed_on_the_model_server_and_it_still_serves(world: World) -> None:
@@ -245,3 +370,6 @@ def test_after_the_fuzz_nothing_is_blamed_on_the_model_server_and_it_still_serve
     answer = _exchange(world.port, b"GET /sse?n=2&iv=0 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert status_of(answer) == 200 and b"data: [DONE]" in answer
     assert world.canary.connections == 0
+    assert world.proc.poll() is None
+    with urllib.request.urlopen(f"http://127.0.0.1:{world.admin_port}/livez", timeout=5) as resp:
+        assert resp.status == 200
