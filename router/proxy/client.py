@@ -52,7 +52,7 @@ _PROBES = frozenset({b"/livez", b"/readyz"})
 _VERSIONS = frozenset({"1.0", "1.1"})
 NO_HOST = (400, "bad_request", "an HTTP/1.1 request needs exactly one Host header")
 
-Queued = tuple[Exchange, RequestHead | tuple[int, str, str] | None] | tuple[bytes, bytes, bool, bool]
+Queued = Exchange | tuple[bytes, bytes, bool, bool]
 
 
 class HeadTooLarge(Exception):
@@ -76,6 +76,7 @@ class ClientConnection(asyncio.Protocol):
         "peer",
         "peer_node",
         "queue",
+        "starting",
         "transport",
         "url",
         "write_paused",
@@ -98,6 +99,8 @@ class ClientConnection(asyncio.Protocol):
         self.current: Exchange | None = None
         """The exchange whose request body is being parsed."""
         self.queue: deque[Queued] | None = None
+        self.starting: Exchange | None = None
+        """The exchange to start once the read being parsed is parsed whole."""
         self.close_after = False
         self.paused_for = 0
         self.write_paused = False
@@ -124,8 +127,8 @@ class ClientConnection(asyncio.Protocol):
                 exchange.abort("client_aborted")
         while self.queue:
             entry = self.queue.popleft()
-            if isinstance(entry[0], Exchange):
-                entry[0].abort("client_aborted")
+            if isinstance(entry, Exchange):
+                entry.abort("client_aborted")
 
     def eof_received(self) -> bool | None:
         return None  # a half-close is a departure: the upstream request is cancelled
@@ -175,6 +178,10 @@ class ClientConnection(asyncio.Protocol):
             self.head_bytes += len(data)
         try:
             self.parser.feed_data(data)
+            if self.starting is not None:
+                exchange, self.starting = self.starting, None
+                if not exchange.finished:
+                    exchange.start()
         except httptools.HttpParserUpgrade:
             # Answered 501 (or 400 for CONNECT) in turn; llhttp reads nothing after it.
             self.close_after = True
@@ -182,6 +189,9 @@ class ClientConnection(asyncio.Protocol):
             if self.current is not None:
                 self.current.req_done = True
                 self.current = None
+            if self.starting is not None:
+                exchange, self.starting = self.starting, None
+                exchange.start()
         except httptools.HttpParserCallbackError as exc:
             if isinstance(exc.__context__, HeadTooLarge):
                 self.bad_request(responses.HEAD_TOO_LARGE, "head too large")
@@ -205,6 +215,7 @@ class ClientConnection(asyncio.Protocol):
         listener.bad_request_log.emit(status=error[0], reason=reason[:120])
         self.close_after = True
         self.pause_reading(PIPELINE)
+        self.starting = None
         current = self.current
         self.current = None
         if current is not None and current is self.active and not current.head_sent:
@@ -253,7 +264,8 @@ class ClientConnection(asyncio.Protocol):
         url = self.url
         if version not in _VERSIONS:
             # llhttp reports a request line without a version as HTTP/0.9: refuse it in HTTP/1.1.
-            problem: RequestHead | tuple[int, str, str] | None = responses.BAD_REQUEST
+            request: RequestHead | None = None
+            problem: tuple[int, str, str] | None = responses.BAD_REQUEST
             self.close_after = True
         elif (method == b"GET" or method == b"HEAD") and url.partition(b"?")[0] in _PROBES:
             probe = (url.partition(b"?")[0], method, keep_alive, version == "1.0")
@@ -270,19 +282,24 @@ class ClientConnection(asyncio.Protocol):
                     method, url, self.headers, self.peer, self.peer_node, self.listener.pool.host_header
                 )
                 # RFC 9112 §3.2: an HTTP/1.1 request needs exactly one Host (an HTTP/1.0 one may have none).
-                problem = request if request.hosts == 1 or (request.hosts == 0 and version == "1.0") else NO_HOST
+                problem = None
+                if request.hosts > 1 or (request.hosts == 0 and version != "1.0"):
+                    problem = NO_HOST
+                    self.close_after = True
             except BadTarget:
                 self.listener.bad_target_log.emit(method=method.decode("latin-1"), target=url[:120].decode("latin-1"))
-                problem = responses.BAD_TARGET
+                request, problem = None, responses.BAD_TARGET
                 if method == b"CONNECT":
                     self.close_after = True
-        exchange = Exchange(self, method, url, version == "1.0", keep_alive)
+        exchange = Exchange(self, method, url, version == "1.0", keep_alive, request, problem)
         self.current = exchange
         if self.active is None and not self.queue:
-            self.active = exchange
-            self._start(exchange, problem)
+            # Started once this read is parsed whole: a request whose body turns out malformed in
+            # the same read never reaches the model server, and a body that came along is sent
+            # with the head in one write.
+            self.active = self.starting = exchange
         else:
-            self._enqueue((exchange, problem))
+            self._enqueue(exchange)
 
     def on_body(self, body: bytes) -> None:
         if self.current is not None:
@@ -304,14 +321,6 @@ class ClientConnection(asyncio.Protocol):
             self.queue = deque()
         self.queue.append(entry)
         self.pause_reading(PIPELINE)  # its body (and what follows) waits for its turn
-
-    def _start(self, exchange: Exchange, problem: RequestHead | tuple[int, str, str] | None) -> None:
-        if isinstance(problem, RequestHead):
-            exchange.start(problem)
-        else:
-            assert problem is not None
-            exchange.discard = True
-            exchange.reply(problem, "rejected", close=self.close_after)
 
     def _probe(self, path: bytes, method: bytes, keep_alive: bool, http10: bool) -> None:
         state = self.listener.state
@@ -351,11 +360,10 @@ class ClientConnection(asyncio.Protocol):
             entry = queue.popleft()
             if not queue:
                 self.resume_reading(PIPELINE)
-            if isinstance(entry[0], Exchange):
-                exchange, problem = entry
-                if not exchange.finished:
-                    self.active = exchange
-                    self._start(exchange, problem)
+            if isinstance(entry, Exchange):
+                if not entry.finished:
+                    self.active = entry
+                    entry.start()
                     return
             else:
                 self._probe(*entry)

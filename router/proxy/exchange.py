@@ -46,6 +46,7 @@ class Exchange:
         "out",
         "pending",
         "pending_size",
+        "problem",
         "req_done",
         "request",
         "resp_done",
@@ -58,19 +59,30 @@ class Exchange:
         "up",
     )
 
-    def __init__(self, client: ClientConnection, method: bytes, target: bytes, http10: bool, keep_alive: bool) -> None:
+    def __init__(
+        self,
+        client: ClientConnection,
+        method: bytes,
+        target: bytes,
+        http10: bool,
+        keep_alive: bool,
+        request: RequestHead | None,
+        problem: tuple[int, str, str] | None,
+    ) -> None:
         self.client = client
         self.method = method
         self.target = target
         self.http10 = http10
         self.keep_alive = keep_alive
-        self.request: RequestHead | None = None
+        self.request = request
+        self.problem = problem
+        """Why the router refuses it (answered in its turn), or None."""
         self.up: UpstreamConnection | None = None
         self.pending: list[bytes] | None = None
         self.pending_size = 0
         self.req_done = False
         self.seen = 0
-        self.discard = False
+        self.discard = request is None or problem is not None  # a refused request's body is dropped
         self.code = 0
         self.mode = NONE
         self.until_eof = False
@@ -93,9 +105,13 @@ class Exchange:
 
     # -- the request ---------------------------------------------------------------------------
 
-    def start(self, request: RequestHead) -> None:
+    def start(self) -> None:
         """Its turn has come (pipelined requests wait for the one ahead): refuse it or send it."""
-        self.request = request
+        request = self.request
+        if request is None or self.problem is not None:
+            self.discard = True
+            self.reply(self.problem or responses.BAD_REQUEST, "rejected", close=self.client.close_after)
+            return
         listener = self.client.listener
         if request.upgrade:
             self.client.close_after = True

@@ -265,7 +265,10 @@ def test_no_raw_request_escapes_or_blames_the_model_server(world: World, data: b
         assert answer.startswith(b"HTTP/1."), answer[:80]
         status = status_of(answer)
         assert status not in (500, 502, 503, 504), (data[:200], answer[:300])
-        assert b"Traceback" not in answer and b"aiohttp" not in answer.split(b"\r\n\r\n", 1)[0]
+        head = answer.split(b"\r\n\r\n", 1)[0]
+        assert b"Traceback" not in answer
+        if b"Server: drain-router" in head:  # the router's own answer (a proxied one is the model server's)
+            assert b"aiohttp" not in answer and b"Python" not in answer, answer[:300]
 
 
 # The parser boundary, at the byte level: framing that proxies have disagreed on (request smuggling),
