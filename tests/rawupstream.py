@@ -75,6 +75,8 @@ class RawUpstream:
     accepted: int = 0
     """Connections accepted from the router."""
     peer_closed: int = 0
+    closed_idle: int = 0
+    """Connections the router closed between requests (an idle pooled connection)."""
     """Connections the router closed while this server still held them open (``/silent``)."""
     seen: list[Seen] = field(default_factory=list)
     resume_upload: asyncio.Event = field(default_factory=asyncio.Event)
@@ -101,6 +103,7 @@ class RawUpstream:
                 try:
                     head = await reader.readuntil(b"\r\n\r\n")
                 except (asyncio.IncompleteReadError, ConnectionError):
+                    self.closed_idle += 1
                     return
                 request = _parse(conn, head)
                 self.seen.append(request)
