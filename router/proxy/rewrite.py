@@ -7,6 +7,7 @@ and ``Forwarded``, ``X-Forwarded-Proto`` and ``X-Forwarded-Host`` are set, ``Hos
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 from router import headers as headers_mod
@@ -43,6 +44,7 @@ def _named(value: bytes, into: set[bytes] | None) -> set[bytes]:
 _TOKEN_CHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
+@functools.lru_cache(maxsize=256)
 def forwarded_node(value: bytes) -> bytes:
     """A value for RFC 7239 ``Forwarded``: an IPv6 address bracketed, anything not a token quoted."""
     if value.count(b":") > 1 and not value.startswith(b"["):
