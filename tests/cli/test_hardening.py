@@ -251,6 +251,7 @@ async def test_a_stalled_reader_costs_bounded_memory(start_process, fake_upstrea
         if now > last + 64 * 1024:
             last, stable_since = now, time.monotonic()
     per_stream = (proc.memory_info().rss - before) / 40
+    print(f"stalled reader: {per_stream / 1024:.0f} KiB per stream")
     assert per_stream < 256 * 1024, f"{per_stream / 1024:.0f} KiB per stalled stream"
     assert fake_upstream.finished == 0, "the streams are held back, not buffered whole"
     for writer in held:
