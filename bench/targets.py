@@ -213,6 +213,12 @@ class Router(Target):
         src = os.environ.get(self.src_env)
         return {**os.environ, "PYTHONPATH": src} if src else dict(os.environ)
 
+    def stop_signal(self) -> int:
+        return signal.SIGINT
+
+    def readiness_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.admin_port}/readyz"
+
 
 class RouterBefore(Router):
     """The router from ``BENCH_BEFORE_SRC`` (a checkout of the commit before a change)."""
@@ -227,12 +233,6 @@ class RouterBefore(Router):
 
     def version(self) -> str:
         return "drain-router from " + os.environ.get(BEFORE_SRC_ENV, "?")
-
-    def stop_signal(self) -> int:
-        return signal.SIGINT
-
-    def readiness_url(self) -> str | None:
-        return f"http://127.0.0.1:{self.admin_port}/readyz"
 
 
 class AiohttpProxy(Target):
