@@ -15,7 +15,7 @@ import kmock
 import pytest
 from kubernetes_asyncio import client
 
-from router.controller import crd, handlers
+from router.controller import context, crd
 from router.controller import settings as settings_
 from tests.chart import conftest as chart_fixtures
 from tests.chart import helm as chart
@@ -93,7 +93,7 @@ class Operator:
         """ControllerSettings fields on top of the tests' defaults (short waits)."""
         self.thread: threading.Thread | None = None
         self.stop_flag = threading.Event()
-        self.ctx: handlers.Context | None = None
+        self.ctx: context.Context | None = None
         self.error: BaseException | None = None
 
     async def start(self) -> None:
