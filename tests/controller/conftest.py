@@ -52,8 +52,12 @@ helm = chart_fixtures.helm
 
 @pytest.fixture(scope="session")
 def chart_rules(helm: chart.Helm) -> list[Rule]:
-    """The controller's RBAC as the chart renders it by default (namespaced Role + nodes ClusterRole)."""
-    docs = helm.template()
+    """The controller's RBAC as the controller chart renders it with every feature the suite exercises
+    (cluster mode, so the node reads are granted too)."""
+    docs = helm.template(
+        {"watch": {"allNamespaces": True}, "features": {"forceDelete": True, "inferencePools": True}},
+        chart=chart.CONTROLLER_CHART,
+    )
     return rules_of(chart.find(docs, "Role") + chart.find(docs, "ClusterRole"))
 
 
