@@ -68,7 +68,7 @@ async def deletion_step(ctx: context.Context, fresh: Mapping[str, Any], logger: 
             kopf.warn(context.body(body), reason=invalid.event_reason.value, message=invalid.message)
 
     uid = meta.get("uid", "")
-    obs = await observe.observe(ctx.kube, fresh, spec)
+    obs = await observe.observe(ctx.kube, fresh, spec, read_nodes=ctx.settings.read_nodes)
     obs = dataclasses.replace(obs, failed_actions=ctx.failed_actions.pop(uid, ()))
     for failed in obs.failed_reads:
         logger.warning(f"read failed, nothing decided on it this pass: {failed.failure}")

@@ -110,8 +110,11 @@ async def try_read(call: Awaitable[Any]) -> tuple[Any, deletion.ApiFailure | Non
         return None, exc.failure
 
 
-async def observe(kube: kube_.Kube, body: Mapping[str, Any], spec: deletion.ServiceSpec) -> deletion.Observations:
+async def observe(
+    kube: kube_.Kube, body: Mapping[str, Any], spec: deletion.ServiceSpec, *, read_nodes: bool = True
+) -> deletion.Observations:
     """Read the route, the workload objects, the pods and their nodes; ``spec`` is ``body``'s, parsed.
+    Without ``read_nodes`` (no access to nodes) every pod's node is reported Ready.
 
     Never raises for a failed read: it is listed in ``failed_reads`` (and the object is reported as
     existing, since unknown is not gone), so the state machine can wait on it and, at the deadline,
@@ -147,8 +150,11 @@ async def observe(kube: kube_.Kube, body: Mapping[str, Any], spec: deletion.Serv
         listed, _ = await read(deletion.Subject.PODS, kube.list_pods(namespace, selector))
     pods = [_pod(p) for p in listed or ()]
     node_names = sorted({p.node for p in pods if p.node})
-    node_answers = await asyncio.gather(*(read(deletion.Subject.NODES, kube.get_node(n)) for n in node_names))
-    nodes = {n: node_ready(obj) for n, (obj, _) in zip(node_names, node_answers) if obj is not None}
+    if read_nodes:
+        node_answers = await asyncio.gather(*(read(deletion.Subject.NODES, kube.get_node(n)) for n in node_names))
+        nodes = {n: node_ready(obj) for n, (obj, _) in zip(node_names, node_answers) if obj is not None}
+    else:
+        nodes = dict.fromkeys(node_names, True)
     return deletion.Observations(
         service=meta["name"],
         suspend=spec.suspend,

@@ -79,6 +79,9 @@ async def operate(
         registry=registry,
         standalone=True,
         clusterwide=ctx.settings.all_namespaces,
+        liveness_endpoint=(
+            f"http://0.0.0.0:{ctx.settings.liveness_port}/healthz" if ctx.settings.liveness_port else None
+        ),
         namespaces=list(ctx.settings.namespaces),
         stop_flag=stop_flag,
         ready_flag=ready_flag,
