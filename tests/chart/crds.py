@@ -6,7 +6,9 @@ unchanged from their projects' releases:
 - ``inference.networking.k8s.io_inferencepools.yaml``: gateway-api-inference-extension v1.6.0
   (``config/crd/bases/``), InferencePool ``inference.networking.k8s.io/v1``;
 - ``monitoring.coreos.com_{podmonitors,servicemonitors}.yaml``: prometheus-operator v0.93.0
-  (``example/prometheus-operator-crd/``), PodMonitor and ServiceMonitor ``monitoring.coreos.com/v1``.
+  (``example/prometheus-operator-crd/``), PodMonitor and ServiceMonitor ``monitoring.coreos.com/v1``;
+- ``gateway.networking.k8s.io_httproutes.yaml``: Gateway API v1.6.1, standard channel
+  (``config/crd/standard/``), HTTPRoute ``gateway.networking.k8s.io/v1``.
 
 The ModelService CRD is the controller chart's own (``charts/drain-router-controller/crds/``).
 """
@@ -27,6 +29,7 @@ CRD_FILES = {
     ("inference.networking.k8s.io/v1", "InferencePool"): DATA / "inference.networking.k8s.io_inferencepools.yaml",
     ("monitoring.coreos.com/v1", "PodMonitor"): DATA / "monitoring.coreos.com_podmonitors.yaml",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): DATA / "monitoring.coreos.com_servicemonitors.yaml",
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"): DATA / "gateway.networking.k8s.io_httproutes.yaml",
     ("drainrouter.dev/v1alpha1", "ModelService"): CONTROLLER_CHART / "crds" / "modelservice.yaml",
 }
 
