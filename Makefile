@@ -56,7 +56,7 @@ soak: $(STAMP)
 bench: $(STAMP)
 	bash bench/install.sh $(BIN) && $(BIN)/python -m bench $(BENCH_ARGS)
 
-## make chart-readme: rewrite charts/drain-router/README.md from the values' "# --" comments
+## make chart-readme: rewrite both charts' README.md from their values' "# --" comments
 chart-readme: $(STAMP)
 	$(BIN)/python scripts/chart_readme.py
 

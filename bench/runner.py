@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 
 from bench import loadgen, procstat, targets
-from router.tools import cluster
+from router.tools import process as process_
 
 RESULTS_DIR = Path(__file__).parent / "results"
 MIB = 2**20
@@ -153,7 +153,7 @@ class Bench:
         self.loadgen_cpus, self.server_cpus = split_cpus()
         self.fd_limit = raise_fd_limit()
         self.workdir = Path(tempfile.mkdtemp(prefix="drain-router-bench-"))
-        self.upstream: subprocess.Popen[bytes] | None = None
+        self.upstream: process_.Process | None = None
         self.upstream_port = 0
         self.targets: list[targets.Target] = []
         self.info: dict[str, dict[str, Any]] = {}
@@ -167,24 +167,16 @@ class Bench:
         return targets.Context(self.workdir, self.upstream_port, self.server_cpus)
 
     def start_upstream(self) -> None:
-        self.upstream_port = cluster.free_port()
-        cpus = self.server_cpus
-        log = open(self.workdir / "upstream.log", "wb")  # noqa: SIM115
-        self.upstream = subprocess.Popen(
+        self.upstream_port = process_.free_port()
+        self.upstream = process_.Process(
+            "upstream",
             [sys.executable, "-m", "bench.upstream", "--port", str(self.upstream_port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            self.workdir / "upstream.log",
             cwd=Path(__file__).parent.parent,
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+            preexec_fn=targets.pin_to(self.server_cpus),
         )
-        log.close()
-        deadline = time.monotonic() + 10
-        while targets.http_status(f"http://127.0.0.1:{self.upstream_port}/small", timeout=1) != 200:
-            if self.upstream.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("bench upstream did not start: " + (self.workdir / "upstream.log").read_text())
-            time.sleep(0.05)
+        self.upstream.start()
+        targets.wait_ready(self.upstream, f"http://127.0.0.1:{self.upstream_port}/small")
 
     def start_targets(self) -> None:
         for target in targets.all_targets():
@@ -208,13 +200,8 @@ class Bench:
     def stop_all(self) -> None:
         for target in self.targets:
             target.stop()
-        if self.upstream and self.upstream.poll() is None:
-            self.upstream.send_signal(signal.SIGTERM)
-            try:
-                self.upstream.wait(5)
-            except subprocess.TimeoutExpired:
-                self.upstream.kill()
-                self.upstream.wait()
+        if self.upstream is not None:
+            self.upstream.stop(signal.SIGTERM, timeout=5)
 
     async def measure(
         self,

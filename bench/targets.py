@@ -18,10 +18,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from router.tools import cluster
+from router.tools import process as process_
 
 #: How long a target gets to answer its first request after start.
 START_TIMEOUT_SECS = 20.0
@@ -63,7 +64,7 @@ class Target:
     drain_signal: int | None = None
     port: int = 0
     admin_port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
+    process: process_.Process | None = None
     extra_args: list[str] = field(default_factory=list)
     dir: Path | None = None
 
@@ -97,56 +98,53 @@ class Target:
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
+        return None if self.process is None else self.process.pid
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return None if self.process is None else self.process.popen
 
     def start(self, ctx: Context, instance: str = "") -> None:
-        self.port = cluster.free_port()
-        self.admin_port = cluster.free_port()
+        self.port = process_.free_port()
+        self.admin_port = process_.free_port()
         self.dir = ctx.workdir / f"{self.name}{instance}"
         self.dir.mkdir(parents=True, exist_ok=True)
-        cmd = self.command(ctx)
-        log = open(self.dir / "output.log", "wb")  # noqa: SIM115 - lives as long as the process
-        cpus = ctx.server_cpus
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+        self.process = process_.Process(
+            self.name,
+            self.command(ctx),
+            self.dir / "output.log",
             env=self.env(),
             cwd=self.dir,
-            start_new_session=True,
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+            preexec_fn=pin_to(ctx.server_cpus),
         )
-        log.close()
+        self.process.start()
         self.wait_ready()
 
     def wait_ready(self) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + START_TIMEOUT_SECS
+        assert self.process is not None
         ready = self.readiness_url()
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {self.log_tail()}")
-            if http_status(self.url + "/small", timeout=1) == 200 and (ready is None or http_status(ready) == 200):
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"{self.name} not ready after {START_TIMEOUT_SECS}s: {self.log_tail()}")
-
-    def log_tail(self, chars: int = 1500) -> str:
-        try:
-            return (self.dir / "output.log").read_text(errors="replace")[-chars:] if self.dir else ""
-        except OSError:
-            return ""
+        wait_ready(self.process, self.url + "/small", ready)
 
     def stop(self) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.send_signal(self.stop_signal())
-        try:
-            return self.proc.wait(STOP_TIMEOUT_SECS)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            return self.proc.wait()
+        return None if self.process is None else self.process.stop(self.stop_signal(), STOP_TIMEOUT_SECS)
+
+
+def pin_to(cpus: set[int] | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that pins the child to ``cpus`` (``None``: no pinning)."""
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
+def wait_ready(process: process_.Process, *urls: str | None) -> None:
+    """Until every URL answers 200; ``ProcessFailed`` with the log's tail if the process exits first
+    or ``START_TIMEOUT_SECS`` pass."""
+    deadline = time.monotonic() + START_TIMEOUT_SECS
+    while time.monotonic() < deadline:
+        if not process.alive:
+            raise process.failed("exited before it was ready")
+        if all(url is None or http_status(url, timeout=1) == 200 for url in urls):
+            return
+        time.sleep(0.05)
+    raise process.failed(f"not ready after {START_TIMEOUT_SECS}s")
 
 
 class Direct(Target):

@@ -1,4 +1,5 @@
-"""Write charts/drain-router/README.md from the ``# --`` comments of the chart's values.yaml.
+"""Write each chart's README.md (charts/drain-router, charts/drain-router-controller) from the ``# --``
+comments of its values.yaml.
 
 Each ``# -- text`` comment (with the ``#`` lines that continue it) documents the key below it; the
 default is that key's value in values.yaml. ``python3 scripts/chart_readme.py`` rewrites the file;
@@ -16,11 +17,13 @@ from typing import Any
 
 import yaml
 
-CHART = Path(__file__).resolve().parents[1] / "charts" / "drain-router"
+CHARTS = Path(__file__).resolve().parents[1] / "charts"
+CHART = CHARTS / "drain-router"
+CONTROLLER_CHART = CHARTS / "drain-router-controller"
 KEY = re.compile(r"^(\s*)([A-Za-z0-9_]+):")
 
 HEADER = """\
-# drain-router chart
+# {name} chart
 
 Generated from the `# --` comments of [values.yaml](values.yaml) by `scripts/chart_readme.py`; do
 not edit by hand (`make chart-readme` rewrites it, and a test fails when it is stale). The
@@ -65,7 +68,7 @@ def _lookup(values: Any, dotted: str) -> Any:
     return values
 
 
-def render(text: str) -> str:
+def render(text: str, name: str = "drain-router") -> str:
     values = yaml.safe_load(text)
     keys = dict(documented(text))
     rows = []
@@ -78,20 +81,22 @@ def render(text: str) -> str:
         cell = description.replace("|", "\\|")
         shown = default if default == "see below" else f"`{default}`"
         rows.append(f"| `{key}` | {shown} | {cell} |")
-    return HEADER + "\n".join(rows) + "\n"
+    return HEADER.format(name=name) + "\n".join(rows) + "\n"
 
 
 def main(argv: list[str]) -> int:
-    wanted = render((CHART / "values.yaml").read_text())
-    target = CHART / "README.md"
-    if "--check" in argv:
-        current = target.read_text() if target.exists() else ""
-        if current != wanted:
-            print(f"{target} is stale: run python3 scripts/chart_readme.py", file=sys.stderr)
-            return 1
-        return 0
-    target.write_text(wanted)
-    return 0
+    stale = 0
+    for chart in (CHART, CONTROLLER_CHART):
+        wanted = render((chart / "values.yaml").read_text(), chart.name)
+        target = chart / "README.md"
+        if "--check" in argv:
+            current = target.read_text() if target.exists() else ""
+            if current != wanted:
+                print(f"{target} is stale: run python3 scripts/chart_readme.py", file=sys.stderr)
+                stale = 1
+        else:
+            target.write_text(wanted)
+    return stale
 
 
 if __name__ == "__main__":

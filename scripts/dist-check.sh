@@ -9,7 +9,8 @@ VERSION=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml","
 HELM=$(bash scripts/get-helm.sh | tail -n 1)
 WHEEL="dist/drain_router-$VERSION-py3-none-any.whl"
 CHART="dist/drain-router-$VERSION.tgz"
-for f in "$WHEEL" "dist/drain_router-$VERSION.tar.gz" "$CHART"; do
+CONTROLLER_CHART="dist/drain-router-controller-$VERSION.tgz"
+for f in "$WHEEL" "dist/drain_router-$VERSION.tar.gz" "$CHART" "$CONTROLLER_CHART"; do
     [ -f "$f" ] || { echo "dist-check: missing $f (run make dist)" >&2; exit 1; }
 done
 
@@ -22,6 +23,8 @@ python3 -m venv "$venv"
 if "$venv/bin/drain-router" check --upstream http://127.0.0.1:8000 --shutdown-drain-secs 1801 >/dev/null 2>&1; then
     echo "dist-check: check accepted an invalid configuration" >&2; exit 1
 fi
-"$HELM" lint --strict "$CHART" >/dev/null
-"$HELM" template release "$CHART" --namespace models >/dev/null
-echo "dist-check: $WHEEL installs and runs; $CHART lints and renders"
+for chart in "$CHART" "$CONTROLLER_CHART"; do
+    "$HELM" lint --strict "$chart" >/dev/null
+    "$HELM" template release "$chart" --namespace models >/dev/null
+done
+echo "dist-check: $WHEEL installs and runs; $CHART and $CONTROLLER_CHART lint and render"

@@ -16,6 +16,7 @@ rm -rf dist
 mkdir -p dist
 "$PYTHON" -m build --outdir dist . >/dev/null
 "$HELM" package charts/drain-router --destination dist >/dev/null
+"$HELM" package charts/drain-router-controller --destination dist >/dev/null
 if [ "${DIST_IMAGE:-0}" = 1 ]; then
     IMAGE="localhost/drain-router:$VERSION" bash scripts/build-image.sh
     buildah push "localhost/drain-router:$VERSION" "oci-archive:dist/drain-router-$VERSION.oci.tar:drain-router:$VERSION"

@@ -1,83 +1,85 @@
-"""Run ``drain-router serve`` as a real subprocess and read its JSON log lines."""
+"""Run ``drain-router serve`` as a real subprocess (the shared harness, router.tools.process) and read
+its JSON log lines."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import sys
-import time
+import tempfile
+from pathlib import Path
 from typing import Any
+
+from router.tools import process as process_
 
 
 class RouterProcess:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    """A router process and the events it logged; a line that is not JSON is ``{"event": "raw"}``."""
+
+    def __init__(self, proc: process_.Process) -> None:
         self.proc = proc
-        self.events: list[dict[str, Any]] = []
-        self.port: int | None = None
-        self.admin_port: int | None = None
-        self._reader = asyncio.ensure_future(self._read())
-        self._new_event = asyncio.Event()
+        self._events: list[dict[str, Any]] = []
+        self._listening: dict[str, Any] = {}
 
     @classmethod
     async def start(cls, *args: str, preexec_fn: Any = None) -> RouterProcess:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "router",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--admin-host",
-            "127.0.0.1",
-            *args,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            preexec_fn=preexec_fn,
-        )
+        argv = [sys.executable, "-m", "router", "serve", "--host", "127.0.0.1", "--admin-host", "127.0.0.1", *args]
+        log = Path(tempfile.mkdtemp(prefix="router-process-")) / "router.log"
+        proc = process_.Process("router", argv, log, preexec_fn=preexec_fn)
+        proc.start()
         return cls(proc)
 
-    async def _read(self) -> None:
-        assert self.proc.stdout is not None
-        async for raw in self.proc.stdout:
-            line = raw.decode(errors="replace").strip()
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """Every event logged so far."""
+        self._read()
+        return self._events
+
+    def _read(self) -> None:
+        for line in self.proc.new_lines():
             try:
                 event = json.loads(line)
             except ValueError:
                 event = {"event": "raw", "line": line}
             if event.get("event") == "startup.listening":
-                self.port, self.admin_port = event["port"], event["admin_port"]
-            self.events.append(event)
-            self._new_event.set()
+                self._listening = event
+            self._events.append(event)
+
+    @property
+    def port(self) -> int | None:
+        """The traffic port, once the router logged ``startup.listening``."""
+        self._read()
+        return self._listening.get("port")
+
+    @property
+    def admin_port(self) -> int | None:
+        self._read()
+        return self._listening.get("admin_port")
 
     async def wait_event(self, name: str, timeout: float = 10.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            for event in self.events:
-                if event.get("event") == name:
-                    return event
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or (self.proc.returncode is not None and self._reader.done()):
-                raise AssertionError(f"no {name} event; saw {[e.get('event') for e in self.events]}")
-            self._new_event.clear()
-            try:
-                await asyncio.wait_for(self._new_event.wait(), remaining)
-            except TimeoutError:
-                pass
+        found: list[dict[str, Any]] = []
+
+        async def logged() -> bool:
+            exited = self.proc.returncode is not None
+            found.extend(e for e in self.events if e.get("event") == name)
+            if not found and exited:
+                raise AssertionError(f"exited without a {name} event; saw {self.names()}")
+            return bool(found)
+
+        try:
+            await process_.wait_until(logged, timeout=timeout, what=f"a {name} event")
+        except TimeoutError:
+            raise AssertionError(f"no {name} event; saw {self.names()}") from None
+        return found[0]
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
-        self.proc.send_signal(sig)
+        self.proc.signal(sig)
 
-    async def wait(self, timeout: float = 10.0) -> int:
-        code = await asyncio.wait_for(self.proc.wait(), timeout)
-        await asyncio.wait_for(self._reader, 5)
-        return code
+    async def wait(self, timeout: float | None = 10.0) -> int:
+        return await self.proc.wait_exit(timeout)
 
     def names(self) -> list[str]:
         return [e.get("event", "") for e in self.events]
 
     async def kill(self) -> None:
-        if self.proc.returncode is None:
-            self.proc.kill()
-            await self.proc.wait()
-        self._reader.cancel()
+        self.proc.kill()

@@ -39,6 +39,24 @@ from router.controller import settings as settings_
     help="Prometheus /metrics port for drain_router_controller_*; 0 disables it.",
 )
 @click.option(
+    "--liveness-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    envvar="DRAIN_ROUTER_CONTROLLER_LIVENESS_PORT",
+    show_envvar=True,
+    help="Serve kopf's liveness endpoint GET /healthz on this port (for a livenessProbe); 0: none.",
+)
+@click.option(
+    "--node-reads/--no-node-reads",
+    default=True,
+    show_default=True,
+    envvar="DRAIN_ROUTER_CONTROLLER_NODE_READS",
+    show_envvar=True,
+    help="Read the node of a pod stuck terminating (needs get on nodes, cluster-scoped). "
+    "--no-node-reads for a namespaced install without a ClusterRole: nodes then count as Ready.",
+)
+@click.option(
     "--requeue-secs",
     type=click.FloatRange(min=0, min_open=True),
     default=settings_.DEFAULT_REQUEUE_SECS,
@@ -61,6 +79,8 @@ def command(
     namespaces: tuple[str, ...],
     all_namespaces: bool,
     metrics_port: int,
+    liveness_port: int,
+    node_reads: bool,
     requeue_secs: float,
     log_level: str,
     print_crd: bool,
@@ -74,6 +94,8 @@ def command(
             namespaces=namespaces,
             all_namespaces=all_namespaces,
             metrics_port=metrics_port,
+            liveness_port=liveness_port,
+            read_nodes=node_reads,
             requeue_secs=requeue_secs,
             log_level=log_level.lower(),
         )

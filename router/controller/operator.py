@@ -13,6 +13,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio import config as k8s_config
 from prometheus_client import CollectorRegistry, start_http_server
 
+from router.controller import context as context_
 from router.controller import handlers
 from router.controller import kube as kube_
 from router.controller import metrics as metrics_
@@ -54,13 +55,13 @@ async def context(
     *,
     configuration: client.Configuration | None = None,
     registry: CollectorRegistry | None = None,
-) -> AsyncIterator[handlers.Context]:
+) -> AsyncIterator[context_.Context]:
     """The shared state of one run. With an explicit ``configuration`` (tests), kopf logs in with it
     too; otherwise kopf does its own in-cluster or kubeconfig login."""
     explicit = configuration is not None
     configuration = configuration or await load_configuration()
     async with client.ApiClient(configuration) as api, aiohttp.ClientSession() as session:
-        yield handlers.Context(
+        yield context_.Context(
             settings=settings,
             kube=kube_.Kube(api),
             session=session,
@@ -70,7 +71,7 @@ async def context(
 
 
 async def operate(
-    ctx: handlers.Context, *, stop_flag: asyncio.Event | None = None, ready_flag: asyncio.Event | None = None
+    ctx: context_.Context, *, stop_flag: asyncio.Event | None = None, ready_flag: asyncio.Event | None = None
 ) -> None:
     registry = kopf.OperatorRegistry()
     handlers.register(registry, ctx)
@@ -78,6 +79,9 @@ async def operate(
         registry=registry,
         standalone=True,
         clusterwide=ctx.settings.all_namespaces,
+        liveness_endpoint=(
+            f"http://0.0.0.0:{ctx.settings.liveness_port}/healthz" if ctx.settings.liveness_port else None
+        ),
         namespaces=list(ctx.settings.namespaces),
         stop_flag=stop_flag,
         ready_flag=ready_flag,

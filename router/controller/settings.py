@@ -25,6 +25,12 @@ class ControllerSettings:
     API calls (a handful of GETs per ModelService being deleted)."""
     log_level: str = "info"
     """kopf's and the controller's log level."""
+    liveness_port: int = 0
+    """Port of kopf's liveness endpoint ``/healthz`` (on 0.0.0.0), for the pod's livenessProbe; 0: none."""
+    read_nodes: bool = True
+    """Read the node of a pod stuck terminating (nodes are cluster-scoped: needs a ClusterRole). Off, in
+    a namespaced install without one, every pod's node counts as Ready: a pod past its grace counts
+    until grace + 5 min instead of being let go at once when its node is NotReady or gone."""
     finalizer: str = "drainrouter.dev/staged-deletion"
     """The finalizer that holds a ModelService until its teardown is over."""
     max_sleep_secs: float = DEFAULT_MAX_SLEEP_SECS
@@ -56,5 +62,8 @@ class ControllerSettings:
                 raise ValueError(f"{field}={getattr(self, field)!r} must be positive")
         if self.lifecycle_buffer_secs < 0:
             raise ValueError(f"lifecycle_buffer_secs={self.lifecycle_buffer_secs!r} must be >= 0")
-        if not 0 <= self.metrics_port <= 65535:
-            raise ValueError(f"metrics_port={self.metrics_port!r} is not a port")
+        for port_field in ("metrics_port", "liveness_port"):
+            if not 0 <= getattr(self, port_field) <= 65535:
+                raise ValueError(f"{port_field}={getattr(self, port_field)!r} is not a port")
+        if self.liveness_port and self.liveness_port == self.metrics_port:
+            raise ValueError(f"liveness_port and metrics_port are both {self.metrics_port}")

@@ -22,13 +22,16 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "drain-router"
+CONTROLLER_CHART = REPO / "charts" / "drain-router-controller"
 GET_HELM = REPO / "scripts" / "get-helm.sh"
 KUBE_VERSION = "1.37.0"
+#: The Kubernetes versions every rendered object is validated against (kubernetes-validate schemas).
+VALIDATE_VERSIONS = ("1.30.0", "1.34.0", KUBE_VERSION)
 RELEASE = "llama"
 NAMESPACE = "models"
 
 
-_RENDERED: dict[tuple[str, bool, str, str], list[dict[str, Any]]] = {}
+_RENDERED: dict[tuple[str, bool, str, str, str], list[dict[str, Any]]] = {}
 
 
 class RenderError(AssertionError):
@@ -74,21 +77,25 @@ class Helm:
         include_crds: bool = False,
         release: str = RELEASE,
         namespace: str = NAMESPACE,
+        chart: Path = CHART,
     ) -> list[dict[str, Any]]:
-        """Render the chart; the parsed documents (a fresh copy), empty ones dropped. Renders are
-        cached per session by their inputs: the chart does not change while the tests run."""
-        key = (repr(values), include_crds, release, namespace)
+        """Render ``chart`` (the model chart unless told); the parsed documents (a fresh copy), empty
+        ones dropped. Renders are cached per session by their inputs: the charts do not change while
+        the tests run."""
+        key = (repr(values), include_crds, release, namespace, str(chart))
         if key not in _RENDERED:
-            _RENDERED[key] = self._template(values, include_crds=include_crds, release=release, namespace=namespace)
+            _RENDERED[key] = self._template(
+                values, include_crds=include_crds, release=release, namespace=namespace, chart=chart
+            )
         return copy.deepcopy(_RENDERED[key])
 
     def _template(
-        self, values: dict[str, Any] | None, *, include_crds: bool, release: str, namespace: str
+        self, values: dict[str, Any] | None, *, include_crds: bool, release: str, namespace: str, chart: Path
     ) -> list[dict[str, Any]]:
         args = [
             "template",
             release,
-            str(CHART),
+            str(chart),
             "--namespace",
             namespace,
             "--kube-version",
@@ -102,10 +109,10 @@ class Helm:
             raise RenderError(done.stderr)
         return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
-    def template_error(self, values: dict[str, Any]) -> str:
+    def template_error(self, values: dict[str, Any], *, chart: Path = CHART) -> str:
         """Render values that must be refused; helm's error message."""
         with pytest.raises(RenderError) as caught:
-            self.template(values)
+            self.template(values, chart=chart)
         return str(caught.value)
 
 
@@ -120,11 +127,7 @@ def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
 
 
 def model_deployment(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    (dep,) = [
-        d
-        for d in find(docs, "Deployment")
-        if d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "model-server"
-    ]
+    (dep,) = find(docs, "Deployment")
     return dep
 
 

@@ -3,7 +3,7 @@ ModelService the chart renders."""
 
 from __future__ import annotations
 
-import copy
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -11,63 +11,90 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.chart import values_sets
-from tests.chart.helm import CHART, KUBE_VERSION, NAMESPACE, RELEASE, Helm, find, model_deployment, one
+from tests.chart import crds, values_sets
+from tests.chart.helm import (
+    CHART,
+    CONTROLLER_CHART,
+    NAMESPACE,
+    RELEASE,
+    VALIDATE_VERSIONS,
+    Helm,
+    find,
+    model_deployment,
+    one,
+)
 
-#: CRD-defined kinds that kubernetes-validate has no schema for; checked by the tests below instead.
-NOT_IN_KUBERNETES_SCHEMAS = {
-    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
-    ("drainrouter.dev/v1alpha1", "ModelService"),
-}
+#: CRD-defined kinds that kubernetes-validate has no schema for: validated against their CRDs' schemas
+#: instead (shipped as test data, see tests/chart/crds.py).
+CRD_KINDS = set(crds.CRD_FILES)
 FULLNAME = f"{RELEASE}-drain-router"
 
+RENDERS = [
+    *[pytest.param(CHART, p.values[0], id=p.id) for p in values_sets.ALL],
+    *[pytest.param(CONTROLLER_CHART, p.values[0], id=p.id) for p in values_sets.CONTROLLER_SETS],
+]
 
-@pytest.mark.parametrize("values", [pytest.param({}, id="defaults"), pytest.param(values_sets.FULL, id="full")])
-def test_helm_lint_strict(helm: Helm, tmp_path: Any, values: dict[str, Any]) -> None:
+
+@pytest.mark.parametrize(("chart", "values"), RENDERS)
+def test_helm_lint_strict(helm: Helm, tmp_path: Any, chart: Path, values: dict[str, Any]) -> None:
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(values))
-    done = helm.run("lint", "--strict", str(CHART), "-f", str(path), "--namespace", NAMESPACE)
+    done = helm.run("lint", "--strict", str(chart), "-f", str(path), "--namespace", NAMESPACE)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 chart(s) failed" in done.stdout
 
 
-@pytest.mark.parametrize("values", values_sets.ALL)
-def test_every_object_validates_against_the_kubernetes_schemas(helm: Helm, values: dict[str, Any]) -> None:
-    docs = helm.template(values, include_crds=True)
-    skipped = 0
+@pytest.mark.parametrize("kube_version", VALIDATE_VERSIONS)
+@pytest.mark.parametrize(("chart", "values"), RENDERS)
+def test_every_object_validates_against_the_kubernetes_schemas(
+    helm: Helm, chart: Path, values: dict[str, Any], kube_version: str
+) -> None:
+    docs = helm.template(values, include_crds=True, chart=chart)
+    custom = 0
     for doc in docs:
-        if (doc["apiVersion"], doc["kind"]) in NOT_IN_KUBERNETES_SCHEMAS:
-            skipped += 1
+        if (doc["apiVersion"], doc["kind"]) in CRD_KINDS:
+            custom += 1
+            crds.validate(doc)
             continue
-        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
-    assert skipped == len([d for d in docs if (d["apiVersion"], d["kind"]) in NOT_IN_KUBERNETES_SCHEMAS])
-    assert len(docs) > skipped
+        kubernetes_validate.validate(doc, kube_version, strict=True)
+    assert len(docs) > custom
 
 
-def test_crd_comes_from_crds_dir_unchanged(helm: Helm) -> None:
-    crd_file = yaml.safe_load((CHART / "crds" / "modelservice.yaml").read_text())
-    assert one(helm.template(include_crds=True), "CustomResourceDefinition") == crd_file
-    assert not find(helm.template(), "CustomResourceDefinition"), "CRDs only through Helm's crds/ mechanism"
+def test_custom_resources_of_every_kind_are_rendered_and_validated(helm: Helm) -> None:
+    """The value sets above do render every CRD-backed kind (else their validation proves nothing)."""
+    kinds = {
+        (d["apiVersion"], d["kind"])
+        for chart, values in [
+            (CHART, values_sets.FULL),
+            (CHART, values_sets.INFERENCE_POOL),
+            (CONTROLLER_CHART, values_sets.CONTROLLER_CLUSTER),
+        ]
+        for d in helm.template(values, chart=chart)
+    }
+    assert set(crds.CRD_FILES) <= kinds
 
 
-def _openapi_to_jsonschema(node: Any) -> Any:
-    """OpenAPI v3 ``nullable: true`` -> JSON Schema ``null`` allowed; Kubernetes extensions dropped."""
-    if isinstance(node, list):
-        return [_openapi_to_jsonschema(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _openapi_to_jsonschema(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
-    if out.pop("nullable", False):
-        out = {"anyOf": [{"type": "null"}, out]}
-    return out
+def test_crd_schema_validation_catches_a_wrong_field(helm: Helm) -> None:
+    pool = one(helm.template(values_sets.INFERENCE_POOL), "InferencePool")
+    crds.validate(pool)
+    pool["spec"]["targetPort"] = pool["spec"].pop("targetPorts")
+    with pytest.raises(jsonschema.ValidationError):
+        crds.validate(pool)
+    monitor = one(helm.template(values_sets.FULL), "PodMonitor")
+    monitor["spec"]["podMetricsEndpoints"][0]["interval"] = "15 seconds"
+    with pytest.raises(jsonschema.ValidationError):
+        crds.validate(monitor)
+
+
+def test_crd_comes_from_the_controller_charts_crds_dir_unchanged(helm: Helm) -> None:
+    crd_file = yaml.safe_load((CONTROLLER_CHART / "crds" / "modelservice.yaml").read_text())
+    assert one(helm.template(include_crds=True, chart=CONTROLLER_CHART), "CustomResourceDefinition") == crd_file
+    assert not find(helm.template(chart=CONTROLLER_CHART), "CustomResourceDefinition"), "only through crds/"
+    assert not find(helm.template(include_crds=True), "CustomResourceDefinition"), "the model chart ships none"
 
 
 def crd_schema() -> dict[str, Any]:
-    crd = yaml.safe_load((CHART / "crds" / "modelservice.yaml").read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
-    schema = _openapi_to_jsonschema(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
-    schema["properties"]["spec"]["additionalProperties"] = False  # structural schemas prune unknown fields
-    return schema
+    return crds.crd_schema("drainrouter.dev/v1alpha1", "ModelService")
 
 
 def test_model_service_matches_the_crd_and_points_at_this_release(helm: Helm) -> None:
@@ -91,8 +118,10 @@ def test_model_service_matches_the_crd_and_points_at_this_release(helm: Helm) ->
     assert spec["lifecycle"]["rules"][0] == {"policy": "ScaleToZero", "condition": {"idleSeconds": 1800}}
     # The podSelector is the Deployment's: its pods, never the controller's.
     assert spec["podSelector"] == {"matchLabels": model_deployment(docs)["spec"]["selector"]["matchLabels"]}
-    controller_labels = one(docs, "Deployment", f"{FULLNAME}-controller")["spec"]["template"]["metadata"]["labels"]
-    assert not spec["podSelector"]["matchLabels"].items() <= controller_labels.items()
+    controller = one(helm.template(chart=CONTROLLER_CHART), "Deployment")
+    assert (
+        not spec["podSelector"]["matchLabels"].items() <= controller["spec"]["template"]["metadata"]["labels"].items()
+    )
 
 
 def test_model_service_defaults_match_the_crd(helm: Helm) -> None:
@@ -127,13 +156,7 @@ def test_http_route_targets_the_service(helm: Helm) -> None:
     assert not find(helm.template(), "HTTPRoute"), "off by default"
 
 
-def test_controller_only_release(helm: Helm) -> None:
-    docs = helm.template(values_sets.CONTROLLER_ONLY)
-    assert [d["metadata"]["name"] for d in find(docs, "Deployment")] == [f"{FULLNAME}-controller"]
-    assert not find(docs, "Service") and not find(docs, "PodDisruptionBudget")
-
-
-def test_notes_warn_about_a_drain_inside_the_probe_window_and_a_self_removing_controller(helm: Helm) -> None:
+def test_notes_warn_about_a_drain_inside_the_probe_window(helm: Helm) -> None:
     done = helm.run(
         "install",
         RELEASE,
@@ -150,6 +173,6 @@ def test_notes_warn_about_a_drain_inside_the_probe_window_and_a_self_removing_co
     notes = done.stdout.split("NOTES:", 1)[1]
     assert "terminationGracePeriodSeconds = --termination-grace-secs = 180 s" in notes
     assert "not above the readiness probe window" in notes
-    assert "Run the\n  controller in its own release" in notes
+    assert "needs the drain-router-controller chart" in notes
     quiet = helm.run("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client")
     assert "WARNING" not in quiet.stdout.split("NOTES:", 1)[1]

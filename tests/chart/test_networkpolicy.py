@@ -1,31 +1,38 @@
 """The NetworkPolicy: the traffic port open, the router's admin port only for the controller (and
 the peers the operator lists). Checked by evaluating the rendered policy against the labels of the
-pods the chart itself renders."""
+pods the charts themselves render: the model chart's and the controller chart's."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tests.chart import values_sets
-from tests.chart.helm import Helm, find, model_deployment, one
+from tests.chart.helm import CONTROLLER_CHART, NAMESPACE, Helm, find, model_deployment, one
 
 
 def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
 
 
-def _allowed(policy: dict[str, Any], pod_labels: dict[str, str], port: int) -> bool:
-    """Whether a pod of this namespace with ``pod_labels`` may connect to ``port`` of the policy's pods."""
+def _peer_admits(peer: dict[str, Any], pod_labels: dict[str, str], namespace: str) -> bool:
+    if "ipBlock" in peer:
+        return False
+    if "namespaceSelector" in peer:
+        ns_ok = _selects(peer["namespaceSelector"], {"kubernetes.io/metadata.name": namespace})
+    else:
+        ns_ok = namespace == NAMESPACE  # a bare podSelector means the policy's own namespace
+    return ns_ok and _selects(peer.get("podSelector", {}), pod_labels)
+
+
+def _allowed(policy: dict[str, Any], pod_labels: dict[str, str], port: int, namespace: str = NAMESPACE) -> bool:
+    """Whether a pod of ``namespace`` with ``pod_labels`` may connect to ``port`` of the policy's pods."""
     for rule in policy["spec"]["ingress"]:
         if port not in [p["port"] for p in rule.get("ports", [])]:
             continue
         peers = rule.get("from")
         if peers is None:
             return True
-        if any(
-            "podSelector" in peer and "namespaceSelector" not in peer and _selects(peer["podSelector"], pod_labels)
-            for peer in peers
-        ):
+        if any(_peer_admits(peer, pod_labels, namespace) for peer in peers):
             return True
     return False
 
@@ -34,13 +41,10 @@ def _pod_labels(deployment: dict[str, Any]) -> dict[str, str]:
     return deployment["spec"]["template"]["metadata"]["labels"]
 
 
-def _controller(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    (dep,) = [
-        d
-        for d in find(docs, "Deployment")
-        if d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "controller"
-    ]
-    return dep
+def _controller_pod_labels(helm: Helm, namespace: str = NAMESPACE) -> dict[str, str]:
+    """The labels of the controller chart's pod, installed as release drain-router-controller."""
+    docs = helm.template(chart=CONTROLLER_CHART, release="drain-router-controller", namespace=namespace)
+    return _pod_labels(one(docs, "Deployment"))
 
 
 def test_admin_port_is_closed_to_everyone_but_the_controller(helm: Helm) -> None:
@@ -53,8 +57,17 @@ def test_admin_port_is_closed_to_everyone_but_the_controller(helm: Helm) -> None
     assert _allowed(policy, client, 8080), "anyone reaches the traffic port"
     assert not _allowed(policy, client, 9091), "a client does not reach the admin port"
     assert not _allowed(policy, client, 8000), "nor the model server's own port"
-    assert _allowed(policy, _pod_labels(_controller(docs)), 9091), "the controller's idle probe does"
+    controller = _controller_pod_labels(helm)
+    assert _allowed(policy, controller, 9091), "the controller's idle probe does"
+    assert not _allowed(policy, controller, 9091, namespace="elsewhere"), "the same labels elsewhere do not"
     assert not _allowed(policy, _pod_labels(model), 9091), "another model pod does not"
+
+
+def test_a_controller_in_its_own_namespace_is_admitted(helm: Helm) -> None:
+    policy = one(helm.template(values_sets.OTHER_SERVER), "NetworkPolicy")
+    controller = _controller_pod_labels(helm, namespace="drain-router-system")
+    assert _allowed(policy, controller, 9191, namespace="drain-router-system")
+    assert not _allowed(policy, controller, 9191, namespace=NAMESPACE)
 
 
 def test_ports_follow_the_router_values_and_extra_peers_are_added(helm: Helm) -> None:
@@ -76,7 +89,7 @@ def test_ports_follow_the_router_values_and_extra_peers_are_added(helm: Helm) ->
 
 
 def test_without_a_controller_the_admin_port_is_closed_to_every_pod(helm: Helm) -> None:
-    policy = one(helm.template(values_sets.NO_CONTROLLER), "NetworkPolicy")
+    policy = one(helm.template({"networkPolicy": {"controller": {"enabled": False}}}), "NetworkPolicy")
     assert _allowed(policy, {"app": "gateway"}, 8080)
     assert not _allowed(policy, {"app": "gateway"}, 9091)
     assert all(rule.get("from") != [] for rule in policy["spec"]["ingress"]), "an empty from would allow all"
@@ -84,4 +97,4 @@ def test_without_a_controller_the_admin_port_is_closed_to_every_pod(helm: Helm) 
 
 def test_it_can_be_turned_off(helm: Helm) -> None:
     assert not find(helm.template({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
-    assert not find(helm.template(values_sets.CONTROLLER_ONLY), "NetworkPolicy")
+    assert not find(helm.template(chart=CONTROLLER_CHART), "NetworkPolicy")

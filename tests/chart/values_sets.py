@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 VALUES = Path(__file__).resolve().parents[2] / "charts" / "drain-router" / "values.yaml"
+CONTROLLER_VALUES = Path(__file__).resolve().parents[2] / "charts" / "drain-router-controller" / "values.yaml"
 
 FULL: dict[str, Any] = {
     # Everything on: the route, the ModelService with recycling and lifecycle rules.
@@ -33,13 +34,28 @@ FULL: dict[str, Any] = {
     "workload": {
         "replicas": 3,
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+        "progressDeadlineSeconds": 5400,
+        "serviceAccountName": "llama-weights",
+        "automountServiceAccountToken": True,
+        "runtimeClassName": "nvidia",
+        "initContainers": [
+            {
+                "name": "fetch-weights",
+                "image": "registry.example.com/fetch:1",
+                "args": ["s3://weights/llama", "/models"],
+                "volumeMounts": [{"name": "cache", "mountPath": "/models"}],
+            }
+        ],
         "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": "hf-cache"}}],
     },
     "modelServer": {
+        "model": "/models/llama",
+        "args": ["--max-model-len", "8192"],
         "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
         "volumeMounts": [{"name": "cache", "mountPath": "/root/.cache/huggingface"}],
     },
     "router": {"accessLog": True, "extraArgs": ["--upstream-max-connections", "512"]},
+    "monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
 }
 
 OTHER_SERVER: dict[str, Any] = {
@@ -53,35 +69,82 @@ OTHER_SERVER: dict[str, Any] = {
         "readinessProbe": {"periodSeconds": 2, "failureThreshold": 5, "declareToRouter": False},
     },
     "modelServer": {
+        "engine": "sglang",
         "name": "sglang",
-        "image": {"repository": "lmsysorg/sglang", "tag": "v0.4.10"},
-        "port": 30000,
-        "command": ["python3", "-m", "sglang.launch_server"],
-        "args": ["--model-path", "Qwen/Qwen2.5-0.5B-Instruct", "--host", "127.0.0.1", "--port", "30000"],
+        "image": {"tag": "v0.4.10"},
         "shmSize": "",
     },
     "pdb": {"maxUnavailable": None, "minAvailable": "50%"},
-    "controller": {"allNamespaces": True, "image": {"repository": "registry.example.com/drain-router", "tag": "0.1.0"}},
+    "networkPolicy": {"controller": {"namespace": "drain-router-system"}},
     "image": {"repository": "registry.example.com/drain-router", "digest": "sha256:" + "0" * 64},
 }
 
-CONTROLLER_ONLY: dict[str, Any] = {"workload": {"enabled": False}, "controller": {"watchNamespaces": ["a", "b"]}}
+CUSTOM_SERVER: dict[str, Any] = {
+    # An engine without a preset: the image, the full argument list and the port are the user's.
+    "modelServer": {
+        "engine": "custom",
+        "image": {"repository": "registry.example.com/my-server", "tag": "2.1"},
+        "port": 7000,
+        "command": ["my-server"],
+        "args": ["--bind", "127.0.0.1:7000"],
+        "startupProbe": {"exec": {"command": ["my-server", "health"]}, "failureThreshold": 90, "periodSeconds": 10},
+    },
+    "router": {"upstreamHealthPath": "/ping"},
+    "networkPolicy": {"controller": {"enabled": False}},
+}
 
-NO_CONTROLLER: dict[str, Any] = {"controller": {"enabled": False}}
+INFERENCE_POOL: dict[str, Any] = {
+    # llm-d style: the route sends to an InferencePool whose endpoint picker chooses the pod.
+    "httpRoute": {"enabled": True, "backend": "InferencePool", "parentRefs": [{"name": "inference"}]},
+    "inferencePool": {"enabled": True, "endpointPicker": {"name": "llama-epp"}},
+    "modelService": {"enabled": True},
+    "modelServer": {"engine": "tgi"},
+}
 
-#: Sets that render a model server Deployment.
+POOL_WITHOUT_ROUTE: dict[str, Any] = {
+    # The pool alone (a shared HTTPRoute elsewhere points at it): the pool is the ModelService's route.
+    "inferencePool": {"enabled": True, "endpointPicker": {"name": "llama-epp", "failureMode": "FailOpen"}},
+    "modelService": {"enabled": True},
+    "modelServer": {"engine": "llamacpp", "model": "Qwen/Qwen2.5-0.5B-Instruct-GGUF"},
+}
+
+#: Model chart sets (every one renders a model server Deployment).
 WITH_WORKLOAD = [
     pytest.param({}, id="defaults"),
     pytest.param(FULL, id="full"),
     pytest.param(OTHER_SERVER, id="other-server"),
-    pytest.param(NO_CONTROLLER, id="no-controller"),
+    pytest.param(CUSTOM_SERVER, id="custom-server"),
+    pytest.param(INFERENCE_POOL, id="inference-pool"),
+    pytest.param(POOL_WITHOUT_ROUTE, id="pool-without-route"),
 ]
-ALL = [*WITH_WORKLOAD, pytest.param(CONTROLLER_ONLY, id="controller-only")]
+ALL = WITH_WORKLOAD
+
+#: Controller chart sets.
+CONTROLLER_CLUSTER: dict[str, Any] = {
+    "watch": {"allNamespaces": True},
+    "features": {"inferencePools": True, "forceDelete": True},
+    "monitoring": {
+        "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "dashboard": {"enabled": True, "namespace": "monitoring", "annotations": {"grafana_folder": "LLM"}},
+    },
+    "image": {"repository": "registry.example.com/drain-router", "tag": "0.1.0"},
+}
+CONTROLLER_NAMESPACES: dict[str, Any] = {"watch": {"namespaces": ["a", "b"]}}
+CONTROLLER_MINIMAL: dict[str, Any] = {
+    "features": {"httpRoutes": False, "recycling": False, "lifecycleRules": False},
+    "metricsPort": 0,
+}
+CONTROLLER_SETS = [
+    pytest.param({}, id="controller-defaults"),
+    pytest.param(CONTROLLER_CLUSTER, id="controller-cluster"),
+    pytest.param(CONTROLLER_NAMESPACES, id="controller-namespaces"),
+    pytest.param(CONTROLLER_MINIMAL, id="controller-minimal"),
+]
 
 
-def merged(overrides: dict[str, Any]) -> dict[str, Any]:
+def merged(overrides: dict[str, Any], *, values: Path = VALUES) -> dict[str, Any]:
     """The chart's defaults with ``overrides`` merged in, the way helm merges maps."""
-    base = yaml.safe_load(VALUES.read_text())
+    base = yaml.safe_load(values.read_text())
 
     def merge(into: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         out = dict(into)

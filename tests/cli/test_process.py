@@ -136,7 +136,9 @@ async def test_startup_logs_rlimit_and_advisory(fake_upstream, spawn):
     assert rlimit["nofile_soft"] == rlimit["nofile_hard"] or rlimit["nofile_soft"] >= rlimit["nofile_soft_before"]
     advisory = await p.wait_event("startup.advisory")
     assert advisory["code"] == "DRAIN_CONSUMES_GRACE"
+    await p.wait_event("state.serving")
     p.signal(signal.SIGTERM)
+    await p.wait_event("drain.start")  # two signals sent back to back may arrive as one
     p.signal(signal.SIGTERM)
     assert await p.wait() == 0
 

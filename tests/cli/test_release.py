@@ -16,9 +16,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_package_chart_and_changelog_share_one_version() -> None:
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    chart = yaml.safe_load((REPO / "charts" / "drain-router" / "Chart.yaml").read_text())
-    assert chart["version"] == version
-    assert chart["appVersion"] == version
+    for name in ("drain-router", "drain-router-controller"):
+        chart = yaml.safe_load((REPO / "charts" / name / "Chart.yaml").read_text())
+        assert chart["version"] == version, name
+        assert chart["appVersion"] == version, name
     released = re.findall(r"^## (\d+\.\d+\.\d+)\b", (REPO / "CHANGELOG.md").read_text(), flags=re.M)
     assert released and released[0] == version, "the changelog's latest release is this version"
     assert (REPO / "LICENSE").read_text().lstrip().startswith("Apache License")

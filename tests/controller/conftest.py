@@ -15,7 +15,7 @@ import kmock
 import pytest
 from kubernetes_asyncio import client
 
-from router.controller import crd, handlers
+from router.controller import context, crd
 from router.controller import settings as settings_
 from tests.chart import conftest as chart_fixtures
 from tests.chart import helm as chart
@@ -52,8 +52,12 @@ helm = chart_fixtures.helm
 
 @pytest.fixture(scope="session")
 def chart_rules(helm: chart.Helm) -> list[Rule]:
-    """The controller's RBAC as the chart renders it by default (namespaced Role + nodes ClusterRole)."""
-    docs = helm.template()
+    """The controller's RBAC as the controller chart renders it with every feature the suite exercises
+    (cluster mode, so the node reads are granted too)."""
+    docs = helm.template(
+        {"watch": {"allNamespaces": True}, "features": {"forceDelete": True, "inferencePools": True}},
+        chart=chart.CONTROLLER_CHART,
+    )
     return rules_of(chart.find(docs, "Role") + chart.find(docs, "ClusterRole"))
 
 
@@ -93,7 +97,7 @@ class Operator:
         """ControllerSettings fields on top of the tests' defaults (short waits)."""
         self.thread: threading.Thread | None = None
         self.stop_flag = threading.Event()
-        self.ctx: handlers.Context | None = None
+        self.ctx: context.Context | None = None
         self.error: BaseException | None = None
 
     async def start(self) -> None:

@@ -55,6 +55,7 @@ RESOURCES = {
     "apps/v1/deployments": ("Deployment", True, {"status"}),
     "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True, {"status"}),
     "gateway.networking.k8s.io/v1/httproutes": ("HTTPRoute", True, {"status"}),
+    "inference.networking.k8s.io/v1/inferencepools": ("InferencePool", True, {"status"}),
 }
 
 

@@ -14,11 +14,14 @@ import contextlib
 import dataclasses
 import json
 import sys
+import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import kmock
 
+from router.tools import process as process_
 from tests.process import RouterProcess
 
 from .emulator import ClusterEmulator
@@ -92,7 +95,7 @@ class ProcessKubelet:
         pod = self.emulator.get("v1/pods", namespace, name)
         if pod is None or pod["metadata"].get("deletionTimestamp"):  # deleted while starting
             self._sigterm(process)
-        process.exit_code = await router.wait(timeout=None)  # type: ignore[arg-type]
+        process.exit_code = await router.wait(timeout=None)
         async with self.emulator._lock:  # the kubelet confirms the pod is gone once its container exited
             key = self.emulator.key("v1/pods", namespace, name)
             if (
@@ -151,31 +154,23 @@ class ProcessKubelet:
 @contextlib.asynccontextmanager
 async def fake_model(*args: str) -> AsyncIterator[str]:
     """One ``drain-router fake-model`` on 127.0.0.1; yields its URL."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "router",
-        "fake-model",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
+    argv = [sys.executable, "-m", "router", "fake-model", "--host", "127.0.0.1", "--port", "0", *args]
+    proc = process_.Process("fake-model", argv, Path(tempfile.mkdtemp(prefix="fake-model-")) / "fake-model.log")
+    proc.start()
+    listening: list[dict[str, Any]] = []
+
+    async def listens() -> bool:
+        if not proc.alive:
+            raise proc.failed("exited before it listened")
+        listening.extend(json.loads(line) for line in proc.new_lines())
+        return bool(listening)
+
     try:
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), 20)
-        event = json.loads(line)
-        assert event["event"] == "fake_model.listening", event
-        drain = asyncio.ensure_future(proc.stdout.read())  # keep the pipe from filling
-        yield f"http://127.0.0.1:{event['port']}"
-        drain.cancel()
+        await process_.wait_until(listens, timeout=20, what="the fake model to listen")
+        assert listening[0]["event"] == "fake_model.listening", listening[0]
+        yield f"http://127.0.0.1:{listening[0]['port']}"
     finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
+        proc.kill()
 
 
 def pod_names(emulator: ClusterEmulator) -> list[str]:

@@ -29,7 +29,13 @@ async def make_service(
     node: str = "gpu-1",
     route_object: bool = True,
     pod_selector: dict[str, Any] | None = None,
+    route: dict[str, Any] | None = ROUTE,
+    pool: str | None = None,
+    pool_last: bool = False,
 ) -> None:
+    """The ModelService ``llama`` with its Deployment, Service, route and pods. With ``pool``, an
+    InferencePool of that name exists too, first in ``spec.workload`` (last with ``pool_last``)
+    unless it is the ``route``."""
     await cluster.put(
         "v1/nodes", {"metadata": {"name": node}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
     )
@@ -41,6 +47,18 @@ async def make_service(
         await cluster.put(
             "gateway.networking.k8s.io/v1/httproutes", {"metadata": {"name": "llama", "namespace": NAMESPACE}}
         )
+    workload = [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"},
+        {"apiVersion": "v1", "kind": "Service", "name": "llama"},
+    ]
+    if pool is not None:
+        await cluster.put(
+            "inference.networking.k8s.io/v1/inferencepools",
+            {"metadata": {"name": pool, "namespace": NAMESPACE}, "spec": {"selector": {"matchLabels": LABELS}}},
+        )
+        pool_ref = {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool", "name": pool}
+        if route != pool_ref:
+            workload.insert(len(workload) if pool_last else 0, pool_ref)
     owner = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama", "uid": deployment["metadata"]["uid"]}]
     for i in range(pods):
         await cluster.put(
@@ -77,12 +95,9 @@ async def make_service(
             "metadata": {"name": "llama", "namespace": NAMESPACE, "annotations": annotations or {}},
             "spec": {
                 "podSelector": {"matchLabels": LABELS} if pod_selector is None else pod_selector,
-                "route": ROUTE,
+                "route": route,
                 "suspend": suspend,
-                "workload": [
-                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"},
-                    {"apiVersion": "v1", "kind": "Service", "name": "llama"},
-                ],
+                "workload": workload,
                 "deletion": {"routeSettle": "1s", **(deletion_spec or {})},
             },
         },

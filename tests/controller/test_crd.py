@@ -12,7 +12,7 @@ from router import cli
 from router.controller import crd
 from router.decisions import deletion, durations
 
-CHART_COPY = Path(__file__).parents[2] / "charts" / "drain-router" / "crds" / "modelservice.yaml"
+CHART_COPY = Path(__file__).parents[2] / "charts" / "drain-router-controller" / "crds" / "modelservice.yaml"
 
 
 def _version() -> dict:
@@ -22,7 +22,7 @@ def _version() -> dict:
 
 def test_chart_copy_is_the_packaged_crd() -> None:
     assert CHART_COPY.read_text(encoding="utf-8") == crd.text(), (
-        "charts/drain-router/crds/modelservice.yaml differs: drain-router controller --print-crd > it"
+        "charts/drain-router-controller/crds/modelservice.yaml differs: drain-router controller --print-crd > it"
     )
 
 

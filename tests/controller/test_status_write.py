@@ -7,7 +7,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from router.controller import handlers, metrics, settings
+from router.controller import context, metrics, settings, status
 from router.controller import kube as kube_
 from router.decisions import deletion
 
@@ -46,8 +46,8 @@ class Log:
         self.warnings.append(message)
 
 
-def _ctx(fake: FakeKube) -> handlers.Context:
-    return handlers.Context(
+def _ctx(fake: FakeKube) -> context.Context:
+    return context.Context(
         settings=settings.ControllerSettings(namespaces=("ns",)),
         kube=fake,  # type: ignore[arg-type]
         metrics=metrics.ControllerMetrics(CollectorRegistry()),
@@ -64,7 +64,7 @@ def _build(current: Any) -> dict[str, Any]:
 async def test_a_conflict_is_re_read_and_retried_once() -> None:
     fake = FakeKube(conflicts=1)
     stale = {"metadata": {"namespace": "ns", "name": "llama", "resourceVersion": "6"}, "status": {}}
-    fresh, written = await handlers._write_status(_ctx(fake), stale, _build, Log())
+    fresh, written = await status.write_status(_ctx(fake), stale, _build, Log())
     assert written and fresh is fake.stored
     assert [rv for _, rv in fake.patches] == ["6", "8"]
     # rebuilt from the re-read status: the condition written there is kept
@@ -73,11 +73,11 @@ async def test_a_conflict_is_re_read_and_retried_once() -> None:
 
 async def test_two_conflicts_give_up_for_this_pass() -> None:
     fake, log = FakeKube(conflicts=2), Log()
-    _, written = await handlers._write_status(_ctx(fake), fake.stored, _build, log)
+    _, written = await status.write_status(_ctx(fake), fake.stored, _build, log)
     assert not written and len(fake.patches) == 2 and log.warnings
 
 
 async def test_nothing_to_write_sends_nothing() -> None:
     fake = FakeKube(conflicts=0)
-    _, written = await handlers._write_status(_ctx(fake), fake.stored, lambda _: None, Log())
+    _, written = await status.write_status(_ctx(fake), fake.stored, lambda _: None, Log())
     assert written and not fake.patches

@@ -17,9 +17,6 @@
 {{- end -}}
 {{- end -}}
 
-{{- define "drain-router.controllerName" -}}
-{{- printf "%s-controller" (include "drain-router.fullname" .) | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
 
 {{- define "drain-router.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
@@ -77,19 +74,7 @@ helm.sh/resource-policy: keep
 {{- end -}}
 {{- end -}}
 
-{{- define "drain-router.controllerServiceAccountName" -}}
-{{- if .Values.controller.serviceAccount.create -}}
-{{- default (include "drain-router.controllerName" .) .Values.controller.serviceAccount.name -}}
-{{- else -}}
-{{- default "default" .Values.controller.serviceAccount.name -}}
-{{- end -}}
-{{- end -}}
 
-{{/* Namespaces the controller watches (namespaced mode): the list, or the release's namespace. */}}
-{{- define "drain-router.watchNamespaces" -}}
-{{- $list := .Values.controller.watchNamespaces | default (list .Release.Namespace) -}}
-{{- toJson (uniq $list) -}}
-{{- end -}}
 
 {{/* Checks that a schema cannot express (they compare two values). */}}
 {{- define "drain-router.validate" -}}
@@ -97,12 +82,71 @@ helm.sh/resource-policy: keep
 {{- if eq (int $r.port) (int $r.adminPort) -}}
 {{- fail (printf "router.port and router.adminPort are both %v: the admin listener (probes, /admin/drain-wait) must have its own port" $r.port) -}}
 {{- end -}}
-{{- if or (eq (int .Values.modelServer.port) (int $r.port)) (eq (int .Values.modelServer.port) (int $r.adminPort)) -}}
-{{- fail (printf "modelServer.port %v collides with a router port (%v, %v): the containers share the pod's network namespace" .Values.modelServer.port $r.port $r.adminPort) -}}
+{{- $engine := fromYaml (include "drain-router.engine" .) -}}
+{{- if eq .Values.modelServer.engine "custom" -}}
+{{- if not .Values.modelServer.image.repository -}}
+{{- fail "modelServer.engine custom needs modelServer.image.repository (and modelServer.args, modelServer.port)" -}}
+{{- end -}}
+{{- if kindIs "invalid" .Values.modelServer.port -}}
+{{- fail "modelServer.engine custom needs modelServer.port: the router's --upstream is http://127.0.0.1:<port>" -}}
+{{- end -}}
+{{- end -}}
+{{- if or (eq (int $engine.port) (int $r.port)) (eq (int $engine.port) (int $r.adminPort)) -}}
+{{- fail (printf "modelServer.port %v collides with a router port (%v, %v): the containers share the pod's network namespace" $engine.port $r.port $r.adminPort) -}}
+{{- end -}}
+{{- if and .Values.httpRoute.enabled (eq .Values.httpRoute.backend "InferencePool") (not .Values.inferencePool.enabled) -}}
+{{- fail "httpRoute.backend InferencePool needs inferencePool.enabled (the pool the route sends to)" -}}
 {{- end -}}
 {{- $drain := int .Values.shutdownDrainSecs -}}
 {{- $grace := int .Values.terminationGraceSecs -}}
 {{- if and (gt $drain 0) (ge $drain $grace) -}}
 {{- fail (printf "shutdownDrainSecs (%d) must be below terminationGraceSecs (%d): the router's deadline (grace - 2 s) would abort every in-flight stream before the drain even ends. Raise terminationGraceSecs to the drain plus your longest completion" $drain $grace) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The engine preset, as YAML: image, port, health path, command, args (the model and the
+127.0.0.1 binding, then the drain flag, then modelServer.args). custom: the values themselves. */}}
+{{- define "drain-router.engine" -}}
+{{- $m := .Values.modelServer -}}
+{{- $e := $m.engine -}}
+{{- $p := dict -}}
+{{- if eq $e "vllm" -}}
+{{- $p = dict "repository" "vllm/vllm-openai" "tag" "v0.14.0" "port" 8000 "healthPath" "/health" "command" (list) -}}
+{{- else if eq $e "sglang" -}}
+{{- $p = dict "repository" "lmsysorg/sglang" "tag" "v0.5.2" "port" 30000 "healthPath" "/health" "command" (list "python3" "-m" "sglang.launch_server") -}}
+{{- else if eq $e "tgi" -}}
+{{- $p = dict "repository" "ghcr.io/huggingface/text-generation-inference" "tag" "3.3.4" "port" 8000 "healthPath" "/health" "command" (list) -}}
+{{- else if eq $e "llamacpp" -}}
+{{- $p = dict "repository" "ghcr.io/ggml-org/llama.cpp" "tag" "server" "port" 8000 "healthPath" "/health" "command" (list) -}}
+{{- else -}}
+{{- $p = dict "repository" "" "tag" "" "port" nil "healthPath" "" "command" (list) -}}
+{{- end -}}
+{{- $port := int (default $p.port $m.port) -}}
+{{- $args := list -}}
+{{- if eq $e "vllm" -}}
+{{- $args = list "--model" $m.model "--host" "127.0.0.1" "--port" (toString $port) -}}
+{{- if $m.engineDrainFlag -}}
+{{- $args = concat $args (list "--shutdown-timeout" (toString (sub (int .Values.terminationGraceSecs) (int .Values.shutdownDrainSecs)))) -}}
+{{- end -}}
+{{- else if eq $e "sglang" -}}
+{{- $args = list "--model-path" $m.model "--host" "127.0.0.1" "--port" (toString $port) -}}
+{{- else if eq $e "tgi" -}}
+{{- $args = list "--model-id" $m.model "--hostname" "127.0.0.1" "--port" (toString $port) -}}
+{{- else if eq $e "llamacpp" -}}
+{{- $args = list "--hf-repo" $m.model "--host" "127.0.0.1" "--port" (toString $port) -}}
+{{- end -}}
+{{- $health := $p.healthPath -}}
+{{- if not (kindIs "invalid" .Values.router.upstreamHealthPath) -}}
+{{- $health = .Values.router.upstreamHealthPath -}}
+{{- end -}}
+repository: {{ default $p.repository $m.image.repository | quote }}
+tag: {{ default $p.tag $m.image.tag | quote }}
+port: {{ $port }}
+healthPath: {{ $health | quote }}
+command: {{ toJson (default $p.command $m.command) }}
+args: {{ toJson (concat $args $m.args) }}
+{{- end -}}
+
+{{- define "drain-router.inferencePoolName" -}}
+{{- default (include "drain-router.fullname" .) .Values.inferencePool.name -}}
 {{- end -}}

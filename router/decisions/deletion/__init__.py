@@ -56,6 +56,7 @@ from router.decisions.deletion.pods import (
 from router.decisions.deletion.refs import (
     GATEWAY_GROUP,
     GROUP,
+    INFERENCE_GROUP,
     ROUTE_KINDS,
     SERVICE_LABEL,
     ObjectRef,
@@ -76,6 +77,7 @@ __all__ = [
     "GATEWAY_GROUP",
     "GROUP",
     "IGNORED_POD_PHASES",
+    "INFERENCE_GROUP",
     "MAX_LISTED_PODS",
     "POD_GONE_AFTER_GRACE_SECS",
     "ROUTE_KINDS",

@@ -18,6 +18,9 @@ SERVICE_LABEL = "drainrouter.dev/service"
 #: found in ``spec.workload`` is the route.
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 ROUTE_KINDS = ("HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute")
+INFERENCE_GROUP = "inference.networking.k8s.io"
+"""Gateway API Inference Extension: an InferencePool is what a gateway's route sends to, through an
+endpoint picker; with no Gateway API route of the service's own, removing the pool stops traffic."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,10 +58,13 @@ def is_route_kind(ref: ObjectRef) -> bool:
 def find_route(spec: ServiceSpec) -> ObjectRef | None:
     """The route to remove first: ``spec.route`` if set, else the first Gateway API route kind listed
     in ``spec.workload`` (so a chart that lists its HTTPRoute with the workload still gets the staged
-    order), else ``None`` (outcome NoRoute)."""
+    order), else the first InferencePool listed there, else ``None`` (outcome NoRoute)."""
     if spec.route is not None:
         return spec.route
     for ref in spec.workload:
         if is_route_kind(ref):
+            return ref
+    for ref in spec.workload:
+        if ref.group == INFERENCE_GROUP and ref.kind == "InferencePool":
             return ref
     return None

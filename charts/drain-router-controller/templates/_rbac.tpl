@@ -1,0 +1,65 @@
+{{/*
+The controller's namespaced rules: exactly the calls it makes for the enabled features, one rule per
+resource. API discovery (/api, /apis/...) needs no rule (the default system:discovery role covers
+every authenticated user), and kopf's namespace and CRD scanning is off, so no namespaces or
+customresourcedefinitions access. tests/chart/test_controller_rbac.py pins this list: broadening it
+fails the test on purpose.
+*/}}
+{{- define "drain-router-controller.rules" -}}
+{{- $f := .Values.features -}}
+# Watch ModelServices; patch: the finalizer and kopf's progress annotations; delete (only with
+# features.lifecycleRules): the rule DeleteSelf (its finalizer then runs the staged teardown).
+- apiGroups: [drainrouter.dev]
+  resources: [modelservices]
+  verbs: [get, list, watch, patch{{ if $f.lifecycleRules }}, delete{{ end }}]
+# The staged-deletion status, written before each action.
+- apiGroups: [drainrouter.dev]
+  resources: [modelservices/status]
+  verbs: [get, patch]
+# The events of the staged deletion (core v1 events).
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+# Count the service's pods (list); delete only with features.forceDelete (grace 0, UID precondition).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list{{ if $f.forceDelete }}, delete{{ end }}]
+{{- if $f.recycling }}
+# Pod recycling: one Eviction at a time (UID precondition), so PodDisruptionBudgets are respected.
+- apiGroups: [""]
+  resources: [pods/eviction]
+  verbs: [create]
+{{- end }}
+# The workload's Service (Uninstalling stage).
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, delete]
+# The workload's Deployment: read for recycling's stability gate, deleted in the Uninstalling stage;
+# patch (only with features.lifecycleRules): spec.replicas, by the lifecycle rule ScaleToZero.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, delete{{ if $f.lifecycleRules }}, patch{{ end }}]
+{{- if $f.httpRoutes }}
+# The route (RouteRemoving stage).
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [httproutes]
+  verbs: [get, delete]
+{{- end }}
+{{- if $f.inferencePools }}
+# An InferencePool: the route itself (RouteRemoving) or a workload object deleted after the route.
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [get, delete]
+{{- end }}
+{{- with .Values.rbac.extraRules }}
+# rbac.extraRules
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "drain-router-controller.clusterRules" -}}
+# Is a stuck pod's node NotReady or gone? (cluster-scoped, read one by name)
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get]
+{{- end -}}

@@ -1,0 +1,91 @@
+"""The daemon's recycling pass: observe -> ``next_recycle`` (probe if asked, decide again) -> evict ->
+status -> events."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import kopf
+
+from router.controller import context, probe
+from router.controller import status as status_
+from router.controller import workload as workload_
+from router.decisions import deletion, recycling
+
+
+async def run(
+    ctx: context.Context,
+    fresh: Mapping[str, Any],
+    workload: workload_.Workload,
+    session: aiohttp.ClientSession,
+    logger: Any,
+) -> tuple[Mapping[str, Any], float]:
+    """Observe -> ``next_recycle`` (probe if asked, decide again) -> evict if decided -> status ->
+    events. Returns (the object as stored, when to look again)."""
+    namespace, name = fresh["metadata"]["namespace"], fresh["metadata"]["name"]
+    raw_spec = fresh.get("spec") or {}
+    spec = workload_.recycling_spec(raw_spec.get("recycling"))
+    standard = ctx.clock() + ctx.settings.requeue_secs
+    if spec is None:
+        ctx.metrics.recycle_held_pods.labels(namespace, name).set(0)
+        return fresh, ctx.clock() + ctx.settings.max_sleep_secs
+    if workload.failures:
+        return fresh, standard
+    status = fresh.get("status") or {}
+    held = status_.held_record((status.get("recycling") or {}).get("held"))
+    now = ctx.clock()
+    s = ctx.settings
+    decision = recycling.next_recycle(spec, workload.observation, None, held, now, recheck_secs=s.idle_recheck_secs)
+    if decision.kind is recycling.Kind.PROBE:
+        assert decision.pod is not None
+        answer = await probe.probe(
+            session, decision.pod.pod_ip, workload_.admin_port(raw_spec), timeout=s.idle_probe_timeout_secs
+        )
+        now = ctx.clock()
+        result = probe.for_recycling(answer, decision.pod.uid)
+        if result.failed:
+            logger.info(f"idle probe of pod {decision.pod.name} failed: {answer.error}")
+        decision = recycling.next_recycle(
+            spec, workload.observation, result, held, now, recheck_secs=s.idle_recheck_secs
+        )
+    if decision.kind is recycling.Kind.EVICT:
+        assert decision.pod is not None
+        evicted = await ctx.kube.evict_pod(namespace, decision.pod.name, decision.pod.uid)
+        now = ctx.clock()
+        decision = recycling.after_eviction(decision, evicted, now, retry_secs=s.recycle_retry_secs)
+        if 200 <= evicted.code < 300 and not evicted.failure:
+            ctx.metrics.pods_recycled.inc()
+            logger.info(f"pod {decision.pod.name if decision.pod else ''} evicted: past its maximum lifetime")
+        else:
+            reason = decision.reason.value if decision.reason is not None else (evicted.reason or str(evicted.code))
+            ctx.metrics.eviction_rejections.labels(reason).inc()
+            logger.warning(f"eviction answered {evicted.code} {evicted.reason or ''}: {evicted.message}")
+
+    condition = recycling.condition_for(decision.held, now)
+
+    def build(current: Mapping[str, Any]) -> dict[str, Any] | None:
+        new_held = status_.held_dict(decision.held)
+        old = status_.condition(current.get("conditions"), condition.type)
+        same_condition = old is not None and (old.get("status"), old.get("reason")) == (
+            condition.status,
+            condition.reason,
+        )
+        if (
+            status_.compact((current.get("recycling") or {}).get("held") or {}) == status_.compact(new_held or {})
+            and same_condition
+        ):
+            return None
+        return {
+            "recycling": {"held": new_held},
+            "conditions": deletion.set_condition(
+                current.get("conditions"), condition.type, condition.status, condition.reason, condition.message, now
+            ),
+        }
+
+    fresh, _ = await status_.write_status(ctx, fresh, build, logger)
+    ctx.metrics.recycle_held_pods.labels(namespace, name).set(0 if decision.held is None else 1)
+    for event in decision.events:
+        kopf.event(context.body(fresh), type=event.type, reason=event.reason.value, message=event.message)
+    return fresh, standard if decision.requeue_at is None else decision.requeue_at

@@ -1,0 +1,110 @@
+"""The ModelService's ``status``: the recycling and lifecycle records' wire format, and how a patch is
+written (with ``metadata.resourceVersion``; a 409 re-reads and retries once)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from router.controller import context
+from router.controller import kube as kube_
+from router.decisions import deletion, durations, lifecycle, recycling
+
+
+def compact(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` without its empty values, so a record compares equal to its round trip."""
+    return {k: v for k, v in data.items() if v not in (None, [], "")}
+
+
+async def write_status(
+    ctx: context.Context,
+    fresh: Mapping[str, Any],
+    build: Callable[[Mapping[str, Any]], dict[str, Any] | None],
+    logger: Any,
+) -> tuple[Mapping[str, Any], bool]:
+    """Write the status patch ``build(current status)`` with ``metadata.resourceVersion``; on 409
+    re-read, rebuild and retry once. Returns (the object as now stored, whether the status holds
+    what ``build`` asked: nothing to write counts as written)."""
+    for attempt in (1, 2):
+        patch = build(fresh.get("status") or {})
+        if patch is None:
+            return fresh, True
+        meta = fresh["metadata"]
+        try:
+            written = await ctx.kube.patch_modelservice_status(
+                meta["namespace"], meta["name"], patch, meta.get("resourceVersion")
+            )
+            return written or fresh, True
+        except kube_.Conflict:
+            reread = await ctx.kube.get_modelservice(meta["namespace"], meta["name"])
+            if reread is None:
+                return fresh, False
+            fresh = reread
+            if attempt == 2:
+                logger.warning("status write conflicted twice; nothing acted on this pass")
+    return fresh, False
+
+
+def condition(conditions: Any, type_: str) -> Mapping[str, Any] | None:
+    return next((c for c in conditions or () if c.get("type") == type_), None)
+
+
+def condition_patch(
+    type_: str, status: str, reason: str, message: str, now: float
+) -> Callable[[Mapping[str, Any]], dict[str, Any] | None]:
+    def build(current: Mapping[str, Any]) -> dict[str, Any] | None:
+        old = condition(current.get("conditions"), type_)
+        if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (status, reason, message):
+            return None
+        return {"conditions": deletion.set_condition(current.get("conditions"), type_, status, reason, message, now)}
+
+    return build
+
+
+def held_record(data: Mapping[str, Any] | None) -> recycling.HeldRecord | None:
+    """``status.recycling.held`` -> the record; anything unreadable counts as nothing held."""
+    if not data:
+        return None
+    try:
+        retry = data.get("retryAt")
+        return recycling.HeldRecord(
+            pod=data["pod"],
+            uid=data["uid"],
+            reason=recycling.HoldReason(data["reason"]),
+            since=durations.parse_time(data["since"]),
+            retry_at=None if not retry else durations.parse_time(retry),
+        )
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def held_dict(held: recycling.HeldRecord | None) -> dict[str, Any] | None:
+    if held is None:
+        return None
+    return {
+        "pod": held.pod,
+        "uid": held.uid,
+        "reason": held.reason.value,
+        "since": durations.format_time(held.since),
+        "retryAt": None if held.retry_at is None else durations.format_time(held.retry_at),
+    }
+
+
+def lifecycle_status(data: Mapping[str, Any] | None) -> lifecycle.LifecycleStatus:
+    data = data or {}
+
+    def when(key: str) -> float | None:
+        value = data.get(key)
+        try:
+            return None if not value else durations.parse_time(value)
+        except (ValueError, TypeError):
+            return None
+
+    return lifecycle.LifecycleStatus(idle_since=when("idleSince"), scaled_to_zero_at=when("scaledToZeroAt"))
+
+
+def lifecycle_dict(status: lifecycle.LifecycleStatus) -> dict[str, Any]:
+    def fmt(value: float | None) -> str | None:
+        return None if value is None else durations.format_time(value)
+
+    return {"idleSince": fmt(status.idle_since), "scaledToZeroAt": fmt(status.scaled_to_zero_at)}

@@ -1,0 +1,170 @@
+"""Child processes for the demo, e2e, the tests and the bench: one way to start, watch and stop them.
+
+Each process runs in its own session (process group) with its output in a log file, so
+:meth:`Process.kill` can always take the whole group down, whatever happened to the caller. Waiting is
+polling with an explicit deadline, never a bare sleep. Standard library only: the demo ships it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+POLL_SECS = 0.02
+
+
+class ProcessFailed(RuntimeError):
+    """A process exited or did not become ready in time. The message carries its log's tail."""
+
+
+_HANDED_OUT: set[int] = set()
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A port nothing listens on right now (the kernel's pick for port 0), never one this process
+    handed out before: the kernel may pick a just-released port again, and a replica whose admin
+    port equals its main port refuses to start."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no fresh free port after 100 tries")
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool]], *, timeout: float | None, what: str, interval: float = POLL_SECS
+) -> None:
+    """Poll ``predicate`` until it is true; ``TimeoutError`` naming ``what`` after ``timeout`` s
+    (``None``: no deadline)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        if await predicate():
+            return
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+@dataclasses.dataclass(slots=True)
+class Process:
+    """One child process in its own process group, its stdout and stderr in ``log_path``."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: Mapping[str, str] | None = None
+    """The child's whole environment; ``None``: this process's."""
+    cwd: Path | None = None
+    preexec_fn: Callable[[], Any] | None = None
+    """Run in the child before ``exec`` (an rlimit, a CPU affinity)."""
+    popen: subprocess.Popen[bytes] | None = None
+    _read_at: int = dataclasses.field(default=0, init=False, repr=False)
+
+    def start(self) -> None:
+        if self.alive:
+            raise RuntimeError(f"{self.name} is already running")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- start {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self._read_at = log.tell()
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=None if self.env is None else dict(self.env),
+                cwd=self.cwd,
+                preexec_fn=self.preexec_fn,
+            )
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.popen is None else self.popen.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.popen is None else self.popen.poll()
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the process itself (not its group), as the kubelet's runtime does."""
+        self._started().send_signal(sig)
+
+    async def wait_exit(self, timeout: float | None) -> int:
+        """Wait for the process to exit; its return code. ``TimeoutError`` if it did not in ``timeout`` s."""
+        popen = self._started()
+
+        async def exited() -> bool:
+            return popen.poll() is not None
+
+        await wait_until(exited, timeout=timeout, what=f"{self.name} to exit")
+        rc = popen.poll()
+        assert rc is not None
+        return rc
+
+    def stop(self, sig: int | None = None, timeout: float = 10.0) -> int | None:
+        """Send ``sig`` (default SIGTERM), wait up to ``timeout`` s, then SIGKILL the group. The return
+        code (``None``: never started). Blocking: for callers without an event loop."""
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM if sig is None else sig)
+            try:
+                return self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.popen.poll()
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group and reap it. Safe to call any time, any number of times."""
+        if self.popen is None or self.popen.poll() is not None:
+            return  # never started, or already exited and reaped (its pid may belong to another now)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=5)
+
+    def new_lines(self) -> list[str]:
+        """The complete lines the process wrote since the last call (since its start, the first time)."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._read_at)
+                data = log.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1  # a line still being written waits for the next call
+        self._read_at += end
+        return data[:end].decode(errors="replace").splitlines()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def failed(self, why: str) -> ProcessFailed:
+        return ProcessFailed(f"{self.name}: {why}; return code {self.returncode}; log tail:\n{self.log_tail()}")
+
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self.popen is None:
+            raise RuntimeError(f"{self.name} was never started")
+        return self.popen

@@ -1,0 +1,185 @@
+"""The controller chart: installed once, standalone (one replica, Recreate), liveness on kopf's
+/healthz, and RBAC that is exactly what the enabled features call. Broadening a rule fails here on
+purpose: change the expected rules only together with the controller code that needs them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.chart import values_sets
+from tests.chart.helm import CONTROLLER_CHART, NAMESPACE, RELEASE, Helm, find, flag, one
+
+Rule = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
+CONTROLLER = f"{RELEASE}-drain-router-controller"
+
+MODELSERVICES_READ: Rule = (("drainrouter.dev",), ("modelservices",), ("get", "list", "watch", "patch"))
+MODELSERVICES_DELETE: Rule = (("drainrouter.dev",), ("modelservices",), ("get", "list", "watch", "patch", "delete"))
+STATUS: Rule = (("drainrouter.dev",), ("modelservices/status",), ("get", "patch"))
+EVENTS: Rule = (("",), ("events",), ("create",))
+PODS_LIST: Rule = (("",), ("pods",), ("list",))
+PODS_DELETE: Rule = (("",), ("pods",), ("list", "delete"))
+EVICTION: Rule = (("",), ("pods/eviction",), ("create",))
+SERVICES: Rule = (("",), ("services",), ("get", "delete"))
+DEPLOYMENTS: Rule = (("apps",), ("deployments",), ("get", "delete"))
+DEPLOYMENTS_PATCH: Rule = (("apps",), ("deployments",), ("get", "delete", "patch"))
+HTTPROUTES: Rule = (("gateway.networking.k8s.io",), ("httproutes",), ("get", "delete"))
+INFERENCEPOOLS: Rule = (("inference.networking.k8s.io",), ("inferencepools",), ("get", "delete"))
+NODES: Rule = (("",), ("nodes",), ("get",))
+
+#: The default features: HTTPRoutes, recycling, lifecycle rules; no force delete, no InferencePools.
+DEFAULT_RULES = [MODELSERVICES_DELETE, STATUS, EVENTS, PODS_LIST, EVICTION, SERVICES, DEPLOYMENTS_PATCH, HTTPROUTES]
+
+
+def rules(role: dict[str, Any]) -> list[Rule]:
+    out = []
+    for rule in role["rules"]:
+        assert set(rule) == {"apiGroups", "resources", "verbs"}, f"unexpected rule keys (resourceNames?): {rule}"
+        out.append((tuple(rule["apiGroups"]), tuple(rule["resources"]), tuple(rule["verbs"])))
+    return out
+
+
+def render(helm: Helm, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    return helm.template(values, chart=CONTROLLER_CHART)
+
+
+def controller_args(docs: list[dict[str, Any]]) -> list[str]:
+    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return container["args"]
+
+
+def test_namespaced_install_has_a_role_and_nothing_cluster_scoped(helm: Helm) -> None:
+    docs = render(helm)
+    role = one(docs, "Role")
+    assert role["metadata"] == {**role["metadata"], "name": CONTROLLER, "namespace": NAMESPACE}
+    assert rules(role) == DEFAULT_RULES
+    assert not find(docs, "ClusterRole") and not find(docs, "ClusterRoleBinding")
+    args = controller_args(docs)
+    assert flag(args, "--namespace") == NAMESPACE and "--all-namespaces" not in args
+    assert "--no-node-reads" in args, "no ClusterRole for nodes: the controller must not read them"
+
+
+def test_bindings_grant_the_role_to_the_controller_service_account_only(helm: Helm) -> None:
+    docs = render(helm)
+    sa = one(docs, "ServiceAccount")
+    subject = [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}]
+    binding = one(docs, "RoleBinding")
+    assert binding["subjects"] == subject
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CONTROLLER}
+    assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+
+
+def test_all_namespaces_uses_one_cluster_role_with_node_reads(helm: Helm) -> None:
+    docs = render(helm, {"watch": {"allNamespaces": True}})
+    assert not find(docs, "Role") and not find(docs, "RoleBinding")
+    cluster_role = one(docs, "ClusterRole")
+    assert cluster_role["metadata"]["name"] == f"{NAMESPACE}-{CONTROLLER}"
+    assert rules(cluster_role) == [*DEFAULT_RULES, NODES]
+    assert one(docs, "ClusterRoleBinding")["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    args = controller_args(docs)
+    assert "--all-namespaces" in args and "--namespace" not in args and "--no-node-reads" not in args
+    off = render(helm, {"watch": {"allNamespaces": True}, "features": {"nodeReads": False}})
+    assert rules(one(off, "ClusterRole")) == DEFAULT_RULES
+    assert "--no-node-reads" in controller_args(off)
+
+
+@pytest.mark.parametrize(
+    ("features", "expected"),
+    [
+        pytest.param(
+            {"forceDelete": True},
+            [MODELSERVICES_DELETE, STATUS, EVENTS, PODS_DELETE, EVICTION, SERVICES, DEPLOYMENTS_PATCH, HTTPROUTES],
+            id="force-delete-adds-pods-delete",
+        ),
+        pytest.param(
+            {"inferencePools": True},
+            [*DEFAULT_RULES, INFERENCEPOOLS],
+            id="inference-pools",
+        ),
+        pytest.param(
+            {"recycling": False},
+            [MODELSERVICES_DELETE, STATUS, EVENTS, PODS_LIST, SERVICES, DEPLOYMENTS_PATCH, HTTPROUTES],
+            id="no-recycling-no-eviction",
+        ),
+        pytest.param(
+            {"lifecycleRules": False},
+            [MODELSERVICES_READ, STATUS, EVENTS, PODS_LIST, EVICTION, SERVICES, DEPLOYMENTS, HTTPROUTES],
+            id="no-lifecycle-no-patch-no-self-delete",
+        ),
+        pytest.param(
+            {"httpRoutes": False, "recycling": False, "lifecycleRules": False},
+            [MODELSERVICES_READ, STATUS, EVENTS, PODS_LIST, SERVICES, DEPLOYMENTS],
+            id="minimal",
+        ),
+    ],
+)
+def test_rbac_verbs_follow_the_features(helm: Helm, features: dict[str, bool], expected: list[Rule]) -> None:
+    assert rules(one(render(helm, {"features": features}), "Role")) == expected
+
+
+def test_watch_namespaces_get_one_role_each(helm: Helm) -> None:
+    docs = render(helm, values_sets.CONTROLLER_NAMESPACES)
+    roles = find(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["a", "b"]
+    assert all(rules(r) == DEFAULT_RULES for r in roles)
+    assert sorted(b["metadata"]["namespace"] for b in find(docs, "RoleBinding")) == ["a", "b"]
+    assert controller_args(docs)[:5] == ["controller", "--namespace", "a", "--namespace", "b"]
+
+
+def test_extra_rules_are_appended_only_when_asked(helm: Helm) -> None:
+    extra = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "delete"]}
+    docs = render(helm, {"rbac": {"extraRules": [extra]}})
+    assert rules(one(docs, "Role")) == [*DEFAULT_RULES, (("",), ("configmaps",), ("get", "delete"))]
+
+
+@pytest.mark.parametrize("values", values_sets.CONTROLLER_SETS)
+def test_no_wildcards_or_secrets_anywhere(helm: Helm, values: dict[str, Any]) -> None:
+    docs = render(helm, values)
+    for role in find(docs, "Role") + find(docs, "ClusterRole"):
+        for groups, resources, verbs in rules(role):
+            assert "*" not in groups + resources + verbs
+            assert "secrets" not in resources
+
+
+@pytest.mark.parametrize("values", values_sets.CONTROLLER_SETS)
+def test_one_standalone_replica_with_a_liveness_probe_on_kopfs_health_endpoint(
+    helm: Helm, values: dict[str, Any]
+) -> None:
+    """No kopf peering: two replicas would both act, so exactly one, never two during an upgrade."""
+    merged = values_sets.merged(values, values=values_sets.CONTROLLER_VALUES)
+    dep = one(render(helm, values), "Deployment")
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert flag(container["args"], "--liveness-port") == str(ports["health"]) == str(merged["health"]["port"])
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert flag(container["args"], "--metrics-port") == str(merged["metricsPort"])
+    assert ("metrics" in ports) == bool(merged["metricsPort"])
+
+
+def test_the_schema_refuses_replicas_and_unknown_features(helm: Helm) -> None:
+    for values, expected in [
+        ({"replicas": 2}, "replicas"),
+        ({"features": {"peering": True}}, "peering"),
+        ({"watch": {"namespaces": ["Bad_NS"]}}, "/watch/namespaces/0"),
+        ({"monitoring": {"serviceMonitor": {"interval": "30 s"}}}, "interval"),
+    ]:
+        error = helm.template_error(values, chart=CONTROLLER_CHART)
+        assert "schema" in error and expected in error, error
+
+
+def test_service_monitor_scrapes_the_metrics_port(helm: Helm) -> None:
+    docs = render(helm, values_sets.CONTROLLER_CLUSTER)
+    monitor = one(docs, "ServiceMonitor")
+    service = one(docs, "Service")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"] == "metrics"
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert not find(render(helm), "ServiceMonitor"), "off by default"
+    assert not find(render(helm, {**values_sets.CONTROLLER_CLUSTER, "metricsPort": 0}), "ServiceMonitor")
