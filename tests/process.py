@@ -13,6 +13,23 @@ from typing import Any
 from router.tools import process as process_
 
 
+def serve_argv(*args: str, entry: tuple[str, ...] = (sys.executable, "-m", "router")) -> list[str]:
+    """``drain-router serve`` on loopback, both ports picked by the kernel, then ``args``."""
+    return [
+        *entry,
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--admin-host",
+        "127.0.0.1",
+        "--admin-port",
+        "0",
+        *args,
+    ]
+
+
 class RouterProcess:
     """A router process and the events it logged; a line that is not JSON is ``{"event": "raw"}``."""
 
@@ -23,7 +40,7 @@ class RouterProcess:
 
     @classmethod
     async def start(cls, *args: str, preexec_fn: Any = None) -> RouterProcess:
-        argv = [sys.executable, "-m", "router", "serve", "--host", "127.0.0.1", "--admin-host", "127.0.0.1", *args]
+        argv = serve_argv(*args)
         log = Path(tempfile.mkdtemp(prefix="router-process-")) / "router.log"
         proc = process_.Process("router", argv, log, preexec_fn=preexec_fn)
         proc.start()
