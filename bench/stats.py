@@ -6,22 +6,20 @@ import math
 import statistics
 from collections.abc import Sequence
 
+from router.tools import load
+
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
-
-
-def percentile(sorted_values: Sequence[float], pct: float) -> float:
-    """Nearest-rank percentile of already sorted values (NaN when empty)."""
-    if not sorted_values:
-        return math.nan
-    rank = max(1, math.ceil(pct / 100.0 * len(sorted_values)))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:
     ordered = sorted(values)
-    out = {name: percentile(ordered, pct) for name, pct in PERCENTILES.items()}
+    out = {name: _or_nan(load.percentile(ordered, pct / 100.0, ordered=True)) for name, pct in PERCENTILES.items()}
     out["max"] = ordered[-1] if ordered else math.nan
     return out
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def finite(values: Sequence[float | None]) -> list[float]:

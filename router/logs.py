@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -21,7 +22,15 @@ _SHARED: list[Any] = [
 ]
 
 
-def configure(*, format: str = "json", level: str = "info") -> None:
+def configure(
+    *, format: str = "json", level: str = "info", stdlib_level: str | None = None, foreign: Sequence[Any] = ()
+) -> None:
+    """structlog and the standard library's logging, both through one renderer on stdout.
+
+    ``stdlib_level``: the least level of records from the standard library's loggers; by default
+    ``level`` but never below warning (aiohttp's and asyncio's chatter). The controller lowers it:
+    kopf logs through the standard library. ``foreign``: processors for those records, after the
+    shared ones (the record is ``event_dict["_record"]``)."""
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if format == "json"
@@ -38,12 +47,15 @@ def configure(*, format: str = "json", level: str = "info") -> None:
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-            foreign_pre_chain=[*_SHARED, structlog.stdlib.add_logger_name],
+            foreign_pre_chain=[*_SHARED, structlog.stdlib.add_logger_name, *foreign],
         )
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(max(numeric, logging.WARNING))
+    if stdlib_level is None:
+        root.setLevel(max(numeric, logging.WARNING))
+    else:
+        root.setLevel(logging.getLevelNamesMapping()[stdlib_level.upper()])
 
 
 def get(name: str = "drain_router") -> Any:

@@ -3,7 +3,10 @@ its JSON log lines."""
 
 from __future__ import annotations
 
+import atexit
+import itertools
 import json
+import shutil
 import signal
 import sys
 import tempfile
@@ -11,6 +14,33 @@ from pathlib import Path
 from typing import Any
 
 from router.tools import process as process_
+
+_LOGS = Path(tempfile.mkdtemp(prefix="router-processes-"))
+"""The routers' log files, one directory for the test run, removed at its end."""
+atexit.register(shutil.rmtree, _LOGS, ignore_errors=True)
+_NUMBERS = itertools.count()
+
+
+def log_path(name: str) -> Path:
+    """A fresh log file for a process named ``name``, in the test run's log directory."""
+    return _LOGS / f"{name}-{next(_NUMBERS)}.log"
+
+
+def serve_argv(*args: str, entry: tuple[str, ...] = (sys.executable, "-m", "router")) -> list[str]:
+    """``drain-router serve`` on loopback, both ports picked by the kernel, then ``args``."""
+    return [
+        *entry,
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--admin-host",
+        "127.0.0.1",
+        "--admin-port",
+        "0",
+        *args,
+    ]
 
 
 class RouterProcess:
@@ -23,9 +53,8 @@ class RouterProcess:
 
     @classmethod
     async def start(cls, *args: str, preexec_fn: Any = None) -> RouterProcess:
-        argv = [sys.executable, "-m", "router", "serve", "--host", "127.0.0.1", "--admin-host", "127.0.0.1", *args]
-        log = Path(tempfile.mkdtemp(prefix="router-process-")) / "router.log"
-        proc = process_.Process("router", argv, log, preexec_fn=preexec_fn)
+        argv = serve_argv(*args)
+        proc = process_.Process("router", argv, log_path("router"), preexec_fn=preexec_fn)
         proc.start()
         return cls(proc)
 

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from router import config
 from router.controller import crd
 from router.controller import settings as settings_
 
@@ -67,6 +68,15 @@ from router.controller import settings as settings_
     "requeues for its exact remainder).",
 )
 @click.option(
+    "--log-format",
+    type=click.Choice(config.LOG_FORMATS),
+    default="json",
+    show_default=True,
+    envvar="DRAIN_ROUTER_CONTROLLER_LOG_FORMAT",
+    show_envvar=True,
+    help="json: one object a line on stdout, as the router logs. console: for a terminal.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
@@ -82,6 +92,7 @@ def command(
     liveness_port: int,
     node_reads: bool,
     requeue_secs: float,
+    log_format: str,
     log_level: str,
     print_crd: bool,
 ) -> None:
@@ -97,6 +108,7 @@ def command(
             liveness_port=liveness_port,
             read_nodes=node_reads,
             requeue_secs=requeue_secs,
+            log_format=log_format,
             log_level=log_level.lower(),
         )
     except ValueError as exc:

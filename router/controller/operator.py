@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, MutableMapping
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import kopf
+import structlog
+import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio import config as k8s_config
 from prometheus_client import CollectorRegistry, start_http_server
 
+from router import logs
 from router.controller import context as context_
 from router.controller import handlers
 from router.controller import kube as kube_
@@ -40,12 +45,42 @@ def connection_from(configuration: client.Configuration) -> kopf.ConnectionInfo:
     )
 
 
+EXIT_NO_CLUSTER = 2
+"""The exit status when there is no cluster to talk to: a configuration error, 2 as for ``serve``."""
+
+NO_CLUSTER_REMEDY = (
+    "run it in the cluster (the chart's controller Deployment and its service account), "
+    "or point KUBECONFIG at a kubeconfig for the cluster"
+)
+
+
+class NoCluster(Exception):
+    """Neither an in-cluster service account nor a usable kubeconfig: no API server to talk to."""
+
+
+def kubeconfig_paths() -> list[Path]:
+    """Where a kubeconfig is looked for: every path in ``KUBECONFIG``, else ``~/.kube/config``."""
+    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    return [Path(p).expanduser() for p in listed or ["~/.kube/config"]]
+
+
 async def load_configuration() -> client.Configuration:
+    """The in-cluster configuration, else the kubeconfig's; ``NoCluster`` naming why neither loads."""
     configuration = client.Configuration()
     try:
         k8s_config.load_incluster_config(client_configuration=configuration)
-    except k8s_config.ConfigException:
+        return configuration
+    except k8s_config.ConfigException as exc:
+        in_cluster = str(exc)
+    paths = kubeconfig_paths()
+    if not any(p.is_file() for p in paths):  # the client would log a warning, then fail vaguely
+        where = ", ".join(str(p) for p in paths)
+        raise NoCluster(f"not in a cluster ({in_cluster}) and no kubeconfig at {where}")
+    try:
         await k8s_config.load_kube_config(client_configuration=configuration)
+    except (k8s_config.ConfigException, yaml.YAMLError, OSError) as exc:
+        detail = " ".join(str(exc).split())
+        raise NoCluster(f"not in a cluster ({in_cluster}) and the kubeconfig is unusable: {detail}") from None
     return configuration
 
 
@@ -89,14 +124,35 @@ async def operate(
 
 
 def run(settings: settings_.ControllerSettings) -> int:
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    """Log as the router does (JSON lines on stdout; kopf's records through the same renderer), then
+    run until kopf stops. The exit status: 0, or ``EXIT_NO_CLUSTER`` (one line with the remedy)."""
+    logs.configure(
+        format=settings.log_format,
+        level=settings.log_level,
+        stdlib_level=settings.log_level,
+        foreign=(object_fields, structlog.processors.format_exc_info),
+    )
     registry = CollectorRegistry()
-    if settings.metrics_port:
-        start_http_server(settings.metrics_port, registry=registry)
 
     async def main() -> None:
         async with context(settings, registry=registry) as ctx:
+            if settings.metrics_port:
+                start_http_server(settings.metrics_port, registry=registry)
             await operate(ctx)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except NoCluster as exc:
+        logs.get("drain_router.controller").error("controller.no_cluster", error=str(exc), remedy=NO_CLUSTER_REMEDY)
+        return EXIT_NO_CLUSTER
     return 0
+
+
+def object_fields(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """kopf's per-object records -> ``namespace`` and ``name`` fields (kopf's own formatter prefixes
+    the message with them instead)."""
+    ref = getattr(event_dict.get("_record"), "k8s_ref", None)
+    if isinstance(ref, dict):
+        event_dict.setdefault("namespace", ref.get("namespace"))
+        event_dict.setdefault("name", ref.get("name"))
+    return event_dict

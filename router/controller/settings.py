@@ -23,6 +23,8 @@ class ControllerSettings:
     """Every wait of the staged deletion is a requeue after this many seconds (the route settle waits
     for its exact remainder instead). 5 s: short against a 60 s settle and a 30 s pod grace, cheap in
     API calls (a handful of GETs per ModelService being deleted)."""
+    log_format: str = "json"
+    """``json`` (one object a line on stdout, as the router logs) or ``console`` (for a terminal)."""
     log_level: str = "info"
     """kopf's and the controller's log level."""
     liveness_port: int = 0

@@ -12,7 +12,7 @@ import dataclasses
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import aiohttp
 
@@ -164,10 +164,12 @@ class Load:
                 await asyncio.sleep(0.02)
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q`` (0..1) quantile by nearest rank; ``None`` for no values."""
+def percentile(values: Sequence[float], q: float, *, ordered: bool = False) -> float | None:
+    """The ``q`` (0..1) quantile by nearest rank; ``None`` for no values. ``ordered``: ``values`` are
+    sorted already (several quantiles of one list, one sort)."""
     if not values:
         return None
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
-    return ordered[rank]
+    if not ordered:
+        values = sorted(values)
+    rank = max(0, min(len(values) - 1, math.ceil(q * len(values)) - 1))
+    return values[rank]

@@ -125,3 +125,8 @@ class SSEDecoder:
                 value = line[5:]
                 self._data.append(value[1:] if value.startswith(" ") else value)
         return events
+
+
+def events_of(body: bytes) -> list[str]:
+    """The ``data`` payloads of a whole SSE body: :class:`SSEDecoder` fed it at once."""
+    return SSEDecoder().feed(body)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import process
+
 BARE = "import signal; signal.signal(signal.SIGTERM, lambda *a: None); import time; time.sleep(0.3)"
 STEP_SECS = 0.005
 
@@ -26,24 +28,15 @@ def _entry_point() -> list[str]:
 
 
 def _router_argv() -> list[str]:
-    return [
-        *_entry_point(),
-        "serve",
+    return process.serve_argv(
         "--upstream",
         "http://127.0.0.1:9",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--admin-host",
-        "127.0.0.1",
-        "--admin-port",
-        "0",
         "--shutdown-drain-secs",
         "5",
         "--log-format",
         "json",
-    ]
+        entry=tuple(_entry_point()),
+    )
 
 
 def _survives(argv: list[str], delay: float) -> int:

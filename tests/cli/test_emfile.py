@@ -12,8 +12,8 @@ import signal
 import aiohttp
 
 from router.proxy import tuning
+from router.tools import streams
 from tests.process import RouterProcess
-from tests.upstream import sse_events
 from tests.waiting import wait_until
 
 NOFILE = 160  # soft = hard, so the router's own raise to the hard limit cannot lift it
@@ -56,7 +56,7 @@ async def test_connection_limit_keeps_admin_answering_and_held_streams_flowing(f
                         if resp.status == 503:
                             assert (await resp.json())["error"]["type"] == "out_of_file_descriptors"
                             return 503
-                        events = sse_events(await resp.read())
+                        events = streams.events_of(await resp.read())
                         return "done" if events[-1] == "[DONE]" and len(events) == n + 1 else events
                 except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
                     return type(exc).__name__

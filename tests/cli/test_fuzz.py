@@ -17,7 +17,6 @@ import asyncio
 import json
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -28,6 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import process
 from tests import upstream as upstream_mod
 from tests.blackbox import Canary, canary, status_of
 
@@ -66,28 +66,16 @@ def world() -> Iterator[World]:
     fake, spy = holder["fake"], holder["spy"]
     assert isinstance(fake, upstream_mod.FakeUpstream) and isinstance(spy, Canary)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "router",
-            "serve",
+        process.serve_argv(
             "--upstream",
             fake.url,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--admin-host",
-            "127.0.0.1",
-            "--admin-port",
-            "0",
             "--shutdown-drain-secs",
             "0",
             "--client-header-timeout-secs",
             "1",
             "--max-request-body-bytes",
             "65536",
-        ],
+        ),
         stdout=subprocess.PIPE,
         text=True,
     )

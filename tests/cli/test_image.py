@@ -20,6 +20,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tests import process
 from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,22 +77,7 @@ async def test_router_as_pid_1_drains_on_sigterm(fake_upstream):
         "--fork",
         "--mount-proc",
         "--kill-child",
-        sys.executable,
-        "-m",
-        "router",
-        "serve",
-        "--upstream",
-        fake_upstream.url,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--admin-host",
-        "127.0.0.1",
-        "--admin-port",
-        "0",
-        "--shutdown-drain-secs",
-        "1",
+        *process.serve_argv("--upstream", fake_upstream.url, "--shutdown-drain-secs", "1"),
         stdout=asyncio.subprocess.PIPE,
     )
     try:

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 import pytest
 
+from router.tools import streams
 from tests.process import RouterProcess
-from tests.upstream import sse_events
 from tests.waiting import wait_until
 
 
@@ -34,7 +34,7 @@ async def spawn() -> AsyncIterator[Callable[..., Awaitable[RouterProcess]]]:
 async def _stream(url: str) -> list[str]:
     async with aiohttp.ClientSession() as s, s.get(url) as resp:
         assert resp.status == 200
-        return sse_events(await resp.read())
+        return streams.events_of(await resp.read())
 
 
 async def test_clean_drain_exits_0_with_streams_completed(fake_upstream, spawn):

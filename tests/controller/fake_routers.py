@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,15 +13,9 @@ from typing import Any
 from aiohttp import web
 
 from router.controller import probe
+from router.tools import process as process_
 
 IPS = tuple(f"127.0.0.{n}" for n in range(2, 14))
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 (and, on loopback, on the other 127/8 addresses too)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class FakeRouters:
@@ -59,7 +52,7 @@ class FakeRouters:
 
 @contextlib.asynccontextmanager
 async def running(ips: tuple[str, ...] = IPS) -> AsyncIterator[FakeRouters]:
-    routers = FakeRouters(free_port())
+    routers = FakeRouters(process_.free_port())
     app = web.Application()
     app.router.add_get(probe.PATH, routers._inflight)
     runner = web.AppRunner(app, access_log=None)

@@ -14,15 +14,13 @@ import contextlib
 import dataclasses
 import json
 import sys
-import tempfile
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import kmock
 
 from router.tools import process as process_
-from tests.process import RouterProcess
+from tests.process import RouterProcess, log_path
 
 from .emulator import ClusterEmulator
 
@@ -155,7 +153,7 @@ class ProcessKubelet:
 async def fake_model(*args: str) -> AsyncIterator[str]:
     """One ``drain-router fake-model`` on 127.0.0.1; yields its URL."""
     argv = [sys.executable, "-m", "router", "fake-model", "--host", "127.0.0.1", "--port", "0", *args]
-    proc = process_.Process("fake-model", argv, Path(tempfile.mkdtemp(prefix="fake-model-")) / "fake-model.log")
+    proc = process_.Process("fake-model", argv, log_path("fake-model"))
     proc.start()
     listening: list[dict[str, Any]] = []
 

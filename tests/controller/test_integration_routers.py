@@ -15,8 +15,10 @@ import pytest
 
 from router.controller import probe
 from router.decisions import durations
+from router.tools import process as process_
+from router.tools import streams
 
-from . import fake_routers, process_pods
+from . import process_pods
 from .conftest import MSVC, NAMESPACE, eventually
 from .rules_scenario import LABELS, condition, deployment, gauge, held, make_service, ready_pods
 from .rules_scenario import status as status_of
@@ -41,8 +43,8 @@ async def kubelet(cluster: Any, model: str) -> AsyncIterator[process_pods.Proces
     kubelet = process_pods.ProcessKubelet(
         emu,
         upstream=model,
-        admin_port=fake_routers.free_port(),
-        main_port=fake_routers.free_port(),
+        admin_port=process_.free_port(),
+        main_port=process_.free_port(),
         router_args=("--shutdown-drain-secs", "0", "--termination-grace-secs", "30"),
     )
     try:
@@ -52,7 +54,7 @@ async def kubelet(cluster: Any, model: str) -> AsyncIterator[process_pods.Proces
 
 
 async def _stream(ip: str, port: int, chunks: int) -> tuple[int, list[str]]:
-    """One streamed completion through a pod's router; (status, the data lines)."""
+    """One streamed completion through a pod's router; (status, the ``data`` payloads)."""
     async with aiohttp.ClientSession() as session:
         async with session.post(
             f"http://{ip}:{port}/v1/completions",
@@ -60,7 +62,7 @@ async def _stream(ip: str, port: int, chunks: int) -> tuple[int, list[str]]:
             timeout=aiohttp.ClientTimeout(total=60),
         ) as response:
             body = await response.read()
-    return response.status, [line for line in body.decode().split("\n") if line.startswith("data: ")]
+    return response.status, streams.events_of(body)
 
 
 async def _one_ready_pod(
@@ -88,7 +90,7 @@ async def test_a_busy_pod_is_held_until_its_stream_ends_then_evicted_once(
     assert cond is not None and cond["status"] == "True" and a.name in cond["message"]
     await eventually(lambda: gauge(op) == 1, what="gauge 1")
     status, lines = await asyncio.wait_for(stream, 30)
-    assert status == 200 and lines[-1] == "data: [DONE]" and len(lines) == 61, lines[-3:]
+    assert status == 200 and lines[-1] == streams.DONE and len(lines) == 61, lines[-3:]
     await eventually(lambda: a.exit_code is not None, what="A's router drained and exited", timeout=20)
     assert a.exit_code == 0
     assert [e.uid for e in emu.evictions if e.uid == a.uid] == [a.uid]
@@ -120,7 +122,7 @@ async def test_idle_timeout_evicts_a_busy_pod_and_its_stream_still_completes(
     )
     assert not stream.done(), "evicted while its stream runs"
     status, lines = await asyncio.wait_for(stream, 30)
-    assert status == 200 and lines[-1] == "data: [DONE]" and len(lines) == 81
+    assert status == 200 and lines[-1] == streams.DONE and len(lines) == 81
     await eventually(lambda: a.exit_code is not None, what="A's router exited", timeout=20)
     assert a.exit_code == 0
 
@@ -131,9 +133,7 @@ async def test_nothing_listening_on_the_admin_port_is_held_and_never_evicted(
     """(c) the ModelService names an admin port nothing listens on at the podIP: held
     IdleProbeFailed, never evicted."""
     emu, _ = cluster
-    await make_service(
-        emu, exits_after=None, admin_port=fake_routers.free_port(), recycling={"maxPodLifetimeSeconds": 1}
-    )
+    await make_service(emu, exits_after=None, admin_port=process_.free_port(), recycling={"maxPodLifetimeSeconds": 1})
     _, a = await _one_ready_pod(emu, kubelet)
     await start_operator(**FAST)
     await eventually(lambda: (held(emu) or {}).get("reason") == "IdleProbeFailed", what="IdleProbeFailed", timeout=15)
@@ -251,7 +251,7 @@ async def test_scale_to_zero_keeps_the_route_and_after_downtime_only_delete_self
     )
     _, a = await _one_ready_pod(emu, kubelet)
     status, lines = await _stream(a.ip, kubelet.main_port, chunks=2)
-    assert status == 200 and lines[-1] == "data: [DONE]"
+    assert status == 200 and lines[-1] == streams.DONE
     op = await start_operator(**FAST)
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)
     assert exists(emu, "gateway.networking.k8s.io/v1/httproutes"), "ScaleToZero keeps the route"
@@ -292,4 +292,4 @@ async def test_the_kubelet_sigkills_a_router_still_running_at_the_end_of_grace(c
         _, lines = await asyncio.wait_for(stream, 10)
     except aiohttp.ClientError:
         lines = []
-    assert lines[-1:] != ["data: [DONE]"], "the stream was cut by the SIGKILL"
+    assert lines[-1:] != [streams.DONE], "the stream was cut by the SIGKILL"

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests.upstream import sse_events
+from router.tools import streams
 from tests.waiting import wait_until
 
 
@@ -23,7 +23,7 @@ async def _raw(port: int, data: bytes, timeout: float = 3.0) -> bytes:
 async def _still_serving(r, http) -> None:
     async with http.get(f"{r.url}/sse?n=2&iv=0") as resp:
         assert resp.status == 200
-        assert sse_events(await resp.read())[-1] == "[DONE]"
+        assert streams.events_of(await resp.read())[-1] == "[DONE]"
     assert len(r.state.inflight) == 0
 
 
@@ -84,4 +84,4 @@ async def test_slow_reader_is_back_pressured_and_others_served(fake_upstream, st
 async def _still_serving_with_one_held(r, http) -> None:
     for _ in range(3):
         async with http.get(f"{r.url}/sse?n=2&iv=0") as resp:
-            assert sse_events(await resp.read())[-1] == "[DONE]"
+            assert streams.events_of(await resp.read())[-1] == "[DONE]"

@@ -9,13 +9,13 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-from tests.upstream import sse_events
+from router.tools import streams
 from tests.waiting import wait_until
 
 
 async def _stream(session: aiohttp.ClientSession, url: str) -> tuple[int, list[str]]:
     async with session.get(url) as resp:
-        return resp.status, sse_events(await resp.read())
+        return resp.status, streams.events_of(await resp.read())
 
 
 async def test_100_streams_started_before_sigterm_all_finish(fake_upstream, start_router):
@@ -54,7 +54,7 @@ async def test_draining_keeps_serving_with_readyz_503_and_connection_close(fake_
         async with fresh.get(f"{r.url}/sse?n=2&iv=0") as resp:
             assert resp.status == 200
             assert resp.headers["Connection"] == "close"
-            assert sse_events(await resp.read())[-1] == "[DONE]"
+            assert streams.events_of(await resp.read())[-1] == "[DONE]"
     assert r.state.phase.value == "draining"
     await wait_until(lambda: r.state.phase.value == "closing", 4, "closing after the window")
     await wait_until(lambda: _refused(r.router.port), 2, "listener closed")

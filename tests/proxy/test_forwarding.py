@@ -14,9 +14,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from router.tools import streams
 from router.tools.cluster import free_port
 from tests import upstream as upstream_mod
-from tests.upstream import sse_events
 from tests.waiting import wait_until
 
 
@@ -33,7 +33,7 @@ async def test_sse_reaches_client_chunk_by_chunk(fake_upstream, start_router, ht
         rest = await resp.read()
     total = time.monotonic() - t0
     assert first == b"data: 0\n\n"
-    assert sse_events(first + rest) == ["0", "1", "2", "3", "[DONE]"]
+    assert streams.events_of(first + rest) == ["0", "1", "2", "3", "[DONE]"]
     assert total >= 0.45
     assert first_at < total - 0.3, f"first event at {first_at:.3f}s of {total:.3f}s: buffered"
 
@@ -120,7 +120,7 @@ async def test_unix_socket_upstream(tmp_path: Path, start_router, http):
     async with upstream_mod.running(unix_path=tmp_path / "model.sock") as fake:
         r = await start_router(upstream=fake.url)
         async with http.get(f"{r.url}/sse?n=3&iv=0") as resp:
-            assert sse_events(await resp.read()) == ["0", "1", "2", "[DONE]"]
+            assert streams.events_of(await resp.read()) == ["0", "1", "2", "[DONE]"]
 
 
 async def test_upstream_status_passes_through(fake_upstream, start_router, http):
@@ -199,7 +199,7 @@ async def test_upstream_dies_after_headers_closes_client_connection(fake_upstrea
     await wait_until(lambda: len(r.state.inflight) == 0)
     # and the router keeps serving others
     async with http.get(f"{r.url}/sse?n=2&iv=0") as resp:
-        assert sse_events(await resp.read())[-1] == "[DONE]"
+        assert streams.events_of(await resp.read())[-1] == "[DONE]"
 
 
 async def test_upstream_dies_inside_a_small_body_is_502(fake_upstream, start_router, http):
@@ -248,7 +248,7 @@ async def test_upstream_pool_is_not_capped_at_100(fake_upstream, start_router, h
     tasks = [asyncio.ensure_future(one()) for _ in range(150)]
     await wait_until(lambda: fake_upstream.started == 150, 5, "150 upstream requests in flight together")
     results = await asyncio.gather(*tasks)
-    assert all(sse_events(b)[-1] == "[DONE]" for b in results)
+    assert all(streams.events_of(b)[-1] == "[DONE]" for b in results)
 
 
 async def test_upstream_max_connections_bounds_the_pool(fake_upstream, start_router, http):
@@ -266,7 +266,7 @@ async def test_upstream_max_connections_bounds_the_pool(fake_upstream, start_rou
         peak = max(peak, fake_upstream.started - fake_upstream.finished - fake_upstream.cancelled)
         await asyncio.sleep(0.01)
     results = await asyncio.gather(*tasks)
-    assert all(sse_events(b)[-1] == "[DONE]" for b in results)
+    assert all(streams.events_of(b)[-1] == "[DONE]" for b in results)
     assert peak == 3
     assert fake_upstream.finished == 8
 
