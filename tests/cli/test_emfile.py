@@ -12,8 +12,8 @@ import signal
 import aiohttp
 
 from router.proxy import tuning
+from router.tools.fake_model.testing import sse_events
 from tests.process import RouterProcess
-from tests.upstream import sse_events
 from tests.waiting import wait_until
 
 NOFILE = 160  # soft = hard, so the router's own raise to the hard limit cannot lift it

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 import pytest
 
+from router.tools.fake_model.testing import sse_events
 from tests.process import RouterProcess
-from tests.upstream import sse_events
 from tests.waiting import wait_until
 
 
