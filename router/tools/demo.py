@@ -44,8 +44,9 @@ class Options:
     """Failed probes in a row before the balancer takes a pod out."""
     chunks: int = 20
     """Chunks per streamed completion."""
-    interval_ms: int = 25
-    """Milliseconds between chunks."""
+    interval_ms: int = 50
+    """Milliseconds between chunks: 20 x 50 ms, 1 s streams, stand for completions of about 30 s, so
+    streams are still running when the sleep recipe's engine gets SIGTERM, as they are in production."""
     warmup_secs: float = 2.0
     """Load before the first restart, and after the last pod is back."""
 
@@ -270,7 +271,7 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
 )
 @click.option("--chunks", default=20, show_default=True, type=click.IntRange(1, 10_000), help="Chunks per stream.")
 @click.option(
-    "--interval-ms", default=25, show_default=True, type=click.IntRange(0, 10_000), help="Milliseconds between chunks."
+    "--interval-ms", default=50, show_default=True, type=click.IntRange(0, 10_000), help="Milliseconds between chunks."
 )
 @click.option(
     "--png",
