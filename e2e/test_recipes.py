@@ -65,7 +65,7 @@ async def _rolling_restarts(
     await lb.start()
     for pod in pods:
         await lb.wait_status(pod.name, "UP")
-    stream_load = load.Load(lb.url, clients=CLIENTS, chunks=CHUNKS, interval_ms=INTERVAL_MS)
+    stream_load = load.Load(lb.url, clients=CLIENTS, chunks=CHUNKS, interval_ms=INTERVAL_MS, stagger=True)
     terminations: list[float] = []
     exit_codes: list[int] = []
     await stream_load.start()

@@ -85,7 +85,7 @@ class Scenario:
             on_change=self._flipped,
         )
         self.backends = {b.name: b for b in self.balancer.backends}
-        self.load = load.Load("", clients=opts.clients, chunks=opts.chunks, interval_ms=opts.interval_ms)
+        self.load = load.Load("", clients=opts.clients, chunks=opts.chunks, interval_ms=opts.interval_ms, stagger=True)
         self.steps = ["warm-up", *[f"restart {p.name}" for p in self.pods], "cool-down"]
         self._estimates = [opts.warmup_secs, *[recipe.window_secs + 2.5] * len(self.pods), opts.warmup_secs]
         self._step, self._step_started = 0, time.monotonic()
