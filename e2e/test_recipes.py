@@ -112,7 +112,7 @@ def _kinds(lost: list[load.Record]) -> str:
     return ", ".join(f"{k} x{n}" for k, n in collections.Counter(f"{r.outcome.value} {r.status}" for r in lost).items())
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 async def test_three_recipes_behind_haproxy(
     haproxy_bin: str,
     start_fake_model: Any,
@@ -137,13 +137,30 @@ async def test_three_recipes_behind_haproxy(
             for n in names
         ]
 
-    engines: list[recipes.Pod] = [
-        recipes.EnginePod(n, logs / "sleep", sleep, chunks=CHUNKS, interval_ms=INTERVAL_MS) for n in names
-    ]
+    def engines(sees_deletion: bool) -> list[recipes.Pod]:
+        return [
+            recipes.EnginePod(
+                n,
+                logs / f"sleep-{sees_deletion}",
+                sleep,
+                chunks=CHUNKS,
+                interval_ms=INTERVAL_MS,
+                balancer_sees_deletion=sees_deletion,
+            )
+            for n in names
+        ]
+
+    sleeping, probing_engine = engines(True), engines(False)
     runs = {
         "drain-router": await _rolling_restarts(routers(DRAIN_SECS), tmp_path, "drain-router", session, processes),
-        "sleep + engine drain": await _rolling_restarts(engines, tmp_path, "sleep", session, processes),
+        "sleep + engine drain": await _rolling_restarts(sleeping, tmp_path, "sleep", session, processes),
         "no drain": await _rolling_restarts(routers(0), tmp_path, "no-drain", session, processes),
+        # The same sleep recipe behind a balancer that only probes the engine's /health (one that
+        # health-checks pod addresses without watching the API): nothing says "not ready" during
+        # the sleep, so its probe window starts at the engine's SIGTERM.
+        "sleep + engine drain, balancer probes only the engine": await _rolling_restarts(
+            probing_engine, tmp_path, "sleep-probe-only", session, processes
+        ),
     }
     for label, run in runs.items():
         lost, records = run["lost"], run["records"]
@@ -159,10 +176,13 @@ async def test_three_recipes_behind_haproxy(
         assert run["exit_codes"] == [0] * (CYCLES * REPLICAS), (label, run["exit_codes"])
     assert not runs["drain-router"]["lost"], _kinds(runs["drain-router"]["lost"])
     assert runs["no drain"]["lost"], "no request lost with no drain: the harness cannot see a loss"
-    sleep_lost = runs["sleep + engine drain"]["lost"]
-    cut = [r for r in sleep_lost if r.status == 200]  # a stream that started, then failed
-    assert not cut, f"the engine's drain cut streams it held: {_kinds(cut)}"
-    stopping = [e for pod in engines for e in _events(pod.process.log_path, "stopping")]
-    stopped = [e for pod in engines for e in _events(pod.process.log_path, "stopped")]
-    assert len(stopped) == CYCLES * REPLICAS and all(e["aborted"] == 0 for e in stopped), stopped
-    assert any(e["active"] for e in stopping), f"no stream in flight at any engine SIGTERM: nothing drained {stopping}"
+    for label, pods in (
+        ("sleep + engine drain", sleeping),
+        ("sleep + engine drain, balancer probes only the engine", probing_engine),
+    ):
+        cut = [r for r in runs[label]["lost"] if r.status == 200]  # a stream that started, then failed
+        assert not cut, f"{label}: the engine's drain cut streams it held: {_kinds(cut)}"
+        stopping = [e for pod in pods for e in _events(pod.process.log_path, "stopping")]
+        stopped = [e for pod in pods for e in _events(pod.process.log_path, "stopped")]
+        assert len(stopped) == CYCLES * REPLICAS and all(e["aborted"] == 0 for e in stopped), (label, stopped)
+        assert any(e["active"] for e in stopping), f"{label}: no stream in flight at an engine SIGTERM {stopping}"

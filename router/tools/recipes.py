@@ -123,8 +123,10 @@ class PodReadiness:
     """What Kubernetes says of an engine pod's readiness, on its own port: 503 once the pod is
     deleted, else the engine's ``/health`` answer (503 when it does not answer)."""
 
-    def __init__(self, health_url: str) -> None:
+    def __init__(self, health_url: str, *, sees_deletion: bool = True) -> None:
         self.health_url = health_url
+        self.sees_deletion = sees_deletion
+        """False: a balancer that only probes the engine and never learns of the deletion."""
         self.deleted = False
         self.port = cluster.free_port()
         self._runner: web.AppRunner | None = None
@@ -135,7 +137,7 @@ class PodReadiness:
         return f"http://{cluster.LOOPBACK}:{self.port}/readyz"
 
     async def _readyz(self, request: web.Request) -> web.Response:
-        if self.deleted:
+        if self.deleted and self.sees_deletion:
             return web.json_response({"status": "terminating"}, status=503)
         assert self._session is not None
         try:
@@ -166,7 +168,16 @@ class EnginePod:
     """An engine with no router (``drain-router fake-model --shutdown-timeout-secs T``, standing in
     for ``vllm serve --shutdown-timeout T``) and a preStop sleep, on fixed loopback ports."""
 
-    def __init__(self, name: str, log_dir: Path, recipe: SleepRecipe, *, chunks: int, interval_ms: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        log_dir: Path,
+        recipe: SleepRecipe,
+        *,
+        chunks: int,
+        interval_ms: int,
+        balancer_sees_deletion: bool = True,
+    ) -> None:
         self.name = name
         self.recipe = recipe
         self.port = cluster.free_port()
@@ -177,7 +188,7 @@ class EnginePod:
             *("--shutdown-timeout-secs", f"{recipe.shutdown_timeout_secs:g}"),
         )
         self.process = cluster.Process(name, argv, log_dir / f"{name}.log")
-        self.readiness = PodReadiness(f"{self.url}/health")
+        self.readiness = PodReadiness(f"{self.url}/health", sees_deletion=balancer_sees_deletion)
         self.phase = "starting"
         self.closed_at: list[float] = []
         """Wall-clock times of the engine's SIGTERMs: it closes its listener at once."""

@@ -117,6 +117,10 @@ def comparison_table(runs: list[RunResult]) -> str:
     return "\n".join([fmt(headers), rule, *[fmt(r) for r in rows], "", *settings, *(["", *notes] if notes else [])])
 
 
+#: Within this ratio two figures count as the same in :func:`summary` (run-to-run noise).
+SAME = 1.05
+
+
 def _p99(run: RunResult) -> float | None:
     return load.percentile([x.duration for x in run.records if not x.outcome.lost], 0.99)
 
@@ -134,12 +138,12 @@ def summary(results: list[RunResult]) -> str:
         if len(other.lost) <= len(first.lost):
             lines.append(f"{other.label} lost no more than {first.label} ({len(other.lost)}) in this run.")
         mine, theirs = _p99(first), _p99(other)
-        if mine is not None and theirs is not None and theirs <= mine:
-            lines.append(f"{other.label}: p99 completion {_secs(theirs)}, {first.label} {_secs(mine)}.")
+        if mine is not None and theirs is not None and theirs <= mine * SAME:
+            lines.append(f"{other.label}: p99 completion {_secs(theirs)}, as good: {first.label} {_secs(mine)}.")
         mine, theirs = _exit(first), _exit(other)
-        if mine is not None and theirs is not None and theirs < mine:
+        if mine is not None and theirs is not None and theirs <= mine * SAME:
             lines.append(
-                f"{other.label} ended its pods sooner: {_secs(theirs)} from SIGTERM to exit, "
-                f"{first.label} {_secs(mine)} (it holds each pod for its whole drain window)."
+                f"{other.label} ended its pods as soon or sooner: {_secs(theirs)} from SIGTERM to exit, "
+                f"{first.label} {_secs(mine)} (drain-router holds each pod for its whole drain window)."
             )
     return "\n".join(lines)

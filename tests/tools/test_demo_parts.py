@@ -123,11 +123,11 @@ def test_summary_says_where_another_recipe_did_as_well_or_better() -> None:
     on, off = _runs()
     text = runs_mod.summary([on, off])
     assert "drain-router: 0 of 10 requests lost." in text and "no drain: 3 of 11 requests lost." in text
-    assert "no drain ended its pods sooner: 0.40 s from SIGTERM to exit, drain-router 2.30 s" in text
+    assert "no drain ended its pods as soon or sooner: 0.40 s from SIGTERM to exit, drain-router 2.30 s" in text
     assert "lost no more than" not in text
     same = runs_mod.RunResult("sleep", "x", ["r"], drain_durations=[9.0], records=list(on.records))
     text = runs_mod.summary([on, same])
-    assert "sleep lost no more than drain-router (0)" in text and "p99 completion 0.50 s" in text
+    assert "sleep lost no more than drain-router (0)" in text and "p99 completion 0.50 s, as good" in text
     assert "sooner" not in text
 
 
