@@ -13,6 +13,8 @@ that is the router's ``/readyz``. For an engine pod it is :class:`PodReadiness`,
 Kubernetes reports: not ready from the moment the pod is deleted (the EndpointSlice marks a
 terminating pod not ready; the preStop sleep exists to outlast that propagation), otherwise the
 engine's own ``/health``. So both recipes are taken out of rotation by the same probe window.
+With ``EnginePod(balancer_sees_deletion=False)`` it is the engine's ``/health`` alone: a balancer
+that health-checks pod addresses and never learns of the deletion.
 
 Kubernetes windows are scaled to the demo's: :func:`scaled_sleep_recipe`.
 """
