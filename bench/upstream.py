@@ -1,6 +1,10 @@
 """The bench upstream: a stand-in model server on a raw asyncio protocol (uvloop), so it is never the
 bottleneck of a proxy measurement.
 
+Kept apart from ``drain-router fake-model`` on purpose: the fake model is an aiohttp application
+(counters, overrides, a vLLM-like shutdown) whose own per-request cost (~50 µs in aiohttp's server
+alone, see the README) would be measured along with the proxy; this one writes prebuilt bytes.
+
 Routes (HTTP/1.1, keep-alive, request bodies by Content-Length or chunked):
 
 - ``GET /small``: 200 with a 200-byte JSON body.

@@ -46,6 +46,8 @@ def render_config(
     *, port: int, admin_port: int, servers: list[Server], access_log: Path, interval_ms: int = 200
 ) -> str:
     """Envoy bootstrap YAML (JSON is valid YAML; no YAML library needed). Pure."""
+    if any(s.check_port for s in servers):
+        raise ValueError("this Envoy config checks each server on its traffic port; no check_port")
     endpoints = [
         {
             "endpoint": {

@@ -56,7 +56,10 @@ def render_config(
         "    http-reuse always",
         f"    default-server check inter {inter_ms}ms fall {fall} rise {rise}",
     ]
-    lines += [f"    server {s.name} {cluster.LOOPBACK}:{s.port}" for s in servers]
+    lines += [
+        f"    server {s.name} {cluster.LOOPBACK}:{s.port}" + (f" port {s.check_port}" if s.check_port else "")
+        for s in servers
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -12,6 +12,9 @@ from router.tools import cluster
 class Server:
     name: str
     port: int
+    check_port: int | None = None
+    """Where the health check goes when it is not ``port`` (an engine pod's readiness stand-in,
+    :class:`router.tools.recipes.PodReadiness`); HAProxy only."""
 
 
 class ProbedBalancer:

@@ -32,9 +32,10 @@ def _table_row(output: str, name: str) -> list[str]:
 
 
 @pytest.mark.timeout(120)
-def test_demo_compares_drain_on_and_off(tmp_path: Path, report: list[str]) -> None:
-    """1. run the demo (plain output, a PNG) in an empty directory. Result: exit 0, the drained run
-    lost nothing, the undrained run lost requests, a comparison table, and the PNG when matplotlib is there."""
+def test_demo_compares_three_recipes(tmp_path: Path, report: list[str]) -> None:
+    """1. run the demo (plain output, a PNG) in an empty directory. Result: exit 0, drain-router lost
+    nothing, no drain lost requests, the sleep recipe's figures are in the same table, and the PNG
+    when matplotlib is there."""
     png = tmp_path / "timeline.png"
     proc = subprocess.run(
         [sys.executable, "-m", "router", "demo", "--plain", "--png", str(png), *DEMO_ARGS],
@@ -47,12 +48,17 @@ def test_demo_compares_drain_on_and_off(tmp_path: Path, report: list[str]) -> No
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     requests = [int(x) for x in _table_row(proc.stdout, "requests")]
-    lost = [int(x) for x in _table_row(proc.stdout, "lost")[:2]]
-    report.append(f"demo: drain on {lost[0]} lost of {requests[0]}, drain off {lost[1]} lost of {requests[1]}")
-    assert lost[0] == 0 and lost[1] > 0, output
-    for row in ("p50 completion", "p99 completion", "drain (SIGTERM to exit)"):
-        assert all(cell.endswith(" s") for cell in _table_row(proc.stdout, row)), output
-    assert "SIGTERM replica-0" in proc.stdout and "balancer: replica-0 out of rotation" in proc.stdout
+    lost = [int(x) for x in _table_row(proc.stdout, "lost")]
+    assert len(requests) == len(lost) == 3, output
+    report.append(
+        f"demo: drain-router {lost[0]} lost of {requests[0]}, sleep + engine drain {lost[1]} of {requests[1]}, "
+        f"no drain {lost[2]} of {requests[2]}"
+    )
+    assert lost[0] == 0 and lost[2] > 0, output
+    for row in ("p50 completion", "p99 completion", "SIGTERM to exit"):
+        assert [cell.endswith(" s") for cell in _table_row(proc.stdout, row)] == [True] * 3, output
+    assert "SIGTERM pod-0" in proc.stdout and "balancer: pod-0 out of rotation" in proc.stdout
+    assert "pod deleted: preStop sleep pod-0" in proc.stdout
     if importlib.util.find_spec("matplotlib") is not None:
         assert png.read_bytes().startswith(b"\x89PNG"), output
     else:

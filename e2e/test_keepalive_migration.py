@@ -7,12 +7,13 @@ connection, which behind a Service or balancer lands on another replica.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
 import pytest
 
-from router.tools import cluster, load, streams
+from router.tools import cluster, load, recipes, streams
 
 
 def _local_port(resp: aiohttp.ClientResponse) -> int:
@@ -66,3 +67,46 @@ async def test_draining_replica_sends_connection_close(
     ports = [port for port, _ in drain_time]
     assert len(set(ports)) == len(ports), f"a connection was reused after Connection: close: {seen}"
     assert await replica.process.wait_exit(timeout=10) == 0
+
+
+@pytest.mark.timeout(60)
+async def test_engine_keeps_pooled_connection_through_the_prestop_sleep(
+    processes: list[cluster.Process], session: aiohttp.ClientSession, logs: Any
+) -> None:
+    """The sleep recipe's side of the same case. 1. a pooled client streams twice from an engine pod
+    (no router) 2. the pod is deleted: its readiness says 503 and the preStop sleep runs 3. the client
+    streams three more times during the sleep. Result: each answer completes and none says
+    `Connection: close`: the client keeps its one connection to the dying pod (nothing tells it to
+    move) until the engine's SIGTERM closes it."""
+    recipe = recipes.SleepRecipe(prestop_sleep_secs=3.0, shutdown_timeout_secs=2.0)
+    pod = recipes.EnginePod("engine", logs, recipe, chunks=3, interval_ms=10)
+    processes.append(pod.process)
+    seen: list[tuple[int, str | None]] = []
+
+    def note(resp: aiohttp.ClientResponse) -> None:
+        seen.append((_local_port(resp), resp.headers.get("Connection")))
+
+    try:
+        await pod.start(session)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as pooled:
+
+            async def stream() -> streams.Outcome:
+                return streams.classify(
+                    await load.stream_completion(pooled, pod.url, chunks=3, interval_ms=10, on_response=note)
+                )
+
+            assert [await stream(), await stream()] == [streams.Outcome.OK] * 2
+            terminating = asyncio.create_task(pod.terminate())
+
+            async def not_ready() -> bool:
+                return (await cluster.get_json(session, pod.probe_url))[0] == 503
+
+            await cluster.wait_until(not_ready, timeout=5, what="the pod's readiness to say 503")
+            during = [await stream() for _ in range(3)]
+            assert pod.phase == "preStop sleep", "the sleep ended mid-test"
+        assert await asyncio.wait_for(terminating, 15) == 0
+    finally:
+        await pod.close()
+    assert during == [streams.Outcome.OK] * 3
+    assert [c for _, c in seen] == [None] * 5, seen
+    assert len({port for port, _ in seen}) == 1, f"the pooled connection was not kept: {seen}"

@@ -1,4 +1,5 @@
-"""Shared fixtures: a fake upstream and routers running in the test's event loop."""
+"""Shared fixtures: the fake model server (the fake model's testing kit) and routers running in the
+test's event loop."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from router import config
 from router.proxy import lifecycle
-from tests import upstream as upstream_mod
+from router.tools.fake_model import testing as fake_model_testing
 
 
 class RunningRouter:
@@ -40,8 +41,9 @@ class RunningRouter:
 
 
 @pytest.fixture
-async def fake_upstream() -> AsyncIterator[upstream_mod.FakeUpstream]:
-    async with upstream_mod.running() as fake:
+async def fake_upstream() -> AsyncIterator[fake_model_testing.FakeModel]:
+    """The fake model server in this test's loop: ``.url``, its counters, ``.healthy`` to flip."""
+    async with fake_model_testing.running() as fake:
         yield fake
 
 

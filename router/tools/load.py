@@ -108,6 +108,9 @@ class Load:
     """Every client reads slowly, pausing this long between small reads."""
     seed: int | None = None
     """For the random choices above (which requests leave, after how many chunks)."""
+    stagger: bool = False
+    """Spread the clients' first requests evenly over one stream's length, so requests arrive at a
+    steady rate, as from independent users, rather than in waves that all end at once."""
     records: list[Record] = dataclasses.field(default_factory=list)
     _stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
@@ -122,7 +125,7 @@ class Load:
         self._rng = random.Random(self.seed)
         # limit=0: one pooled keep-alive connection per concurrent stream, no cap, like a gateway.
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.clients)]
+        self._tasks = [asyncio.create_task(self._worker(i)) for i in range(self.clients)]
 
     async def stop(self) -> list[Record]:
         """Let every worker finish its current stream, then close. Returns all records."""
@@ -132,8 +135,10 @@ class Load:
             await self._session.close()
         return self.records
 
-    async def _worker(self) -> None:
+    async def _worker(self, index: int) -> None:
         assert self._session is not None
+        if self.stagger:  # load shaping, not synchronisation: the i-th user arrives a little later
+            await asyncio.sleep(index * self.chunks * self.interval_ms / 1000 / self.clients)
         while not self._stop.is_set():
             started = time.monotonic()
             leave = None

@@ -32,7 +32,9 @@ class Mark:
 @dataclasses.dataclass(slots=True)
 class RunResult:
     label: str
-    drain_secs: int
+    """The recipe: ``drain-router``, ``sleep + engine drain``, ``no drain``."""
+    setting: str
+    """Its windows, e.g. ``--shutdown-drain-secs 2`` or ``preStop sleep 1 s, --shutdown-timeout 3 s``."""
     replicas: list[str]
     duration: float = 0.0
     records: list[load.Record] = dataclasses.field(default_factory=list)
@@ -43,6 +45,14 @@ class RunResult:
     exit_codes: list[int] = dataclasses.field(default_factory=list)
     balancer_errors: Counter[str] = dataclasses.field(default_factory=Counter)
     """Why the balancer answered 502 or cut a stream, by exception type."""
+    note: str = ""
+    """How the setting was derived, for the table's footnotes."""
+    t0_name: str = "SIGTERM"
+    """What starts a pod's termination in this recipe (the ``sigterm`` marks)."""
+    closing_name: str = "closing"
+    """What closes its listener (the ``closing`` marks)."""
+    probe_name: str = "router /readyz"
+    """What the balancer's readiness probe asks."""
 
     @property
     def lost(self) -> list[load.Record]:
@@ -72,7 +82,7 @@ def _secs(value: float | None) -> str:
 
 def comparison_table(runs: list[RunResult]) -> str:
     """The end-of-demo table, as text. Pure."""
-    headers = ["", *[f"{r.label} ({r.drain_secs} s)" for r in runs]]
+    headers = ["", *[r.label for r in runs]]
     rows: list[list[str]] = [
         ["requests", *[str(len(r.records)) for r in runs]],
         ["lost", *[str(len(r.lost)) for r in runs]],
@@ -85,7 +95,7 @@ def comparison_table(runs: list[RunResult]) -> str:
             *[_secs(load.percentile([x.duration for x in r.records if not x.outcome.lost], 0.99)) for r in runs],
         ],
         [
-            "drain (SIGTERM to exit)",
+            "SIGTERM to exit",
             *[_secs(sum(r.drain_durations) / len(r.drain_durations)) if r.drain_durations else "-" for r in runs],
         ],
     ]
@@ -103,4 +113,37 @@ def comparison_table(runs: list[RunResult]) -> str:
         return "  ".join([row[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(row[1:], widths[1:])]]).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
-    return "\n".join([fmt(headers), rule, *[fmt(r) for r in rows], *(["", *notes] if notes else [])])
+    settings = [f"{run.label}: {run.setting}" + (f" ({run.note})" if run.note else "") for run in runs]
+    return "\n".join([fmt(headers), rule, *[fmt(r) for r in rows], "", *settings, *(["", *notes] if notes else [])])
+
+
+#: Within this ratio two figures count as the same in :func:`summary` (run-to-run noise).
+SAME = 1.05
+
+
+def _p99(run: RunResult) -> float | None:
+    return load.percentile([x.duration for x in run.records if not x.outcome.lost], 0.99)
+
+
+def _exit(run: RunResult) -> float | None:
+    return sum(run.drain_durations) / len(run.drain_durations) if run.drain_durations else None
+
+
+def summary(results: list[RunResult]) -> str:
+    """What the runs showed, the first (drain-router) against the others, in words: each figure on
+    which another recipe did as well or better is said. Pure."""
+    first, others = results[0], results[1:]
+    lines = [f"{run.label}: {len(run.lost)} of {len(run.records)} requests lost." for run in results]
+    for other in others:
+        if len(other.lost) <= len(first.lost):
+            lines.append(f"{other.label} lost no more than {first.label} ({len(other.lost)}) in this run.")
+        mine, theirs = _p99(first), _p99(other)
+        if mine is not None and theirs is not None and theirs <= mine * SAME:
+            lines.append(f"{other.label}: p99 completion {_secs(theirs)}, as good: {first.label} {_secs(mine)}.")
+        mine, theirs = _exit(first), _exit(other)
+        if mine is not None and theirs is not None and theirs <= mine * SAME:
+            lines.append(
+                f"{other.label} ended its pods as soon or sooner: {_secs(theirs)} from SIGTERM to exit, "
+                f"{first.label} {_secs(mine)} (drain-router holds each pod for its whole drain window)."
+            )
+    return "\n".join(lines)

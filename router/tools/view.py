@@ -18,7 +18,7 @@ class ReplicaView:
     state: str = "starting"
     inflight: int = 0
     in_rotation: bool = False
-    """In the balancer's rotation (its probes of /readyz), not the router's own state."""
+    """In the balancer's rotation (from its readiness probes), not the pod's own state."""
 
 
 class View:
@@ -93,10 +93,10 @@ class View:
         from rich.text import Text
 
         table = Table(box=None, pad_edge=False, show_edge=False)
-        table.add_column("replica")
-        table.add_column("router state")
+        table.add_column("pod")
+        table.add_column("state")
         table.add_column("in-flight", justify="right")
-        table.add_column("balancer (probes /readyz)")
+        table.add_column("balancer rotation (its probes)")
         for name, rv in self.replicas.items():
             rotation = Text("in rotation", style="green") if rv.in_rotation else Text("out", style="red")
             table.add_row(name, rv.state, str(rv.inflight), rotation)

@@ -27,8 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from router.tools.fake_model import testing as fake_model_testing
 from tests import process
-from tests import upstream as upstream_mod
 from tests.blackbox import Canary, canary, status_of
 
 READ_TIMEOUT = 0.5
@@ -42,7 +42,7 @@ class World:
     port: int
     admin_port: int
     canary: Canary
-    fake: upstream_mod.FakeUpstream
+    fake: fake_model_testing.FakeModel
     proc: subprocess.Popen[str]
 
 
@@ -55,7 +55,7 @@ def world() -> Iterator[World]:
     holder: dict[str, object] = {}
 
     async def serve() -> None:
-        async with upstream_mod.running() as fake, canary() as spy:
+        async with fake_model_testing.running() as fake, canary() as spy:
             holder.update(fake=fake, spy=spy)
             ready.set()
             await stop.wait()
@@ -64,7 +64,7 @@ def world() -> Iterator[World]:
     thread.start()
     assert ready.wait(10)
     fake, spy = holder["fake"], holder["spy"]
-    assert isinstance(fake, upstream_mod.FakeUpstream) and isinstance(spy, Canary)
+    assert isinstance(fake, fake_model_testing.FakeModel) and isinstance(spy, Canary)
     proc = subprocess.Popen(
         process.serve_argv(
             "--upstream",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from router.tools import load, streams, timeline
+from router.tools import load, recipes, streams, timeline
 from router.tools import runs as runs_mod
 
 
@@ -17,16 +17,16 @@ def _record(t: float, duration: float, outcome: streams.Outcome, status: int | N
 
 def _runs() -> list[runs_mod.RunResult]:
     on = runs_mod.RunResult(
-        "drain on",
-        2,
+        "drain-router",
+        "--shutdown-drain-secs 2",
         ["replica-0"],
         duration=10,
         drain_durations=[2.2, 2.4],
         records=[_record(i, 0.5, streams.Outcome.OK) for i in range(10)],
     )
     off = runs_mod.RunResult(
-        "drain off",
-        0,
+        "no drain",
+        "--shutdown-drain-secs 0",
         ["replica-0"],
         duration=8,
         drain_durations=[0.4],
@@ -41,13 +41,14 @@ def _runs() -> list[runs_mod.RunResult]:
 def test_comparison_table() -> None:
     table = runs_mod.comparison_table(_runs())
     lines = table.splitlines()
-    assert lines[0].split() == ["drain", "on", "(2", "s)", "drain", "off", "(0", "s)"]
+    assert lines[0].split() == ["drain-router", "no", "drain"]
     rows = {line.split("  ")[0]: line.split() for line in lines[2:] if line}
     assert rows["requests"][-2:] == ["10", "11"]
     assert rows["lost"][-2:] == ["0", "3"]
     assert rows["p50 completion"][-4:] == ["0.50", "s", "0.50", "s"]
     assert "2.30 s" in table and "0.40 s" in table
-    assert lines[-1] == "lost in drain off: 502 x2, cut x1 (balancer: ClientConnectorError x2)"
+    assert "drain-router: --shutdown-drain-secs 2" in lines and "no drain: --shutdown-drain-secs 0" in lines
+    assert lines[-1] == "lost in no drain: 502 x2, cut x1 (balancer: ClientConnectorError x2)"
 
 
 def test_percentile_nearest_rank() -> None:
@@ -86,8 +87,64 @@ def test_png_written(tmp_path: Path) -> None:
     assert path.read_bytes().startswith(b"\x89PNG")
 
 
+def test_png_says_each_runs_own_losses_one_dot_each_on_one_x_range() -> None:
+    """Each run's panel gives its own lost count (the old legend said "lost (0)" for a run that lost
+    47), shows one dot per lost request, and every panel spans the same seconds."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    on, off = _runs()
+    off.records += [_record(3.01, 0.0, streams.Outcome.HTTP_ERROR, 502)] * 4  # 7 lost, 5 at one moment
+    fig = timeline.figure([on, off])
+    try:
+        axes = fig.axes
+        assert len(axes) == 6
+        assert axes[0].get_title(loc="right") == "0 of 10 lost"
+        assert axes[3].get_title(loc="right") == "7 of 15 lost"
+        assert len(axes[1].collections) == 0
+        (dots,) = axes[4].collections
+        assert len(dots.get_offsets()) == 7
+        assert len({tuple(xy) for xy in dots.get_offsets()}) == 7, "two lost requests drawn as one dot"
+        assert {ax.get_xlim() for ax in axes} == {(0.0, 10.0)}
+        assert axes[2].get_ylabel().startswith("in balancer rotation")
+    finally:
+        plt.close(fig)
+
+
 def test_png_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     with pytest.raises(timeline.PlotUnavailable):
         timeline.plot(_runs(), tmp_path / "t.png")
     assert not (tmp_path / "t.png").exists()
+
+
+def test_summary_says_where_another_recipe_did_as_well_or_better() -> None:
+    """drain-router loses nothing but holds its pods longer: the summary says both, and no more."""
+    on, off = _runs()
+    text = runs_mod.summary([on, off])
+    assert "drain-router: 0 of 10 requests lost." in text and "no drain: 3 of 11 requests lost." in text
+    assert "no drain ended its pods as soon or sooner: 0.40 s from SIGTERM to exit, drain-router 2.30 s" in text
+    assert "lost no more than" not in text
+    same = runs_mod.RunResult("sleep", "x", ["r"], drain_durations=[9.0], records=list(on.records))
+    text = runs_mod.summary([on, same])
+    assert "sleep lost no more than drain-router (0)" in text and "p99 completion 0.50 s, as good" in text
+    assert "sooner" not in text
+
+
+def test_loss_dots_one_per_request_stacked_in_time_bins() -> None:
+    dots = timeline.loss_dots([1.0, 1.01, 1.02, 3.0, 1.2], bin_secs=0.05)
+    assert len(dots) == 5
+    assert sorted(dots) == [(1.0, 1), (1.01, 2), (1.02, 3), (1.2, 1), (3.0, 1)]
+
+
+def test_sleep_recipe_scaled_as_kserve_sizes_it() -> None:
+    """KServe: sleep 15 s, grace 60 s, --shutdown-timeout 45 s. Scaled for a 2 s drain (2/30)."""
+    assert recipes.scaled_sleep_recipe(30) == recipes.SleepRecipe(prestop_sleep_secs=15, shutdown_timeout_secs=45)
+    scaled = recipes.scaled_sleep_recipe(2)
+    assert scaled.prestop_sleep_secs == pytest.approx(1.0) and scaled.shutdown_timeout_secs == pytest.approx(3.0)
+
+
+def test_three_recipes_in_order() -> None:
+    three = recipes.three("http://127.0.0.1:1", replicas=2, drain_secs=2, chunks=3, interval_ms=1)
+    assert [r.label for r in three] == ["drain-router", "sleep + engine drain", "no drain"]
+    assert three[1].setting == "preStop sleep 1 s, --shutdown-timeout 3 s"

@@ -14,9 +14,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient
+from click.testing import CliRunner
 
 from router.tools import fake_model, streams
+from router.tools.fake_model import app as fake_app
+from router.tools.fake_model import serve
 
 Client = Callable[..., Awaitable[TestClient]]
 
@@ -257,3 +261,95 @@ async def test_unix_socket(spawned: Any, tmp_path: Any) -> None:
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, 10) == 0
         proc.stdout.close() if proc.stdout else None
+
+
+# -- vLLM's --shutdown-timeout semantics, on the application in this loop (serve.shut_down). -------
+
+
+@pytest.fixture
+async def served() -> Any:
+    """``await served()``: the fake model on a loopback port in this loop; ``(runner, state, port)``."""
+    runners: list[web.AppRunner] = []
+
+    async def serve() -> tuple[web.AppRunner, fake_app.State, int]:
+        state = fake_app.State()
+        app = fake_model.make_app(fake_model.Settings(chunks=3, interval_ms=1), state)
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1)
+        runners.append(runner)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        return runner, state, runner.addresses[0][1]
+
+    yield serve
+    for runner in runners:
+        await runner.cleanup()
+
+
+async def _raw_stream(port: int, chunks: int, interval_ms: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A stream request over a raw keep-alive connection, once its first chunk arrived."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = json.dumps({"stream": True, "chunks": chunks, "interval_ms": interval_ms}).encode()
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    await asyncio.wait_for(reader.readuntil(b"data: "), 5)
+    return reader, writer
+
+
+async def _refused(port: int) -> bool:
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except ConnectionRefusedError:
+        return True
+    writer.close()
+    return False
+
+
+async def test_shutdown_stops_accepting_and_lets_in_flight_finish(served: Any) -> None:
+    """1. a stream runs; an idle keep-alive connection is open 2. shut_down(timeout 10).
+    Result: new connections are refused and the idle one is closed at once; the stream ends with
+    [DONE]; nothing aborted; the shutdown returns when the stream ended, not at the timeout."""
+    runner, state, port = await served()
+    reader, writer = await _raw_stream(port, chunks=40, interval_ms=20)
+    idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", port)
+    idle_writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.wait_for(idle_reader.readuntil(b'{"status": "ok"}'), 5)
+
+    started = time.monotonic()
+    shutdown = asyncio.create_task(serve.shut_down(runner, state, 10))
+    assert await asyncio.wait_for(idle_reader.read(), 2) == b"", "the idle keep-alive connection stays open"
+    assert await _refused(port), "a new connection was accepted after the shutdown began"
+    assert state.active == 1, ("checked too late: the stream had already ended", state.stats())
+    rest = await asyncio.wait_for(reader.read(), 5)
+    assert b"data: [DONE]" in rest, rest[-80:]
+    assert await asyncio.wait_for(shutdown, 5) == 0
+    assert time.monotonic() - started < 2, "the shutdown waited past the end of the last stream"
+    assert state.stats() == {"started": 1, "finished": 1, "cancelled": 0, "active": 0}
+    writer.close()
+    idle_writer.close()
+
+
+@pytest.mark.parametrize("timeout", [0.0, 0.3], ids=["zero-aborts-at-once", "deadline"])
+async def test_shutdown_aborts_what_runs_past_the_timeout(served: Any, timeout: float) -> None:
+    """1. two streams that need 10 s run 2. shut_down(timeout). Result: at the timeout (at once for
+    0, vLLM's default, where aiohttp's own shutdown_timeout would wait forever) both are aborted and
+    counted; the shutdown ends right after."""
+    runner, state, port = await served()
+    opened = [await _raw_stream(port, chunks=500, interval_ms=20) for _ in range(2)]
+    started = time.monotonic()
+    assert await asyncio.wait_for(serve.shut_down(runner, state, timeout), 5) == 2
+    took = time.monotonic() - started
+    assert timeout <= took < timeout + 0.5, took
+    for reader, writer in opened:
+        assert b"data: [DONE]" not in await asyncio.wait_for(reader.read(), 2)
+        writer.close()
+    assert state.stats() == {"started": 2, "finished": 0, "cancelled": 2, "active": 0}
+
+
+def test_help_states_the_vllm_semantics() -> None:
+    result = CliRunner().invoke(serve.command, ["--help"])
+    text = " ".join(result.output.split())
+    assert "--shutdown-timeout" in text and "vllm serve --shutdown-timeout N" in text
+    assert "stop accepting" in text and "aborted" in text

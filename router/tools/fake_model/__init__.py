@@ -1,0 +1,24 @@
+"""``drain-router fake-model``: a stand-in OpenAI-compatible streaming model server, and a testing kit.
+
+A demo and test tool, not a model: it "generates" ``chunks`` tokens, one every ``interval_ms``,
+after an optional ``first_token_ms`` of silent "prefill". Every streamed chunk carries a sequence
+number (``seq``, from 0, and ``total``), so a client can tell a complete stream from one that lost
+chunks; a complete stream ends with ``data: [DONE]``.
+
+- :mod:`.openai`: the answer shapes and per-request overrides (pure);
+- :mod:`.app`: the one aiohttp application (:func:`make_app`) and its :class:`State`;
+- :mod:`.serve`: the CLI process, with vLLM's ``--shutdown-timeout`` semantics on SIGTERM;
+- :mod:`.testing`: the same application in a test's event loop (:func:`testing.running`).
+
+Endpoints: ``POST /v1/completions`` and ``/v1/chat/completions`` (``"stream": true`` answers
+server-sent events; the query parameters or JSON fields ``chunks`` (or ``max_tokens``),
+``interval_ms`` and ``first_token_ms`` override the defaults), ``GET /health`` (200 while serving),
+``GET /stats`` (``started``, ``finished``, ``cancelled``, ``active``), ``GET /v1/models``; and, for
+proxy tests, ``/sse``, ``/echo``, ``/cut``, ``/short``, ``/lowercase-hops``, ``/status/{code}``.
+"""
+
+from router.tools.fake_model.app import State, make_app
+from router.tools.fake_model.openai import Settings
+from router.tools.fake_model.serve import command
+
+__all__ = ["Settings", "State", "command", "make_app"]
