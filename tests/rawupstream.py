@@ -3,7 +3,7 @@ chooses, so a test controls the framing (Content-Length, chunked with extensions
 close-delimited, no body, 1xx), when a connection closes, and when a request body is read.
 
 It counts what the router did to it: connections accepted, requests seen (with the connection each
-came on), connections the router closed. Unlike :mod:`tests.upstream` (aiohttp) and
+came on), connections the router closed. Unlike the fake model's testing kit (aiohttp) and
 ``bench/upstream.py`` (one fixed set of fast answers), nothing here is normalised by a framework.
 
 Routes (the path; query parameters as noted):

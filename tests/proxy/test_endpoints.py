@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests import upstream as upstream_mod
+from router.tools.fake_model import testing as fake_model_testing
 from tests.waiting import wait_until
 
 
@@ -114,7 +114,7 @@ async def test_startup_advisory_logged_once(fake_upstream, start_router):
 async def test_upstream_up_follows_the_last_connect_without_a_health_path(start_router, http):
     """Without --upstream-health-path, drain_router_upstream_up is 1 once a request reached the model
     server and 0 once one could not connect."""
-    async with upstream_mod.running() as fake:
+    async with fake_model_testing.running() as fake:
         r = await start_router(upstream=fake.url)
         async with http.get(f"{r.url}/sse?n=1&iv=0") as resp:
             await resp.read()

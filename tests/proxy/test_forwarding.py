@@ -16,7 +16,7 @@ import pytest
 
 from router.tools import streams
 from router.tools.cluster import free_port
-from tests import upstream as upstream_mod
+from router.tools.fake_model import testing as fake_model_testing
 from tests.waiting import wait_until
 
 
@@ -117,7 +117,7 @@ async def test_expect_100_continue_is_answered_and_the_body_forwarded(fake_upstr
 
 
 async def test_unix_socket_upstream(tmp_path: Path, start_router, http):
-    async with upstream_mod.running(unix_path=tmp_path / "model.sock") as fake:
+    async with fake_model_testing.running(unix_path=tmp_path / "model.sock") as fake:
         r = await start_router(upstream=fake.url)
         async with http.get(f"{r.url}/sse?n=3&iv=0") as resp:
             assert streams.events_of(await resp.read()) == ["0", "1", "2", "[DONE]"]

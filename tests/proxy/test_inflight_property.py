@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from router import config
 from router.proxy import lifecycle
-from tests import upstream as upstream_mod
+from router.tools.fake_model import testing as fake_model_testing
 from tests.waiting import wait_until
 
 KINDS = ("completed", "slow", "abort_mid_stream", "abort_in_prefill", "upstream_cut", "oversized", "upgrade")
@@ -41,7 +41,7 @@ request_plan = st.lists(
 
 async def _one(
     session: aiohttp.ClientSession,
-    fake: upstream_mod.FakeUpstream,
+    fake: fake_model_testing.FakeModel,
     base: str,
     kind: str,
     offset: float,
@@ -87,7 +87,7 @@ async def _read(session: aiohttp.ClientSession, url: str) -> bytes:
 
 
 async def _scenario(plan: list[tuple[str, float, float]]) -> None:
-    async with upstream_mod.running() as fake:
+    async with fake_model_testing.running() as fake:
         cfg = config.build_config(
             upstream=fake.url,
             host="127.0.0.1",
