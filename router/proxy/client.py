@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 import httptools
 
 from router import logs
-from router.decisions import drain
 from router.proxy import health, responses
 from router.proxy.exchange import Exchange
 from router.proxy.rewrite import BadTarget, RequestHead, check_target, forwarded_node, request_head
@@ -325,7 +324,7 @@ class ClientConnection(asyncio.Protocol):
     def _probe(self, path: bytes, method: bytes, keep_alive: bool, http10: bool) -> None:
         state = self.listener.state
         code, body = state.readiness() if path == b"/readyz" else (200, health.ALIVE)
-        close = not keep_alive or self.close_after or drain.closes_connections(state.phase)
+        close = not keep_alive or self.close_after or state.closes_connections
         payload = json.dumps(body).encode()
         if self.transport is not None:
             self.transport.write(

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from router import logs
-from router.decisions import drain
 from router.proxy import responses
 from router.proxy.rewrite import CHUNKED, NONE, SMALL, RequestHead, client_head, retryable
 from router.proxy.upstream import PENDING, UpstreamConnection
@@ -186,7 +185,7 @@ class Exchange:
 
     def response_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]]) -> None:
         client = self.client
-        close = not self.keep_alive or client.close_after or drain.closes_connections(client.listener.state.phase)
+        close = not self.keep_alive or client.close_after or client.listener.state.closes_connections
         head = client_head(
             status, reason, headers, head_request=self.method == b"HEAD", http10=self.http10, close=close
         )
@@ -297,9 +296,7 @@ class Exchange:
         status, kind, message = error
         self.code = status
         client = self.client
-        close = (
-            close or not self.keep_alive or client.close_after or drain.closes_connections(client.listener.state.phase)
-        )
+        close = close or not self.keep_alive or client.close_after or client.listener.state.closes_connections
         self.close = close
         if client.transport is not None:
             client.transport.write(

@@ -84,7 +84,9 @@ class RouterState:
         self.clock = clock
         self.started_at = clock()
         self.inflight = InFlight(clock=clock)
-        self.status = drain.DrainStatus()
+        self._status = drain.DrainStatus()
+        self.closes_connections = False
+        """Every response carries ``Connection: close`` (draining on); read on the hot path."""
         self.upstream_up: bool | None = None
         """None: not checked (no health path). Otherwise the last health check's answer."""
         self._connected: bool | None = None
@@ -100,6 +102,15 @@ class RouterState:
         if ok != self._connected and self.config.health.upstream_health_path is None:
             self._connected = ok
             self.metrics.upstream_up.set(1 if ok else 0)
+
+    @property
+    def status(self) -> drain.DrainStatus:
+        return self._status
+
+    @status.setter
+    def status(self, status: drain.DrainStatus) -> None:
+        self._status = status
+        self.closes_connections = drain.closes_connections(status.phase)
 
     @property
     def phase(self) -> drain.Phase:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import http
 import socket
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ UPSTREAM_HIGH_WATER_BYTES = 64 * 1024
 UPSTREAM_IDLE_SECS = 4.0
 
 _EMFILE = frozenset({errno.EMFILE, errno.ENFILE})
+_REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -52,7 +54,6 @@ class UpstreamConnection(asyncio.Protocol):
         "keep_alive",
         "parser",
         "pool",
-        "reason",
         "transport",
     )
 
@@ -62,7 +63,6 @@ class UpstreamConnection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.exchange: Exchange | None = None
         self.headers: list[tuple[bytes, bytes]] = []
-        self.reason = b""
         self.interim = False
         self.keep_alive = True
         self.complete = True
@@ -96,7 +96,6 @@ class UpstreamConnection(asyncio.Protocol):
             self.parser = httptools.HttpResponseParser(self)
             self.complete = True
         self.headers = []
-        self.reason = b""
         self.transport.write(head)
 
     def data_received(self, data: bytes) -> None:
@@ -114,10 +113,8 @@ class UpstreamConnection(asyncio.Protocol):
             return
         exchange.flush()
 
-    # llhttp callbacks: record only; the exchange acts in flush()
-    def on_status(self, reason: bytes) -> None:
-        self.reason += reason
-
+    # llhttp callbacks: record only; the exchange acts in flush(). (No on_status: the status line
+    # the client gets carries the standard reason phrase; RFC 9112 lets a client ignore it.)
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name, value))
 
@@ -129,7 +126,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.keep_alive = self.parser.should_keep_alive()
         exchange = self.exchange
         if exchange is not None:
-            exchange.response_head(status, self.reason, self.headers)
+            exchange.response_head(status, _REASONS.get(status) or b"Unknown", self.headers)
             self.headers = []  # trailers, if any, are dropped
 
     def on_body(self, body: bytes) -> None:
@@ -141,7 +138,6 @@ class UpstreamConnection(asyncio.Protocol):
         if self.interim:
             self.interim = False
             self.headers = []
-            self.reason = b""
             return
         self.complete = True
         exchange = self.exchange
