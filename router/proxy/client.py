@@ -282,7 +282,8 @@ class ClientConnection(asyncio.Protocol):
                 )
                 # RFC 9112 §3.2: an HTTP/1.1 request needs exactly one Host (an HTTP/1.0 one may have none).
                 problem = None
-                if request.hosts > 1 or (request.hosts == 0 and version != "1.0"):
+                hosts = request[5]
+                if hosts > 1 or (hosts == 0 and version != "1.0"):
                     problem = NO_HOST
                     self.close_after = True
             except BadTarget:

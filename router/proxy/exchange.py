@@ -32,6 +32,7 @@ PENDING_BODY_BYTES = 64 * 1024
 
 class Exchange:
     __slots__ = (
+        "chunked",
         "client",
         "close",
         "code",
@@ -76,6 +77,8 @@ class Exchange:
         self.request = request
         self.problem = problem
         """Why the router refuses it (answered in its turn), or None."""
+        self.chunked = request is not None and request[2]
+        """The client's body is chunked (re-chunked upstream)."""
         self.up: UpstreamConnection | None = None
         self.pending: list[bytes] | None = None
         self.pending_size = 0
@@ -112,17 +115,18 @@ class Exchange:
             self.reply(self.problem or responses.BAD_REQUEST, "rejected", close=self.client.close_after)
             return
         listener = self.client.listener
-        if request.upgrade:
+        _, length, _, expect_continue, upgrade, _ = request
+        if upgrade:
             self.client.close_after = True
             self.discard = True
             self.reply(responses.UPGRADE, "rejected", close=True)
             return
         limit = listener.max_body
-        if request.content_length is not None and request.content_length > limit:
+        if length is not None and length > limit:
             self.discard = True
             self.reply(responses.too_large(limit), "rejected", close=True)
             return
-        if request.expect_continue and not self.http10 and not self.req_done:
+        if expect_continue and not self.http10 and not self.req_done:
             self.client.transport.write(responses.CONTINUE)
         listener.pool.acquire(self)
 
@@ -137,10 +141,10 @@ class Exchange:
         if pending:
             self.pending = None
             self.pending_size = 0
-            up.start(self, self.request.head + b"".join(pending))
+            up.start(self, self.request[0] + b"".join(pending))
             self.client.resume_reading(PENDING)
         else:
-            up.start(self, self.request.head)
+            up.start(self, self.request[0])
 
     def request_body(self, data: bytes) -> None:
         if self.discard or self.finished:
@@ -157,7 +161,7 @@ class Exchange:
                 self.reply(responses.too_large(limit), "rejected", close=True)
             return
         assert self.request is not None
-        framed = b"%x\r\n%s\r\n" % (len(data), data) if self.request.chunked else data
+        framed = b"%x\r\n%s\r\n" % (len(data), data) if self.chunked else data
         self._send(framed)
 
     def request_done(self) -> None:
@@ -165,7 +169,7 @@ class Exchange:
         if self.discard or self.finished:
             return
         assert self.request is not None
-        if self.request.chunked:
+        if self.chunked:
             self._send(b"0\r\n\r\n")
 
     def _send(self, data: bytes) -> None:
@@ -183,23 +187,20 @@ class Exchange:
 
     # -- the response (called from the upstream's parser callbacks, then flush()) --------------
 
-    def response_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    def response_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         client = self.client
         close = not self.keep_alive or client.close_after or client.listener.state.closes_connections
-        head = client_head(
-            status, reason, headers, head_request=self.method == b"HEAD", http10=self.http10, close=close
-        )
-        if head is None:
+        framed = client_head(status, headers, head_request=self.method == b"HEAD", http10=self.http10, close=close)
+        if framed is None:
             self.up_invalid("a transfer coding an HTTP/1.0 client cannot be told about")
             return
         self.code = status
-        self.mode = head.mode
-        self.until_eof = head.until_eof
-        self.close = head.close
-        self.out.append(head.head)
-        if head.mode == NONE:
+        head, mode, self.until_eof, self.close = framed
+        self.mode = mode
+        self.out.append(head)
+        if mode == NONE:
             self.resp_done = True  # llhttp does not know a HEAD response has no body
-        if head.mode != SMALL:
+        if mode != SMALL:
             self._head_out()
 
     def _head_out(self) -> None:

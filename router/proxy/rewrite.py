@@ -8,7 +8,7 @@ and ``Forwarded``, ``X-Forwarded-Proto`` and ``X-Forwarded-Host`` are set, ``Hos
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from http import HTTPStatus
 
 from router import headers as headers_mod
 
@@ -54,16 +54,12 @@ def forwarded_node(value: bytes) -> bytes:
     return b'"' + value.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
 
 
-class RequestHead(NamedTuple):
-    head: bytes
-    """The request line and headers to write upstream, ending with the blank line."""
-    content_length: int | None
-    chunked: bool
-    """The client's body is chunked (it is re-chunked upstream; other codings pass through)."""
-    expect_continue: bool
-    upgrade: bool
-    hosts: int
-    """How many ``Host`` headers the client sent (HTTP/1.1 requires exactly one)."""
+#: What :func:`request_head` returns (a plain tuple: this is on every request's path):
+#: ``(head, content_length, chunked, expect_continue, upgrade, hosts)``. ``head`` is the request line and
+#: headers to write upstream with the blank line; ``chunked``: the client's body is chunked (it is
+#: re-chunked upstream, other codings pass through); ``hosts``: how many ``Host`` headers the client
+#: sent (HTTP/1.1 needs exactly one).
+RequestHead = tuple[bytes, int | None, bool, bool, bool, int]
 
 
 def request_head(
@@ -124,7 +120,7 @@ def request_head(
         parts += (b"\r\nTransfer-Encoding: ", transfer)  # type: ignore[arg-type]
         length = None
     parts.append(b"\r\n\r\n")
-    return RequestHead(b"".join(parts), length, chunked, expect, upgrade, hosts)
+    return b"".join(parts), length, chunked, expect, upgrade, hosts
 
 
 #: Idempotent methods (RFC 9110 §9.2.2).
@@ -135,22 +131,31 @@ def retryable(method: bytes, request: RequestHead | None) -> bool:
     """A request the router may send again on a fresh connection when the pooled one it was written
     to turns out closed by the model server before any answer: idempotent and without a body (a
     body was streamed, not kept)."""
-    return method in IDEMPOTENT and request is not None and not request.chunked and not request.content_length
+    return method in IDEMPOTENT and request is not None and not request[2] and not request[1]
 
 
-class ResponseHead(NamedTuple):
-    lines: bytes
-    """The end-to-end header lines, each ending in CRLF (no status line, no blank line)."""
-    content_length: int | None
-    codings: bytes | None
-    """Transfer codings other than chunked (``b""`` when the upstream said only chunked), or None."""
-    chunked: bool
-    has_server: bool
+#: Responses with a Content-Length up to this size are sent with their head in one write.
+SMALL_BODY_BYTES = 64 * 1024
+
+# How a response body is framed to the client.
+NONE, LENGTH, SMALL, CHUNKED, UNTIL_CLOSE = range(5)
+
+_STATUS_LINES = {status.value: b"HTTP/1.1 %d %s\r\n" % (status.value, status.phrase.encode()) for status in HTTPStatus}
+
+#: What :func:`client_head` returns (a plain tuple, as above): ``(head, mode, until_eof, close)``.
+#: ``head``: the status line, headers and blank line for the client; ``mode``: how the body is framed
+#: to the client (NONE, LENGTH, SMALL, CHUNKED or UNTIL_CLOSE); ``until_eof``: the upstream ends the
+#: body by closing the connection; ``close``: the client connection closes after this response.
+ClientHead = tuple[bytes, int, bool, bool]
 
 
-def response_head(headers: Headers) -> ResponseHead:
-    """The upstream response's headers for the client, and what frames its body."""
-    lines: list[bytes] = []
+def client_head(status: int, headers: Headers, *, head_request: bool, http10: bool, close: bool) -> ClientHead | None:
+    """The response head for the client and how its body is framed, from the upstream's status and
+    headers: hop-by-hop ones (and those named in ``Connection``) dropped. ``close``: the connection
+    closes after it anyway (the client asked, or the router is draining). None when the body cannot
+    be framed for this client (a transfer coding an HTTP/1.0 client cannot be told about). The status
+    line carries the standard reason phrase."""
+    lines = [_STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status]
     named: set[bytes] | None = None
     length = None
     transfer: bytes | None = None
@@ -169,62 +174,28 @@ def response_head(headers: Headers) -> ResponseHead:
             has_server = True
         lines += (name, b": ", value, b"\r\n")
     if named and (named := named - HOP_BY_HOP):
-        lines = [
+        lines = lines[:1] + [
             p
             for name, value in headers
             if (lower := name.lower()) not in HOP_BY_HOP and lower not in named
             for p in (name, b": ", value, b"\r\n")
         ]
         has_server = has_server and b"server" not in named
-    codings = None
-    chunked = False
-    if transfer is not None:
-        tokens = [t.strip() for t in transfer.split(b",") if t.strip()]
-        chunked = bool(tokens) and tokens[-1].lower() == b"chunked"
-        codings = b", ".join(t for t in tokens if t.lower() != b"chunked")
-        length = None  # Transfer-Encoding overrides Content-Length (RFC 9112 §6.3)
-    return ResponseHead(b"".join(lines), length, codings, chunked, has_server)
-
-
-#: Responses with a Content-Length up to this size are sent with their head in one write.
-SMALL_BODY_BYTES = 64 * 1024
-
-# How a response body is framed to the client.
-NONE, LENGTH, SMALL, CHUNKED, UNTIL_CLOSE = range(5)
-
-
-class ClientHead(NamedTuple):
-    head: bytes
-    """The status line, headers and blank line for the client."""
-    mode: int
-    """How the body is framed to the client: NONE, LENGTH, SMALL, CHUNKED or UNTIL_CLOSE."""
-    until_eof: bool
-    """The upstream ends the body by closing the connection."""
-    close: bool
-    """The client connection closes after this response."""
-
-
-def client_head(
-    status: int, reason: bytes, headers: Headers, *, head_request: bool, http10: bool, close: bool
-) -> ClientHead | None:
-    """The response head for the client and how its body is framed, from the upstream's. ``close``:
-    the connection closes after it anyway (the client asked, or the router is draining). None when
-    the body cannot be framed for this client (a transfer coding an HTTP/1.0 client cannot be told)."""
-    head = response_head(headers)
-    lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason), head.lines]
-    if not head.has_server:
+    if not has_server:
         lines.append(b"Server: drain-router\r\n")
     until_eof = False
-    if head_request or status in (204, 304):
+    if head_request or status == 204 or status == 304:
         mode = NONE
-    elif head.content_length is not None:
-        mode = SMALL if head.content_length <= SMALL_BODY_BYTES else LENGTH
+    elif transfer is None and length is not None:
+        mode = SMALL if length <= SMALL_BODY_BYTES else LENGTH
     else:
-        until_eof = not head.chunked
+        tokens = [t.strip() for t in transfer.split(b",") if t.strip()] if transfer is not None else []
+        until_eof = not tokens or tokens[-1].lower() != b"chunked"  # else close-delimited (RFC 9112 §6.3)
+        codings = b", ".join(t for t in tokens if t.lower() != b"chunked")
         if not http10:
             mode = CHUNKED
-            lines += (b"Transfer-Encoding: ", head.codings + b", chunked" if head.codings else b"chunked", b"\r\n")
-        elif head.codings:
+            lines += (b"Transfer-Encoding: ", codings + b", chunked" if codings else b"chunked", b"\r\n")
+        elif codings:
             return None
         else:
             mode = UNTIL_CLOSE
@@ -234,4 +205,4 @@ def client_head(
     elif http10:
         lines.append(b"Connection: keep-alive\r\n")
     lines.append(b"\r\n")
-    return ClientHead(b"".join(lines), mode, until_eof, close)
+    return b"".join(lines), mode, until_eof, close

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import http
 import socket
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -39,7 +38,6 @@ UPSTREAM_HIGH_WATER_BYTES = 64 * 1024
 UPSTREAM_IDLE_SECS = 4.0
 
 _EMFILE = frozenset({errno.EMFILE, errno.ENFILE})
-_REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -126,7 +124,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.keep_alive = self.parser.should_keep_alive()
         exchange = self.exchange
         if exchange is not None:
-            exchange.response_head(status, _REASONS.get(status) or b"Unknown", self.headers)
+            exchange.response_head(status, self.headers)
             self.headers = []  # trailers, if any, are dropped
 
     def on_body(self, body: bytes) -> None:
