@@ -111,7 +111,7 @@ helm.sh/resource-policy: keep
 {{- $e := $m.engine -}}
 {{- $p := dict -}}
 {{- if eq $e "vllm" -}}
-{{- $p = dict "repository" "vllm/vllm-openai" "tag" "v0.14.0" "port" 8000 "healthPath" "/health" "command" (list) -}}
+{{- $p = dict "repository" "vllm/vllm-openai" "tag" "v0.18.0" "port" 8000 "healthPath" "/health" "command" (list) -}}
 {{- else if eq $e "sglang" -}}
 {{- $p = dict "repository" "lmsysorg/sglang" "tag" "v0.5.2" "port" 30000 "healthPath" "/health" "command" (list "python3" "-m" "sglang.launch_server") -}}
 {{- else if eq $e "tgi" -}}
