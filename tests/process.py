@@ -4,12 +4,14 @@ its JSON log lines."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import json
 import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +114,35 @@ class RouterProcess:
 
     async def kill(self) -> None:
         self.proc.kill()
+
+
+Start = Callable[..., Awaitable[RouterProcess]]
+
+
+@contextlib.asynccontextmanager
+async def router_starter(default_upstream: str) -> AsyncIterator[Start]:
+    """A factory of ``drain-router serve`` processes on free ports (drain window 0 unless asked),
+    each waited for until listening, all killed on exit."""
+    started: list[RouterProcess] = []
+
+    async def start(*args: str, upstream: str | None = None, drain_secs: str = "0") -> RouterProcess:
+        p = await RouterProcess.start(
+            "--upstream",
+            upstream or default_upstream,
+            "--port",
+            "0",
+            "--admin-port",
+            "0",
+            "--shutdown-drain-secs",
+            drain_secs,
+            *args,
+        )
+        started.append(p)
+        await p.wait_event("startup.listening")
+        return p
+
+    try:
+        yield start
+    finally:
+        for p in started:
+            await p.kill()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import aiohttp
 import psutil
@@ -22,41 +22,21 @@ from tests.blackbox import (
     Canary,
     by_outcome,
     canary,
+    closed_within,
     inflight,
     raw_exchange,
     requests_total,
     reset,
     status_of,
 )
-from tests.process import RouterProcess
+from tests.process import Start, router_starter
 from tests.waiting import wait_until
-
-Start = Callable[..., Awaitable[RouterProcess]]
 
 
 @pytest.fixture
 async def start_process(fake_upstream) -> AsyncIterator[Start]:
-    started: list[RouterProcess] = []
-
-    async def start(*args: str, upstream: str | None = None) -> RouterProcess:
-        p = await RouterProcess.start(
-            "--upstream",
-            upstream or fake_upstream.url,
-            "--port",
-            "0",
-            "--admin-port",
-            "0",
-            "--shutdown-drain-secs",
-            "0",
-            *args,
-        )
-        started.append(p)
-        await p.wait_event("startup.listening")
-        return p
-
-    yield start
-    for p in started:
-        await p.kill()
+    async with router_starter(fake_upstream.url) as start:
+        yield start
 
 
 @pytest.fixture
@@ -188,7 +168,7 @@ async def test_slow_and_idle_clients_are_closed_streams_are_not(start_process, f
             for byte in b"GET /sse?n=1 HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100:
                 writer.write(bytes([byte]))
                 await writer.drain()
-                if await _closed_within(reader, 0.2):
+                if await closed_within(reader, 0.2):
                     return time.monotonic() - opened
             return float("inf")
         except ConnectionError:
@@ -210,20 +190,11 @@ async def test_slow_and_idle_clients_are_closed_streams_are_not(start_process, f
     writer.write(b"GET /status/204 HTTP/1.1\r\nHost: x\r\n\r\n")
     await reader.readuntil(b"\r\n\r\n")
     idle_from = time.monotonic()
-    assert await _closed_within(reader, 6.0), "an idle keep-alive connection is closed"
+    assert await closed_within(reader, 6.0), "an idle keep-alive connection is closed"
     assert 1.8 <= time.monotonic() - idle_from < 6.0
     writer.close()
     refused = [e for e in p.events if e.get("event") == "proxy.header_timeout"]
     assert refused, "header timeouts are logged (rate-limited)"
-
-
-async def _closed_within(reader: asyncio.StreamReader, timeout: float) -> bool:
-    try:
-        return await asyncio.wait_for(reader.read(65536), timeout) == b""
-    except TimeoutError:
-        return False
-    except ConnectionError:
-        return True
 
 
 async def test_a_stalled_reader_costs_bounded_memory(start_process, fake_upstream):

@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import psutil
 import pytest
@@ -35,10 +35,8 @@ from tests.blackbox import (
     reset,
     status_of,
 )
-from tests.process import RouterProcess
+from tests.process import RouterProcess, Start, router_starter
 from tests.waiting import wait_until
-
-Start = Callable[..., Awaitable[RouterProcess]]
 
 
 @pytest.fixture
@@ -50,27 +48,8 @@ async def raw() -> AsyncIterator[rawupstream.RawUpstream]:
 @pytest.fixture
 async def start_process(raw) -> AsyncIterator[Start]:
     """Factory for a router process in front of the raw upstream (or ``upstream=``)."""
-    started: list[RouterProcess] = []
-
-    async def start(*args: str, upstream: str | None = None, drain_secs: str = "0") -> RouterProcess:
-        p = await RouterProcess.start(
-            "--upstream",
-            upstream or raw.url,
-            "--port",
-            "0",
-            "--admin-port",
-            "0",
-            "--shutdown-drain-secs",
-            drain_secs,
-            *args,
-        )
-        started.append(p)
-        await p.wait_event("startup.listening")
-        return p
-
-    yield start
-    for p in started:
-        await p.kill()
+    async with router_starter(raw.url) as start:
+        yield start
 
 
 async def _inflight_back_to_zero(p: RouterProcess, timeout: float = 5.0) -> None:
