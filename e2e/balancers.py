@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Protocol
 
 from e2e import envoy, haproxy
-from router.tools import cluster
+from router.tools.process import Process
 
 KINDS = ("haproxy", "envoy")
 
 
 class Balancer(Protocol):
-    process: cluster.Process
+    process: Process
 
     @property
     def url(self) -> str: ...

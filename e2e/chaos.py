@@ -35,6 +35,7 @@ import psutil
 
 from e2e import balancers, reconcile
 from router.tools import cluster, load, streams
+from router.tools.process import POLL_SECS, Process, wait_until
 
 DRAIN_SECS = 1
 """Five probe intervals: the balancer has long taken the router out when it closes."""
@@ -121,7 +122,7 @@ class Fleet:
         workdir: Path,
         balancer: str,
         session: aiohttp.ClientSession,
-        register: Callable[[cluster.Process], None],
+        register: Callable[[Process], None],
         *,
         pods: int = 2,
         steady: int = 0,
@@ -312,7 +313,7 @@ class Fleet:
                 continue
             if last.state in ("draining", "closing") and last.inflight == 0:
                 return last
-            await asyncio.sleep(cluster.POLL_SECS)
+            await asyncio.sleep(POLL_SECS)
         return last
 
     async def _wait_scrape(
@@ -329,7 +330,7 @@ class Fleet:
                 return False
             return done(box[0])
 
-        await cluster.wait_until(ok, timeout=WAIT_SECS, what=f"{replica.name} {what}")
+        await wait_until(ok, timeout=WAIT_SECS, what=f"{replica.name} {what}")
         return box[0]
 
     async def _wait_model_idle(self, model: cluster.FakeModel) -> dict[str, int]:
@@ -339,7 +340,7 @@ class Fleet:
             box[:] = [await model.stats(self.session)]
             return box[0]["active"] == 0
 
-        await cluster.wait_until(idle, timeout=WAIT_SECS, what=f"{model.name} to have no stream open")
+        await wait_until(idle, timeout=WAIT_SECS, what=f"{model.name} to have no stream open")
         return box[0]
 
     async def _wait_ready(self, replica: cluster.Replica, status: int, body_status: str) -> None:
@@ -352,7 +353,7 @@ class Fleet:
                 return False  # not listening yet
             return code == status and isinstance(body, dict) and body.get("status") == body_status
 
-        await cluster.wait_until(reached, timeout=WAIT_SECS, what=f"{replica.name} /readyz {status} {body_status}")
+        await wait_until(reached, timeout=WAIT_SECS, what=f"{replica.name} /readyz {status} {body_status}")
 
 
 # -- the faults: each restarts its pod in its own way ----------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 
 from e2e import balancers, envoy, haproxy
 from router.tools import cluster
+from router.tools.process import Process
 
 E2E_DIR = Path(__file__).parent
 REPORT_KEY = pytest.StashKey[list[str]]()
@@ -79,7 +80,7 @@ def balancer_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def start_balancer(processes: list[cluster.Process], tmp_path: Path) -> Any:
+def start_balancer(processes: list[Process], tmp_path: Path) -> Any:
     """``await start_balancer(kind, replicas)``: HAProxy or Envoy probing each replica's /readyz,
     every replica seen UP."""
 
@@ -113,12 +114,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture
-def processes(request: pytest.FixtureRequest) -> Iterator[list[cluster.Process]]:
+def processes(request: pytest.FixtureRequest) -> Iterator[list[Process]]:
     """Register every started process here; each one's group is SIGKILLed at teardown.
 
     When the test failed, the tail of each process's log is printed (shown with the failure).
     """
-    procs: list[cluster.Process] = []
+    procs: list[Process] = []
     yield procs
     for proc in procs:
         proc.kill()
@@ -136,7 +137,7 @@ def logs(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def start_fake_model(processes: list[cluster.Process], session: aiohttp.ClientSession, logs: Path) -> Any:
+def start_fake_model(processes: list[Process], session: aiohttp.ClientSession, logs: Path) -> Any:
     """``await start_fake_model(name=..., **FakeModel fields)``: a running fake model server."""
 
     async def start(name: str = "fake-model", **kwargs: Any) -> cluster.FakeModel:
@@ -149,7 +150,7 @@ def start_fake_model(processes: list[cluster.Process], session: aiohttp.ClientSe
 
 
 @pytest.fixture
-def start_replica(processes: list[cluster.Process], session: aiohttp.ClientSession, logs: Path) -> Any:
+def start_replica(processes: list[Process], session: aiohttp.ClientSession, logs: Path) -> Any:
     """``await start_replica(name, upstream_url, **Replica fields)``: a router whose /readyz says 200."""
 
     async def start(name: str, upstream: str, **kwargs: Any) -> cluster.Replica:

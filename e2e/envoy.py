@@ -32,7 +32,7 @@ import aiohttp
 
 from e2e import probed
 from e2e.probed import Server
-from router.tools import cluster
+from router.tools.process import LOOPBACK, Process, free_port
 
 CLUSTER = "replicas"
 IDLE_TIMEOUT_SECS = 60
@@ -51,7 +51,7 @@ def render_config(
     endpoints = [
         {
             "endpoint": {
-                "address": {"socket_address": {"address": cluster.LOOPBACK, "port_value": s.port}},
+                "address": {"socket_address": {"address": LOOPBACK, "port_value": s.port}},
                 "hostname": s.name,
             }
         }
@@ -59,12 +59,12 @@ def render_config(
     ]
     interval = f"{interval_ms / 1000:.3f}s"
     bootstrap = {
-        "admin": {"address": {"socket_address": {"address": cluster.LOOPBACK, "port_value": admin_port}}},
+        "admin": {"address": {"socket_address": {"address": LOOPBACK, "port_value": admin_port}}},
         "static_resources": {
             "listeners": [
                 {
                     "name": "clients",
-                    "address": {"socket_address": {"address": cluster.LOOPBACK, "port_value": port}},
+                    "address": {"socket_address": {"address": LOOPBACK, "port_value": port}},
                     "filter_chains": [
                         {
                             "filters": [
@@ -184,9 +184,9 @@ class Envoy(probed.ProbedBalancer):
     workdir: Path
     servers: list[Server]
     inter_ms: int = 200
-    port: int = dataclasses.field(default_factory=cluster.free_port)
-    admin_port: int = dataclasses.field(default_factory=cluster.free_port)
-    process: cluster.Process = dataclasses.field(init=False)
+    port: int = dataclasses.field(default_factory=free_port)
+    admin_port: int = dataclasses.field(default_factory=free_port)
+    process: Process = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -202,7 +202,7 @@ class Envoy(probed.ProbedBalancer):
         )
         exe = binary()
         assert exe is not None, "envoy is not installed"
-        self.process = cluster.Process(
+        self.process = Process(
             "envoy",
             [
                 exe,
@@ -224,7 +224,7 @@ class Envoy(probed.ProbedBalancer):
         by_port = {s.port: s.name for s in self.servers}
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
             async with session.get(
-                f"http://{cluster.LOOPBACK}:{self.admin_port}/clusters", timeout=aiohttp.ClientTimeout(total=2)
+                f"http://{LOOPBACK}:{self.admin_port}/clusters", timeout=aiohttp.ClientTimeout(total=2)
             ) as resp:
                 text = await resp.text()
         status: dict[str, str] = {}

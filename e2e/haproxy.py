@@ -17,7 +17,7 @@ from pathlib import Path
 
 from e2e import probed
 from e2e.probed import Server
-from router.tools import cluster
+from router.tools.process import LOOPBACK, Process, free_port
 
 BACKEND = "replicas"
 
@@ -44,7 +44,7 @@ def render_config(
         "    retries 0",
         "",
         "frontend clients",
-        f"    bind {cluster.LOOPBACK}:{port}",
+        f"    bind {LOOPBACK}:{port}",
         f"    default_backend {BACKEND}",
         "",
         f"backend {BACKEND}",
@@ -57,8 +57,7 @@ def render_config(
         f"    default-server check inter {inter_ms}ms fall {fall} rise {rise}",
     ]
     lines += [
-        f"    server {s.name} {cluster.LOOPBACK}:{s.port}" + (f" port {s.check_port}" if s.check_port else "")
-        for s in servers
+        f"    server {s.name} {LOOPBACK}:{s.port}" + (f" port {s.check_port}" if s.check_port else "") for s in servers
     ]
     return "\n".join(lines) + "\n"
 
@@ -79,8 +78,8 @@ class HAProxy(probed.ProbedBalancer):
     inter_ms: int = 200
     fall: int = 1
     rise: int = 1
-    port: int = dataclasses.field(default_factory=cluster.free_port)
-    process: cluster.Process = dataclasses.field(init=False)
+    port: int = dataclasses.field(default_factory=free_port)
+    process: Process = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -97,7 +96,7 @@ class HAProxy(probed.ProbedBalancer):
         )
         exe = binary()
         assert exe is not None, "haproxy is not installed"
-        self.process = cluster.Process("haproxy", [exe, "-db", "-f", str(config)], self.workdir / "haproxy.log")
+        self.process = Process("haproxy", [exe, "-db", "-f", str(config)], self.workdir / "haproxy.log")
 
     @property
     def stats_socket(self) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from router.tools import cluster
+from router.tools.process import LOOPBACK, Process, wait_until
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -27,14 +27,14 @@ class ProbedBalancer:
     START_ERRORS: tuple[type[BaseException], ...] = (OSError,)
 
     port: int
-    process: cluster.Process
+    process: Process
 
     async def server_status(self) -> dict[str, str]:
         raise NotImplementedError
 
     @property
     def url(self) -> str:
-        return f"http://{cluster.LOOPBACK}:{self.port}"
+        return f"http://{LOOPBACK}:{self.port}"
 
     async def start(self, timeout: float = 20.0) -> None:
         self.process.start()
@@ -48,7 +48,7 @@ class ProbedBalancer:
                 return False
             return True
 
-        await cluster.wait_until(up, timeout=timeout, what=f"{self.NAME}'s status to answer")
+        await wait_until(up, timeout=timeout, what=f"{self.NAME}'s status to answer")
 
     async def wait_status(self, name: str, want: str, timeout: float = 10.0) -> None:
         """Poll until the balancer reports server ``name`` as ``want`` (``UP`` or ``DOWN``; HAProxy
@@ -57,4 +57,4 @@ class ProbedBalancer:
         async def reached() -> bool:
             return (await self.server_status()).get(name, "").startswith(want)
 
-        await cluster.wait_until(reached, timeout=timeout, what=f"{self.NAME} to see {name} {want}")
+        await wait_until(reached, timeout=timeout, what=f"{self.NAME} to see {name} {want}")

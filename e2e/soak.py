@@ -30,7 +30,7 @@ from pathlib import Path
 import aiohttp
 
 from e2e import balancers, chaos
-from router.tools import cluster
+from router.tools.process import Process, ProcessFailed
 
 DEFAULT_CYCLES = 200
 DEFAULT_CONTROL_CYCLES = 10
@@ -82,7 +82,7 @@ async def run(
     kind: str, drain_secs: int, cycles: int, steady: int, seed: int, workdir: Path, session: aiohttp.ClientSession
 ) -> tuple[chaos.Fleet, list[str]]:
     """One fleet's cycles; the fleet (rows, samples, result) and what went wrong."""
-    procs: list[cluster.Process] = []
+    procs: list[Process] = []
     fleet = chaos.Fleet(workdir, kind, session, procs.append, steady=steady, drain_secs=drain_secs, seed=seed)
     rng = random.Random(seed)
     failures: list[str] = []
@@ -93,7 +93,7 @@ async def run(
             fault = rng.choice(list(chaos.FAULTS)) if drain_secs else "none"
             try:
                 row = await fleet.cycle(number, fault)
-            except (TimeoutError, cluster.ProcessFailed, aiohttp.ClientError, OSError) as exc:
+            except (TimeoutError, ProcessFailed, aiohttp.ClientError, OSError) as exc:
                 failures.append(f"cycle {number} ({fault}) failed: {type(exc).__name__}: {exc}")
                 print(f"{number:>4}  {kind:<7} drain {drain_secs}s  {fault:<22} FAILED: {exc}", flush=True)
                 break

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from e2e import chaos
-from router.tools import cluster
+from router.tools.process import Process, wait_until
 
 CYCLES = 1
 
@@ -26,7 +26,7 @@ async def _run(
     drain_secs: int,
     cycles: int,
     session: aiohttp.ClientSession,
-    processes: list[cluster.Process],
+    processes: list[Process],
     tmp_path: Path,
     report: list[str],
     *,
@@ -38,7 +38,7 @@ async def _run(
     async def warm() -> bool:
         return len(fleet.load.records) >= chaos.CLIENTS
 
-    await cluster.wait_until(warm, timeout=20, what="the first streams to finish")
+    await wait_until(warm, timeout=20, what="the first streams to finish")
     for number in range(1, cycles + 1):
         report.append(chaos.format_row(await fleet.cycle(number, fault)))
         if until_loss and fleet.load.lost:
@@ -54,7 +54,7 @@ async def test_fault_during_rolling_restart(
     fault: str,
     balancer_kind: str,
     session: aiohttp.ClientSession,
-    processes: list[cluster.Process],
+    processes: list[Process],
     tmp_path: Path,
     report: list[str],
 ) -> None:
@@ -70,7 +70,7 @@ async def test_fault_during_rolling_restart(
 async def test_drain_off_control_loses_unaccounted_requests(
     balancer_kind: str,
     session: aiohttp.ClientSession,
-    processes: list[cluster.Process],
+    processes: list[Process],
     tmp_path: Path,
     report: list[str],
 ) -> None:

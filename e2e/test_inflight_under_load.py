@@ -8,7 +8,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from router.tools import cluster, load, streams
+from router.tools import load, streams
+from router.tools.process import wait_until
 
 STREAMS = 40
 LEAVING = 15
@@ -43,7 +44,7 @@ async def test_admin_inflight_matches_open_streams(
             )
             for _ in range(LEAVING)
         ]
-        await cluster.wait_until(lambda: inflight_is(STREAMS), timeout=10, what=f"/admin/inflight == {STREAMS}")
+        await wait_until(lambda: inflight_is(STREAMS), timeout=10, what=f"/admin/inflight == {STREAMS}")
         body = await replica.inflight(session)
         assert body["inflight"] == STREAMS and body["idle_since"] is None and body["state"] == "serving", body
         assert (await replica.readyz(session))[1]["inflight"] == STREAMS
@@ -52,7 +53,7 @@ async def test_admin_inflight_matches_open_streams(
         for resp in leaving:
             await resp.content.readuntil(b"\n\n")
             resp.close()
-        await cluster.wait_until(
+        await wait_until(
             lambda: inflight_is(STREAMS - LEAVING),
             timeout=5,
             what=f"/admin/inflight == {STREAMS - LEAVING} after {LEAVING} clients left",
@@ -61,10 +62,10 @@ async def test_admin_inflight_matches_open_streams(
         async def model_cancelled() -> bool:
             return (await model.stats(session))["cancelled"] == LEAVING
 
-        await cluster.wait_until(model_cancelled, timeout=5, what="the model server to see the disconnects")
+        await wait_until(model_cancelled, timeout=5, what="the model server to see the disconnects")
         results = await asyncio.gather(*staying)
 
     assert [streams.classify(r) for r in results] == [streams.Outcome.OK] * (STREAMS - LEAVING)
-    await cluster.wait_until(lambda: inflight_is(0), timeout=5, what="/admin/inflight == 0")
+    await wait_until(lambda: inflight_is(0), timeout=5, what="/admin/inflight == 0")
     after = await replica.inflight(session)
     assert after["idle_since"] is not None and after["state"] == "serving", after

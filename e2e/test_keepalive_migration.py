@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 
 from router.tools import cluster, load, recipes, streams
+from router.tools.process import Process, wait_until
 
 
 def _local_port(resp: aiohttp.ClientResponse) -> int:
@@ -55,7 +56,7 @@ async def test_draining_replica_sends_connection_close(
             status, body = await replica.readyz(session)
             return status == 503 and body["status"] == "draining"
 
-        await cluster.wait_until(draining, timeout=5, what="/readyz to say draining")
+        await wait_until(draining, timeout=5, what="/readyz to say draining")
         during = [await stream() for _ in range(3)]
         assert (await replica.readyz(session))[1]["status"] == "draining", "the window ended mid-test"
 
@@ -71,7 +72,7 @@ async def test_draining_replica_sends_connection_close(
 
 @pytest.mark.timeout(60)
 async def test_engine_keeps_pooled_connection_through_the_prestop_sleep(
-    processes: list[cluster.Process], session: aiohttp.ClientSession, logs: Any
+    processes: list[Process], session: aiohttp.ClientSession, logs: Any
 ) -> None:
     """The sleep recipe's side of the same case. 1. a pooled client streams twice from an engine pod
     (no router) 2. the pod is deleted: its readiness says 503 and the preStop sleep runs 3. the client
@@ -101,7 +102,7 @@ async def test_engine_keeps_pooled_connection_through_the_prestop_sleep(
             async def not_ready() -> bool:
                 return (await cluster.get_json(session, pod.probe_url))[0] == 503
 
-            await cluster.wait_until(not_ready, timeout=5, what="the pod's readiness to say 503")
+            await wait_until(not_ready, timeout=5, what="the pod's readiness to say 503")
             during = [await stream() for _ in range(3)]
             assert pod.phase == "preStop sleep", "the sleep ended mid-test"
         assert await asyncio.wait_for(terminating, 15) == 0

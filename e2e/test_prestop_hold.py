@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from router.tools import cluster, load, streams
+from router.tools.process import wait_until
 
 STREAMS = 8
 CHUNKS = 20
@@ -34,7 +35,7 @@ async def _open_streams(
     async def all_running() -> bool:
         return (await model.stats(session))["active"] == STREAMS
 
-    await cluster.wait_until(all_running, timeout=10, what=f"{STREAMS} streams running in the model server")
+    await wait_until(all_running, timeout=10, what=f"{STREAMS} streams running in the model server")
     return tasks
 
 

@@ -30,6 +30,7 @@ import pytest
 
 from e2e import haproxy
 from router.tools import cluster, load, recipes
+from router.tools.process import Process, wait_until
 
 CYCLES = 3
 REPLICAS = 2
@@ -53,7 +54,7 @@ def _events(log_path: Path, name: str) -> list[dict[str, Any]]:
 
 
 async def _rolling_restarts(
-    pods: list[recipes.Pod], tmp_path: Path, label: str, session: aiohttp.ClientSession, procs: list[cluster.Process]
+    pods: list[recipes.Pod], tmp_path: Path, label: str, session: aiohttp.ClientSession, procs: list[Process]
 ) -> dict[str, Any]:
     """Start ``pods`` behind a fresh HAProxy, stream through it, terminate and restart each pod in
     turn for CYCLES cycles. What the clients saw and how long each termination took."""
@@ -105,7 +106,7 @@ async def _wait_records(stream_load: load.Load, count: int, timeout: float = 20.
     async def enough() -> bool:
         return len(stream_load.records) >= count
 
-    await cluster.wait_until(enough, timeout=timeout, what=f"{count} finished requests")
+    await wait_until(enough, timeout=timeout, what=f"{count} finished requests")
 
 
 def _kinds(lost: list[load.Record]) -> str:
@@ -116,7 +117,7 @@ def _kinds(lost: list[load.Record]) -> str:
 async def test_three_recipes_behind_haproxy(
     haproxy_bin: str,
     start_fake_model: Any,
-    processes: list[cluster.Process],
+    processes: list[Process],
     session: aiohttp.ClientSession,
     logs: Path,
     tmp_path: Path,

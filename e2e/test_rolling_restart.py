@@ -15,7 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from router.tools import cluster, load
+from router.tools import load
+from router.tools.process import wait_until
 
 CYCLES = 5
 REPLICAS = 2
@@ -30,7 +31,7 @@ async def _wait_records(stream_load: load.Load, count: int, timeout: float = 20.
     async def enough() -> bool:
         return len(stream_load.records) >= count
 
-    await cluster.wait_until(enough, timeout=timeout, what=f"{count} finished requests")
+    await wait_until(enough, timeout=timeout, what=f"{count} finished requests")
 
 
 def _describe(lost: list[load.Record]) -> str:

@@ -16,14 +16,6 @@ import aiohttp
 
 from router.tools import process as process_
 
-# The process harness, under the names the demo and the e2e scenarios reach it by.
-LOOPBACK = process_.LOOPBACK
-POLL_SECS = process_.POLL_SECS
-Process = process_.Process
-ProcessFailed = process_.ProcessFailed
-free_port = process_.free_port
-wait_until = process_.wait_until
-
 
 async def get_json(session: aiohttp.ClientSession, url: str, *, timeout: float = 2.0) -> tuple[int, Any]:
     """GET ``url``; ``(status, json or None)``. Raises aiohttp/OS errors for no answer."""

@@ -24,6 +24,7 @@ import click
 import uvloop
 
 from router.tools import balancer, cluster, load, recipes, runs
+from router.tools.process import ProcessFailed, wait_until
 from router.tools.view import View
 
 SAMPLE_SECS = 0.1
@@ -131,7 +132,7 @@ class Scenario:
         async def taken_back() -> bool:
             return backend.in_rotation
 
-        await cluster.wait_until(taken_back, timeout=15, what=f"the balancer to take {pod.name} back")
+        await wait_until(taken_back, timeout=15, what=f"the balancer to take {pod.name} back")
 
     async def _restart(self, pod: recipes.Pod) -> None:
         t0 = self.now()
@@ -230,7 +231,7 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
                         )
                     )
                 ]
-            except (cluster.ProcessFailed, TimeoutError) as exc:
+            except (ProcessFailed, TimeoutError) as exc:
                 view.close()
                 out.write(f"\ndemo failed: {exc}\n")
                 return 1

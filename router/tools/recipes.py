@@ -33,6 +33,7 @@ import aiohttp
 from aiohttp import web
 
 from router.tools import cluster, runs
+from router.tools.process import LOOPBACK, Process, free_port, wait_until
 
 #: KServe v0.19's preStop sleep and pod grace, in seconds (kserve/kserve PRs 5485 and 5496).
 KSERVE_PRESTOP_SLEEP_SECS = 15
@@ -62,7 +63,7 @@ class Pod(Protocol):
     """One pod behind the balancer: ``url`` takes traffic, ``probe_url`` is its readiness."""
 
     name: str
-    process: cluster.Process
+    process: Process
 
     @property
     def url(self) -> str: ...
@@ -130,13 +131,13 @@ class PodReadiness:
         self.sees_deletion = sees_deletion
         """False: a balancer that only probes the engine and never learns of the deletion."""
         self.deleted = False
-        self.port = cluster.free_port()
+        self.port = free_port()
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{cluster.LOOPBACK}:{self.port}/readyz"
+        return f"http://{LOOPBACK}:{self.port}/readyz"
 
     async def _readyz(self, request: web.Request) -> web.Response:
         if self.deleted and self.sees_deletion:
@@ -157,7 +158,7 @@ class PodReadiness:
         app.router.add_get("/readyz", self._readyz)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, cluster.LOOPBACK, self.port).start()
+        await web.TCPSite(self._runner, LOOPBACK, self.port).start()
 
     async def close(self) -> None:
         if self._runner is not None:
@@ -182,14 +183,14 @@ class EnginePod:
     ) -> None:
         self.name = name
         self.recipe = recipe
-        self.port = cluster.free_port()
+        self.port = free_port()
         argv = cluster.python_m_router(
             "fake-model",
-            *("--host", cluster.LOOPBACK, "--port", str(self.port)),
+            *("--host", LOOPBACK, "--port", str(self.port)),
             *("--chunks", str(chunks), "--interval-ms", str(interval_ms)),
             *("--shutdown-timeout-secs", f"{recipe.shutdown_timeout_secs:g}"),
         )
-        self.process = cluster.Process(name, argv, log_dir / f"{name}.log")
+        self.process = Process(name, argv, log_dir / f"{name}.log")
         self.readiness = PodReadiness(f"{self.url}/health", sees_deletion=balancer_sees_deletion)
         self.phase = "starting"
         self.closed_at: list[float] = []
@@ -197,7 +198,7 @@ class EnginePod:
 
     @property
     def url(self) -> str:
-        return f"http://{cluster.LOOPBACK}:{self.port}"
+        return f"http://{LOOPBACK}:{self.port}"
 
     @property
     def probe_url(self) -> str:
@@ -216,7 +217,7 @@ class EnginePod:
             except (TimeoutError, aiohttp.ClientError, OSError):
                 return False
 
-        await cluster.wait_until(healthy, timeout=timeout, what=f"{self.name}'s /health to answer 200")
+        await wait_until(healthy, timeout=timeout, what=f"{self.name}'s /health to answer 200")
         self.phase = "serving"
 
     async def terminate(self) -> int:

@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 
 from router.tools import streams
-from router.tools.cluster import free_port
 from router.tools.fake_model import testing as fake_model_testing
+from router.tools.process import free_port
 from tests.waiting import wait_until
 
 

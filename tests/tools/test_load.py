@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 
-from router.tools import cluster, load
+from router.tools import load
 from router.tools.fake_model import testing
+from router.tools.process import wait_until
 
 
 async def test_staggered_clients_arrive_spread_over_one_stream() -> None:
@@ -19,7 +20,7 @@ async def test_staggered_clients_arrive_spread_over_one_stream() -> None:
             return len(stream_load.records) >= 8
 
         try:
-            await cluster.wait_until(enough, timeout=5, what="eight finished streams")
+            await wait_until(enough, timeout=5, what="eight finished streams")
         finally:
             records = await stream_load.stop()
     firsts = sorted(r.started for r in records)[:4]

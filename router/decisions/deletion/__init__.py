@@ -19,7 +19,9 @@ Modules, each importable on its own; this facade re-exports their public names:
 ``enums`` (stages, outcomes, reasons, verdicts), ``refs`` (object references, the typed spec, the
 route lookup), ``knobs`` (annotation > spec > default), ``observations``, ``pods`` (which pods still
 count), ``status`` (``status.deletion`` and its wire format), ``conditions`` (the ``Deleting``
-condition), ``decision`` (what a pass returns) and ``stages`` (the state machine).
+condition), ``decision`` (what a pass returns), ``transitions`` (a pass's inputs, what a stage
+returns, the moves the stages share) and ``stages`` (the state machine: one function per stage, the
+driver).
 """
 
 from router.decisions.deletion.conditions import Condition, condition_for, merge_condition, set_condition
@@ -64,8 +66,9 @@ from router.decisions.deletion.refs import (
     find_route,
     is_route_kind,
 )
-from router.decisions.deletion.stages import Advance, Pass, Stop, next_stage
+from router.decisions.deletion.stages import next_stage
 from router.decisions.deletion.status import MAX_LISTED_PODS, DeletionStatus
+from router.decisions.deletion.transitions import Advance, Pass, Stop
 
 __all__ = [
     "ANNOTATION_DELETION_POLICY",

@@ -1,193 +1,36 @@
-"""Pod recycling: evict one pod past its maximum lifetime at a time, only when its router is idle.
+"""Pod recycling's choice: which expired pod to evict, when, and what an eviction's answer means.
 
-Purely computational, no side effects. The caller observes the Deployment and the service's pods and
-calls :func:`next_recycle` with ``probe=None``; when the decision is ``Probe`` it asks the candidate's
-router (``GET /admin/inflight``) and calls again with the answer. On ``Evict`` it creates the
-Eviction and hands the API server's answer to :func:`after_eviction`. Either way it writes
-``decision.held`` to ``status.recycling.held``, sets the ``RecycleHeld`` condition
-(:func:`condition_for`), posts
-``decision.events`` and looks again at ``decision.requeue_at`` (``None``: the standard requeue).
-
-Gates, in order: exactly one Deployment in ``spec.workload``, not labelled for another service; the
-Deployment stable (generation observed, every replica count equal to ``spec.replicas``); every active
-pod Ready, not terminating, started; as many active pods as ``status.replicas``. The candidate is
-the expired pod with the earliest deadline, ties by name. An expired pod not evicted this pass is
-held, and the record of it says why.
+Purely computational, no side effects; ``now`` is Unix seconds everywhere. The records it reads and
+returns are in ``records``; the package docstring describes the pass as the controller runs it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
+from typing import TYPE_CHECKING
 
-MAX_LIFETIME_SECS = 9_223_372_036.0
-"""Lifetimes are clamped below 2^63 ns in seconds, so no deadline overflows anywhere downstream."""
-IDLE_PROBE_TIMEOUT_SECS = 2.0
-"""The idle probe's whole-request timeout; a timeout is a probe failure (fails closed)."""
-IDLE_RECHECK_SECS = 10.0
-"""After a busy or failed probe, probe the candidate again this much later."""
-RECYCLE_RETRY_SECS = 30.0
-"""After a refused eviction (PDB 429, 403, any other failure), try again this much later."""
-IGNORED_POD_PHASES = ("Succeeded", "Failed")
-SERVING = "serving"
+from router.decisions.recycling.records import (
+    IDLE_RECHECK_SECS,
+    IGNORED_POD_PHASES,
+    MAX_LIFETIME_SECS,
+    RECYCLE_RETRY_SECS,
+    Event,
+    EventReason,
+    HeldRecord,
+    HoldReason,
+    Kind,
+    RecycleCondition,
+    RecycleDecision,
+)
 
-
-class Kind(str, enum.Enum):
-    NOTHING = "Nothing"
-    """Nothing expired, nothing to do, or an eviction answered: look again at ``requeue_at``."""
-    HOLD = "Hold"
-    """A pod is expired and not evicted this pass; ``reason`` says why."""
-    PROBE = "Probe"
-    """Ask the candidate's router whether it is idle, then call again with the answer."""
-    EVICT = "Evict"
-    """Create the Eviction for ``pod`` (UID precondition), then call :func:`after_eviction`."""
-
-
-class HoldReason(str, enum.Enum):
-    NO_DEPLOYMENT = "NoDeployment"
-    FOREIGN_WORKLOAD = "ForeignWorkload"
-    WORKLOAD_UNSTABLE = "WorkloadUnstable"
-    FOREIGN_POD = "ForeignPod"
-    BUSY = "Busy"
-    IDLE_PROBE_FAILED = "IdleProbeFailed"
-    DISRUPTION_BUDGET = "DisruptionBudget"
-    FORBIDDEN = "Forbidden"
-    EVICTION_FAILED = "EvictionFailed"
-
-
-class EventReason(str, enum.Enum):
-    POD_RECYCLED = "PodRecycled"
-    POD_RECYCLE_HELD = "PodRecycleHeld"
-    POD_RECYCLE_FORBIDDEN = "PodRecycleForbidden"
-    POD_RECYCLE_FAILED = "PodRecycleFailed"
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RecyclingSpec:
-    """``spec.recycling``, parsed by the controller."""
-
-    max_pod_lifetime_seconds: float
-    wait_for_idle: bool = True
-    """``False``: never probe, evict at the deadline."""
-    idle_timeout_seconds: float | None = None
-    """``maxPodLifetimeIdleTimeoutSeconds``: ``None`` waits for idle forever; N evicts without probing
-    once the pod is overdue by N seconds; 0 never probes."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class DeploymentObservation:
-    """One ``apps/v1`` Deployment named in ``spec.workload``."""
-
-    name: str
-    exists: bool = True
-    service_label: str | None = None
-    """Value of the ``drainrouter.dev/service`` label, if any."""
-    generation: int = 1
-    observed_generation: int | None = 1
-    spec_replicas: int | None = 1
-    """``spec.replicas``; ``None`` is the Kubernetes default, 1."""
-    replicas: int = 0
-    updated_replicas: int = 0
-    ready_replicas: int = 0
-    available_replicas: int = 0
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RecyclePod:
-    name: str
-    uid: str
-    phase: str = "Running"
-    ready: bool = True
-    terminating: bool = False
-    start_time: float | None = None
-    pod_ip: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class WorkloadObservation:
-    service: str
-    deployments: tuple[DeploymentObservation, ...] = ()
-    """Every ``apps/v1`` Deployment listed in ``spec.workload``, in order."""
-    pods: tuple[RecyclePod, ...] = ()
-    """Pods matching ``spec.podSelector``, any phase."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class ProbeResult:
-    """The candidate's ``/admin/inflight`` answer as the probe saw it."""
-
-    uid: str
-    code: int | None = None
-    """HTTP status; ``None`` when there was no answer."""
-    inflight: int | None = None
-    state: str | None = None
-    error: str | None = None
-    """Connection error, timeout or a body that is not the expected JSON."""
-
-    @property
-    def failed(self) -> bool:
-        return self.error is not None or self.code != 200 or self.inflight is None or self.state is None
-
-    @property
-    def idle(self) -> bool:
-        return not self.failed and self.inflight == 0 and self.state == SERVING
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class EvictAnswer:
-    """The API server's answer to the Eviction: status code, ``Status.reason`` and first cause."""
-
-    code: int
-    reason: str | None = None
-    cause: str | None = None
-    message: str = ""
-    failure: bool = False
-    """A 2xx whose body says ``status: Failure`` (counts as a failure, not a success)."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class HeldRecord:
-    """``status.recycling.held``: the expired pod not recycled, and why. ``since`` is its deadline."""
-
-    pod: str
-    uid: str
-    reason: HoldReason
-    since: float
-    retry_at: float | None = None
-    """After a refused eviction (429, 403, any other failure): no new attempt on this pod before then,
-    however often the controller looks (persisted, so a restart keeps the wait)."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Event:
-    type: str
-    reason: EventReason
-    message: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RecycleCondition:
-    """``RecycleHeld``: True while a pod is held (reason: why), False when none is."""
-
-    status: str
-    reason: str
-    message: str
-    type: str = "RecycleHeld"
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RecycleDecision:
-    kind: Kind
-    pod: RecyclePod | None = None
-    """The candidate (Probe, Evict, Hold)."""
-    deadline: float | None = None
-    """The candidate's deadline."""
-    reason: HoldReason | None = None
-    held: HeldRecord | None = None
-    """What ``status.recycling.held`` says after this decision (``None``: nothing held). For Evict,
-    the stored record, unchanged until :func:`after_eviction` knows the answer."""
-    events: tuple[Event, ...] = ()
-    requeue_at: float | None = None
+if TYPE_CHECKING:  # what the caller observed and was answered: read here, never built
+    from router.decisions.recycling.records import (
+        DeploymentObservation,
+        EvictAnswer,
+        ProbeResult,
+        RecyclePod,
+        RecyclingSpec,
+        WorkloadObservation,
+    )
 
 
 def condition_for(held: HeldRecord | None, now: float) -> RecycleCondition:
