@@ -230,7 +230,7 @@ class RouterBefore(Router):
         return None
 
     def version(self) -> str:
-        return "drain-router from " + os.environ.get(BEFORE_SRC_ENV, "?")
+        return f"drain-router from the checkout in {BEFORE_SRC_ENV}"
 
 
 class AiohttpProxy(Target):
