@@ -155,6 +155,11 @@ class ClientConnection(asyncio.Protocol):
             if not self.paused_for and self.transport is not None:
                 self.transport.resume_reading()
 
+    def closes_after(self, keep_alive: bool) -> bool:
+        """Whether the connection closes after the response being written: the client asked, a
+        refused request or the closing state asked, or the router is draining."""
+        return not keep_alive or self.close_after or self.listener.state.closes_connections
+
     def close_when_idle(self) -> None:
         self.close_after = True
         if self.active is None and self.in_head and not self.head_bytes and self.transport is not None:
@@ -325,7 +330,7 @@ class ClientConnection(asyncio.Protocol):
     def _probe(self, path: bytes, method: bytes, keep_alive: bool, http10: bool) -> None:
         state = self.listener.state
         code, body = state.readiness() if path == b"/readyz" else (200, health.ALIVE)
-        close = not keep_alive or self.close_after or state.closes_connections
+        close = self.closes_after(keep_alive)
         payload = json.dumps(body).encode()
         if self.transport is not None:
             self.transport.write(

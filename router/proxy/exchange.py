@@ -160,7 +160,6 @@ class Exchange:
             else:
                 self.reply(responses.too_large(limit), "rejected", close=True)
             return
-        assert self.request is not None
         framed = b"%x\r\n%s\r\n" % (len(data), data) if self.chunked else data
         self._send(framed)
 
@@ -168,7 +167,6 @@ class Exchange:
         self.req_done = True
         if self.discard or self.finished:
             return
-        assert self.request is not None
         if self.chunked:
             self._send(b"0\r\n\r\n")
 
@@ -189,7 +187,7 @@ class Exchange:
 
     def response_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         client = self.client
-        close = not self.keep_alive or client.close_after or client.listener.state.closes_connections
+        close = client.closes_after(self.keep_alive)
         framed = client_head(status, headers, head_request=self.method == b"HEAD", http10=self.http10, close=close)
         if framed is None:
             self.up_invalid("a transfer coding an HTTP/1.0 client cannot be told about")
@@ -297,12 +295,10 @@ class Exchange:
         status, kind, message = error
         self.code = status
         client = self.client
-        close = close or not self.keep_alive or client.close_after or client.listener.state.closes_connections
+        close = close or client.closes_after(self.keep_alive)
         self.close = close
         if client.transport is not None:
-            client.transport.write(
-                responses.error(status, kind, message, close=close, keep_alive_10=self.http10 and not close)
-            )
+            client.transport.write(responses.error(status, kind, message, close=close, keep_alive_10=self.http10))
         self.head_sent = True
         self.finish(outcome)
 

@@ -65,7 +65,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.keep_alive = True
         self.complete = True
         """The parser is between responses (not after a HEAD response's head, say)."""
-        self.idle_at = 0.0
+        self.idle_at: float | None = None
+        """When it went back to the pool; None while it is not in the idle list."""
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -174,6 +175,7 @@ class UpstreamPool:
         idle = self.idle
         while idle:
             up = idle.pop()
+            up.idle_at = None
             if up.transport is not None and not up.transport.is_closing():
                 exchange.attach(up, reused=True)
                 return
@@ -207,9 +209,10 @@ class UpstreamPool:
         idle = self.idle
         horizon = asyncio.get_running_loop().time() - UPSTREAM_IDLE_SECS
         stale = 0
-        while stale < len(idle) and idle[stale].idle_at <= horizon:
+        while stale < len(idle) and (idle[stale].idle_at or 0.0) <= horizon:
             stale += 1
         for up in idle[:stale]:
+            up.idle_at = None
             if up.transport is not None:
                 up.transport.close()
         del idle[:stale]
@@ -218,7 +221,8 @@ class UpstreamPool:
 
     def lost(self, up: UpstreamConnection) -> None:
         self.connections.discard(up)
-        if up in self.idle:
+        if up.idle_at is not None:  # no scan of the idle list for the (common) busy connection
+            up.idle_at = None
             self.idle.remove(up)
         self._closed_one()
 
@@ -291,7 +295,9 @@ class UpstreamPool:
             self._sweeper.cancel()
         for task in self._connecting:
             task.cancel()
+        for up in self.idle:
+            up.idle_at = None
+        self.idle.clear()
         for up in list(self.connections):
             if up.transport is not None:
                 up.transport.abort()
-        self.idle.clear()
