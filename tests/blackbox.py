@@ -8,6 +8,7 @@ import socket
 import struct
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -85,6 +86,19 @@ def by_outcome(totals: dict[tuple[str, str], float]) -> dict[str, float]:
     for (_, outcome), value in totals.items():
         out[outcome] = out.get(outcome, 0) + value
     return out
+
+
+def outcomes_in(registry: Any) -> dict[str, float]:
+    """``requests_total`` of an in-process router's registry, summed by outcome (as :func:`by_outcome`)."""
+    return by_outcome(
+        {
+            (s.labels["code"], s.labels["outcome"]): s.value
+            for m in registry.collect()
+            if m.name == "drain_router_requests"
+            for s in m.samples
+            if s.name.endswith("_total")
+        }
+    )
 
 
 class Canary:

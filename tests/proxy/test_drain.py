@@ -10,6 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from router.tools import streams
+from tests.blackbox import outcomes_in
 from tests.waiting import wait_until
 
 
@@ -130,13 +131,7 @@ async def test_deadline_aborts_the_rest_counts_and_exits_1(fake_upstream, start_
     assert deadline["aborted"] == 3 and deadline["inflight"] == 3 and deadline["exit_code"] == 1
     assert r.router.aborted == 3
     assert len(r.state.inflight) == 0
-    samples = {
-        s.labels["outcome"]: s.value
-        for m in r.router.metrics.registry.collect()
-        if m.name == "drain_router_requests"
-        for s in m.samples
-        if s.name.endswith("_total")
-    }
+    samples = outcomes_in(r.router.metrics.registry)
     assert samples["deadline_aborted"] == 3
     for t in tasks:
         with pytest.raises(aiohttp.ClientError):

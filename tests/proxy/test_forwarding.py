@@ -17,6 +17,7 @@ import pytest
 from router.tools import streams
 from router.tools.fake_model import testing as fake_model_testing
 from router.tools.process import free_port
+from tests.blackbox import outcomes_in
 from tests.waiting import wait_until
 
 
@@ -227,13 +228,7 @@ async def test_client_disconnect_cancels_upstream_within_1s(fake_upstream, start
     await asyncio.wait_for(fake_upstream.cancel_seen.wait(), 1.0)
     assert time.monotonic() - t0 < 1.0
     await wait_until(lambda: len(r.state.inflight) == 0, 1.0, "in-flight back to 0")
-    outcomes = {
-        s.labels["outcome"]: s.value
-        for m in r.router.metrics.registry.collect()
-        if m.name == "drain_router_requests"
-        for s in m.samples
-        if s.name.endswith("_total")
-    }
+    outcomes = outcomes_in(r.router.metrics.registry)
     assert outcomes.get("client_aborted") == 1
 
 
@@ -309,11 +304,5 @@ async def test_a_failed_write_to_the_client_is_client_aborted(fake_upstream, sta
     writer.transport.abort()
     await asyncio.wait_for(fake_upstream.cancel_seen.wait(), 5)
     await wait_until(lambda: len(r.state.inflight) == 0, 2, "in-flight back to 0")
-    outcomes = {
-        s.labels["outcome"]: s.value
-        for m in r.router.metrics.registry.collect()
-        if m.name == "drain_router_requests"
-        for s in m.samples
-        if s.name.endswith("_total")
-    }
+    outcomes = outcomes_in(r.router.metrics.registry)
     assert outcomes == {"client_aborted": 1}, outcomes

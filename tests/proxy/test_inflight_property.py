@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from router import config
 from router.proxy import lifecycle
 from router.tools.fake_model import testing as fake_model_testing
+from tests.blackbox import outcomes_in
 from tests.waiting import wait_until
 
 KINDS = ("completed", "slow", "abort_mid_stream", "abort_in_prefill", "upstream_cut", "oversized", "upgrade")
@@ -117,12 +118,7 @@ async def _scenario(plan: list[tuple[str, float, float]]) -> None:
         sampler.cancel()
         assert min(lowest) >= 0
         assert registry.get_sample_value("drain_router_inflight_requests") == 0
-        counted: dict[str, float] = {}
-        for metric in registry.collect():
-            if metric.name == "drain_router_requests":
-                for s in metric.samples:
-                    if s.name.endswith("_total"):
-                        counted[s.labels["outcome"]] = counted.get(s.labels["outcome"], 0) + s.value
+        counted = outcomes_in(registry)
         expected: dict[str, float] = {}
         for kind, _, _ in plan:
             expected[EXPECTED_OUTCOME[kind]] = expected.get(EXPECTED_OUTCOME[kind], 0) + 1
