@@ -11,8 +11,16 @@ response object per request.
 - **Malformed requests** (llhttp's strict parsing: no smuggling through both Content-Length and
   Transfer-Encoding, no bare LF) get a JSON 400, an oversized head 431; counted ``rejected``, logged
   as one rate-limited line. Only origin-form targets are proxied; HTTP/1.1 needs one ``Host``.
-- **Pipelining** is answered in order; reading pauses while a request waits its turn (and while an
-  upload outpaces the model server), so a pipelining client costs bounded memory.
+- **Pipelining** is answered in order. At most :data:`MAX_PIPELINED` parsed requests wait for their
+  turn; the rest of what the client sent stays unparsed, and reading pauses, until they start (and
+  while an upload outpaces the model server), so a pipelining client costs bounded memory. A waiting
+  request enters the in-flight count when its turn comes, not when it is parsed.
+- **One response per request, in order, even after a mistake**: a malformed request after valid
+  ones is answered 400 in its turn, after theirs, and then the connection closes; nothing after a
+  request that closes the connection (``Connection: close``, HTTP/1.0) is parsed.
+- **Lingering close**: a connection closed with input unread (a 400, 413 or 431, a refused body)
+  half-closes after its answer and reads and drops what still comes for
+  :data:`BODY_LINGER_SECS`, so the client reads the answer instead of a reset.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import httptools
 from router import logs
 from router.proxy import health, responses
 from router.proxy.exchange import Exchange
-from router.proxy.rewrite import BadTarget, RequestHead, check_target, forwarded_node, request_head
+from router.proxy.rewrite import BadFraming, BadTarget, RequestHead, check_target, forwarded_node, request_head
 from router.proxy.upstream import PIPELINE
 
 if TYPE_CHECKING:
@@ -46,10 +54,29 @@ CLIENT_HIGH_WATER_BYTES = 16 * 1024
 #: How long a connection closed with part of a request body unread keeps reading (and dropping) it,
 #: so the client reads the answer instead of a reset.
 BODY_LINGER_SECS = 2.0
+#: Parsed requests that may wait for their turn on one connection; what follows them is not parsed
+#: (and the connection not read) until one starts.
+MAX_PIPELINED = 8
 
 _PROBES = frozenset({b"/livez", b"/readyz"})
 _VERSIONS = frozenset({"1.0", "1.1"})
 NO_HOST = (400, "bad_request", "an HTTP/1.1 request needs exactly one Host header")
+NOMINATED = (400, "bad_request", "Connection must not name Content-Length, Transfer-Encoding or Host")
+_HEAD_END = b"\r\n\r\n"
+
+
+def heads_end(data: bytes, count: int) -> int:
+    """Where ``data`` may be cut so that at most ``count`` request heads end before the cut: just
+    after its ``count``-th blank line, or -1 when it holds fewer (llhttp ends a head only at a blank
+    line, so a cut there bounds how many requests one feed can parse)."""
+    at = -1
+    find = data.find
+    for _ in range(count):
+        at = find(_HEAD_END, at + 1)
+        if at < 0:
+            return -1
+    return at + 4
+
 
 Queued = Exchange | tuple[bytes, bytes, bool, bool]
 
@@ -65,18 +92,24 @@ class ClientConnection(asyncio.Protocol):
         "current",
         "deadline",
         "deadline_is_head",
+        "dropped",
         "head_bytes",
         "head_size",
         "headers",
         "in_head",
+        "input_closed",
+        "keep_alive",
         "listener",
+        "lost_outcome",
         "parser",
         "paused_for",
         "peer",
         "peer_node",
         "queue",
+        "resume_scheduled",
         "starting",
         "transport",
+        "unparsed",
         "url",
         "write_paused",
     )
@@ -93,14 +126,25 @@ class ClientConnection(asyncio.Protocol):
         self.head_size = 0
         """The parsed head's size so far."""
         self.in_head = True
+        self.keep_alive = True
+        """The request being parsed lets the connection be kept."""
         self.active: Exchange | None = None
         """The exchange whose response is being relayed."""
         self.current: Exchange | None = None
         """The exchange whose request body is being parsed."""
         self.queue: deque[Queued] | None = None
+        """Parsed requests waiting for their turn (at most MAX_PIPELINED)."""
+        self.unparsed = b""
+        """What the client sent after the requests waiting in the queue, parsed once one starts."""
+        self.resume_scheduled = False
         self.starting: Exchange | None = None
         """The exchange to start once the read being parsed is parsed whole."""
+        self.input_closed = False
+        """No more requests are parsed: after one that closes the connection, or a malformed one."""
+        self.dropped = False
+        """Input was dropped unparsed: closing needs a lingering close, or the answer may be reset."""
         self.close_after = False
+        self.lost_outcome = "client_aborted"
         self.paused_for = 0
         self.write_paused = False
         self.deadline: float | None = None
@@ -120,14 +164,16 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.transport = None
+        self.unparsed = b""
         self.listener.clients.discard(self)
+        outcome = self.lost_outcome
         for exchange in (self.active, self.current):
             if exchange is not None:
-                exchange.abort("client_aborted")
+                exchange.abort(outcome)
         while self.queue:
             entry = self.queue.popleft()
             if isinstance(entry, Exchange):
-                entry.abort("client_aborted")
+                entry.abort(outcome)
 
     def eof_received(self) -> bool | None:
         return None  # a half-close is a departure: the upstream request is cancelled
@@ -175,27 +221,70 @@ class ClientConnection(asyncio.Protocol):
             listener.timeout_log.emit(header_timeout_secs=listener.header_timeout)
         self.transport.close()
 
+    def abort_for_deadline(self) -> None:
+        """The in-flight deadline: the connection is cut, and what waits on it counted with it."""
+        self.lost_outcome = "deadline_aborted"
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _close(self) -> None:
+        """Close after the last answer: at once when nothing the client sent is left unread, else
+        a lingering close (half-close, then read and drop for BODY_LINGER_SECS)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        self.deadline = None
+        unread = self.dropped or self.unparsed or self.current is not None or not self.in_head or self.head_bytes
+        self.input_closed = True
+        self.unparsed = b""
+        if not unread or not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self.paused_for = 0
+        transport.resume_reading()
+        self.listener.loop.call_later(BODY_LINGER_SECS, transport.close)
+
     # -- parsing ---------------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        if self.input_closed:
+            self.dropped = True  # after the last request, or lingering: read and dropped
+            return
+        if self.unparsed:  # reading was paused for the queue; keep the order
+            self.unparsed += data
+            return
         if self.in_head:
             self.head_bytes += len(data)
+        self._parse(data)
+
+    def _parse(self, data: bytes) -> None:
+        """Feed ``data`` to llhttp, cut so that the queue never holds more than MAX_PIPELINED
+        requests (the rest waits in ``unparsed``), then start the request that came first."""
+        parser = self.parser
         try:
-            self.parser.feed_data(data)
-            if self.starting is not None:
-                exchange, self.starting = self.starting, None
-                if not exchange.finished:
-                    exchange.start()
+            while True:
+                room = MAX_PIPELINED - (len(self.queue) if self.queue else 0)
+                if room <= 0:
+                    self.unparsed = data
+                    self.pause_reading(PIPELINE)
+                    break
+                cut = heads_end(data, room)
+                if cut < 0 or cut >= len(data):
+                    parser.feed_data(data)
+                    break
+                parser.feed_data(data[:cut])
+                data = data[cut:]
+                if self.input_closed:
+                    self.dropped = True
+                    break
         except httptools.HttpParserUpgrade:
-            # Answered 501 (or 400 for CONNECT) in turn; llhttp reads nothing after it.
-            self.close_after = True
+            # Answered 501 (or 400 for CONNECT) in turn; nothing after it is parsed.
+            self.input_closed = self.dropped = True
             self.pause_reading(PIPELINE)
             if self.current is not None:
                 self.current.req_done = True
                 self.current = None
-            if self.starting is not None:
-                exchange, self.starting = self.starting, None
-                exchange.start()
         except httptools.HttpParserCallbackError as exc:
             if isinstance(exc.__context__, HeadTooLarge):
                 self.bad_request(responses.HEAD_TOO_LARGE, "head too large")
@@ -203,38 +292,66 @@ class ClientConnection(asyncio.Protocol):
                 log.error("proxy.internal_error", error=repr(exc.__context__), exc_info=exc.__context__)
                 if self.transport is not None:
                     self.transport.abort()
+                return
         except httptools.HttpParserError as exc:
-            self.bad_request(responses.BAD_REQUEST, str(exc))
+            if self.input_closed:
+                self.dropped = True  # bytes after a request that closes the connection: not a request
+            else:
+                self.bad_request(responses.BAD_REQUEST, str(exc))
         else:
-            if self.in_head and self.head_bytes > MAX_HEAD_BYTES:
+            if self.in_head and self.head_bytes > MAX_HEAD_BYTES and not self.input_closed:
                 self.bad_request(responses.HEAD_TOO_LARGE, "head too large")
+        if self.starting is not None:
+            exchange, self.starting = self.starting, None
+            if not exchange.finished:
+                exchange.start()
+
+    def _resume_parse(self) -> None:
+        """A queued request started: parse what waited behind it (with the loop's stack clean)."""
+        self.resume_scheduled = False
+        if self.transport is None or self.input_closed or not self.unparsed:
+            return
+        data, self.unparsed = self.unparsed, b""
+        self._parse(data)
+        if not self.unparsed and not self.queue:
+            self.resume_reading(PIPELINE)
 
     def bad_request(self, error: tuple[int, str, str], reason: str) -> None:
-        """The client sent something llhttp (or the head limit) refuses: answer if nothing else is
-        being answered on this connection, and close it."""
-        transport = self.transport
-        if transport is None:
+        """The client sent something llhttp (or the head limit) refuses. The requests before it are
+        answered in order, then this error in its turn, and then the connection closes; nothing
+        after it is parsed."""
+        if self.transport is None:
             return
-        listener = self.listener
-        listener.bad_request_log.emit(status=error[0], reason=reason[:120])
-        self.close_after = True
+        self.listener.bad_request_log.emit(status=error[0], reason=reason[:120])
+        self.input_closed = self.dropped = True
+        self.unparsed = b""
         self.pause_reading(PIPELINE)
-        self.starting = None
         current = self.current
         self.current = None
-        if current is not None and current is self.active and not current.head_sent:
-            current.req_done = True
-            current.reply(error, "rejected", close=True)
+        if current is None:  # a malformed head, or garbage between requests: a refusal of its own
+            refusal = Exchange(self, b"", b"", False, False, None, error)
+            if self.active is None and not self.queue:
+                self.active = refusal
+                refusal.start()
+            else:  # after the requests that came first (one of them may still be starting)
+                self._enqueue(refusal)
             return
-        if current is not None:
+        # The malformed part is this request's body.
+        current.req_done = True
+        current.keep_alive = False
+        if current is self.starting:
+            self.starting = None
+        if not current.started:
+            current.problem = error  # refused in its turn: its head never reaches the model server
+            current.discard = True
+            if current is self.active:
+                current.start()
+        elif not current.head_sent:
+            current.discard = True
+            current.reply(error, "rejected", close=True)
+        else:  # its response is streaming already: the status can no longer change
             current.abort("rejected")
-        else:
-            listener.metrics.count_request(error[0], "rejected", 0.0)
-        if self.active is None and current is None:
-            transport.write(responses.error(*error, close=True))
-            transport.close()
-        else:
-            transport.abort()
+            self.transport.abort()
 
     def on_message_begin(self) -> None:
         self.url = b""
@@ -264,13 +381,13 @@ class ClientConnection(asyncio.Protocol):
         parser = self.parser
         method = parser.get_method()
         version = parser.get_http_version()
-        keep_alive = parser.should_keep_alive()
+        self.keep_alive = keep_alive = parser.should_keep_alive()
         url = self.url
+        problem: tuple[int, str, str] | None = None
+        request: RequestHead | None = None
         if version not in _VERSIONS:
             # llhttp reports a request line without a version as HTTP/0.9: refuse it in HTTP/1.1.
-            request: RequestHead | None = None
-            problem: tuple[int, str, str] | None = responses.BAD_REQUEST
-            self.close_after = True
+            problem = responses.BAD_REQUEST
         elif (method == b"GET" or method == b"HEAD") and url.partition(b"?")[0] in _PROBES:
             probe = (url.partition(b"?")[0], method, keep_alive, version == "1.0")
             self.current = None
@@ -286,17 +403,19 @@ class ClientConnection(asyncio.Protocol):
                     method, url, self.headers, self.peer, self.peer_node, self.listener.pool.host_header
                 )
                 # RFC 9112 §3.2: an HTTP/1.1 request needs exactly one Host (an HTTP/1.0 one may have none).
-                problem = None
                 hosts = request[5]
                 if hosts > 1 or (hosts == 0 and version != "1.0"):
                     problem = NO_HOST
-                    self.close_after = True
             except BadTarget:
                 self.listener.bad_target_log.emit(method=method.decode("latin-1"), target=url[:120].decode("latin-1"))
-                request, problem = None, responses.BAD_TARGET
+                problem = responses.BAD_TARGET
                 if method == b"CONNECT":
-                    self.close_after = True
-        exchange = Exchange(self, method, url, version == "1.0", keep_alive, request, problem)
+                    self.keep_alive = False
+            except BadFraming:
+                problem = NOMINATED
+        if problem is not None and problem is not responses.BAD_TARGET:
+            self.keep_alive = False  # its framing is not to be trusted: answer, then close
+        exchange = Exchange(self, method, url, version == "1.0", self.keep_alive, request, problem)
         self.current = exchange
         if self.active is None and not self.queue:
             # Started once this read is parsed whole: a request whose body turns out malformed in
@@ -312,12 +431,14 @@ class ClientConnection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.in_head = True
+        if not self.keep_alive:
+            self.input_closed = True  # nothing after a request that closes the connection is a request
         exchange = self.current
         self.current = None
         if exchange is not None:
             exchange.request_done()
-            if exchange.finished and self.close_after and self.active is None and self.transport is not None:
-                self.transport.close()  # the rest of a refused body has been read: the answer is safe
+            if exchange.finished and self.input_closed and self.active is None:
+                self._close()  # the rest of a refused body has been read: the answer is safe
 
     # -- answering in order ----------------------------------------------------------------------
 
@@ -353,17 +474,18 @@ class ClientConnection(asyncio.Protocol):
         if close or self.close_after:
             self.close_after = True
             if unread_body and self.current is not None:
-                self.current.discard = True  # read and drop the rest, then close, so the answer is not reset
-                self.listener.loop.call_later(BODY_LINGER_SECS, transport.close)
-            else:
-                transport.close()
+                self.current.discard = True  # read and drop the rest, so the answer is not reset
+            self._close()
             return
         if unread_body and self.current is not None:
             self.current.discard = True  # the rest of its body is read and dropped
         queue = self.queue
         while queue:
             entry = queue.popleft()
-            if not queue:
+            if self.unparsed and not self.resume_scheduled:
+                self.resume_scheduled = True
+                self.listener.loop.call_soon(self._resume_parse)
+            elif not queue and not self.unparsed:
                 self.resume_reading(PIPELINE)
             if isinstance(entry, Exchange):
                 if not entry.finished:
@@ -374,6 +496,10 @@ class ClientConnection(asyncio.Protocol):
                 self._probe(*entry)
                 return  # _probe came back here for the rest
         listener = self.listener
+        if self.input_closed:
+            if self.active is None and self.current is None:
+                self._close()  # the last request has been answered
+            return
         if self.current is not None:
             self.deadline = None  # a body is still being read: no timeout applies to a body
         elif self.in_head and not self.head_bytes:

@@ -1,6 +1,7 @@
 """One proxied request, from its head parsed to the last byte of its response: counted exactly.
 
-An :class:`Exchange` enters the in-flight count when its head is parsed and leaves it exactly once
+An :class:`Exchange` enters the in-flight count when it starts (at once for a request that has the
+connection to itself, in its turn for a pipelined one) and leaves it exactly once
 (:meth:`Exchange.finish`): when the last byte of its response is handed to the client's transport,
 or when it is aborted (client gone, model server gone, deadline). Outcomes name the side that
 failed: ``client_aborted`` when the client left, ``rejected`` for a request the router refuses,
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from router import logs
 from router.proxy import responses
-from router.proxy.rewrite import CHUNKED, NONE, SMALL, RequestHead, client_head, retryable
+from router.proxy.rewrite import CHUNKED, NONE, SMALL, RequestHead, client_head, interim_head, retryable
 from router.proxy.upstream import PENDING, UpstreamConnection
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class Exchange:
         "retried",
         "reused",
         "seen",
+        "started",
         "t0",
         "target",
         "until_eof",
@@ -95,8 +97,8 @@ class Exchange:
         self.finished = False
         self.reused = False
         self.retried = False
-        self.t0 = client.listener.loop.time()
-        client.listener.inflight.enter(self)
+        self.started = False
+        self.t0 = 0.0
 
     @property
     def path(self) -> str:
@@ -108,13 +110,17 @@ class Exchange:
     # -- the request ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Its turn has come (pipelined requests wait for the one ahead): refuse it or send it."""
+        """Its turn has come (pipelined requests wait for the one ahead): it enters the in-flight
+        count, and is refused or sent."""
+        listener = self.client.listener
+        self.started = True
+        self.t0 = listener.loop.time()
+        listener.inflight.enter(self)
         request = self.request
         if request is None or self.problem is not None:
             self.discard = True
             self.reply(self.problem or responses.BAD_REQUEST, "rejected", close=self.client.close_after)
             return
-        listener = self.client.listener
         _, length, _, expect_continue, upgrade, _ = request
         if upgrade:
             self.client.close_after = True
@@ -185,26 +191,23 @@ class Exchange:
 
     # -- the response (called from the upstream's parser callbacks, then flush()) --------------
 
+    def response_interim(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """A 1xx other than 100 (``103 Early Hints``): relayed to an HTTP/1.1 client ahead of the
+        final response (RFC 9110 §15.2); an HTTP/1.0 client cannot be sent one."""
+        if not self.http10:
+            self.out.append(interim_head(status, headers))
+
     def response_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        client = self.client
-        close = client.closes_after(self.keep_alive)
-        framed = client_head(status, headers, head_request=self.method == b"HEAD", http10=self.http10, close=close)
-        if framed is None:
-            self.up_invalid("a transfer coding an HTTP/1.0 client cannot be told about")
-            return
+        """The final response's head (raises :class:`~router.proxy.rewrite.BadFraming`: a 502)."""
+        close = self.client.closes_after(self.keep_alive)
+        head, mode, self.until_eof, self.close = client_head(
+            status, headers, head_request=self.method == b"HEAD", http10=self.http10, close=close
+        )
         self.code = status
-        head, mode, self.until_eof, self.close = framed
         self.mode = mode
         self.out.append(head)
         if mode == NONE:
             self.resp_done = True  # llhttp does not know a HEAD response has no body
-        if mode != SMALL:
-            self._head_out()
-
-    def _head_out(self) -> None:
-        self.head_sent = True
-        listener = self.client.listener
-        listener.metrics.ttfb.observe(listener.loop.time() - self.t0)
 
     def response_body(self, body: bytes) -> None:
         if self.mode == CHUNKED:
@@ -213,28 +216,32 @@ class Exchange:
             self.out.append(body)
 
     def flush(self) -> None:
-        """After each upstream read: one write to the client; finish when the response is whole."""
+        """After each upstream read: one write to the client; finish when the response is whole.
+        The final head counts as sent (its status fixed) only once it is written."""
         if self.finished:
             return
         out = self.out
         if self.resp_done:
             if self.mode == CHUNKED:
                 out.append(b"0\r\n\r\n")
-            elif self.mode == SMALL:
-                self._head_out()
         elif not out or (self.mode == SMALL and not self.head_sent):
             return
         transport = self.client.transport
         if transport is not None:
             transport.write(out[0] if len(out) == 1 else b"".join(out))
         out.clear()
+        if self.code and not self.head_sent:
+            self.head_sent = True
+            listener = self.client.listener
+            listener.metrics.ttfb.observe(listener.loop.time() - self.t0)
         if self.resp_done:
             self.finish("completed")
 
     # -- endings -------------------------------------------------------------------------------
 
     def upstream_lost(self, exc: BaseException | None, *, invalid: bool = False) -> None:
-        """The upstream connection closed (or sent something unparseable) while this owned it."""
+        """The upstream connection closed (or sent something the router will not relay) while this
+        owned it. Until the final head is written the client can still be told with a 502."""
         self.up = None
         if self.finished:
             return
@@ -252,27 +259,20 @@ class Exchange:
             ):
                 # A pooled connection the model server had closed: one retry on a fresh one.
                 self.retried = True
+                self.out.clear()
                 self.client.listener.pool.acquire(self)
                 return
             self.out.clear()
-            log.warning("proxy.upstream_cut", error=repr(exc), path=self.path)
+            log.warning("proxy.upstream_invalid" if invalid else "proxy.upstream_cut", error=repr(exc), path=self.path)
             self.reply(responses.BAD_RESPONSE if invalid else responses.CUT, "upstream_error")
             return
         # The status went out and can no longer change: close the client connection without the
         # terminating chunk, so the client sees the stream cut.
-        log.warning("proxy.upstream_cut", error=repr(exc), path=self.path)
+        log.warning("proxy.upstream_invalid" if invalid else "proxy.upstream_cut", error=repr(exc), path=self.path)
         self.out.clear()
         if self.client.transport is not None:
             self.client.transport.abort()
         self.finish("upstream_error")
-
-    def up_invalid(self, why: str) -> None:
-        up = self.up
-        if up is not None:
-            self.up = None
-            up.exchange = None
-            up.transport.abort()
-        self.upstream_lost(ValueError(why), invalid=True)
 
     def fail(self, error: tuple[int, str, str], outcome: str) -> None:
         """The upstream connection could not be opened."""
@@ -286,9 +286,8 @@ class Exchange:
 
     def abort_deadline(self) -> None:
         if not self.finished:
-            if self.client.transport is not None:
-                self.client.transport.abort()
             self.finish("deadline_aborted")
+            self.client.abort_for_deadline()
 
     def reply(self, error: tuple[int, str, str], outcome: str, *, close: bool = False) -> None:
         """A JSON error of the router's own, written now (in-flight covers it)."""
@@ -310,15 +309,18 @@ class Exchange:
         self.finished = True
         client = self.client
         listener = client.listener
-        listener.inflight.leave(self)
-        duration = listener.loop.time() - self.t0
-        listener.metrics.count_request(self.code, outcome, duration)
+        duration = 0.0
+        if self.started:
+            listener.inflight.leave(self)
+            duration = listener.loop.time() - self.t0
+        code = self.code if self.head_sent else 0  # the status the client received, if any
+        listener.metrics.count_request(code, outcome, duration)
         if listener.access_log:
             log.info(
                 "request",
                 method=self.method.decode("latin-1"),
                 path=self.path,
-                status=self.code,
+                status=code,
                 outcome=outcome,
                 duration_s=round(duration, 6),
                 remote=client.peer.decode("latin-1"),

@@ -10,11 +10,16 @@ answering probes, proxying through one :class:`~router.proxy.exchange.Exchange` 
   stream killed.
 - **Deadlines** (header timeout, keep-alive idle timeout) are checked by one sweep over the
   connections every quarter of the shorter timeout (at most a second), not by a timer per request.
+- **Departures while not reading**: a connection whose reading is paused (pipelined requests
+  waiting, an upload ahead of the model server) would not see its client leave, so the same sweep
+  asks the kernel (one ``poll`` for all of them) which peers have hung up, and aborts those: their
+  requests leave the in-flight count and the model server sees them cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 from typing import Any
 
 from router import logs
@@ -72,6 +77,9 @@ class TrafficListener:
         now = self.loop.time()
         for client in [c for c in self.clients if c.deadline is not None and c.deadline <= now]:
             client.deadline_passed()
+        paused = [c for c in self.clients if c.paused_for and c.transport is not None]
+        if paused:
+            reap_departed(paused)
         self._sweeper = self.loop.call_later(self._sweep_every, self._sweep)
 
     def stop_accepting(self) -> None:
@@ -89,6 +97,26 @@ class TrafficListener:
         for client in list(self.clients):
             if client.transport is not None:
                 client.transport.abort()
+
+
+_HUNG_UP = select.POLLRDHUP | select.POLLHUP | select.POLLERR
+
+
+def reap_departed(clients: list[ClientConnection]) -> None:
+    """Abort the connections among ``clients`` whose peer has hung up (a FIN or a reset), seen by
+    the kernel even while their reading is paused and their unread input is queued."""
+    poller = select.poll()
+    by_fd: dict[int, ClientConnection] = {}
+    for client in clients:
+        sock = client.transport.get_extra_info("socket")
+        fd = sock.fileno() if sock is not None else -1
+        if fd >= 0:
+            by_fd[fd] = client
+            poller.register(fd, _HUNG_UP)
+    for fd, events in poller.poll(0):
+        client = by_fd[fd]
+        if events & _HUNG_UP and client.transport is not None:
+            client.transport.abort()
 
 
 class RefusedConnection(asyncio.Protocol):

@@ -19,13 +19,20 @@ HOP_BY_HOP = frozenset(name.encode() for name in headers_mod.HOP_BY_HOP) | {b"ex
 #: Replaced on the way up: the router vouches only for what it saw itself.
 _REPLACED = frozenset({b"x-forwarded-for", b"forwarded", b"x-real-ip", b"x-forwarded-proto", b"x-forwarded-host"})
 _SPECIAL = HOP_BY_HOP | _REPLACED | {b"host", b"content-length"}
-#: Never removed by being named in ``Connection``: a client must not make the model server see the
-#: router's upstream address as the host.
-_NEVER_NAMED = frozenset({b"host"})
+#: Headers that frame a message (RFC 9112 §6) or name its host. The router decides framing once,
+#: from the headers as parsed, so a ``Connection`` header that nominates one of them (asking the next
+#: hop to drop it while its body is still sent) is refused: 400 for a request, 502 for a response.
+#: Dropping ``Content-Length`` that way would make the model server read the body as a second request.
+FRAMING = frozenset({b"content-length", b"transfer-encoding", b"host"})
 
 
 class BadTarget(ValueError):
     """A request target that is not origin-form (CONNECT authority, absolute-form, ``*``)."""
+
+
+class BadFraming(ValueError):
+    """A message whose framing the router will not relay: ``Connection`` nominates a framing header,
+    or a response body is framed in a way the client cannot be told about."""
 
 
 def check_target(method: bytes, target: bytes) -> None:
@@ -100,7 +107,9 @@ def request_head(
             expect = value.strip().lower() == b"100-continue"
         elif lower == b"upgrade":
             upgrade = True
-    if named and (named := named - HOP_BY_HOP - _NEVER_NAMED):
+    if named and not named.isdisjoint(FRAMING):
+        raise BadFraming("Connection nominates a framing header")
+    if named and (named := named - HOP_BY_HOP):
         parts = parts[:4] + [
             p
             for name, value in headers
@@ -149,13 +158,38 @@ _STATUS_LINES = {status.value: b"HTTP/1.1 %d %s\r\n" % (status.value, status.phr
 ClientHead = tuple[bytes, int, bool, bool]
 
 
-def client_head(status: int, headers: Headers, *, head_request: bool, http10: bool, close: bool) -> ClientHead | None:
+def _status_line(status: int) -> bytes:
+    return _STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status
+
+
+def _end_to_end(headers: Headers, named: set[bytes]) -> list[bytes]:
+    """The header lines of ``headers`` without the hop-by-hop ones and those ``Connection`` names."""
+    return [
+        p
+        for name, value in headers
+        if (lower := name.lower()) not in HOP_BY_HOP and lower not in named
+        for p in (name, b": ", value, b"\r\n")
+    ]
+
+
+def interim_head(status: int, headers: Headers) -> bytes:
+    """A 1xx interim response (``103 Early Hints``) as relayed to an HTTP/1.1 client (RFC 9110 §15.2):
+    its end-to-end headers, never a body."""
+    named: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            named = _named(value, named)
+    return b"".join([_status_line(status), *_end_to_end(headers, named), b"\r\n"])
+
+
+def client_head(status: int, headers: Headers, *, head_request: bool, http10: bool, close: bool) -> ClientHead:
     """The response head for the client and how its body is framed, from the upstream's status and
     headers: hop-by-hop ones (and those named in ``Connection``) dropped. ``close``: the connection
-    closes after it anyway (the client asked, or the router is draining). None when the body cannot
-    be framed for this client (a transfer coding an HTTP/1.0 client cannot be told about). The status
-    line carries the standard reason phrase."""
-    lines = [_STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status]
+    closes after it anyway (the client asked, or the router is draining). The status line carries
+    the standard reason phrase. Raises :class:`BadFraming` when ``Connection`` nominates a framing
+    header, or when the body cannot be framed for this client (a transfer coding an HTTP/1.0 client
+    cannot be told about)."""
+    lines = [_status_line(status)]
     named: set[bytes] | None = None
     length = None
     transfer: bytes | None = None
@@ -173,13 +207,10 @@ def client_head(status: int, headers: Headers, *, head_request: bool, http10: bo
         elif lower == b"server":
             has_server = True
         lines += (name, b": ", value, b"\r\n")
+    if named and not named.isdisjoint(FRAMING):
+        raise BadFraming("Connection nominates a framing header")
     if named and (named := named - HOP_BY_HOP):
-        lines = lines[:1] + [
-            p
-            for name, value in headers
-            if (lower := name.lower()) not in HOP_BY_HOP and lower not in named
-            for p in (name, b": ", value, b"\r\n")
-        ]
+        lines = [lines[0], *_end_to_end(headers, named)]
         has_server = has_server and b"server" not in named
     if not has_server:
         lines.append(b"Server: drain-router\r\n")
@@ -196,7 +227,7 @@ def client_head(status: int, headers: Headers, *, head_request: bool, http10: bo
             mode = CHUNKED
             lines += (b"Transfer-Encoding: ", codings + b", chunked" if codings else b"chunked", b"\r\n")
         elif codings:
-            return None
+            raise BadFraming("a transfer coding an HTTP/1.0 client cannot be told about")
         else:
             mode = UNTIL_CLOSE
             close = True

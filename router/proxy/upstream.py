@@ -40,15 +40,39 @@ UPSTREAM_IDLE_SECS = 4.0
 _EMFILE = frozenset({errno.EMFILE, errno.ENFILE})
 
 
+#: The upstream's response head is bounded like a client's request head: its size and header count
+#: (the same limits as requests), the interim (1xx) responses before the final one, and the time from
+#: its first byte to its end. Past a bound the client gets 502 and the upstream connection is closed.
+MAX_RESPONSE_HEAD_BYTES = 32 * 1024
+MAX_RESPONSE_HEADERS = 128
+MAX_INTERIM_RESPONSES = 8
+RESPONSE_HEAD_SECS = 10.0
+
+
+class BadResponse(Exception):
+    """Raised from a parser callback: the upstream's response breaks a rule (the reason is logged,
+    never sent); the client gets 502 if it can still be told, and the connection is closed."""
+
+
+class Surplus(Exception):
+    """Raised from a parser callback: bytes past the framed end of the final response (a second
+    response, a body on 204/304 or on a HEAD answer). They are never relayed; the connection closes."""
+
+
 class UpstreamConnection(asyncio.Protocol):
     """One connection to the model server; owned by at most one exchange at a time."""
 
     __slots__ = (
         "complete",
+        "done",
         "exchange",
+        "head_bytes",
+        "head_timer",
         "headers",
         "idle_at",
+        "in_head",
         "interim",
+        "interims",
         "keep_alive",
         "parser",
         "pool",
@@ -61,8 +85,15 @@ class UpstreamConnection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.exchange: Exchange | None = None
         self.headers: list[tuple[bytes, bytes]] = []
+        self.head_bytes = 0
+        """Bytes received while the response head is incomplete (bounds a head that never ends)."""
+        self.head_timer: asyncio.TimerHandle | None = None
+        self.in_head = True
         self.interim = False
+        self.interims = 0
         self.keep_alive = True
+        self.done = False
+        """The exchange's final response is whole: anything more is surplus."""
         self.complete = True
         """The parser is between responses (not after a HEAD response's head, say)."""
         self.idle_at: float | None = None
@@ -74,6 +105,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self._stop_head_timer()
         self.pool.lost(self)
         exchange = self.exchange
         if exchange is not None:
@@ -95,41 +127,102 @@ class UpstreamConnection(asyncio.Protocol):
             self.parser = httptools.HttpResponseParser(self)
             self.complete = True
         self.headers = []
+        self.head_bytes = self.interims = 0
+        self.in_head = True
+        self.done = False
         self.transport.write(head)
 
     def data_received(self, data: bytes) -> None:
         exchange = self.exchange
-        if exchange is None:  # bytes nobody asked for on an idle connection: it is out of step
+        if exchange is None or self.done:  # bytes nobody asked for: the connection is out of step
+            self.keep_alive = False
             self.transport.abort()
             return
         self.complete = False
+        if self.in_head:
+            self.head_bytes += len(data)
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self.exchange = None
-            self.transport.abort()
-            exchange.upstream_lost(exc, invalid=True)
+        except httptools.HttpParserCallbackError as exc:
+            if not isinstance(exc.__context__, Surplus):
+                self._invalid(exchange, exc.__context__ or exc)
+                return
+            # The final response is whole; what followed it is dropped with the connection.
+            self.keep_alive = False
+            self.pool.surplus_log.emit(status=exchange.code)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._invalid(exchange, exc)
             return
+        if self.in_head:
+            if self.head_bytes > MAX_RESPONSE_HEAD_BYTES:
+                self._invalid(exchange, BadResponse("response head too large"))
+                return
+            if self.head_timer is None:
+                self.head_timer = self.pool.loop.call_later(RESPONSE_HEAD_SECS, self._head_timed_out)
+        elif self.head_timer is not None:
+            self._stop_head_timer()
         exchange.flush()
+
+    def _invalid(self, exchange: Exchange, exc: BaseException) -> None:
+        self.exchange = None
+        self.keep_alive = False
+        self._stop_head_timer()
+        self.transport.abort()
+        exchange.upstream_lost(exc, invalid=True)
+
+    def _head_timed_out(self) -> None:
+        self.head_timer = None
+        exchange = self.exchange
+        if exchange is not None and self.in_head and self.transport is not None:
+            self._invalid(exchange, BadResponse(f"response head not complete within {RESPONSE_HEAD_SECS} s"))
+
+    def _stop_head_timer(self) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
 
     # llhttp callbacks: record only; the exchange acts in flush(). (No on_status: the status line
     # the client gets carries the standard reason phrase; RFC 9112 lets a client ignore it.)
+    def on_message_begin(self) -> None:
+        if self.done:
+            raise Surplus
+        self.in_head = True
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
+        headers = self.headers
+        headers.append((name, value))
+        if len(headers) > MAX_RESPONSE_HEADERS:
+            raise BadResponse("too many response headers")
 
     def on_headers_complete(self) -> None:
+        self.in_head = False
+        self.head_bytes = 0
         status = self.parser.get_status_code()
-        if status < 200:  # 100 Continue (already answered to the client by the router), 103
+        exchange = self.exchange
+        if not 100 <= status <= 599:
+            raise BadResponse(f"status {status} out of range")
+        if status < 200:
+            if status == 101:  # the router forwards no Upgrade request: nobody asked to switch
+                raise BadResponse("101 Switching Protocols without an Upgrade request")
+            self.interims += 1
+            if self.interims > MAX_INTERIM_RESPONSES:
+                raise BadResponse("too many interim responses")
             self.interim = True
+            if exchange is not None and status != 100:  # 100 Continue was the router's own to send
+                exchange.response_interim(status, self.headers)
+            self.headers = []
             return
         self.keep_alive = self.parser.should_keep_alive()
-        exchange = self.exchange
         if exchange is not None:
             exchange.response_head(status, self.headers)
             self.headers = []  # trailers, if any, are dropped
+            if exchange.resp_done:  # a HEAD answer: whole with its head, whatever it announces
+                self.done = True
 
     def on_body(self, body: bytes) -> None:
         exchange = self.exchange
+        if self.done:
+            raise Surplus
         if exchange is not None:
             exchange.response_body(body)
 
@@ -139,6 +232,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.headers = []
             return
         self.complete = True
+        self.done = True
         exchange = self.exchange
         if exchange is not None:
             exchange.resp_done = True
@@ -162,6 +256,8 @@ class UpstreamPool:
         self.connect_timeout = float(proxy.upstream_connect_timeout_secs)
         self.max_connections = proxy.upstream_max_connections
         self.note_connect = note_connect
+        self.loop = asyncio.get_running_loop()
+        self.surplus_log = logs.RateLimited(log, "proxy.upstream_surplus", level="warning")
         self.idle: list[UpstreamConnection] = []
         self.open = 0
         self.waiting: deque[Exchange] = deque()

@@ -246,13 +246,20 @@ async def test_upgrade_with_a_pipelined_request_closes_the_connection(start_proc
     assert b"\r\nConnection: close\r\n" in answer
 
 
-async def test_host_survives_connection_and_forwarded_headers_follow_the_trust_model(start_process, fake_upstream):
-    """``Connection: Host`` does not remove Host; the router appends its own hop to ``Forwarded`` and
-    ``X-Forwarded-For`` after what the client claimed, and drops ``X-Real-IP``."""
+async def test_connection_cannot_nominate_host_and_forwarded_headers_follow_the_trust_model(
+    start_process, fake_upstream
+):
+    """``Connection: Host`` is refused with 400 (Host is never removed); a header ``Connection``
+    names is dropped; the router appends its own hop to ``Forwarded`` and ``X-Forwarded-For`` after
+    what the client claimed, and drops ``X-Real-IP``."""
     p = await start_process()
+    refused, closed = await raw_exchange(
+        p.port, b"GET /echo HTTP/1.1\r\nHost: model.example\r\nConnection: Host\r\n\r\n"
+    )
+    assert status_of(refused) == 400 and closed
     answer, _ = await raw_exchange(
         p.port,
-        b"GET /echo HTTP/1.1\r\nHost: model.example\r\nConnection: Host, X-Hop\r\n"
+        b"GET /echo HTTP/1.1\r\nHost: model.example\r\nConnection: X-Hop\r\n"
         b"X-Hop: 1\r\nForwarded: for=203.0.113.9\r\nX-Forwarded-For: 203.0.113.9\r\n"
         b"X-Real-IP: 203.0.113.9\r\n\r\n",
         whole=True,

@@ -17,18 +17,20 @@ def _headers(rows: list[list[str]]) -> list[tuple[bytes, bytes]]:
 
 @pytest.mark.parametrize("case", casefiles.params(casefiles.load("framing/responses.yaml")))
 def test_client_head(case: dict[str, Any]) -> None:
-    framed = rewrite.client_head(
-        case["status"],
-        _headers(case["headers"]),
-        head_request=case.get("head_request", False),
-        http10=case.get("http10", False),
-        close=case.get("close", False) and not case.get("http10", False),
-    )
+    def frame() -> rewrite.ClientHead:
+        return rewrite.client_head(
+            case["status"],
+            _headers(case["headers"]),
+            head_request=case.get("head_request", False),
+            http10=case.get("http10", False),
+            close=case.get("close", False) and not case.get("http10", False),
+        )
+
     if case.get("unframable"):
-        assert framed is None
+        with pytest.raises(rewrite.BadFraming):
+            frame()
         return
-    assert framed is not None
-    head, mode, until_eof, close = framed
+    head, mode, until_eof, close = frame()
     assert mode == getattr(rewrite, case["mode"])
     assert until_eof == case.get("until_eof", False)
     assert close == case.get("close", False)
@@ -57,14 +59,14 @@ def test_request_head_appends_this_hop_and_drops_hop_by_hop() -> None:
             ["X-Forwarded-Proto", "https"],
             ["X-Real-IP", "6.6.6.6"],
             ["Forwarded", "for=1.2.3.4"],
-            ["Connection", "keep-alive, X-Drop, Host"],
+            ["Connection", "keep-alive, X-Drop"],
             ["X-Drop", "d"],
             ["TE", "trailers"],
             ["Content-Length", "5"],
         ]
     )
     assert lines[0] == "POST /v1/completions?x=1 HTTP/1.1"
-    assert "Host: api.example" in lines  # named in Connection, kept anyway
+    assert "Host: api.example" in lines
     assert "X-Forwarded-For: 1.2.3.4, 10.0.0.7" in lines
     assert "X-Forwarded-Proto: http" in lines and "X-Forwarded-Proto: https" not in lines
     assert "X-Forwarded-Host: api.example" in lines
@@ -121,3 +123,19 @@ def test_only_idempotent_requests_without_a_body_are_retried(
 ) -> None:
     head = rewrite.request_head(method, b"/", _headers([["Host", "h"], *headers]), b"p", b"p", b"u")
     assert rewrite.retryable(method, head) is retry
+
+
+@pytest.mark.parametrize(
+    "connection",
+    ["content-length", "Content-Length, keep-alive", "transfer-encoding", "close, Transfer-Encoding", "host", "HOST"],
+)
+def test_a_request_nominating_a_framing_header_is_refused(connection: str) -> None:
+    with pytest.raises(rewrite.BadFraming):
+        _request([["Host", "h"], ["Content-Length", "5"], ["Connection", connection]])
+
+
+def test_an_interim_response_keeps_its_end_to_end_headers_only() -> None:
+    head = rewrite.interim_head(
+        103, _headers([["Link", "</s.css>; rel=preload"], ["Connection", "x-hop"], ["X-Hop", "1"], ["Keep-Alive", "5"]])
+    )
+    assert head == b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
