@@ -181,8 +181,13 @@ class Router:
     # -- startup -------------------------------------------------------------------------------
 
     async def _start_admin(self, stack: contextlib.AsyncExitStack) -> None:
+        # handler_cancellation: aiohttp cancels a handler when its client disconnects (not its default),
+        # so a /admin/drain-wait caller that leaves frees its waiter slot at once, not at its timeout.
         runner = web.AppRunner(
-            health.make_admin_app(self.state), access_log=None, shutdown_timeout=CLEANUP_TIMEOUT_SECS
+            health.make_admin_app(self.state),
+            access_log=None,
+            shutdown_timeout=CLEANUP_TIMEOUT_SECS,
+            handler_cancellation=True,
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)

@@ -1,0 +1,88 @@
+"""The admin listener is bounded and plain (SPEC 4), black-box: a real ``drain-router serve`` process and
+raw sockets.
+
+- A ``/admin/drain-wait`` caller that leaves frees its slot at once: callers that disconnect can never
+  lock the kubelet's preStop hook out with ``too_many_waiters``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from router.proxy.health import MAX_DRAIN_WAITERS
+from tests.blackbox import raw_exchange, read_response, reset, status_of
+from tests.process import Start, router_starter
+
+#: A caller that left must free its slot well within this (before the fix: only at its timeout).
+SLOT_FREED_WITHIN_SECS = 2.0
+
+
+@pytest.fixture
+async def start_process(fake_upstream) -> AsyncIterator[Start]:
+    async with router_starter(fake_upstream.url) as start:
+        yield start
+
+
+def _get(path: str, *, close: bool = False) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: x\r\n{'Connection: close' + chr(13) + chr(10) if close else ''}\r\n".encode()
+
+
+async def _status(port: int, path: str) -> int:
+    answer, _ = await raw_exchange(port, _get(path, close=True), whole=True)
+    return status_of(answer)
+
+
+async def _hold(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A preStop-like caller: one ``/admin/drain-wait`` request (no timeout of its own), left waiting."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_get("/admin/drain-wait"))
+    await writer.drain()
+    return reader, writer
+
+
+async def _wait_full(admin_port: int, full: bool, timeout: float = 10.0) -> None:
+    """Until every drain-wait slot is taken (``full``) or one is free: a ``timeout=0`` call is answered
+    at once, 503 ``too_many_waiters`` when no slot is free, else 200 ``drained: false``."""
+    want = 503 if full else 200
+    deadline = time.monotonic() + timeout
+    while (status := await _status(admin_port, "/admin/drain-wait?timeout=0")) != want:
+        assert status in (200, 503), status
+        assert time.monotonic() < deadline, f"drain-wait slots not {'full' if full else 'free'} after {timeout} s"
+
+
+async def test_a_drain_wait_caller_that_leaves_frees_its_slot_at_once(start_process):
+    """1. 16 callers hold every /admin/drain-wait slot (a 17th is refused 503 too_many_waiters)
+    2. they all disconnect (half with FIN, half with RST), long before any timeout.
+    Result: within 2 s a caller is held again (before the fix: the slots stayed taken until each
+    caller's timeout, 1800 s with no declared grace, and a kubelet preStop got the 503 and had the model
+    server signalled at once); 16 fresh callers are all held, and each is answered drained at SIGTERM."""
+    p = await start_process("--termination-grace-secs", "1800")
+    admin = p.admin_port
+    leavers = [await _hold(admin) for _ in range(MAX_DRAIN_WAITERS)]
+    await _wait_full(admin, True)
+    left = time.monotonic()
+    for n, (_, writer) in enumerate(leavers):
+        if n % 2:
+            reset(writer)
+        else:
+            writer.close()
+    await _wait_full(admin, False, SLOT_FREED_WITHIN_SECS)
+    freed_after = time.monotonic() - left
+    assert freed_after < SLOT_FREED_WITHIN_SECS, freed_after
+    print(f"drain-wait slot free again {freed_after * 1000:.0f} ms after its callers left")
+
+    fresh = [await _hold(admin) for _ in range(MAX_DRAIN_WAITERS)]
+    await _wait_full(admin, True)  # the 16 fresh callers (and nothing left over) hold every slot
+    p.signal(signal.SIGTERM)
+    for reader, writer in fresh:
+        response = await read_response(reader, timeout=10)
+        assert response.status == 200, response  # held, not refused with too_many_waiters
+        assert json.loads(response.body)["drained"] is True, response.body
+        writer.close()
+    assert await p.wait() == 0
