@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry
 
 from router import config, logs, metrics
 from router.decisions import drain
-from router.proxy import health, signals, tuning, upstream_health
+from router.proxy import admin_listener, health, signals, tuning, upstream_health
 from router.proxy.listener import TrafficListener
 from router.proxy.state import RouterState
 from router.proxy.upstream import UpstreamPool
@@ -181,14 +181,7 @@ class Router:
     # -- startup -------------------------------------------------------------------------------
 
     async def _start_admin(self, stack: contextlib.AsyncExitStack) -> None:
-        # handler_cancellation: aiohttp cancels a handler when its client disconnects (not its default),
-        # so a /admin/drain-wait caller that leaves frees its waiter slot at once, not at its timeout.
-        runner = web.AppRunner(
-            health.make_admin_app(self.state),
-            access_log=None,
-            shutdown_timeout=CLEANUP_TIMEOUT_SECS,
-            handler_cancellation=True,
-        )
+        runner = admin_listener.AdminRunner(health.make_admin_app(self.state), shutdown_timeout=CLEANUP_TIMEOUT_SECS)
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         await web.TCPSite(runner, self.config.admin.host, self.config.admin.port).start()

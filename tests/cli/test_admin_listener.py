@@ -3,6 +3,8 @@ raw sockets.
 
 - A ``/admin/drain-wait`` caller that leaves frees its slot at once: callers that disconnect can never
   lock the kubelet's preStop hook out with ``too_many_waiters``.
+- Protocol errors get a static JSON body with ``Server: drain-router``: no framework, no version, no
+  parser text; they are logged as one rate-limited line, never as an error with a traceback.
 """
 
 from __future__ import annotations
@@ -86,3 +88,53 @@ async def test_a_drain_wait_caller_that_leaves_frees_its_slot_at_once(start_proc
         assert json.loads(response.body)["drained"] is True, response.body
         writer.close()
     assert await p.wait() == 0
+
+
+#: Requests aiohttp's parser refuses, and the status each gets.
+MALFORMED = [
+    (b"GARBAGE\r\n\r\n", 400),
+    (b"GET /livez HTTP/1.1\r\nBad Header\r\n\r\n", 400),
+    (b"GET /livez HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n", 400),
+    (b"GET /livez HTTP/9.9\r\nHost: x\r\n\r\n", 400),
+    (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 431),
+    (b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 9000 + b"\r\n\r\n", 431),
+]
+#: What a scanner or a curious client must never read from the admin port.
+LEAKS = (b"aiohttp", b"python", b"traceback", b"garbage", b"bad header", b"nope", b"aaaa", b"bbbb", b"invalid")
+
+
+async def test_protocol_errors_get_a_static_body_and_one_rate_limited_log_line(start_process):
+    """Malformed request lines, bad headers, bad framing and heads too large, sent raw to the admin
+    port, each get 400 (431 for a line too large) with a static JSON body, ``Server: drain-router`` and
+    the connection closed: nothing names aiohttp or Python and no parser text (which echoes the
+    client's bytes) reaches the client. The router logs them as one rate-limited ``admin.bad_request``
+    line, never at error level with a traceback. Every regular admin answer (200, 404, 405) also says
+    ``Server: drain-router``."""
+    p = await start_process()
+    for request, status in MALFORMED:
+        answer, closed = await raw_exchange(p.admin_port, request)
+        assert status_of(answer) == status, (request[:40], answer[:300])
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert b"\r\nServer: drain-router\r\n" in head, head
+        for leak in LEAKS:
+            assert leak not in answer.lower(), (leak, answer[:300])
+        error = json.loads(body)["error"]
+        assert error["type"] == ("request_header_too_large" if status == 431 else "bad_request"), error
+        assert closed, request[:40]
+    for request in (_get("/livez", close=True), _get("/metrics", close=True), _get("/nowhere", close=True)):
+        answer, _ = await raw_exchange(p.admin_port, request, whole=True)
+        head = answer.partition(b"\r\n\r\n")[0]
+        assert b"\r\nServer: drain-router\r\n" in head, head
+        assert b"aiohttp" not in answer.lower() and b"python" not in head.lower(), head
+    answer, _ = await raw_exchange(
+        p.admin_port, b"POST /livez HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", whole=True
+    )
+    assert status_of(answer) == 405 and b"\r\nServer: drain-router\r\n" in answer, answer[:300]
+    assert await _status(p.admin_port, "/livez") == 200  # still serving
+    p.signal(signal.SIGTERM)
+    assert await p.wait() == 0
+    events = p.events
+    logged = [e for e in events if e.get("event") == "admin.bad_request"]
+    assert len(logged) == 1, logged  # the other five within the interval are counted, not logged
+    assert not [e for e in events if e.get("level") == "error" or "exc_info" in e or "exception" in e], events
+    assert not [e for e in events if "Error handling request" in str(e.get("event"))], events
