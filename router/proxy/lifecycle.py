@@ -181,7 +181,12 @@ class Router:
     # -- startup -------------------------------------------------------------------------------
 
     async def _start_admin(self, stack: contextlib.AsyncExitStack) -> None:
-        runner = admin_listener.AdminRunner(health.make_admin_app(self.state), shutdown_timeout=CLEANUP_TIMEOUT_SECS)
+        runner = admin_listener.AdminRunner(
+            health.make_admin_app(self.state),
+            metrics=self.metrics,
+            connection_limit=tuning.ADMIN_CONNECTION_LIMIT,
+            shutdown_timeout=CLEANUP_TIMEOUT_SECS,
+        )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         await web.TCPSite(runner, self.config.admin.host, self.config.admin.port).start()
@@ -252,6 +257,7 @@ class Router:
                     port=self.port,
                     admin_port=self.admin_port,
                     connection_limit=self.listener.connection_limit if self.listener else None,
+                    admin_connection_limit=tuning.ADMIN_CONNECTION_LIMIT,
                     upstream=cfg.proxy.upstream.url,
                     shutdown_drain_secs=cfg.drain.shutdown_drain_secs,
                     termination_grace_secs=cfg.drain.termination_grace_secs,
