@@ -109,8 +109,9 @@ class Metrics:
         )
         self.connections_refused = Counter(
             PREFIX + "connections_refused",
-            "Client connections the traffic listener closed unserved: reason connection_limit (the "
-            "descriptor reserve for the admin listener) or header_timeout (a request head too slow).",
+            "Client connections closed unserved: reason connection_limit (the traffic listener's cap, "
+            "keeping the descriptor reserve), header_timeout (a request head too slow) or "
+            "admin_connection_limit (the admin listener's cap, its own share of the reserve).",
             ["reason"],
             registry=registry,
         )

@@ -52,7 +52,9 @@ async def drain_wait(request: web.Request) -> web.Response:
     sends the model server its SIGTERM only after this returns, so the model keeps generating for
     every stream the router still relays. ``timeout`` is capped at the declared grace (else
     ``MAX_SHUTDOWN_DRAIN_SECS``): no hold outlives the pod's budget. At most
-    :data:`MAX_DRAIN_WAITERS` callers wait at once.
+    :data:`MAX_DRAIN_WAITERS` callers wait at once; a caller that disconnects has this handler
+    cancelled by the admin listener and frees its slot at once, so callers that leave can never lock
+    the kubelet's preStop hook out (a 503 there would have the model server signalled at once).
     """
     st = request.app[STATE_KEY]
     waiters = request.app[WAITERS_KEY]

@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry
 
 from router import config, logs, metrics
 from router.decisions import drain
-from router.proxy import health, signals, tuning, upstream_health
+from router.proxy import admin_listener, health, signals, tuning, upstream_health
 from router.proxy.listener import TrafficListener
 from router.proxy.state import RouterState
 from router.proxy.upstream import UpstreamPool
@@ -181,8 +181,11 @@ class Router:
     # -- startup -------------------------------------------------------------------------------
 
     async def _start_admin(self, stack: contextlib.AsyncExitStack) -> None:
-        runner = web.AppRunner(
-            health.make_admin_app(self.state), access_log=None, shutdown_timeout=CLEANUP_TIMEOUT_SECS
+        runner = admin_listener.AdminRunner(
+            health.make_admin_app(self.state),
+            metrics=self.metrics,
+            connection_limit=tuning.ADMIN_CONNECTION_LIMIT,
+            shutdown_timeout=CLEANUP_TIMEOUT_SECS,
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
@@ -254,6 +257,7 @@ class Router:
                     port=self.port,
                     admin_port=self.admin_port,
                     connection_limit=self.listener.connection_limit if self.listener else None,
+                    admin_connection_limit=tuning.ADMIN_CONNECTION_LIMIT,
                     upstream=cfg.proxy.upstream.url,
                     shutdown_drain_secs=cfg.drain.shutdown_drain_secs,
                     termination_grace_secs=cfg.drain.termination_grace_secs,

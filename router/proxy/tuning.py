@@ -7,9 +7,27 @@ import gc
 import resource
 from collections.abc import Iterator
 
-#: Descriptors kept free of client traffic for the admin listener (probes, metrics, preStop), the
-#: upstream health check and the process itself; see :func:`traffic_connection_limit`.
-ADMIN_RESERVE_FDS = 64
+#: Connections the admin listener holds at once; past it a connection is answered 503 and closed
+#: (:mod:`router.proxy.admin_listener`). A pod's legitimate admin clients at any moment are a handful:
+#: the kubelet's probes (one short connection each), one or two Prometheus scrapers, the controller's
+#: idle probe, the preStop holds on ``/admin/drain-wait`` (at most ``MAX_DRAIN_WAITERS``, 16) and an
+#: operator's curl. 64 leaves 48 for probes and scrapes even with every drain-wait slot held, and
+#: bounds what a flood of admin connections can take from the traffic listener.
+ADMIN_CONNECTION_LIMIT = 64
+
+#: Refused admin connections kept open at once for up to a second, so that their 503 is read rather
+#: than lost to a reset; more are closed as soon as they are answered.
+ADMIN_LINGERING_REFUSED = 8
+
+#: Descriptors of the process itself: stdio, the event loop's, the listening sockets, the upstream
+#: health check (15 in all, measured at startup), plus the traffic listener's refused connections
+#: lingering for their 503 (up to 16) and some headroom.
+PROCESS_RESERVE_FDS = 40
+
+#: Descriptors kept free of client traffic: the admin listener's own share (its connection cap and its
+#: lingering refusals) and the process's. Each listener is bounded by its own share, so neither can
+#: starve the other of descriptors; see :func:`traffic_connection_limit`.
+RESERVED_FDS = ADMIN_CONNECTION_LIMIT + ADMIN_LINGERING_REFUSED + PROCESS_RESERVE_FDS
 
 #: Generation-0 threshold of the cyclic garbage collector while serving (CPython's default is 700).
 #: Every request allocates a few hundred container objects, so the default runs a collection every
@@ -33,12 +51,12 @@ def raise_open_files_limit() -> tuple[int, int, int]:
 
 def traffic_connection_limit(nofile_soft: int | None = None) -> int:
     """Client connections the traffic listener accepts at once: each proxied request holds two
-    descriptors (client and upstream), and :data:`ADMIN_RESERVE_FDS` stay for the admin listener.
-    Without an argument, from the process's current soft limit."""
+    descriptors (client and upstream), and :data:`RESERVED_FDS` stay for the admin listener and the
+    process itself. Without an argument, from the process's current soft limit."""
     if nofile_soft is None:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         nofile_soft = soft if soft != resource.RLIM_INFINITY else 1 << 20
-    return max((nofile_soft - ADMIN_RESERVE_FDS) // 2, 1)
+    return max((nofile_soft - RESERVED_FDS) // 2, 1)
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from router.tools import streams
 from tests.process import RouterProcess
 from tests.waiting import wait_until
 
-NOFILE = 160  # soft = hard, so the router's own raise to the hard limit cannot lift it
+NOFILE = 208  # soft = hard, so the router's own raise to the hard limit cannot lift it
 LIMIT = tuning.traffic_connection_limit(NOFILE)  # 48 client connections
 
 
@@ -25,7 +25,7 @@ def _tight_nofile() -> None:
 
 
 async def test_connection_limit_keeps_admin_answering_and_held_streams_flowing(fake_upstream):
-    """1. a router limited to 160 descriptors holds 40 streams  2. 100 idle connections open and stay
+    """1. a router limited to 208 descriptors holds 40 streams  2. 100 idle connections open and stay
     open  3. 60 more streams arrive. Result: the router never runs out of descriptors: connections
     past its limit get a 503 (out_of_file_descriptors) and are closed, never a 500; while every slot
     is taken, /livez and /readyz on the admin port answer 200; the refusals are counted and logged;
