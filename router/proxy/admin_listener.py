@@ -6,6 +6,8 @@
   (:class:`RefusedAdminConnection`), counted and logged at most once per interval. The traffic
   listener has its own cap, so a flood on either port cannot take the other's descriptors: kubelet
   probes keep answering on the traffic port while the admin port is flooded, and the other way round.
+- **Idle connections close** after :data:`ADMIN_KEEPALIVE_SECS`, so keep-alive connections left
+  open cannot hold the cap for long.
 - **A caller that leaves is gone at once**: aiohttp's ``handler_cancellation`` cancels a request's
   handler from the connection's ``connection_lost``, which the event loop calls as soon as the client
   closes or resets the connection. A ``/admin/drain-wait`` hold, which writes nothing until the drain
@@ -37,6 +39,10 @@ log = logs.get("drain_router.admin")
 
 #: How long a refused connection may stay open for its request to be read before it is closed.
 REFUSED_LINGER_SECS = 1.0
+#: An admin connection idle this long between requests is closed (aiohttp's default is an hour):
+#: probes, scrapes and the controller's idle probe reconnect at no cost, and idle keep-alive
+#: connections cannot hold the connection cap against the kubelet's probes.
+ADMIN_KEEPALIVE_SECS = 5.0
 
 TOO_MANY_CONNECTIONS = (
     503,
@@ -183,4 +189,5 @@ class AdminRunner(web.AppRunner):
             metrics=self.metrics,
             connection_limit=self.connection_limit,
             access_log=None,
+            keepalive_timeout=ADMIN_KEEPALIVE_SECS,
         )

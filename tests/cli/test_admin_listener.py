@@ -259,3 +259,19 @@ async def test_admin_connections_past_the_cap_are_refused_and_traffic_keeps_its_
         assert not [e for e in p.events if e.get("level") == "error"], p.events  # no proxy.emfile
     finally:
         await p.kill()
+
+
+async def test_an_idle_admin_keepalive_connection_is_closed_soon(start_process):
+    """An admin connection left idle after its answer is closed by the router within
+    ADMIN_KEEPALIVE_SECS (plus slack), so idle connections cannot hold the cap for long."""
+    from router.proxy.admin_listener import ADMIN_KEEPALIVE_SECS
+    from tests.blackbox import closed_within
+
+    p = await start_process()
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.admin_port)
+    try:
+        writer.write(_get("/livez"))
+        assert (await read_response(reader)).status == 200
+        assert await closed_within(reader, ADMIN_KEEPALIVE_SECS + 5.0)
+    finally:
+        writer.close()
