@@ -73,10 +73,11 @@ class Seen:
 @dataclass
 class Script:
     """How the upstream answers one request: ``pieces`` written one after another (each drained, so
-    they tend to arrive in separate reads), then ``then``: ``keep`` (read the next request on this
+    they tend to arrive in separate reads; an :class:`asyncio.Event` among them is waited for, a
+    callable is called: a test's gates), then ``then``: ``keep`` (read the next request on this
     connection), ``close`` (close it), ``hold`` (send nothing more; wait for the router to close)."""
 
-    pieces: list[bytes]
+    pieces: list[Any]
     then: str = "keep"
 
 
@@ -155,8 +156,13 @@ class Upstream:
                 self.seen.append(seen)
                 script = self.scripts.get(seen.id or "") or Script([echo(seen)])
                 for piece in script.pieces:
-                    writer.write(piece)
-                    await writer.drain()
+                    if isinstance(piece, asyncio.Event):
+                        await piece.wait()
+                    elif callable(piece):
+                        piece()
+                    else:
+                        writer.write(piece)
+                        await writer.drain()
                 if script.then == "close":
                     return
                 if script.then == "hold":
