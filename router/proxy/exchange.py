@@ -297,7 +297,11 @@ class Exchange:
         close = close or client.closes_after(self.keep_alive)
         self.close = close
         if client.transport is not None:
-            client.transport.write(responses.error(status, kind, message, close=close, keep_alive_10=self.http10))
+            client.transport.write(
+                responses.error(
+                    status, kind, message, close=close, keep_alive_10=self.http10, head_only=self.method == b"HEAD"
+                )
+            )
         self.head_sent = True
         self.finish(outcome)
 

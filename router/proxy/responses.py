@@ -61,8 +61,13 @@ def response(status: int, body: bytes, *, close: bool, head_only: bool = False, 
     return head if head_only else head + body
 
 
-def error(status: int, kind: str, message: str, *, close: bool, keep_alive_10: bool = False) -> bytes:
-    return response(status, error_body(status, kind, message), close=close, keep_alive_10=keep_alive_10)
+def error(
+    status: int, kind: str, message: str, *, close: bool, keep_alive_10: bool = False, head_only: bool = False
+) -> bytes:
+    """A router-made error; ``head_only`` for a HEAD request (its length, no body)."""
+    return response(
+        status, error_body(status, kind, message), close=close, keep_alive_10=keep_alive_10, head_only=head_only
+    )
 
 
 BAD_REQUEST = (400, "bad_request", "the request is not valid HTTP/1.1")

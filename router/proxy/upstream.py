@@ -143,16 +143,14 @@ class UpstreamConnection(asyncio.Protocol):
             self.head_bytes += len(data)
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserCallbackError as exc:
-            if not isinstance(exc.__context__, Surplus):
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            if not self.done:
                 self._invalid(exchange, exc.__context__ or exc)
                 return
-            # The final response is whole; what followed it is dropped with the connection.
+            # The final response is whole (a HEAD answer's with its head); whatever followed it, even
+            # bytes llhttp refuses, is surplus: dropped with the connection, never relayed.
             self.keep_alive = False
             self.pool.surplus_log.emit(status=exchange.code)
-        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
-            self._invalid(exchange, exc)
-            return
         if self.in_head:
             if self.head_bytes > MAX_RESPONSE_HEAD_BYTES:
                 self._invalid(exchange, BadResponse("response head too large"))

@@ -35,8 +35,9 @@ async def _close_clients() -> AsyncIterator[None]:
     """Every client a test opened is closed after it, whether or not it got that far."""
     yield
     while _OPEN:
-        client = _OPEN.pop()
-        client.writer.transport.abort()
+        transport = _OPEN.pop().writer.transport
+        if not transport.is_closing():  # a closed one has let go of its loop: aborting it would fail
+            transport.abort()
         await asyncio.sleep(0)  # let the transport's close callback run before the loop ends
 
 
@@ -359,11 +360,17 @@ async def test_09_a_204_with_a_body_is_a_204_and_is_counted_as_one(start, up):
 
 
 async def test_09_a_chunk_size_overflow_after_the_head_cuts_the_client_and_counts_upstream_error(start, up):
+    """The head went out (the client has read it) before the body turns out broken: the status can
+    no longer change, so the client connection is cut and the count says upstream_error with the
+    status the client did receive. (Broken in the same read as the head, it would be a whole 502:
+    test_responses covers that.)"""
     p = await start()
     rid = wire.new_id()
+    head_read = asyncio.Event()
     up.scripts[rid] = wire.Script(
         [
             b"HTTP/1.1 200 OK\r\nX-Echo-Id: %s\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n" % rid.encode(),
+            head_read,
             b"fffffffffffffffffffffff\r\nx\r\n",
         ],
         then="hold",
@@ -371,6 +378,9 @@ async def test_09_a_chunk_size_overflow_after_the_head_cuts_the_client_and_count
     before = await _counted(p)
     client = await _open(p)
     await client.send(_get(rid))
+    while b"\r\n\r\n" not in client.raw:  # the router wrote the head: the client has it
+        await client._fill(time.monotonic() + 5)
+    head_read.set()
     try:
         answer = await client.response("GET")
     except wire.NotHttp:  # h11: the body ended before its framed end (a cut)
@@ -379,7 +389,7 @@ async def test_09_a_chunk_size_overflow_after_the_head_cuts_the_client_and_count
     client.close()
     await _idle(p)
     counted = wire.delta(before, await _counted(p))
-    assert by_outcome(counted) == {"upstream_error": 1.0}, counted
+    assert counted == {("200", "upstream_error"): 1.0}, counted
 
 
 # -- 12. 103 Early Hints -----------------------------------------------------------------------------
