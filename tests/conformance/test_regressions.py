@@ -197,6 +197,8 @@ async def test_04_surplus_after_the_framed_end_is_never_relayed(start, up, shape
 HUGE_HEADS = {
     "10-MB-header-value": [b"HTTP/1.1 200 OK\r\nX-Big: " + b"v" * (10 << 20) + b"\r\nContent-Length: 2\r\n\r\nhi"],
     "100000-headers": [b"HTTP/1.1 200 OK\r\n" + b"X-H: v\r\n" * 100_000 + b"Content-Length: 2\r\n\r\nhi"],
+    # Small enough in bytes (5 KB) that only the header count can refuse it.
+    "1000-tiny-headers": [b"HTTP/1.1 200 OK\r\n" + b"X:v\r\n" * 1000 + b"Content-Length: 2\r\n\r\nhi"],
 }
 
 
@@ -214,8 +216,8 @@ async def test_05_an_oversized_upstream_head_is_a_502(start, up, shape):
 
 
 async def test_05_an_upstream_head_that_never_ends_is_a_502(start, up):
-    """The router has no response-head timeout flag yet; SPEC bounds the head's time to complete
-    like a client's (whose default is 10 s): a 502 within 30 s."""
+    """SPEC bounds the upstream head's time to complete like a client's: the router's
+    RESPONSE_HEAD_SECS (10 s from its first byte) gives a 502, well within 30 s."""
     p = await start()
     rid = wire.new_id()
     up.scripts[rid] = wire.Script([b"HTTP/1.1 200 OK\r\nX-Slow: 1\r\n"], then="hold")
@@ -340,6 +342,23 @@ async def test_08_an_unrequested_101_is_a_502_and_the_request_goes_up_once(start
     assert len(up.by_id(rid)) == 1, f"the request reached the upstream {len(up.by_id(rid))} times"
 
 
+async def test_08_a_bare_101_is_not_relayed_as_an_interim_response(start, up):
+    """A 101 without Upgrade headers, then a 200: llhttp takes it for an ordinary 1xx, but the router
+    forwarded no Upgrade request, so nobody asked to switch: a 502, never a 101 to the client."""
+    p = await start()
+    rid = wire.new_id()
+    up.scripts[rid] = wire.Script(
+        [b"HTTP/1.1 101 Switching Protocols\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi"], then="close"
+    )
+    client = await _open(p)
+    await client.send(_get(rid))
+    answer = await client.response("GET", timeout=5)
+    client.close()
+    assert answer is not None and answer.status == 502, f"got {answer and answer.status}"
+    assert 101 not in answer.interim, answer.interim
+    await _idle(p)
+
+
 # -- 9. metrics record the status actually sent ------------------------------------------------------
 
 
@@ -357,6 +376,28 @@ async def test_09_a_204_with_a_body_is_a_204_and_is_counted_as_one(start, up):
     client.close()
     await _idle(p)
     assert wire.delta(before, await _counted(p)) == {("204", "completed"): 1.0, ("200", "completed"): 1.0}
+
+
+async def test_09_a_chunk_size_overflow_with_the_head_is_a_502_and_counted_as_one(start, up):
+    """The head and a broken body in one upstream read: nothing went out yet, so the status can still
+    change: the client gets a whole 502, and the count says 502 (not a 200 that was never sent)."""
+    p = await start()
+    rid = wire.new_id()
+    up.scripts[rid] = wire.Script(
+        [
+            b"HTTP/1.1 200 OK\r\nX-Echo-Id: %s\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffffffff\r\n"
+            % rid.encode()
+        ],
+        then="hold",
+    )
+    before = await _counted(p)
+    client = await _open(p)
+    await client.send(_get(rid))
+    answer = await client.response("GET")
+    assert answer is not None and answer.status == 502, f"got {answer and answer.status}"
+    client.close()
+    await _idle(p)
+    assert wire.delta(before, await _counted(p)) == {("502", "upstream_error"): 1.0}
 
 
 async def test_09_a_chunk_size_overflow_after_the_head_cuts_the_client_and_counts_upstream_error(start, up):
