@@ -65,11 +65,12 @@ NOMINATED = (400, "bad_request", "Connection must not name Content-Length, Trans
 _HEAD_END = b"\r\n\r\n"
 
 
-def heads_end(data: bytes, count: int) -> int:
+def heads_end(data: bytes, count: int, start: int = 0) -> int:
     """Where ``data`` may be cut so that at most ``count`` request heads end before the cut: just
-    after its ``count``-th blank line, or -1 when it holds fewer (llhttp ends a head only at a blank
-    line, so a cut there bounds how many requests one feed can parse)."""
-    at = -1
+    after its ``count``-th blank line at or after ``start``, or -1 when it holds fewer (llhttp ends a
+    head only at a blank line, so a cut there bounds how many requests one feed can parse).
+    ``start`` skips what is known to be body."""
+    at = start - 1
     find = data.find
     for _ in range(count):
         at = find(_HEAD_END, at + 1)
@@ -88,6 +89,7 @@ class HeadTooLarge(Exception):
 class ClientConnection(asyncio.Protocol):
     __slots__ = (
         "active",
+        "body_left",
         "close_after",
         "current",
         "deadline",
@@ -126,6 +128,8 @@ class ClientConnection(asyncio.Protocol):
         self.head_size = 0
         """The parsed head's size so far."""
         self.in_head = True
+        self.body_left = 0
+        """Bytes of the Content-Length body being parsed still to come (no head can start in them)."""
         self.keep_alive = True
         """The request being parsed lets the connection be kept."""
         self.active: Exchange | None = None
@@ -269,7 +273,8 @@ class ClientConnection(asyncio.Protocol):
                     self.unparsed = data
                     self.pause_reading(PIPELINE)
                     break
-                cut = heads_end(data, room)
+                # No head ends inside the rest of a Content-Length body: an upload is not scanned.
+                cut = heads_end(data, room, self.body_left) if self.body_left < len(data) else -1
                 if cut < 0 or cut >= len(data):
                     parser.feed_data(data)
                     break
@@ -415,6 +420,7 @@ class ClientConnection(asyncio.Protocol):
                 problem = NOMINATED
         if problem is not None and problem is not responses.BAD_TARGET:
             self.keep_alive = False  # its framing is not to be trusted: answer, then close
+        self.body_left = request[1] or 0 if request is not None else 0
         exchange = Exchange(self, method, url, version == "1.0", self.keep_alive, request, problem)
         self.current = exchange
         if self.active is None and not self.queue:
@@ -426,11 +432,14 @@ class ClientConnection(asyncio.Protocol):
             self._enqueue(exchange)
 
     def on_body(self, body: bytes) -> None:
+        if self.body_left:
+            self.body_left -= len(body)
         if self.current is not None:
             self.current.request_body(body)
 
     def on_message_complete(self) -> None:
         self.in_head = True
+        self.body_left = 0
         if not self.keep_alive:
             self.input_closed = True  # nothing after a request that closes the connection is a request
         exchange = self.current
