@@ -3,7 +3,7 @@
 - **Connection cap**: at most ``connection_limit`` (:data:`~router.proxy.tuning.ADMIN_CONNECTION_LIMIT`)
   connections at once, the admin listener's own share of the descriptor reserve. Past it a connection
   is answered 503 ``too_many_connections`` without being parsed and closed
-  (:class:`RefusedAdminConnection`), counted and logged at most once per interval. The traffic
+  (:mod:`router.proxy.refused`), counted and logged at most once per interval. The traffic
   listener has its own cap, so a flood on either port cannot take the other's descriptors: kubelet
   probes keep answering on the traffic port while the admin port is flooded, and the other way round.
 - **Idle connections close** after :data:`ADMIN_KEEPALIVE_SECS`, so keep-alive connections left
@@ -34,11 +34,10 @@ from aiohttp.http_exceptions import LineTooLong
 from router import logs
 from router.metrics import Metrics
 from router.proxy import responses, tuning
+from router.proxy.refused import Refusals
 
 log = logs.get("drain_router.admin")
 
-#: How long a refused connection may stay open for its request to be read before it is closed.
-REFUSED_LINGER_SECS = 1.0
 #: An admin connection idle this long between requests is closed (aiohttp's default is an hour):
 #: probes, scrapes and the controller's idle probe reconnect at no cost, and idle keep-alive
 #: connections cannot hold the connection cap against the kubelet's probes.
@@ -50,8 +49,6 @@ TOO_MANY_CONNECTIONS = (
     "the admin listener is at its connection limit; retry after other admin connections close",
 )
 INTERNAL_ERROR = (500, "internal_error", "the admin endpoint failed; the router's log has the details")
-
-_AT_LIMIT = responses.error(*TOO_MANY_CONNECTIONS, close=True)
 
 
 def _static_error(status: int, exc: BaseException | None) -> tuple[int, str, str]:
@@ -115,11 +112,16 @@ class AdminServer(web.Server):
         self.loop = asyncio.get_running_loop()
         self.metrics = metrics
         self.connection_limit = connection_limit
-        self.lingering_limit = lingering_limit
         self.open = 0
         """Connections being served (accepted and not yet lost); refused ones are not counted."""
-        self.lingering = 0
-        self.refused_log = logs.RateLimited(log, "admin.connection_refused", level="warning")
+        self.refusals = Refusals(
+            metrics,
+            log,
+            event="admin.connection_refused",
+            reason="admin_connection_limit",
+            answer=responses.error(*TOO_MANY_CONNECTIONS, close=True),
+            max_lingering=lingering_limit,
+        )
         self.bad_request_log = logs.RateLimited(log, "admin.bad_request", level="info")
         self.error_log = logs.RateLimited(log, "admin.internal_error", level="error")
         self._handler_args = handler_args
@@ -127,7 +129,7 @@ class AdminServer(web.Server):
     def __call__(self) -> asyncio.Protocol:  # type: ignore[override]  # a refusal is not a RequestHandler
         """The listening socket's protocol factory: one per accepted connection."""
         if self.open >= self.connection_limit:
-            return RefusedAdminConnection(self)
+            return self.refusals.protocol(open_connections=self.open, limit=self.connection_limit)
         return AdminRequestHandler(self, loop=self.loop, **self._handler_args)
 
     def connection_made(self, handler: web.RequestHandler, transport: asyncio.Transport) -> None:
@@ -137,38 +139,6 @@ class AdminServer(web.Server):
     def connection_lost(self, handler: web.RequestHandler, exc: BaseException | None = None) -> None:
         super().connection_lost(handler, exc)
         self.open -= 1
-
-
-class RefusedAdminConnection(asyncio.Protocol):
-    """A connection past the cap: answered 503 without parsing, and closed once its request was read
-    (closing with it unread would reset the connection and lose the answer) or after a second; when
-    :data:`~router.proxy.tuning.ADMIN_LINGERING_REFUSED` already linger, closed at once."""
-
-    def __init__(self, server: AdminServer) -> None:
-        self.server = server
-        self.transport: Any = None
-
-    def connection_made(self, transport: Any) -> None:
-        server = self.server
-        server.metrics.connections_refused.labels("admin_connection_limit").inc()
-        server.refused_log.emit(open_connections=server.open, limit=server.connection_limit)
-        transport.write(_AT_LIMIT)
-        if server.lingering >= server.lingering_limit or not transport.can_write_eof():
-            transport.close()
-            return
-        server.lingering += 1
-        self.transport = transport
-        transport.write_eof()
-        server.loop.call_later(REFUSED_LINGER_SECS, transport.close)
-
-    def data_received(self, data: bytes) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        if self.transport is not None:
-            self.transport = None
-            self.server.lingering -= 1
 
 
 class AdminRunner(web.AppRunner):

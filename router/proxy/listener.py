@@ -5,7 +5,7 @@ answering probes, proxying through one :class:`~router.proxy.exchange.Exchange` 
 
 - **Descriptor reserve**: at most ``connection_limit`` client connections. Each proxied request also
   holds an upstream connection, so past the limit a new connection is answered 503 and closed
-  (:class:`RefusedConnection`), and the admin listener (probes, metrics, preStop) always has
+  (:mod:`router.proxy.refused`), and the admin listener (probes, metrics, preStop) always has
   descriptors left. A liveness probe that cannot connect would get the pod restarted and every held
   stream killed.
 - **Deadlines** (header timeout, keep-alive idle timeout) are checked by one sweep over the
@@ -20,22 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import select
-from typing import Any
 
 from router import logs
 from router.proxy import responses
 from router.proxy.client import ClientConnection
+from router.proxy.refused import Refusals
 from router.proxy.state import RouterState
 from router.proxy.upstream import UpstreamPool
 
 log = logs.get("drain_router.proxy")
 
-#: How long a refused connection may stay open for its request to be read before it is closed.
-REFUSED_LINGER_SECS = 1.0
 #: Refused connections that may linger at once; more are closed as soon as they are answered.
 MAX_LINGERING_REFUSED = 16
-
-_AT_LIMIT = responses.error(*responses.AT_LIMIT, close=True)
 
 
 class TrafficListener:
@@ -54,9 +50,15 @@ class TrafficListener:
         self.keepalive_timeout = float(proxy.client_keepalive_timeout_secs)
         self.connection_limit = connection_limit
         self.clients: set[ClientConnection] = set()
-        self.lingering = 0
+        self.refusals = Refusals(
+            self.metrics,
+            log,
+            event="proxy.connection_refused",
+            reason="connection_limit",
+            answer=responses.error(*responses.AT_LIMIT, close=True),
+            max_lingering=MAX_LINGERING_REFUSED,
+        )
         self.server: asyncio.AbstractServer | None = None
-        self.refused_log = logs.RateLimited(log, "proxy.connection_refused", level="warning")
         self.timeout_log = logs.RateLimited(log, "proxy.header_timeout", level="info")
         self.bad_request_log = logs.RateLimited(log, "proxy.bad_request", level="info")
         self.bad_target_log = logs.RateLimited(log, "proxy.bad_target", level="info")
@@ -70,7 +72,7 @@ class TrafficListener:
 
     def _connection(self) -> asyncio.Protocol:
         if len(self.clients) >= self.connection_limit:
-            return RefusedConnection(self)
+            return self.refusals.protocol(open_connections=len(self.clients), limit=self.connection_limit)
         return ClientConnection(self)
 
     def _sweep(self) -> None:
@@ -117,34 +119,3 @@ def reap_departed(clients: list[ClientConnection]) -> None:
         client = by_fd[fd]
         if events & _HUNG_UP and client.transport is not None:
             client.transport.abort()
-
-
-class RefusedConnection(asyncio.Protocol):
-    """A connection past the limit: answered 503 without parsing, and closed once its request was
-    read (closing with it unread would reset the connection and lose the answer) or after a second."""
-
-    def __init__(self, listener: TrafficListener) -> None:
-        self.listener = listener
-        self.transport: Any = None
-
-    def connection_made(self, transport: Any) -> None:
-        listener = self.listener
-        listener.metrics.connections_refused.labels("connection_limit").inc()
-        listener.refused_log.emit(open_connections=len(listener.clients), limit=listener.connection_limit)
-        transport.write(_AT_LIMIT)
-        if listener.lingering >= MAX_LINGERING_REFUSED or not transport.can_write_eof():
-            transport.close()
-            return
-        listener.lingering += 1
-        self.transport = transport
-        transport.write_eof()
-        listener.loop.call_later(REFUSED_LINGER_SECS, transport.close)
-
-    def data_received(self, data: bytes) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        if self.transport is not None:
-            self.transport = None
-            self.listener.lingering -= 1
