@@ -327,29 +327,19 @@ async def test_07_upstream_status_000_is_a_502_without_a_hang(start, up):
     await _idle(p)
 
 
-async def test_08_an_unrequested_101_is_a_502_and_the_request_goes_up_once(start, up):
-    p = await start()
-    rid = wire.new_id()
-    up.scripts[rid] = wire.Script(
-        [b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"], then="close"
-    )
-    client = await _open(p)
-    await client.send(_get(rid))
-    answer = await client.response("GET", timeout=5)
-    client.close()
-    assert answer is not None and answer.status == 502, f"got {answer and answer.status}"
-    await _idle(p)
-    assert len(up.by_id(rid)) == 1, f"the request reached the upstream {len(up.by_id(rid))} times"
+UNREQUESTED_101 = {
+    "upgrade-headers": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+    "bare-then-200": b"HTTP/1.1 101 Switching Protocols\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi",
+}
 
 
-async def test_08_a_bare_101_is_not_relayed_as_an_interim_response(start, up):
-    """A 101 without Upgrade headers, then a 200: llhttp takes it for an ordinary 1xx, but the router
-    forwarded no Upgrade request, so nobody asked to switch: a 502, never a 101 to the client."""
+@pytest.mark.parametrize("shape", sorted(UNREQUESTED_101))
+async def test_08_an_unrequested_101_is_a_502_and_the_request_goes_up_once(start, up, shape):
+    """The router forwarded no Upgrade request, so nobody asked to switch: a 502 (never a 101 relayed
+    as if interim), and the request is not retried."""
     p = await start()
     rid = wire.new_id()
-    up.scripts[rid] = wire.Script(
-        [b"HTTP/1.1 101 Switching Protocols\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi"], then="close"
-    )
+    up.scripts[rid] = wire.Script([UNREQUESTED_101[shape]], then="close")
     client = await _open(p)
     await client.send(_get(rid))
     answer = await client.response("GET", timeout=5)
@@ -357,6 +347,7 @@ async def test_08_a_bare_101_is_not_relayed_as_an_interim_response(start, up):
     assert answer is not None and answer.status == 502, f"got {answer and answer.status}"
     assert 101 not in answer.interim, answer.interim
     await _idle(p)
+    assert len(up.by_id(rid)) == 1, f"the request reached the upstream {len(up.by_id(rid))} times"
 
 
 # -- 9. metrics record the status actually sent ------------------------------------------------------

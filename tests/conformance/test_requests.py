@@ -25,7 +25,7 @@ import itertools
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conformance import wire
@@ -256,19 +256,7 @@ async def _exchange(
             assert name not in connection, f"forwarded with Connection: {connection!r}"
 
 
-#: Real processes: no shrinking (each failing example costs its timeouts again), stop at the first
-#: failure (one poisoned upstream connection would make later examples fail for its sake).
-QUICK = settings(
-    deadline=None,
-    derandomize=True,
-    database=None,
-    phases=(Phase.explicit, Phase.generate),
-    report_multiple_bugs=False,
-    suppress_health_check=list(HealthCheck),
-)
-
-
-@settings(QUICK, max_examples=80)
+@settings(wire.QUICK, max_examples=80)
 @given(stream=streams())
 def test_generated_request_streams_keep_one_response_per_request(world, stream):
     reqs, garbage, cuts = stream
@@ -280,7 +268,7 @@ def test_each_hostile_request_meets_its_fate_behind_a_valid_one(world, hostile):
     """Every hostile shape at least once, deterministically, on a connection a valid request was
     answered on (sent once that answer arrived: the pipelining cases are the generated test's)."""
 
-    @settings(QUICK, max_examples=3)
+    @settings(wire.QUICK, max_examples=3)
     @given(first=requests(last=False, hostile=None), second=requests(last=True, hostile=hostile))
     def one(first, second):
         world.run(_exchange(world, [first, second], None, [], sequential=True))

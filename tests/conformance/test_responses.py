@@ -22,19 +22,10 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conformance import wire
-
-QUICK = settings(
-    deadline=None,
-    derandomize=True,
-    database=None,
-    phases=(Phase.explicit, Phase.generate),
-    report_multiple_bugs=False,
-    suppress_health_check=list(HealthCheck),
-)
 
 INTERIM = {
     100: b"HTTP/1.1 100 Continue\r\n\r\n",
@@ -215,7 +206,7 @@ async def _exchange(w: wire.World, resp: Resp, cuts: list[int]) -> None:
     assert got == want, f"requests_total counted {dict(got)}; the client received {answer.status} (+ the sentinel)"
 
 
-@settings(QUICK, max_examples=80)
+@settings(wire.QUICK, max_examples=80)
 @given(case=scripted())
 def test_generated_responses_reach_the_client_one_for_one(world, case):
     resp, cuts = case
@@ -224,7 +215,7 @@ def test_generated_responses_reach_the_client_one_for_one(world, case):
 
 @pytest.mark.parametrize("bad", sorted(BAD))
 def test_each_invalid_upstream_response_is_a_502(world, bad):
-    @settings(QUICK, max_examples=2)
+    @settings(wire.QUICK, max_examples=2)
     @given(case=scripted(bad=bad))
     def one(case):
         resp, cuts = case
@@ -235,7 +226,7 @@ def test_each_invalid_upstream_response_is_a_502(world, bad):
 
 @pytest.mark.parametrize("surplus", ["second-response", "extra-bytes", "body-on-bodyless"])
 def test_each_kind_of_surplus_is_dropped(world, surplus):
-    @settings(QUICK, max_examples=4)
+    @settings(wire.QUICK, max_examples=4)
     @given(case=scripted(bad=None).filter(lambda c: c[0].surplus == surplus))
     def one(case):
         resp, cuts = case

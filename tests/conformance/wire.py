@@ -19,9 +19,22 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import h11
+from hypothesis import HealthCheck, Phase, settings
 
 from tests.blackbox import inflight, requests_total
 from tests.process import RouterProcess
+
+#: Hypothesis against real processes: a fixed derandomized run, no shrinking (each failing example
+#: costs its timeouts again), stop at the first failure (one poisoned upstream connection would
+#: make later examples fail for its sake).
+QUICK = settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    phases=(Phase.explicit, Phase.generate),
+    report_multiple_bugs=False,
+    suppress_health_check=list(HealthCheck),
+)
 
 T = TypeVar("T")
 
