@@ -54,8 +54,10 @@ class RouterProcess:
         self._listening: dict[str, Any] = {}
 
     @classmethod
-    async def start(cls, *args: str, preexec_fn: Any = None) -> RouterProcess:
-        argv = serve_argv(*args)
+    async def start(
+        cls, *args: str, preexec_fn: Any = None, entry: tuple[str, ...] = (sys.executable, "-m", "router")
+    ) -> RouterProcess:
+        argv = serve_argv(*args, entry=entry)
         proc = process_.Process("router", argv, log_path("router"), preexec_fn=preexec_fn)
         proc.start()
         return cls(proc)
