@@ -8,14 +8,13 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
 from router.tools import streams
-from tests.process import RouterProcess
+from tests.process import RouterProcess, held_entry
 from tests.waiting import wait_until
 
 
@@ -31,26 +30,6 @@ async def spawn() -> AsyncIterator[Callable[..., Awaitable[RouterProcess]]]:
     yield start
     for proc in procs:
         await proc.kill()
-
-
-HELD_ENTRY = (
-    sys.executable,
-    "-c",
-    "import os, runpy, signal, sys\n"
-    "def hold(event, args):\n"
-    "    if event == 'import' and args[0] == 'router.proxy.lifecycle':\n"
-    "        os.kill(os.getpid(), signal.SIGSTOP)\n"
-    "sys.addaudithook(hold)\n"
-    "runpy.run_module('router', run_name='__main__', alter_sys=True)\n",
-)
-"""``python -m router`` that stops itself (SIGSTOP) as ``serve`` starts importing the event loop's modules:
-after the entry point's recorder is installed, before the event loop exists and before any bind."""
-
-
-def _stopped(pid: int | None) -> bool:
-    """Whether ``pid`` is stopped (Linux: the state field of ``/proc/<pid>/stat``)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] == "T"
 
 
 async def _stream(url: str) -> list[str]:
@@ -109,9 +88,9 @@ async def test_sigterm_during_startup_is_honoured(fake_upstream, spawn):
     Result: it exits 0 promptly (no 30 s window: it never said ready), not killed by the signal."""
     fake_upstream.healthy = False
     args = ("--upstream", fake_upstream.url, "--upstream-health-path", "/health", "--shutdown-drain-secs", "30")
-    p = await spawn(*args, entry=HELD_ENTRY)
-    await wait_until(lambda: _stopped(p.proc.pid), 10, "the router to stop before its event loop")
-    p.signal(signal.SIGTERM)  # pending while it is stopped, delivered as it resumes: before the loop exists
+    p = await spawn(*args, entry=held_entry("router.proxy.lifecycle"))
+    await p.wait_stopped()  # as serve starts importing aiohttp and uvloop: no event loop, nothing bound
+    p.signal(signal.SIGTERM)  # pending while it is stopped, delivered as it resumes
     p.signal(signal.SIGCONT)
     assert await p.wait(10) == 0
     assert "startup.listening" not in p.names(), "a signal before the bind means no bind at all"
