@@ -45,6 +45,37 @@ def serve_argv(*args: str, entry: tuple[str, ...] = (sys.executable, "-m", "rout
     ]
 
 
+def console_script() -> Path | None:
+    """The installed ``drain-router`` console script next to this interpreter, if there is one."""
+    script = Path(sys.executable).with_name("drain-router")
+    return script if script.exists() else None
+
+
+_HOLD = """\
+import os, runpy, signal, sys
+held = []
+def hold(event, args):
+    if event == "import" and args[0] == {module!r} and not held:
+        held.append(args[0])
+        os.kill(os.getpid(), signal.SIGSTOP)
+sys.addaudithook(hold)
+script = {script!r}
+if script is None:
+    runpy.run_module("router", run_name="__main__", alter_sys=True)
+else:
+    exec(compile(open(script).read(), script, "exec"), {{"__name__": "__main__"}})
+"""
+
+
+def held_entry(module: str) -> tuple[str, ...]:
+    """The router's entry point (the console script, else ``python -m router``), run so that the
+    process stops itself (SIGSTOP) as it first imports ``module``: a test can then signal it at exactly
+    that point of its startup and let it go on (SIGCONT). Wait for the stop with
+    :meth:`RouterProcess.wait_stopped`."""
+    script = console_script()
+    return (sys.executable, "-c", _HOLD.format(module=module, script=None if script is None else str(script)))
+
+
 class RouterProcess:
     """A router process and the events it logged; a line that is not JSON is ``{"event": "raw"}``."""
 
@@ -54,8 +85,10 @@ class RouterProcess:
         self._listening: dict[str, Any] = {}
 
     @classmethod
-    async def start(cls, *args: str, preexec_fn: Any = None) -> RouterProcess:
-        argv = serve_argv(*args)
+    async def start(
+        cls, *args: str, preexec_fn: Any = None, entry: tuple[str, ...] = (sys.executable, "-m", "router")
+    ) -> RouterProcess:
+        argv = serve_argv(*args, entry=entry)
         proc = process_.Process("router", argv, log_path("router"), preexec_fn=preexec_fn)
         proc.start()
         return cls(proc)
@@ -102,6 +135,20 @@ class RouterProcess:
         except TimeoutError:
             raise AssertionError(f"no {name} event; saw {self.names()}") from None
         return found[0]
+
+    async def wait_stopped(self, timeout: float = 10.0) -> None:
+        """Wait until the process is stopped (it runs a :func:`held_entry`); Linux only."""
+
+        async def stopped() -> bool:
+            if self.proc.returncode is not None:
+                raise AssertionError(f"exited ({self.proc.returncode}) instead of stopping; saw {self.names()}")
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+            return stat.rsplit(")", 1)[1].split()[0] == "T"  # the state field follows the command's name
+
+        try:
+            await process_.wait_until(stopped, timeout=timeout, what="the process to stop")
+        except TimeoutError:
+            raise AssertionError(f"never stopped; saw {self.names()}") from None
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
         self.proc.signal(sig)

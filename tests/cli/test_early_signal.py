@@ -1,89 +1,81 @@
 """A SIGTERM in the first moments of the process is honoured, not fatal.
 
-Python itself needs some milliseconds before any code can install a handler; nothing can do better
-than a bare ``python -c`` whose first statement installs one. The test measures that floor on this
-machine, then signals the real ``drain-router`` entry point at the floor + 20, 50 and 100 ms: each
-must exit 0 (a clean drain), never 143/-15 (killed by the default action).
+Python itself needs some milliseconds before any code can install a handler; a signal in that window
+gets the default action, and nothing can do better than installing one as the first thing the
+program does. So the tests check, deterministically (no clock): that the real entry point has run
+nothing but the ``router`` package and ``router.entry`` when its recorder is installed; and that a
+SIGTERM at each later stage of the startup (the process stops itself there, the test signals it
+while it is stopped, then lets it go on) ends in a clean exit 0, never 143/-15 (killed by the
+default action), and without binding.
 """
 
 from __future__ import annotations
 
+import ast
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
 from tests import process
 
-BARE = "import signal; signal.signal(signal.SIGTERM, lambda *a: None); import time; time.sleep(0.3)"
-STEP_SECS = 0.005
+RECORDER_PROBE = """\
+import os, signal, sys
+before = []
+def hook(event, args):
+    if event != "import":
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        before.append(args[0])
+    else:
+        print(repr((before, args[0])), flush=True)
+        os._exit(0)
+sys.addaudithook(hook)
+script = sys.argv[1]
+sys.argv = sys.argv[1:]
+exec(compile(open(script).read(), script, "exec"), {"__name__": "__main__"})
+"""
+"""Runs the console script and prints what was imported before SIGTERM had a handler, then exits
+at the first import after it (the entry point's next step: the CLI). It imports nothing itself
+beyond what the interpreter has loaded at start and ``signal`` (the recorder's own import)."""
 
 
-def _entry_point() -> list[str]:
-    script = Path(sys.executable).with_name("drain-router")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "router"]
+def test_the_recorder_is_installed_before_anything_but_the_entry_module() -> None:
+    """Imports while SIGTERM still has its default action, through the installed console script (the
+    image's entry point): from the project only ``router`` and ``router.entry``, nothing third-party,
+    and none of the slow standard library (asyncio, logging, json, sockets)."""
+    script = process.console_script()
+    if script is None:
+        pytest.skip("no drain-router console script next to this interpreter")
+    argv = [sys.executable, "-c", RECORDER_PROBE, str(script), "serve", "--upstream", "http://127.0.0.1:9"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    before, first_after = ast.literal_eval(done.stdout)
+    assert {m for m in before if m.split(".")[0] not in sys.stdlib_module_names} == {"router", "router.entry"}
+    slow = {"asyncio", "json", "logging", "socket", "ssl", "subprocess", "email", "importlib.metadata"}
+    assert not [m for m in before if m in slow or m.split(".")[0] in slow], before
+    assert first_after == "router.cli", "the recorder comes before the CLI is loaded"
 
 
-def _router_argv() -> list[str]:
-    return process.serve_argv(
-        "--upstream",
-        "http://127.0.0.1:9",
-        "--shutdown-drain-secs",
-        "5",
-        "--log-format",
-        "json",
-        entry=tuple(_entry_point()),
+@pytest.mark.parametrize(
+    "stage",
+    ["router.cli", "click", "router.config", "router.proxy.lifecycle", "aiohttp", "uvloop"],
+)
+async def test_sigterm_at_each_stage_of_startup_is_honoured(stage: str) -> None:
+    """The router stopped as it first imports ``stage`` (from right after the recorder to the event
+    loop's modules), SIGTERM, continued: exit 0 after a drain that never bound a port."""
+    p = await process.RouterProcess.start(
+        "--upstream", "http://127.0.0.1:9", "--shutdown-drain-secs", "5", entry=process.held_entry(stage)
     )
-
-
-def _survives(argv: list[str], delay: float) -> int:
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(delay)  # the moment of the signal is what is under test
-    proc.send_signal(signal.SIGTERM)
-    return proc.wait(15)
-
-
-def _floor() -> float:
-    """The earliest delay at which a bare interpreter with a handler as its first statement
-    survives three times in a row (later delays included)."""
-    delay, streak = STEP_SECS, 0
-    while delay < 0.5:
-        streak = streak + 1 if _survives([sys.executable, "-c", BARE], delay) == 0 else 0
-        if streak == 3:
-            return delay - 2 * STEP_SECS
-        delay += STEP_SECS
-    raise AssertionError("a bare interpreter never survived an early SIGTERM")
-
-
-@pytest.fixture(scope="module")
-def floor() -> float:
-    return _floor()
-
-
-@pytest.mark.parametrize("after_ms", [20, 50, 100])
-def test_sigterm_right_after_the_interpreters_floor_is_honoured(floor: float, after_ms: int) -> None:
-    """The router, signalled at the floor + N ms, survives. A trial where it dies counts against it
-    only when a bare interpreter signalled 20 ms earlier, right after, survives (the router was
-    slower than the floor + 20 ms); two such trials fail the test. A trial where the bare one dies
-    too says only that the machine was busier than when the floor was measured (other processes on
-    the two cores), and is run again."""
-    argv = _router_argv()
-    delay = floor + after_ms / 1000
-    confirmed = 0
-    for _ in range(6):
-        router = _survives(argv, delay)
-        if router == 0:
-            return
-        if _survives([sys.executable, "-c", BARE], delay - 0.020) == 0:
-            confirmed += 1
-            assert confirmed < 2, (
-                f"SIGTERM at {floor * 1000:.0f} + {after_ms} ms killed the router (exit {router}) "
-                "twice, while a bare interpreter signalled 20 ms earlier survived"
-            )
-    raise AssertionError("the machine stayed too busy to tell (the bare interpreter died too)")
+    try:
+        await p.wait_stopped()
+        p.signal(signal.SIGTERM)  # pending while it is stopped, delivered as it resumes
+        p.signal(signal.SIGCONT)
+        assert await p.wait(15) == 0, f"SIGTERM at the import of {stage} was not honoured; saw {p.names()}"
+        assert "startup.listening" not in p.names(), "a signal before the bind means no bind at all"
+    finally:
+        await p.kill()
 
 
 def test_the_entry_point_loads_nothing_heavy_before_its_recorder() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Literal
 
 import aiohttp
 import pytest
@@ -139,16 +140,31 @@ async def test_deadline_aborts_the_rest_counts_and_exits_1(fake_upstream, start_
     await wait_until(lambda: fake_upstream.cancelled == 3, 2, "upstream saw the aborts")
 
 
+class _WatchedEvent(asyncio.Event):
+    """An ``asyncio.Event`` that records when someone starts waiting on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.awaited = asyncio.Event()
+
+    async def wait(self) -> Literal[True]:
+        self.awaited.set()
+        return await super().wait()
+
+
 async def test_drain_wait_answers_only_after_the_drain(fake_upstream, start_router, http):
     """1. preStop calls /admin/drain-wait before any SIGTERM  2. a stream runs  3. SIGTERM (1 s
     window). Result: drain-wait is still pending while draining and closing, and answers
     {"drained": true} only once the last stream finished."""
     r = await start_router(upstream=fake_upstream.url, shutdown_drain_secs=1)
+    r.state.drain_finished = finished = _WatchedEvent()
     stream = asyncio.ensure_future(_stream(http, f"{r.url}/sse?n=30&iv=0.05"))  # ~1.5 s
     await wait_until(lambda: len(r.state.inflight) == 1)
     async with aiohttp.ClientSession() as admin:
         wait = asyncio.ensure_future(admin.get(f"{r.admin}/admin/drain-wait?timeout=20"))
-        await asyncio.sleep(0)  # let the request go out; the router is not draining yet
+        await wait_until(lambda: finished.awaited.is_set() or wait.done(), 5, "drain-wait to be held")
+        assert not wait.done(), "drain-wait answered before any SIGTERM"
+        assert r.state.phase.value == "serving"
         r.sigterm()
         await wait_until(lambda: r.state.phase.value == "closing", 3)
         assert not wait.done(), "drain-wait answered before the drain finished"
