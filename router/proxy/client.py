@@ -64,21 +64,6 @@ NO_HOST = (400, "bad_request", "an HTTP/1.1 request needs exactly one Host heade
 NOMINATED = (400, "bad_request", "Connection must not name Content-Length, Transfer-Encoding or Host")
 _HEAD_END = b"\r\n\r\n"
 
-
-def heads_end(data: bytes, count: int, start: int = 0) -> int:
-    """Where ``data`` may be cut so that at most ``count`` request heads end before the cut: just
-    after its ``count``-th blank line at or after ``start``, or -1 when it holds fewer (llhttp ends a
-    head only at a blank line, so a cut there bounds how many requests one feed can parse).
-    ``start`` skips what is known to be body."""
-    at = start - 1
-    find = data.find
-    for _ in range(count):
-        at = find(_HEAD_END, at + 1)
-        if at < 0:
-            return -1
-    return at + 4
-
-
 Queued = Exchange | tuple[bytes, bytes, bool, bool]
 
 
@@ -263,23 +248,25 @@ class ClientConnection(asyncio.Protocol):
         self._parse(data)
 
     def _parse(self, data: bytes) -> None:
-        """Feed ``data`` to llhttp, cut so that the queue never holds more than MAX_PIPELINED
-        requests (the rest waits in ``unparsed``), then start the request that came first."""
+        """Feed ``data`` to llhttp one request head at a time (a head ends only at a blank line), so
+        that the queue never holds more than MAX_PIPELINED requests (the rest waits in ``unparsed``),
+        then start the request that came first. The rest of a Content-Length body is not searched."""
         parser = self.parser
+        at = 0  # what of data is parsed
+        end = len(data)
         try:
             while True:
-                room = MAX_PIPELINED - (len(self.queue) if self.queue else 0)
-                if room <= 0:
-                    self.unparsed = data
+                if self.queue and len(self.queue) >= MAX_PIPELINED:
+                    self.unparsed = data[at:]
                     self.pause_reading(PIPELINE)
                     break
-                # No head ends inside the rest of a Content-Length body: an upload is not scanned.
-                cut = heads_end(data, room, self.body_left) if self.body_left < len(data) else -1
-                if cut < 0 or cut >= len(data):
-                    parser.feed_data(data)
+                skip = at + self.body_left
+                cut = data.find(_HEAD_END, skip) + 4 if skip < end else 0
+                if cut < 4 or cut >= end:  # no head ends before the end of this read
+                    parser.feed_data(memoryview(data)[at:] if at else data)
                     break
-                parser.feed_data(data[:cut])
-                data = data[cut:]
+                parser.feed_data(memoryview(data)[at:cut])
+                at = cut
                 if self.input_closed:
                     self.dropped = True
                     break
