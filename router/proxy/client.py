@@ -236,40 +236,25 @@ class ClientConnection(asyncio.Protocol):
 
     # -- parsing ---------------------------------------------------------------------------------
 
-    def data_received(self, data: bytes) -> None:
-        if self.input_closed:
-            self.dropped = True  # after the last request, or lingering: read and dropped
-            return
-        if self.unparsed:  # reading was paused for the queue; keep the order
-            self.unparsed += data
-            return
-        if self.in_head:
-            self.head_bytes += len(data)
-        self._parse(data)
-
-    def _parse(self, data: bytes) -> None:
-        """Feed ``data`` to llhttp one request head at a time (a head ends only at a blank line), so
-        that the queue never holds more than MAX_PIPELINED requests (the rest waits in ``unparsed``),
-        then start the request that came first. The rest of a Content-Length body is not searched."""
-        parser = self.parser
-        at = 0  # what of data is parsed
+    def data_received(self, data: bytes, resumed: bool = False) -> None:
+        """Feed ``data`` to llhttp, then start the request that came first. A read that may hold
+        more than one request head is fed one head at a time (:meth:`_feed_heads`).
+        ``resumed``: ``data`` is what waited in ``unparsed`` (already counted)."""
         end = len(data)
+        if not resumed:
+            if self.input_closed or self.unparsed:
+                self._held(data)
+                return
+            if self.in_head:
+                self.head_bytes += end
         try:
-            while True:
-                if self.queue and len(self.queue) >= MAX_PIPELINED:
-                    self.unparsed = data[at:]
-                    self.pause_reading(PIPELINE)
-                    break
-                skip = at + self.body_left
-                cut = data.find(_HEAD_END, skip) + 4 if skip < end else 0
-                if cut < 4 or cut >= end:  # no head ends before the end of this read
-                    parser.feed_data(memoryview(data)[at:] if at else data)
-                    break
-                parser.feed_data(memoryview(data)[at:cut])
-                at = cut
-                if self.input_closed:
-                    self.dropped = True
-                    break
+            # Where the first head in the read ends (-1: none does); the rest of a Content-Length
+            # body is not searched (find starts past it, and past the end finds nothing at once).
+            cut = data.find(_HEAD_END, self.body_left)
+            if (cut < 0 or cut + 4 == end) and not self.queue:  # at most one head, nothing waiting: the usual read
+                self.parser.feed_data(data)
+            else:
+                self._feed_heads(data, cut + 4)
         except httptools.HttpParserUpgrade:
             # Answered 501 (or 400 for CONNECT) in turn; nothing after it is parsed.
             self.input_closed = self.dropped = True
@@ -298,13 +283,41 @@ class ClientConnection(asyncio.Protocol):
             if not exchange.finished:
                 exchange.start()
 
+    def _held(self, data: bytes) -> None:
+        if self.input_closed:
+            self.dropped = True  # after the last request, or lingering: read and dropped
+        else:  # reading was paused for the queue; keep the order
+            self.unparsed += data
+
+    def _feed_heads(self, data: bytes, cut: int) -> None:
+        """Feed ``data`` one request head at a time (llhttp ends a head only at a blank line), so
+        that the queue never holds more than MAX_PIPELINED requests: the rest waits in
+        ``unparsed``. ``cut``: where the first head ends (3: none does)."""
+        parser = self.parser
+        at = 0  # what of data is parsed
+        end = len(data)
+        while True:
+            if self.queue and len(self.queue) >= MAX_PIPELINED:
+                self.unparsed = data[at:]
+                self.pause_reading(PIPELINE)
+                return
+            if cut < 4 or cut >= end:  # no head ends before the end of this read
+                parser.feed_data(memoryview(data)[at:] if at else data)
+                return
+            parser.feed_data(memoryview(data)[at:cut])
+            at = cut
+            if self.input_closed:
+                self.dropped = True
+                return
+            cut = data.find(_HEAD_END, at + self.body_left) + 4
+
     def _resume_parse(self) -> None:
         """A queued request started: parse what waited behind it (with the loop's stack clean)."""
         self.resume_scheduled = False
         if self.transport is None or self.input_closed or not self.unparsed:
             return
         data, self.unparsed = self.unparsed, b""
-        self._parse(data)
+        self.data_received(data, True)
         if not self.unparsed and not self.queue:
             self.resume_reading(PIPELINE)
 
@@ -394,6 +407,7 @@ class ClientConnection(asyncio.Protocol):
                 request = request_head(
                     method, url, self.headers, self.peer, self.peer_node, self.listener.pool.host_header
                 )
+                self.body_left = request[1] or 0
                 # RFC 9112 §3.2: an HTTP/1.1 request needs exactly one Host (an HTTP/1.0 one may have none).
                 hosts = request[5]
                 if hosts > 1 or (hosts == 0 and version != "1.0"):
@@ -407,7 +421,6 @@ class ClientConnection(asyncio.Protocol):
                 problem = NOMINATED
         if problem is not None and problem is not responses.BAD_TARGET:
             self.keep_alive = False  # its framing is not to be trusted: answer, then close
-        self.body_left = request[1] or 0 if request is not None else 0
         exchange = Exchange(self, method, url, version == "1.0", self.keep_alive, request, problem)
         self.current = exchange
         if self.active is None and not self.queue:

@@ -207,7 +207,10 @@ class Exchange:
         self.mode = mode
         self.out.append(head)
         if mode == NONE:
-            self.resp_done = True  # llhttp does not know a HEAD response has no body
+            # Whole with its head (llhttp does not know a HEAD response has no body): whatever the
+            # upstream sends after it is surplus.
+            self.resp_done = True
+            self.up.done = True  # type: ignore[union-attr]  # a head comes only on its connection
 
     def response_body(self, body: bytes) -> None:
         if self.mode == CHUNKED:

@@ -158,10 +158,6 @@ _STATUS_LINES = {status.value: b"HTTP/1.1 %d %s\r\n" % (status.value, status.phr
 ClientHead = tuple[bytes, int, bool, bool]
 
 
-def _status_line(status: int) -> bytes:
-    return _STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status
-
-
 def _end_to_end(headers: Headers, named: set[bytes]) -> list[bytes]:
     """The header lines of ``headers`` without the hop-by-hop ones and those ``Connection`` names."""
     return [
@@ -179,7 +175,8 @@ def interim_head(status: int, headers: Headers) -> bytes:
     for name, value in headers:
         if name.lower() == b"connection":
             named = _named(value, named)
-    return b"".join([_status_line(status), *_end_to_end(headers, named), b"\r\n"])
+    status_line = _STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status
+    return b"".join([status_line, *_end_to_end(headers, named), b"\r\n"])
 
 
 def client_head(status: int, headers: Headers, *, head_request: bool, http10: bool, close: bool) -> ClientHead:
@@ -189,7 +186,7 @@ def client_head(status: int, headers: Headers, *, head_request: bool, http10: bo
     the standard reason phrase. Raises :class:`BadFraming` when ``Connection`` nominates a framing
     header, or when the body cannot be framed for this client (a transfer coding an HTTP/1.0 client
     cannot be told about)."""
-    lines = [_status_line(status)]
+    lines = [_STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status]
     named: set[bytes] | None = None
     length = None
     transfer: bytes | None = None

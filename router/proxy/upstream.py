@@ -41,11 +41,11 @@ _EMFILE = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 #: The upstream's response head is bounded like a client's request head: its size and header count
-#: (the same limits as requests), the interim (1xx) responses before the final one, and the time from
-#: its first byte to its end. Past a bound the client gets 502 and the upstream connection is closed.
+#: (the same limits as requests), and the time from its first byte to its end. Interim (1xx)
+#: responses count with the final head they precede, in bytes and in time. Past a bound the client
+#: gets 502 and the upstream connection is closed.
 MAX_RESPONSE_HEAD_BYTES = 32 * 1024
 MAX_RESPONSE_HEADERS = 128
-MAX_INTERIM_RESPONSES = 8
 RESPONSE_HEAD_SECS = 10.0
 
 
@@ -72,7 +72,6 @@ class UpstreamConnection(asyncio.Protocol):
         "idle_at",
         "in_head",
         "interim",
-        "interims",
         "keep_alive",
         "parser",
         "pool",
@@ -90,7 +89,6 @@ class UpstreamConnection(asyncio.Protocol):
         self.head_timer: asyncio.TimerHandle | None = None
         self.in_head = True
         self.interim = False
-        self.interims = 0
         self.keep_alive = True
         self.done = False
         """The exchange's final response is whole: anything more is surplus."""
@@ -126,8 +124,7 @@ class UpstreamConnection(asyncio.Protocol):
         if not self.complete:
             self.parser = httptools.HttpResponseParser(self)
             self.complete = True
-        self.headers = []
-        self.head_bytes = self.interims = 0
+        # (Its headers list is empty: a connection is handed on only after a whole response.)
         self.in_head = True
         self.done = False
         self.transport.write(head)
@@ -139,8 +136,6 @@ class UpstreamConnection(asyncio.Protocol):
             self.transport.abort()
             return
         self.complete = False
-        if self.in_head:
-            self.head_bytes += len(data)
         try:
             self.parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
@@ -151,15 +146,21 @@ class UpstreamConnection(asyncio.Protocol):
             # bytes llhttp refuses, is surplus: dropped with the connection, never relayed.
             self.keep_alive = False
             self.pool.surplus_log.emit(status=exchange.code)
-        if self.in_head:
-            if self.head_bytes > MAX_RESPONSE_HEAD_BYTES:
-                self._invalid(exchange, BadResponse("response head too large"))
-                return
-            if self.head_timer is None:
-                self.head_timer = self.pool.loop.call_later(RESPONSE_HEAD_SECS, self._head_timed_out)
-        elif self.head_timer is not None:
-            self._stop_head_timer()
+        if self.in_head or self.head_timer is not None:
+            self._head_pending(exchange, len(data))
         exchange.flush()
+
+    def _head_pending(self, exchange: Exchange, read: int) -> None:
+        """After a read that left the response head unfinished (or finished one that had its timer):
+        bound its bytes (counting the whole read: bytes before a head's end are its) and its time."""
+        if not self.in_head:
+            self._stop_head_timer()
+            return
+        self.head_bytes += read
+        if self.head_bytes > MAX_RESPONSE_HEAD_BYTES:
+            self._invalid(exchange, BadResponse("response head too large"))
+        elif self.head_timer is None:
+            self.head_timer = self.pool.loop.call_later(RESPONSE_HEAD_SECS, self._head_timed_out)
 
     def _invalid(self, exchange: Exchange, exc: BaseException) -> None:
         self.exchange = None
@@ -182,47 +183,45 @@ class UpstreamConnection(asyncio.Protocol):
     # llhttp callbacks: record only; the exchange acts in flush(). (No on_status: the status line
     # the client gets carries the standard reason phrase; RFC 9112 lets a client ignore it.)
     def on_message_begin(self) -> None:
-        if self.done:
+        if self.done:  # a message beginning after the final response is whole
             raise Surplus
-        self.in_head = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        headers = self.headers
-        headers.append((name, value))
-        if len(headers) > MAX_RESPONSE_HEADERS:
-            raise BadResponse("too many response headers")
+        self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        headers = self.headers
+        if not 200 <= status <= 599 or len(headers) > MAX_RESPONSE_HEADERS:
+            self._unusual_head(status)
+            return
+        # The final head (its bytes were bounded as they arrived, in data_received).
         self.in_head = False
         self.head_bytes = 0
-        status = self.parser.get_status_code()
+        self.keep_alive = self.parser.should_keep_alive()
         exchange = self.exchange
+        exchange.response_head(status, headers)  # type: ignore[union-attr]  # set while parsing
+        self.headers = []  # trailers, if any, are dropped
+
+    def _unusual_head(self, status: int) -> None:
+        """A head that is not a final response's within the bounds: an interim one, or a 502."""
+        if len(self.headers) > MAX_RESPONSE_HEADERS:
+            raise BadResponse("too many response headers")
         if not 100 <= status <= 599:
             raise BadResponse(f"status {status} out of range")
-        if status < 200:
-            if status == 101:  # the router forwards no Upgrade request: nobody asked to switch
-                raise BadResponse("101 Switching Protocols without an Upgrade request")
-            self.interims += 1
-            if self.interims > MAX_INTERIM_RESPONSES:
-                raise BadResponse("too many interim responses")
-            self.interim = True
-            if exchange is not None and status != 100:  # 100 Continue was the router's own to send
-                exchange.response_interim(status, self.headers)
-            self.headers = []
-            return
-        self.keep_alive = self.parser.should_keep_alive()
-        if exchange is not None:
-            exchange.response_head(status, self.headers)
-            self.headers = []  # trailers, if any, are dropped
-            if exchange.resp_done:  # a HEAD answer: whole with its head, whatever it announces
-                self.done = True
+        if status == 101:  # the router forwards no Upgrade request: nobody asked to switch
+            raise BadResponse("101 Switching Protocols without an Upgrade request")
+        # An interim response: the head goes on (its bytes and time count with the final head's).
+        self.interim = True
+        exchange = self.exchange
+        if exchange is not None and status != 100:  # 100 Continue was the router's own to send
+            exchange.response_interim(status, self.headers)
+        self.headers = []
 
     def on_body(self, body: bytes) -> None:
-        exchange = self.exchange
         if self.done:
             raise Surplus
-        if exchange is not None:
-            exchange.response_body(body)
+        self.exchange.response_body(body)  # type: ignore[union-attr]  # set while parsing
 
     def on_message_complete(self) -> None:
         if self.interim:
