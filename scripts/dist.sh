@@ -14,7 +14,14 @@ HELM=$(bash scripts/get-helm.sh | tail -n 1)
 
 rm -rf dist
 mkdir -p dist
-"$PYTHON" -m build --outdir dist . >/dev/null
+# The build fetches its pinned setuptools into a fresh environment twice (the sdist, then the wheel
+# from it); a transfer the package registry breaks off mid-way fails it, so a failed build is tried
+# once more (a real build error fails both times).
+if ! "$PYTHON" -m build --outdir dist . >/dev/null; then
+    echo "dist: the build failed; trying once more" >&2
+    rm -rf dist && mkdir -p dist
+    "$PYTHON" -m build --outdir dist . >/dev/null
+fi
 "$HELM" package charts/drain-router --destination dist >/dev/null
 "$HELM" package charts/drain-router-controller --destination dist >/dev/null
 if [ "${DIST_IMAGE:-0}" = 1 ]; then
