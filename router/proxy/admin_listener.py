@@ -110,7 +110,6 @@ class AdminServer(web.Server):
     ) -> None:
         super().__init__(handler, request_factory=request_factory, handler_cancellation=True, **handler_args)
         self.loop = asyncio.get_running_loop()
-        self.metrics = metrics
         self.connection_limit = connection_limit
         self.open = 0
         """Connections being served (accepted and not yet lost); refused ones are not counted."""

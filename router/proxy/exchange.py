@@ -210,7 +210,6 @@ class Exchange:
             # Whole with its head (llhttp does not know a HEAD response has no body): whatever the
             # upstream sends after it is surplus.
             self.resp_done = True
-            self.up.done = True  # type: ignore[union-attr]  # a head comes only on its connection
 
     def response_body(self, body: bytes) -> None:
         if self.mode == CHUNKED:
@@ -252,27 +251,19 @@ class Exchange:
             self.resp_done = True  # a close-delimited body ends with the connection
             self.flush()
             return
+        self.out.clear()
+        if self.reused and not self.retried and not self.code and not invalid and retryable(self.method, self.request):
+            # A pooled connection the model server had closed before any answer: one retry on a
+            # fresh one.
+            self.retried = True
+            self.client.listener.pool.acquire(self)
+            return
+        log.warning("proxy.upstream_invalid" if invalid else "proxy.upstream_cut", error=repr(exc), path=self.path)
         if not self.head_sent:
-            if (
-                self.reused
-                and not self.retried
-                and not self.code
-                and not invalid
-                and retryable(self.method, self.request)
-            ):
-                # A pooled connection the model server had closed: one retry on a fresh one.
-                self.retried = True
-                self.out.clear()
-                self.client.listener.pool.acquire(self)
-                return
-            self.out.clear()
-            log.warning("proxy.upstream_invalid" if invalid else "proxy.upstream_cut", error=repr(exc), path=self.path)
             self.reply(responses.BAD_RESPONSE if invalid else responses.CUT, "upstream_error")
             return
         # The status went out and can no longer change: close the client connection without the
         # terminating chunk, so the client sees the stream cut.
-        log.warning("proxy.upstream_invalid" if invalid else "proxy.upstream_cut", error=repr(exc), path=self.path)
-        self.out.clear()
         if self.client.transport is not None:
             self.client.transport.abort()
         self.finish("upstream_error")

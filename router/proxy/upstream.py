@@ -55,8 +55,9 @@ class BadResponse(Exception):
 
 
 class Surplus(Exception):
-    """Raised from a parser callback: bytes past the framed end of the final response (a second
-    response, a body on 204/304 or on a HEAD answer). They are never relayed; the connection closes."""
+    """Raised from a parser callback once the exchange's final response is whole (its
+    ``resp_done``): bytes past its framed end (a second response, a body on 204/304 or on a HEAD
+    answer). They are never relayed; the connection closes."""
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -64,7 +65,6 @@ class UpstreamConnection(asyncio.Protocol):
 
     __slots__ = (
         "complete",
-        "done",
         "exchange",
         "head_bytes",
         "head_timer",
@@ -90,8 +90,6 @@ class UpstreamConnection(asyncio.Protocol):
         self.in_head = True
         self.interim = False
         self.keep_alive = True
-        self.done = False
-        """The exchange's final response is whole: anything more is surplus."""
         self.complete = True
         """The parser is between responses (not after a HEAD response's head, say)."""
         self.idle_at: float | None = None
@@ -126,12 +124,13 @@ class UpstreamConnection(asyncio.Protocol):
             self.complete = True
         # (Its headers list is empty: a connection is handed on only after a whole response.)
         self.in_head = True
-        self.done = False
         self.transport.write(head)
 
     def data_received(self, data: bytes) -> None:
         exchange = self.exchange
-        if exchange is None or self.done:  # bytes nobody asked for: the connection is out of step
+        # Bytes nobody asked for (none owns the connection, or its final response is whole already):
+        # the connection is out of step.
+        if exchange is None or exchange.resp_done:
             self.keep_alive = False
             self.transport.abort()
             return
@@ -139,7 +138,7 @@ class UpstreamConnection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
-            if not self.done:
+            if not exchange.resp_done:
                 self._invalid(exchange, exc.__context__ or exc)
                 return
             # The final response is whole (a HEAD answer's with its head); whatever followed it, even
@@ -165,8 +164,7 @@ class UpstreamConnection(asyncio.Protocol):
     def _invalid(self, exchange: Exchange, exc: BaseException) -> None:
         self.exchange = None
         self.keep_alive = False
-        self._stop_head_timer()
-        self.transport.abort()
+        self.transport.abort()  # connection_lost stops the head timer
         exchange.upstream_lost(exc, invalid=True)
 
     def _head_timed_out(self) -> None:
@@ -183,7 +181,7 @@ class UpstreamConnection(asyncio.Protocol):
     # llhttp callbacks: record only; the exchange acts in flush(). (No on_status: the status line
     # the client gets carries the standard reason phrase; RFC 9112 lets a client ignore it.)
     def on_message_begin(self) -> None:
-        if self.done:  # a message beginning after the final response is whole
+        if self.exchange.resp_done:  # type: ignore[union-attr]  # a message after the final response
             raise Surplus
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -219,9 +217,10 @@ class UpstreamConnection(asyncio.Protocol):
         self.headers = []
 
     def on_body(self, body: bytes) -> None:
-        if self.done:
+        exchange = self.exchange
+        if exchange.resp_done:  # type: ignore[union-attr]  # set while parsing; a HEAD answer's body
             raise Surplus
-        self.exchange.response_body(body)  # type: ignore[union-attr]  # set while parsing
+        exchange.response_body(body)  # type: ignore[union-attr]
 
     def on_message_complete(self) -> None:
         if self.interim:
@@ -229,7 +228,6 @@ class UpstreamConnection(asyncio.Protocol):
             self.headers = []
             return
         self.complete = True
-        self.done = True
         exchange = self.exchange
         if exchange is not None:
             exchange.resp_done = True
