@@ -165,6 +165,12 @@ SURPLUS = {
         204,
         b"",
     ),
+    "head-answer-with-the-body-it-announces": (
+        "HEAD",
+        b"HTTP/1.1 200 OK\r\nX-Echo-Id: %s\r\nContent-Length: 5\r\n\r\nhello",
+        200,
+        b"",
+    ),
     "head-answer-then-a-second-head": (
         "HEAD",
         b"HTTP/1.1 200 OK\r\nX-Echo-Id: %s\r\nContent-Length: 5\r\n\r\nHTTP/1.1 200 OK\r\nX-Echo-Id: nobody\r\n"
