@@ -9,7 +9,8 @@ per pass), posts ``decision.events`` and looks again at ``decision.requeue_at``.
 
 The idle clock (``status.lifecycle.idleSince``) is the latest ``idle_since`` reported by routers that
 have served (``served > 0``), null while any router is busy, and kept as it is on a probe failure or
-with no pods, so neither a recycled replacement nor a controller restart resets it.
+with no pods, so neither a recycled replacement nor a controller restart resets it. While the service
+stays idle it never moves backwards: a reported ``idle_since`` older than the stored one is ignored.
 """
 
 from __future__ import annotations
@@ -190,7 +191,10 @@ def idle_clock(
     means a person woke the service, and the clock restarts at ``now``. Otherwise: no reports (no
     pods) keeps the stored value; any probe failure keeps it and marks the clock unknown; any router
     with requests in flight makes it ``None``; all idle gives the latest ``idle_since`` of routers
-    that have served (clamped to ``now``), or the stored value (``now`` when none) if none has.
+    that have served (clamped to ``now``), never earlier than the stored value: while the service
+    stays idle the clock only moves forward (a recycled pod's replacement has not served, so the
+    latest report may come from an older router). With nothing stored and no router that has
+    served, the clock starts at ``now``.
     """
     if status.scaled_to_zero_at is not None and replicas > 0:
         return IdleClock(idle_since=now, woke=True)
@@ -201,10 +205,10 @@ def idle_clock(
     routers = [r for r in reports if isinstance(r, RouterReport)]
     if any(r.inflight > 0 for r in routers):
         return IdleClock(idle_since=None)
-    served = [r.idle_since for r in routers if r.served > 0 and r.idle_since is not None]
-    if served:
-        return IdleClock(idle_since=min(max(served), now))
-    return IdleClock(idle_since=now if status.idle_since is None else status.idle_since)
+    served = [min(r.idle_since, now) for r in routers if r.served > 0 and r.idle_since is not None]
+    if status.idle_since is not None:  # still idle since then: an older report never moves it back
+        return IdleClock(idle_since=max([status.idle_since, *served]))
+    return IdleClock(idle_since=max(served) if served else now)
 
 
 def done_from(

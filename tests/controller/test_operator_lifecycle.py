@@ -154,3 +154,65 @@ async def test_invalid_rules_act_on_nothing_and_warn_once_per_generation(
     warnings = [m for m in event_messages(emu) if m[1] == "InvalidLifecycleRules"]
     assert len(warnings) == 1 and warnings[0][0] == "Warning"
     assert not patches_to(emu, "deployments") and exists(emu, MSVC)
+
+
+async def test_the_idle_clock_never_moves_back(cluster: Any, routers: Any, start_operator: Any) -> None:
+    """SPEC 6: while the service stays idle, ``status.lifecycle.idleSince`` never decreases.
+    1. two pods: the one that served last went idle just now, the other an hour ago 2. the recent
+    one is evicted (its replacement has served nothing) 3. the older one's probe fails 4. the
+    controller restarts. Result: idleSince stays at the recent time throughout, and the 30 s
+    ScaleToZero rule does not fire (an hour-old clock would fire it at once)."""
+    emu, server = cluster
+    await make_service(emu, admin_port=routers.port, replicas=2, lifecycle=_rules(("ScaleToZero", 30)))
+    first, second = await eventually(lambda: len(ready_pods(emu)) == 2 and ready_pods(emu), what="two Ready pods")
+    recent = float(int(time.time()))  # whole seconds: exact through the RFC 3339 round trip
+    old = recent - 3600
+    taken = {first["status"]["podIP"], second["status"]["podIP"]}
+    for ip in fake_routers.IPS:  # replacements: fresh routers that have served nothing
+        if ip not in taken:
+            routers.answer(ip, 200, _inflight(idle_since=time.time(), served=0))
+    routers.answer(first["status"]["podIP"], 200, _inflight(idle_since=recent, served=7))
+    routers.answer(second["status"]["podIP"], 200, _inflight(idle_since=old, served=3))
+    op = await start_operator(**FAST)
+
+    def clock() -> float | None:
+        since = (status(emu).get("lifecycle") or {}).get("idleSince")
+        return None if since is None else durations.parse_time(since)
+
+    await eventually(lambda: clock() == recent, what="the clock at the latest report", timeout=10)
+
+    async def passes(n: int = 4) -> None:
+        asked = len(routers.asked)
+        await eventually(
+            lambda: len(routers.asked) >= asked + n or deployment(emu)["spec"]["replicas"] != 2,
+            what=f"{n} more probes",
+            timeout=10,
+        )
+        assert deployment(emu)["spec"]["replicas"] == 2, f"scaled to zero on a clock moved back to {clock()}"
+        assert clock() == recent
+
+    # 2. the router that served last is recycled
+    response = await server.client.post(
+        f"/api/v1/namespaces/{NAMESPACE}/pods/{first['metadata']['name']}/eviction",
+        json={"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": first["metadata"]["name"]}},
+    )
+    assert response.status == 201
+    replacement = await eventually(
+        lambda: [p for p in ready_pods(emu) if p["status"]["podIP"] not in taken], what="a Ready replacement"
+    )
+    probed = replacement[0]["status"]["podIP"]
+    await eventually(lambda: probed in routers.asked, what="the replacement probed", timeout=10)
+    await passes()
+    # 3. a probe failure keeps the clock
+    routers.answer(second["status"]["podIP"], 500, "")
+    await passes()
+    routers.answer(second["status"]["podIP"], 200, _inflight(idle_since=old, served=3))
+    # 4. a controller restart resumes from status
+    await op.stop()
+    await start_operator(**FAST)
+    await passes()
+    assert ("Normal", "LifecycleScaledToZero") not in events(emu)
+
+
+def _inflight(*, idle_since: float, served: int) -> dict[str, Any]:
+    return {"inflight": 0, "state": "serving", "idle_since": idle_since, "started_at": 0.0, "served": served}
