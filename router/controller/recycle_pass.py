@@ -3,6 +3,7 @@ status -> events."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,10 +35,20 @@ async def run(
     if workload.failures:
         return fresh, standard
     status = fresh.get("status") or {}
-    held = status_.held_record((status.get("recycling") or {}).get("held"))
-    now = ctx.clock()
+    stored = status.get("recycling") or {}
+    held = status_.held_record(stored.get("held"))
     s = ctx.settings
-    decision = recycling.next_recycle(spec, workload.observation, None, held, now, recheck_secs=s.idle_recheck_secs)
+    last = status_.evicted_record(stored.get("lastEvicted"))
+    decide = functools.partial(
+        recycling.next_recycle,
+        spec,
+        workload.observation,
+        last_evicted=last,
+        recheck_secs=s.idle_recheck_secs,
+        settle_secs=s.recycle_settle_secs,
+    )
+    now = ctx.clock()
+    decision = decide(None, held, now)
     if decision.kind is recycling.Kind.PROBE:
         assert decision.pod is not None
         answer = await probe.probe(
@@ -47,38 +58,37 @@ async def run(
         result = probe.for_recycling(answer, decision.pod.uid)
         if result.failed:
             logger.info(f"idle probe of pod {decision.pod.name} failed: {answer.error}")
-        decision = recycling.next_recycle(
-            spec, workload.observation, result, held, now, recheck_secs=s.idle_recheck_secs
-        )
+        decision = decide(result, held, now)
     if decision.kind is recycling.Kind.EVICT:
         assert decision.pod is not None
-        evicted = await ctx.kube.evict_pod(namespace, decision.pod.name, decision.pod.uid)
+        pod = decision.pod
+        evicted = await ctx.kube.evict_pod(namespace, pod.name, pod.uid)
         now = ctx.clock()
         decision = recycling.after_eviction(decision, evicted, now, retry_secs=s.recycle_retry_secs)
         if 200 <= evicted.code < 300 and not evicted.failure:
             ctx.metrics.pods_recycled.inc()
-            logger.info(f"pod {decision.pod.name if decision.pod else ''} evicted: past its maximum lifetime")
+            logger.info(f"pod {pod.name} evicted: past its maximum lifetime")
         else:
             reason = decision.reason.value if decision.reason is not None else (evicted.reason or str(evicted.code))
             ctx.metrics.eviction_rejections.labels(reason).inc()
             logger.warning(f"eviction answered {evicted.code} {evicted.reason or ''}: {evicted.message}")
 
-    condition = recycling.condition_for(decision.held, now)
+    condition = recycling.condition_for(decision.held, now, decision.last_evicted)
 
     def build(current: Mapping[str, Any]) -> dict[str, Any] | None:
-        new_held = status_.held_dict(decision.held)
+        record = {"held": status_.held_dict(decision.held), "lastEvicted": status_.evicted_dict(decision.last_evicted)}
         old = status_.condition(current.get("conditions"), condition.type)
         same_condition = old is not None and (old.get("status"), old.get("reason")) == (
             condition.status,
             condition.reason,
         )
-        if (
-            status_.compact((current.get("recycling") or {}).get("held") or {}) == status_.compact(new_held or {})
-            and same_condition
+        stored = current.get("recycling") or {}
+        if same_condition and all(
+            status_.compact(stored.get(key) or {}) == status_.compact(value or {}) for key, value in record.items()
         ):
             return None
         return {
-            "recycling": {"held": new_held},
+            "recycling": record,
             "conditions": deletion.set_condition(
                 current.get("conditions"), condition.type, condition.status, condition.reason, condition.message, now
             ),

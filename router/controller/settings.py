@@ -47,6 +47,10 @@ class ControllerSettings:
     recycle_retry_secs: float = recycling.RECYCLE_RETRY_SECS
     """Retry a refused eviction (PDB 429, 403, any other failure) after this long. 30 s as in the
     seed; shortened only by tests."""
+    recycle_settle_secs: float = recycling.RECYCLE_SETTLE_SECS
+    """After an eviction of ours, how long the next expired pod may wait for the replacement without
+    a ``PodRecycleHeld`` warning. 600 s, a Deployment's default progress deadline; shortened only by
+    tests."""
     lifecycle_buffer_secs: float = lifecycle.LIFECYCLE_REQUEUE_BUFFER_SECS
     """Look again this long after a lifecycle rule's due time. Shortened only by tests."""
 
@@ -59,6 +63,7 @@ class ControllerSettings:
             "idle_probe_timeout_secs",
             "idle_recheck_secs",
             "recycle_retry_secs",
+            "recycle_settle_secs",
         ):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field}={getattr(self, field)!r} must be positive")

@@ -90,6 +90,22 @@ def held_dict(held: recycling.HeldRecord | None) -> dict[str, Any] | None:
     }
 
 
+def evicted_record(data: Mapping[str, Any] | None) -> recycling.EvictedRecord | None:
+    """``status.recycling.lastEvicted`` -> the record; anything unreadable counts as none."""
+    if not data:
+        return None
+    try:
+        return recycling.EvictedRecord(pod=data["pod"], uid=data["uid"], at=durations.parse_time(data["at"]))
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def evicted_dict(record: recycling.EvictedRecord | None) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    return {"pod": record.pod, "uid": record.uid, "at": durations.format_time(record.at)}
+
+
 def lifecycle_status(data: Mapping[str, Any] | None) -> lifecycle.LifecycleStatus:
     data = data or {}
 

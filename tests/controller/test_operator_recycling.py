@@ -5,6 +5,7 @@ waits are shortened by settings, never slept through."""
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -39,11 +40,15 @@ async def _settled(emu: Any, replicas: int) -> list[dict[str, Any]]:
     )
 
 
-async def test_one_eviction_at_a_time_oldest_deadline_first(cluster: Any, routers: Any, start_operator: Any) -> None:
+async def test_one_eviction_at_a_time_oldest_deadline_first(
+    cluster: Any, routers: Any, start_operator: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     """1. three pods start one after another (scaled up one at a time, so their deadlines differ
     and their generated names say nothing about age) 2. all expire 3. the operator evicts. Result:
     the three original pods go oldest deadline first, each eviction only once the previous
-    replacement is Ready and nothing else is terminating; every eviction carries the pod's UID."""
+    replacement is Ready and nothing else is terminating; every eviction carries the pod's UID and
+    is logged with the pod's name. Waiting for our own evictions' replacements is not reported as
+    a held recycle (no PodRecycleHeld warning)."""
     emu, server = cluster
     await make_service(emu, admin_port=routers.port, replicas=1, recycling={"maxPodLifetimeSeconds": 1})
     await _settled(emu, 1)
@@ -61,6 +66,7 @@ async def test_one_eviction_at_a_time_oldest_deadline_first(cluster: Any, router
     last = durations.parse_time(max(starts)) + 1
     await eventually(lambda: time.time() > last, what="all three expired before the operator starts")
     emu.ready_after = 1.0  # replacements stay unready for several passes: evicting then would show
+    caplog.set_level(logging.INFO, logger="kopf.objects")
     await start_operator(**FAST)
     names = [p["metadata"]["name"] for p in originals]
     uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in originals}
@@ -75,6 +81,9 @@ async def test_one_eviction_at_a_time_oldest_deadline_first(cluster: Any, router
     assert [e.pod for e in done][:3] == names, "oldest deadline first"
     assert all(e.uid == uids[e.pod] for e in done if e.pod in uids)
     assert ("Normal", "PodRecycled") in events(emu)
+    assert [m for m in event_messages(emu) if m[1] == "PodRecycleHeld"] == []
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().endswith("evicted: past its maximum lifetime")]
+    assert logged[:3] == [f"pod {name} evicted: past its maximum lifetime" for name in names]
 
 
 async def test_busy_pod_is_held_visibly_then_recycled_when_idle(
@@ -185,3 +194,32 @@ async def test_forbidden_eviction_degrades_and_the_lifecycle_pass_still_runs(
         timeout=15,
     )
     assert (status(emu).get("lifecycle") or {}).get("scaledToZeroAt")
+
+
+async def test_a_replacement_stuck_past_the_settle_bound_is_reported(
+    cluster: Any, routers: Any, start_operator: Any
+) -> None:
+    """1. two expired pods 2. the first is evicted and its replacement never turns Ready. Result: the
+    second waits unreported (RecycleHeld False, reason Recycling) for the settle bound, then is held
+    WorkloadUnstable with one PodRecycleHeld warning: a stuck replacement is news."""
+    emu, _ = cluster
+    await make_service(emu, admin_port=routers.port, replicas=2, recycling={"maxPodLifetimeSeconds": 1})
+    originals = await _settled(emu, 2)
+    last = max(durations.parse_time(p["status"]["startTime"]) for p in originals) + 1
+    await eventually(lambda: time.time() > last, what="both expired before the operator starts")
+    emu.ready_after = 3600.0
+    await start_operator(**{**FAST, "recycle_settle_secs": 1.5})
+    (first,) = await eventually(
+        lambda: [e for e in emu.evictions if e.code == 201], what="the first eviction", timeout=15
+    )
+    await eventually(
+        lambda: (condition(emu, "RecycleHeld") or {}).get("reason") == "Recycling", what="Recycling", timeout=10
+    )
+    await eventually(lambda: (held(emu) or {}).get("reason") == "WorkloadUnstable", what="held", timeout=15)
+    assert time.time() >= first.at + 1.5, "reported before the settle bound"
+    await eventually(
+        lambda: [m for m in event_messages(emu) if m[1] == "PodRecycleHeld"], what="the warning", timeout=10
+    )
+    warnings = [m for m in event_messages(emu) if m[1] == "PodRecycleHeld"]
+    assert len(warnings) == 1 and warnings[0][0] == "Warning" and "WorkloadUnstable" in warnings[0][2]
+    assert len([e for e in emu.evictions if e.code == 201]) == 1

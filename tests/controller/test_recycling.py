@@ -62,6 +62,12 @@ def _held(data: dict[str, Any] | None) -> recycling.HeldRecord | None:
     )
 
 
+def _evicted(data: dict[str, Any] | None) -> recycling.EvictedRecord | None:
+    if data is None:
+        return None
+    return recycling.EvictedRecord(pod=data["pod"], uid=data.get("uid", f"uid-{data['pod']}"), at=T0 + data["at"])
+
+
 @pytest.mark.parametrize("row", ROWS)
 def test_next_recycle(row: dict[str, Any]) -> None:
     s = row.get("spec", {"maxPodLifetimeSeconds": 100})
@@ -75,9 +81,10 @@ def test_next_recycle(row: dict[str, Any]) -> None:
     obs = recycling.WorkloadObservation(service="llama", deployments=_deployments(row, active), pods=pods)
     now = T0 + row["now"]
     held = _held(row.get("held"))
+    last = _evicted(row.get("lastEvicted"))
     probe = None
     if "probe" in row:
-        first = recycling.next_recycle(spec, obs, None, held, now)
+        first = recycling.next_recycle(spec, obs, None, held, now, last_evicted=last)
         assert first.kind is recycling.Kind.PROBE, "a probe answer is only given after a Probe decision"
         assert first.pod is not None
         p = row["probe"]
@@ -88,8 +95,8 @@ def test_next_recycle(row: dict[str, Any]) -> None:
             state=p.get("state"),
             error=p.get("error"),
         )
-    decision = recycling.next_recycle(spec, obs, probe, held, now)
-    assert decision == recycling.next_recycle(spec, obs, probe, held, now), "pure"
+    decision = recycling.next_recycle(spec, obs, probe, held, now, last_evicted=last)
+    assert decision == recycling.next_recycle(spec, obs, probe, held, now, last_evicted=last), "pure"
     if "answer" in row:
         assert decision.kind is recycling.Kind.EVICT
         a = row["answer"]
@@ -124,8 +131,12 @@ def test_next_recycle(row: dict[str, Any]) -> None:
     if "retryAt" in expect:
         assert decision.held is not None
         assert decision.held.retry_at == (None if expect["retryAt"] is None else T0 + expect["retryAt"])
+    if "lastEvicted" in expect:
+        record = decision.last_evicted
+        got_record = None if record is None else {"pod": record.pod, "at": record.at - T0}
+        assert got_record == expect["lastEvicted"]
     if "condition" in expect:
-        cond = recycling.condition_for(decision.held, now)
+        cond = recycling.condition_for(decision.held, now, decision.last_evicted)
         assert (cond.type, {"status": cond.status, "reason": cond.reason}) == ("RecycleHeld", expect["condition"])
     if decision.kind is recycling.Kind.HOLD:
         assert decision.held is not None and decision.held.reason is decision.reason

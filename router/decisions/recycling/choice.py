@@ -13,8 +13,10 @@ from router.decisions.recycling.records import (
     IGNORED_POD_PHASES,
     MAX_LIFETIME_SECS,
     RECYCLE_RETRY_SECS,
+    RECYCLE_SETTLE_SECS,
     Event,
     EventReason,
+    EvictedRecord,
     HeldRecord,
     HoldReason,
     Kind,
@@ -33,9 +35,16 @@ if TYPE_CHECKING:  # what the caller observed and was answered: read here, never
     )
 
 
-def condition_for(held: HeldRecord | None, now: float) -> RecycleCondition:
+def condition_for(held: HeldRecord | None, now: float, last_evicted: EvictedRecord | None = None) -> RecycleCondition:
     """``RecycleHeld`` for what ``status.recycling.held`` says: the reason, the pod and how long it
-    has been overdue."""
+    has been overdue; while nothing is held and our last eviction settles, that it does."""
+    if held is None and last_evicted is not None:
+        return RecycleCondition(
+            status="False",
+            reason="Recycling",
+            message=f"pod {last_evicted.pod} evicted {max(now - last_evicted.at, 0.0):.0f}s ago; "
+            "the next waits for its replacement",
+        )
     if held is None:
         return RecycleCondition(status="False", reason="NothingHeld", message="no expired pod is held")
     overdue = max(now - held.since, 0.0)
@@ -59,19 +68,33 @@ def next_recycle(
     held: HeldRecord | None,
     now: float,
     *,
+    last_evicted: EvictedRecord | None = None,
     recheck_secs: float = IDLE_RECHECK_SECS,
+    settle_secs: float = RECYCLE_SETTLE_SECS,
 ) -> RecycleDecision:
     """One recycling pass. Purely computational function with no side effects; ``now`` is Unix seconds.
-    ``recheck_secs`` (:data:`IDLE_RECHECK_SECS`) is shortened only by tests."""
+    ``last_evicted`` is the stored ``status.recycling.lastEvicted``: while the Deployment is unstable
+    for at most ``settle_secs`` (:data:`RECYCLE_SETTLE_SECS`) after it, the next expired pod waits
+    unreported. ``recheck_secs`` (:data:`IDLE_RECHECK_SECS`) and ``settle_secs`` are shortened only by
+    tests."""
     active = [p for p in obs.pods if p.phase not in IGNORED_POD_PHASES]
     deadlines = {p.name: d for p in active if (d := deadline_of(spec, p)) is not None}
     expired = sorted((d, p.name, p) for p in active if (d := deadlines.get(p.name)) is not None and now >= d)
     deployment, gate = _gate(obs, active)
+    settling = (
+        last_evicted
+        if last_evicted is not None and gate in _SETTLING_GATES and now < last_evicted.at + settle_secs
+        else None
+    )
     if deployment is not None and _desired(deployment) == 0:
         return RecycleDecision(kind=Kind.NOTHING)
     if not expired:
-        return RecycleDecision(kind=Kind.NOTHING, requeue_at=min(deadlines.values()) if deadlines else None)
+        return RecycleDecision(
+            kind=Kind.NOTHING, last_evicted=settling, requeue_at=min(deadlines.values()) if deadlines else None
+        )
     deadline, _, pod = expired[0]
+    if settling is not None:  # our own eviction's replacement is coming up: not a hold, not news
+        return RecycleDecision(kind=Kind.NOTHING, pod=pod, deadline=deadline, last_evicted=settling)
     if gate is not None:
         return _hold(pod, deadline, gate, held, requeue_at=None)
     if held is not None and held.uid == pod.uid and held.retry_at is not None and now < held.retry_at:
@@ -104,6 +127,8 @@ def after_eviction(
     if 200 <= answer.code < 300 and not answer.failure:
         return RecycleDecision(
             kind=Kind.NOTHING,
+            pod=pod,
+            last_evicted=EvictedRecord(pod=pod.name, uid=pod.uid, at=now),
             events=(
                 Event(
                     type="Normal",
@@ -133,6 +158,11 @@ def after_eviction(
     return _hold(
         pod, deadline, HoldReason.EVICTION_FAILED, decision.held, requeue_at=retry, retry_at=retry, extra=(warning,)
     )
+
+
+_SETTLING_GATES = (HoldReason.WORKLOAD_UNSTABLE, HoldReason.FOREIGN_POD)
+"""What our own eviction causes until its replacement is Ready and counted: the evicted pod
+terminating, the replica counts short, the active pods one fewer than a lagging ``status.replicas``."""
 
 
 def _desired(deployment: DeploymentObservation) -> int:

@@ -18,6 +18,11 @@ IDLE_RECHECK_SECS = 10.0
 """After a busy or failed probe, probe the candidate again this much later."""
 RECYCLE_RETRY_SECS = 30.0
 """After a refused eviction (PDB 429, 403, any other failure), try again this much later."""
+RECYCLE_SETTLE_SECS = 600.0
+"""After an eviction of ours, the Deployment is unstable while the replacement comes up: the next
+expired pod waits without a ``PodRecycleHeld`` warning (our own recycle in progress is not news) for
+at most this long. 600 s: a Deployment's default ``progressDeadlineSeconds``; past it, the replacement
+is stuck and the hold is reported."""
 IGNORED_POD_PHASES = ("Succeeded", "Failed")
 SERVING = "serving"
 
@@ -149,6 +154,16 @@ class HeldRecord:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class EvictedRecord:
+    """``status.recycling.lastEvicted``: our latest eviction, kept while its replacement comes up (the
+    Deployment unstable) and at most :data:`RECYCLE_SETTLE_SECS`."""
+
+    pod: str
+    uid: str
+    at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Event:
     type: str
     reason: EventReason
@@ -176,5 +191,8 @@ class RecycleDecision:
     held: HeldRecord | None = None
     """What ``status.recycling.held`` says after this decision (``None``: nothing held). For Evict,
     the stored record, unchanged until :func:`after_eviction` knows the answer."""
+    last_evicted: EvictedRecord | None = None
+    """What ``status.recycling.lastEvicted`` says after this decision: set by a successful eviction,
+    kept while the Deployment settles, cleared once it is stable (or the settle bound passed)."""
     events: tuple[Event, ...] = ()
     requeue_at: float | None = None
