@@ -140,6 +140,8 @@ def test_next_stage(row: dict[str, Any]) -> None:
         assert status is not None and status.pods_remaining == expect["podsRemaining"]
     if "listedPods" in expect:
         assert status is not None and len(status.pods) == expect["listedPods"]
+    if "forceDeletedCount" in expect:
+        assert status is not None and status.force_deleted_count == expect["forceDeletedCount"]
     if "forceDeletedListed" in expect:
         assert status is not None and len(status.force_deleted) == expect["forceDeletedListed"]
 

@@ -187,3 +187,31 @@ async def test_suspend_holds_then_resumes(cluster: tuple[ClusterEmulator, kmock.
     assert response.status == 200, await response.text()
     await eventually(lambda: msvc(emu) is None, what="release after unsuspending")
     assert delete_order(emu)[0] == "httproutes/llama"
+
+
+async def test_force_deleting_goes_back_to_pods_terminating(
+    cluster: tuple[ClusterEmulator, kmock.Server], operator: Operator
+) -> None:
+    """Seed 000's arrow ForceDeleting -> PodsTerminating. 1. forceDeleteAfter 5s, pods ignore SIGTERM
+    (grace 600 s); llama-0 was asked to stop 100 s ago, llama-1 goes with the workload. 2. Deleted.
+    Result: llama-0 force-deleted at once; back in PodsTerminating (WaitingForPods) while llama-1
+    has not been terminating for 5 s; then ForceDeleting again for llama-1; released with both
+    listed and counted."""
+    emu, server = cluster
+    await make_service(emu, grace=600, exits_after=None, deletion_spec={"routeSettle": "0s", "forceDeleteAfter": "5s"})
+    asked = time.time() - 100
+    emu.objects[emu.key("v1/pods", NAMESPACE, "llama-0")].patch(
+        {"metadata": {"deletionTimestamp": durations.format_time(asked + 600), "deletionGracePeriodSeconds": 600}}
+    )
+    await delete_msvc(emu, server)
+    await eventually(
+        lambda: stage(emu) == "PodsTerminating" and not exists(emu, "v1/pods", "llama-0"),
+        what="back in PodsTerminating after llama-0's force delete",
+    )
+    assert exists(emu, "v1/pods", "llama-1")
+    await eventually(lambda: msvc(emu) is None, what="release after the second force delete")
+    status = final_status(emu)
+    assert status["forceDeleted"] == ["llama-0", "llama-1"] and status["forceDeletedCount"] == 2
+    await eventually(lambda: "Released" in [reason for _, reason in events(emu)], what="the Released event")
+    reasons = [reason for _, reason in events(emu) if reason in ("PodsForceDeleted", "WaitingForPods")]
+    assert reasons == ["PodsForceDeleted", "WaitingForPods", "PodsForceDeleted"], reasons

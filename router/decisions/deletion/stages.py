@@ -2,8 +2,9 @@
 
 Purely computational, no side effects. Each stage function takes the status so far and the pass's
 inputs and returns either :class:`Advance` (the next stage needs no action and no wait: run it in the
-same pass) or :class:`Stop` (the pass ends here with this decision). Stages only move forward, so the
-driver ends after at most one visit per stage.
+same pass) or :class:`Stop` (the pass ends here with this decision). An ``Advance`` only moves
+forward, so the driver ends after at most one visit per stage; the one way back (ForceDeleting ->
+PodsTerminating) is a ``Stop``.
 
 ``maxWait`` is an overall budget: a stage whose reads failed (see ``_NEEDS``) waits without acting
 and ends in TimedOut at the deadline, and so does a workload whose deletes keep failing. The
@@ -21,7 +22,7 @@ from router.decisions.deletion.decision import Action, Decision, Event
 from router.decisions.deletion.enums import ActionKind, Outcome, Reason, Stage, Subject, Verdict
 from router.decisions.deletion.knobs import Knobs
 from router.decisions.deletion.observations import Observations
-from router.decisions.deletion.pods import count_pods
+from router.decisions.deletion.pods import count_pods, plural
 from router.decisions.deletion.refs import SERVICE_LABEL
 from router.decisions.deletion.status import MAX_LISTED_PODS, DeletionStatus
 from router.decisions.deletion.transitions import (
@@ -43,7 +44,8 @@ def next_stage(status: DeletionStatus | None, obs: Observations, knobs: Knobs, n
     inputs, same decision; ``now`` is Unix seconds.
 
     Transitions that need no action and no wait are chained within the pass (each still emits its
-    own event); the pass stops at the first stage that has to act or wait.
+    own event); the pass stops at the first stage that has to act or wait. The one move backwards,
+    ForceDeleting -> PodsTerminating once nothing is left to force-delete, ends its pass.
     """
     current = status or DeletionStatus()
     early = _before_stages(current, obs, knobs)
@@ -176,11 +178,17 @@ def _force_deleting(status: DeletionStatus, p: Pass) -> Advance | Stop:
     if over is not None:
         return over
     targets = force_delete_targets(status, p)
-    if not targets:
-        return wait(status, p)
+    if not targets:  # seed 000's arrow back: the force-deleted pods are dealt with, wait for the rest
+        done = f"{plural(status.force_deleted_count, 'pod')} force-deleted; "
+        back = enter(status, p, Stage.PODS_TERMINATING, Reason.WAITING_FOR_PODS, prefix=done)
+        stop = wait(back.status, p)
+        return Stop(decision=dataclasses.replace(stop.decision, events=(back.event,)))
     names = tuple(pod.name for pod in targets)
     status = dataclasses.replace(
-        status, outcome=Outcome.PODS_FORCE_DELETED, force_deleted=(status.force_deleted + names)[:MAX_LISTED_PODS]
+        status,
+        outcome=Outcome.PODS_FORCE_DELETED,
+        force_deleted=(status.force_deleted + names)[:MAX_LISTED_PODS],
+        force_deleted_count=max(status.force_deleted_count, len(status.force_deleted)) + len(names),
     )
     events = tuple(
         Event(

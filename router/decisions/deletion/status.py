@@ -39,6 +39,9 @@ class DeletionStatus:
     pods_remaining: int | None = None
     pods: tuple[dict[str, Any], ...] = ()
     force_deleted: tuple[str, ...] = ()
+    """The first :data:`MAX_LISTED_PODS` pods force-deleted."""
+    force_deleted_count: int = 0
+    """How many pods were force-deleted in all (the list stops at :data:`MAX_LISTED_PODS`)."""
     message: str = ""
 
     @classmethod
@@ -55,6 +58,7 @@ class DeletionStatus:
             pods_remaining=data.get("podsRemaining"),
             pods=tuple(data.get("pods") or ()),
             force_deleted=tuple(data.get("forceDeleted") or ()),
+            force_deleted_count=int(data.get("forceDeletedCount") or 0),
             message=data.get("message") or "",
         )
 
@@ -71,5 +75,6 @@ class DeletionStatus:
             "podsRemaining": self.pods_remaining,
             "pods": list(self.pods),
             "forceDeleted": list(self.force_deleted),
+            "forceDeletedCount": self.force_deleted_count,
             "message": self.message,
         }
