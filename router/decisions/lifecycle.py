@@ -21,6 +21,10 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+MIN_IDLE_SECONDS = 1
+"""The smallest ``condition.idleSeconds``, a whole number of seconds: the CRD's schema states the same
+(``type: integer, minimum: 1``; a test holds the two together). A 0 would act between any two
+requests."""
 LIFECYCLE_REQUEUE_BUFFER_SECS = 2.0
 """Requeue this long after a rule's due time, so the pass that acts finds it due."""
 
@@ -123,8 +127,8 @@ class RuleDecision:
 
 
 def validate(rules: Sequence[Mapping[str, Any]]) -> tuple[RuleError, ...]:
-    """Every problem with ``spec.lifecycle.rules`` at once: unknown policies, missing or negative
-    ``condition.idleSeconds``, a policy listed twice, and thresholds not strictly increasing
+    """Every problem with ``spec.lifecycle.rules`` at once: unknown policies, a missing
+    ``condition.idleSeconds`` or one that is not a whole number >= :data:`MIN_IDLE_SECONDS`, a policy listed twice, and thresholds not strictly increasing
     ScaleToZero < DeleteWorkload < DeleteSelf. Purely computational, no side effects."""
     base = "spec.lifecycle.rules"
     if not rules:
@@ -143,10 +147,12 @@ def validate(rules: Sequence[Mapping[str, Any]]) -> tuple[RuleError, ...]:
             )
             continue
         idle = (rule.get("condition") or {}).get("idleSeconds")
-        if isinstance(idle, bool) or not isinstance(idle, int | float) or idle < 0:
+        if isinstance(idle, bool) or not isinstance(idle, int) or idle < MIN_IDLE_SECONDS:
             errors.append(
                 RuleError(
-                    field=f"{base}[{i}].condition.idleSeconds", value=idle, reason="expected a number of seconds >= 0"
+                    field=f"{base}[{i}].condition.idleSeconds",
+                    value=idle,
+                    reason=f"expected a whole number of seconds >= {MIN_IDLE_SECONDS}",
                 )
             )
             continue

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from router import cli
 from router.controller import crd
-from router.decisions import deletion, durations
+from router.decisions import deletion, durations, lifecycle
 
 CHART_COPY = Path(__file__).parents[2] / "charts" / "drain-router-controller" / "crds" / "modelservice.yaml"
 
@@ -48,6 +48,17 @@ def test_schema_enums_and_patterns_match_the_code() -> None:
     assert status["pods"]["maxItems"] == status["forceDeleted"]["maxItems"] == deletion.MAX_LISTED_PODS
     written = deletion.DeletionStatus().as_dict()
     assert set(written) == set(status)
+
+
+def test_idle_seconds_bounds_are_the_codes() -> None:
+    """The CRD's ``idleSeconds`` and ``lifecycle.validate`` refuse the same values (issue: the CRD
+    said >= 1 while the code let 0 through)."""
+    rules = _version()["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["lifecycle"]["properties"]
+    idle = rules["rules"]["items"]["properties"]["condition"]["properties"]["idleSeconds"]
+    assert idle == {"type": "integer", "minimum": lifecycle.MIN_IDLE_SECONDS}
+    for value, accepted in ((lifecycle.MIN_IDLE_SECONDS, True), (lifecycle.MIN_IDLE_SECONDS - 1, False), (1.5, False)):
+        errors = lifecycle.validate([{"policy": "ScaleToZero", "condition": {"idleSeconds": value}}])
+        assert (errors == ()) is accepted, (value, errors)
 
 
 def test_print_crd_and_help_do_not_load_kopf() -> None:

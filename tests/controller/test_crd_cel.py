@@ -28,9 +28,10 @@ def _schema_accepts(rules: list[dict[str, Any]]) -> bool:
     schema = _rules_schema()
     if len(rules) > schema["maxItems"]:
         return False
+    minimum = schema["items"]["properties"]["condition"]["properties"]["idleSeconds"]["minimum"]
     for rule in rules:
         idle = (rule.get("condition") or {}).get("idleSeconds")
-        if rule.get("policy") not in POLICIES or isinstance(idle, bool) or not isinstance(idle, int) or idle < 1:
+        if rule.get("policy") not in POLICIES or isinstance(idle, bool) or not isinstance(idle, int) or idle < minimum:
             return False
     return True
 
