@@ -13,12 +13,17 @@ import kopf
 from router.controller import kube as kube_
 from router.controller import metrics as metrics_
 from router.controller import settings as settings_
-from router.decisions import deletion
+from router.decisions import deletion, objects
 
 
 def body(obj: Mapping[str, Any]) -> kopf.Body:
     """A resource as kopf's event API types it (it reads only ``metadata`` and ``kind``)."""
     return cast(kopf.Body, obj)
+
+
+def post(obj: Mapping[str, Any], event: objects.Event) -> None:
+    """Post a decision's event on ``obj`` (kopf posts it in the background)."""
+    kopf.event(body(obj), type=event.type, reason=str(event.reason), message=event.message)
 
 
 @dataclasses.dataclass(kw_only=True)

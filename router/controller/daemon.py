@@ -66,7 +66,7 @@ async def service_pass(ctx: context.Context, namespace: str, name: str, logger: 
     try:
         fresh, at = await recycle_pass.run(ctx, fresh, workload, session, logger)
         requeues.append(at)
-        fresh, at = await lifecycle_pass.run(ctx, fresh, spec, workload, session, logger)
+        fresh, at = await lifecycle_pass.run(ctx, fresh, workload, session, logger)
         requeues.append(at)
     finally:
         if owned:

@@ -15,7 +15,7 @@ import kopf
 from router.controller import context, observe
 from router.controller import kube as kube_
 from router.controller import status as status_
-from router.decisions import deletion
+from router.decisions import deletion, objects
 
 REQUEUE_MARK = "requeue: "
 """Starts every requeue's message, so the log filter can tell a requeue from a failure."""
@@ -42,7 +42,7 @@ async def run_pass(ctx: context.Context, body: Mapping[str, Any], logger: Any) -
         )
         raise kopf.TemporaryError(f"{REQUEUE_MARK}{message}", delay=delay)
     outcome = (
-        decision.events[0].reason.value
+        str(decision.events[0].reason)
         if decision.verdict is deletion.Verdict.SKIP and decision.events
         else decision.status.outcome.value
         if decision.status and decision.status.outcome
@@ -102,13 +102,13 @@ async def deletion_step(ctx: context.Context, fresh: Mapping[str, Any], logger: 
 
     # 3. Events: one per transition, one PodForceDeleted per pod.
     for event in decision.events:
-        kopf.event(context.body(body), type=event.type, reason=event.reason.value, message=event.message)
+        context.post(body, event)
         if (
             decision.status is not None
             and decision.status.stage is not None
-            and event.reason.value not in (deletion.Reason.POD_FORCE_DELETED.value,)
+            and event.reason != deletion.Reason.POD_FORCE_DELETED
         ):
-            ctx.metrics.deletion_transitions.labels(decision.status.stage.value, event.reason.value).inc()
+            ctx.metrics.deletion_transitions.labels(decision.status.stage.value, str(event.reason)).inc()
     return decision
 
 
@@ -116,7 +116,7 @@ def _status_patch(current: Mapping[str, Any], decision: deletion.Decision, now: 
     """The merge patch for ``status``, or ``None`` when nothing would change."""
     assert decision.status is not None and decision.condition is not None
     new_deletion = decision.status.as_dict()
-    conditions = deletion.merge_condition(current.get("conditions"), decision.condition, now)
+    conditions = objects.set_condition(current.get("conditions"), decision.condition, now)
     old_deletion = current.get("deletion") or {}
     same = (
         current.get("phase") == "Deleting"

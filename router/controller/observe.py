@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from router.controller import kube as kube_
-from router.decisions import deletion, durations
+from router.decisions import deletion, durations, objects
 
 
 def label_selector(pod_selector: Mapping[str, Any]) -> str:
@@ -79,20 +79,37 @@ def _object(
     )
 
 
-def _pod(obj: Mapping[str, Any]) -> deletion.PodObservation:
+def pod(obj: Mapping[str, Any]) -> objects.Pod:
+    """A pod as every decision reads it: readiness from its ``Ready`` condition, never its phase."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-    stamp = meta.get("deletionTimestamp")
+    stamp, start = meta.get("deletionTimestamp"), status.get("startTime")
     grace = meta.get("deletionGracePeriodSeconds")
     if grace is None:
         grace = spec.get("terminationGracePeriodSeconds")
-    return deletion.PodObservation(
+    return objects.Pod(
         name=meta["name"],
         uid=meta.get("uid", ""),
         phase=status.get("phase") or "Pending",
         node=spec.get("nodeName") or None,
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()),
+        start_time=None if not start else durations.parse_time(start),
+        pod_ip=status.get("podIP") or None,
         deletion_timestamp=None if not stamp else durations.parse_time(stamp),
         grace=None if grace is None else float(grace),
     )
+
+
+async def selected_pods(
+    kube: kube_.Kube, namespace: str, pod_selector: Mapping[str, Any]
+) -> tuple[tuple[objects.Pod, ...] | None, deletion.ApiFailure | None]:
+    """The pods ``spec.podSelector`` selects, any phase; or ``None`` and the failure. An empty
+    selector is a failure too: the list is never sent (it would count every pod)."""
+    try:
+        selector = label_selector(pod_selector)
+    except ValueError as exc:
+        return None, deletion.ApiFailure(call="LIST v1 pods", code=None, message=f"not sent: {exc}")
+    listed, failure = await try_read(kube.list_pods(namespace, selector))
+    return (None, failure) if failure is not None else (tuple(pod(p) for p in listed or ()), None)
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:
@@ -136,19 +153,11 @@ async def observe(
     answers = await asyncio.gather(
         *(read(deletion.Subject.WORKLOAD, kube.get(ref, namespace)) for ref in spec.workload)
     )
-    try:
-        selector = label_selector(raw_spec.get("podSelector") or {})
-    except ValueError as exc:  # never list every pod; the pod stages wait, then time out naming this
-        listed = None
-        failed.append(
-            deletion.FailedRead(
-                subject=deletion.Subject.PODS,
-                failure=deletion.ApiFailure(call="LIST v1 pods", code=None, message=f"not sent: {exc}"),
-            )
-        )
-    else:
-        listed, _ = await read(deletion.Subject.PODS, kube.list_pods(namespace, selector))
-    pods = [_pod(p) for p in listed or ()]
+    # A failed list (or an empty selector, never sent): the pod stages wait, then time out naming it.
+    listed, failure = await selected_pods(kube, namespace, raw_spec.get("podSelector") or {})
+    if failure is not None:
+        failed.append(deletion.FailedRead(subject=deletion.Subject.PODS, failure=failure))
+    pods = listed or ()
     node_names = sorted({p.node for p in pods if p.node})
     if read_nodes:
         node_answers = await asyncio.gather(*(read(deletion.Subject.NODES, kube.get_node(n)) for n in node_names))
@@ -160,7 +169,7 @@ async def observe(
         suspend=spec.suspend,
         route=route,
         workload=tuple(_object(ref, *answer) for ref, answer in zip(spec.workload, answers)),
-        pods=tuple(pods),
+        pods=pods,
         nodes=nodes,
         failed_reads=tuple(failed),
     )

@@ -8,12 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
-import kopf
 
 from router.controller import context, probe
 from router.controller import status as status_
 from router.controller import workload as workload_
-from router.decisions import deletion, recycling
+from router.decisions import recycling
 
 
 async def run(
@@ -74,28 +73,10 @@ async def run(
             logger.warning(f"eviction answered {evicted.code} {evicted.reason or ''}: {evicted.message}")
 
     condition = recycling.condition_for(decision.held, now, decision.last_evicted)
-
-    def build(current: Mapping[str, Any]) -> dict[str, Any] | None:
-        record = {"held": status_.held_dict(decision.held), "lastEvicted": status_.evicted_dict(decision.last_evicted)}
-        old = status_.condition(current.get("conditions"), condition.type)
-        same_condition = old is not None and (old.get("status"), old.get("reason")) == (
-            condition.status,
-            condition.reason,
-        )
-        stored = current.get("recycling") or {}
-        if same_condition and all(
-            status_.compact(stored.get(key) or {}) == status_.compact(value or {}) for key, value in record.items()
-        ):
-            return None
-        return {
-            "recycling": record,
-            "conditions": deletion.set_condition(
-                current.get("conditions"), condition.type, condition.status, condition.reason, condition.message, now
-            ),
-        }
-
+    records = {"held": status_.held_dict(decision.held), "lastEvicted": status_.evicted_dict(decision.last_evicted)}
+    build = status_.record_patch(records, condition, now, section="recycling")
     fresh, _ = await status_.write_status(ctx, fresh, build, logger)
     ctx.metrics.recycle_held_pods.labels(namespace, name).set(0 if decision.held is None else 1)
     for event in decision.events:
-        kopf.event(context.body(fresh), type=event.type, reason=event.reason.value, message=event.message)
+        context.post(fresh, event)
     return fresh, standard if decision.requeue_at is None else decision.requeue_at

@@ -8,7 +8,7 @@ from typing import Any
 
 from router.controller import context
 from router.controller import kube as kube_
-from router.decisions import deletion, durations, lifecycle, recycling
+from router.decisions import durations, lifecycle, objects, recycling
 
 
 def compact(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -49,14 +49,32 @@ def condition(conditions: Any, type_: str) -> Mapping[str, Any] | None:
     return next((c for c in conditions or () if c.get("type") == type_), None)
 
 
-def condition_patch(
-    type_: str, status: str, reason: str, message: str, now: float
+def record_patch(
+    records: Mapping[str, Mapping[str, Any] | None],
+    new: objects.Condition,
+    now: float,
+    *,
+    section: str | None = None,
+    compare_message: bool = False,
 ) -> Callable[[Mapping[str, Any]], dict[str, Any] | None]:
+    """A ``write_status`` builder: ``records`` (under ``status.<section>``, or at the top of
+    ``status`` without one) and the condition ``new``; ``None`` (nothing to write) when the stored
+    records and the condition's status and reason (and message, with ``compare_message``) already say
+    so."""
+
     def build(current: Mapping[str, Any]) -> dict[str, Any] | None:
-        old = condition(current.get("conditions"), type_)
-        if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (status, reason, message):
+        stored = (current.get(section) or {}) if section else current
+        old = condition(current.get("conditions"), new.type)
+        keys = ("status", "reason", "message") if compare_message else ("status", "reason")
+        fresh_condition = old is None or tuple(old.get(k) for k in keys) != tuple(str(getattr(new, k)) for k in keys)
+        if not fresh_condition and all(compact(stored.get(k) or {}) == compact(v or {}) for k, v in records.items()):
             return None
-        return {"conditions": deletion.set_condition(current.get("conditions"), type_, status, reason, message, now)}
+        patch: dict[str, Any] = {"conditions": objects.set_condition(current.get("conditions"), new, now)}
+        if section:
+            patch[section] = dict(records)
+        else:
+            patch.update(records)
+        return patch
 
     return build
 

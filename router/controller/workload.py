@@ -12,7 +12,7 @@ from typing import Any
 
 from router.controller import kube as kube_
 from router.controller import observe
-from router.decisions import deletion, durations, recycling
+from router.decisions import deletion, objects, recycling
 
 DEFAULT_ADMIN_PORT = 9091
 
@@ -54,21 +54,6 @@ def _deployment(ref: deletion.ObjectRef, obj: Mapping[str, Any] | None) -> recyc
     )
 
 
-def recycle_pod(obj: Mapping[str, Any]) -> recycling.RecyclePod:
-    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
-    start = status.get("startTime")
-    return recycling.RecyclePod(
-        name=meta["name"],
-        uid=meta.get("uid", ""),
-        phase=status.get("phase") or "Pending",
-        ready=ready,
-        terminating=bool(meta.get("deletionTimestamp")),
-        start_time=None if not start else durations.parse_time(start),
-        pod_ip=status.get("podIP") or None,
-    )
-
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Workload:
     """What recycling and lifecycle rules read: the Deployments in ``spec.workload`` and the pods."""
@@ -81,8 +66,8 @@ class Workload:
     """Failed reads: nothing is decided on a partial picture."""
 
     @property
-    def active_pods(self) -> tuple[recycling.RecyclePod, ...]:
-        return tuple(p for p in self.observation.pods if p.phase not in recycling.IGNORED_POD_PHASES)
+    def active_pods(self) -> tuple[objects.Pod, ...]:
+        return tuple(p for p in self.observation.pods if p.active)
 
     def deployment_state(self) -> tuple[bool, bool, int]:
         """(the Deployment exists, it is being deleted, its ``spec.replicas`` with the default 1)."""
@@ -106,21 +91,13 @@ async def observe_workload(kube: kube_.Kube, body: Mapping[str, Any], spec: dele
     refs = deployment_refs(spec)
     answers = await asyncio.gather(*(observe.try_read(kube.get(ref, namespace)) for ref in refs))
     failures.extend(f for _, f in answers if f is not None)
-    failure: deletion.ApiFailure | None
-    try:
-        selector = observe.label_selector(raw_spec.get("podSelector") or {})
-    except ValueError as exc:
-        listed, failure = None, deletion.ApiFailure(call="LIST v1 pods", code=None, message=f"not sent: {exc}")
-    else:
-        listed, failure = await observe.try_read(kube.list_pods(namespace, selector))
+    listed, failure = await observe.selected_pods(kube, namespace, raw_spec.get("podSelector") or {})
     if failure is not None:
         failures.append(failure)
     deployments = tuple(_deployment(ref, obj) for ref, (obj, _) in zip(refs, answers))
     single = answers[0][0] if len(refs) == 1 else None
     return Workload(
-        observation=recycling.WorkloadObservation(
-            service=meta["name"], deployments=deployments, pods=tuple(recycle_pod(p) for p in listed or ())
-        ),
+        observation=recycling.WorkloadObservation(service=meta["name"], deployments=deployments, pods=listed or ()),
         deployment=single,
         deployment_ref=refs[0] if len(refs) == 1 else None,
         failures=tuple(failures),

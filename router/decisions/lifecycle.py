@@ -21,6 +21,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from router.decisions.objects import Event
+
 MIN_IDLE_SECONDS = 1
 """The smallest ``condition.idleSeconds``, a whole number of seconds: the CRD's schema states the same
 (``type: integer, minimum: 1``; a test holds the two together). A 0 would act between any two
@@ -42,7 +44,7 @@ class Policy(str, enum.Enum):
 ORDER = (Policy.SCALE_TO_ZERO, Policy.DELETE_WORKLOAD, Policy.DELETE_SELF)
 
 
-class EventReason(str, enum.Enum):
+class EventReason(enum.StrEnum):
     SCALED_TO_ZERO = "LifecycleScaledToZero"
     DELETE_WORKLOAD = "LifecycleDeleteWorkload"
     DELETE_SELF = "LifecycleDeleteSelf"
@@ -107,13 +109,6 @@ class IdleClock:
     """``False`` after a probe failure: the stored value is kept and no rule acts this pass."""
     woke: bool = False
     """A person scaled the scaled-to-zero service back up: the clock restarted at ``now``."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Event:
-    type: str
-    reason: EventReason
-    message: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

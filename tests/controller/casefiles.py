@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from router.controller import observe
-from router.decisions import deletion, durations
+from router.decisions import deletion, durations, objects
 from tests import casefiles
 
 SERVICE = "llama"
@@ -35,8 +35,8 @@ def object_observation(data: dict[str, Any]) -> deletion.ObjectObservation:
     )
 
 
-def pod_observation(data: dict[str, Any]) -> deletion.PodObservation:
-    return deletion.PodObservation(
+def pod_observation(data: dict[str, Any]) -> objects.Pod:
+    return objects.Pod(
         name=data["name"],
         uid=data.get("uid", f"uid-{data['name']}"),
         phase=data.get("phase", "Running"),

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from router.controller import observe
-from router.decisions import deletion, durations
+from router.decisions import deletion, durations, objects
 
 from . import casefiles
 
@@ -102,10 +102,7 @@ def test_next_stage(row: dict[str, Any]) -> None:
             _object(state, {"apiVersion": "apps/v1", "kind": "Deployment", "name": f"w{i}"})
             for i, state in enumerate(workload)
         ),
-        pods=tuple(
-            deletion.PodObservation(name=name, uid=f"uid-{name}", node="n1", deletion_timestamp=deleted)
-            for name in pods
-        ),
+        pods=tuple(objects.Pod(name=name, uid=f"uid-{name}", node="n1", deletion_timestamp=deleted) for name in pods),
         nodes=row.get("nodes", {"n1": True}),
         failed_reads=tuple(
             deletion.FailedRead(subject=deletion.Subject(f["subject"]), failure=_failure(f))
@@ -175,19 +172,20 @@ def test_condition_reasons_cover_every_stage() -> None:
             assert cond.status == ("False" if stage is deletion.Stage.RELEASED else "True")
 
 
-def test_merge_condition_keeps_transition_time_while_unchanged() -> None:
-    cond = deletion.Condition(status="True", reason=deletion.Reason.WAITING_FOR_PODS, message="waiting for 2 pods")
-    first = deletion.merge_condition([{"type": "Ready", "status": "True"}], cond, T0)
-    later = deletion.merge_condition(
-        first,
-        deletion.Condition(status="True", reason=deletion.Reason.WAITING_FOR_PODS, message="waiting for 1 pod"),
-        T0 + 5,
+def _deleting(status: str, reason: deletion.Reason, message: str) -> objects.Condition:
+    return objects.Condition(type=deletion.CONDITION_TYPE, status=status, reason=reason, message=message)
+
+
+def test_set_condition_keeps_transition_time_while_unchanged() -> None:
+    cond = _deleting("True", deletion.Reason.WAITING_FOR_PODS, "waiting for 2 pods")
+    first = objects.set_condition([{"type": "Ready", "status": "True"}], cond, T0)
+    assert first[1]["reason"] == "WaitingForPods" and type(first[1]["reason"]) is str
+    later = objects.set_condition(
+        first, _deleting("True", deletion.Reason.WAITING_FOR_PODS, "waiting for 1 pod"), T0 + 5
     )
     assert later[0] == {"type": "Ready", "status": "True"}
     assert later[1]["lastTransitionTime"] == "2025-01-01T00:00:00Z" and later[1]["message"] == "waiting for 1 pod"
-    moved = deletion.merge_condition(
-        later, deletion.Condition(status="False", reason=deletion.Reason.RELEASED, message="released"), T0 + 9
-    )
+    moved = objects.set_condition(later, _deleting("False", deletion.Reason.RELEASED, "released"), T0 + 9)
     assert moved[1]["lastTransitionTime"] == "2025-01-01T00:00:09Z"
 
 

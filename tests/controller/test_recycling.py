@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from router.decisions import durations, recycling
+from router.decisions import durations, objects, recycling
 from tests import casefiles
 
 T0 = durations.parse_time("2025-01-01T00:00:00Z")
@@ -14,14 +14,14 @@ DEFAULT_PODS = [{"name": "a", "start": 0}, {"name": "b", "start": 10}]
 ROWS = casefiles.params(casefiles.load("recycling/next-recycle.yaml"))
 
 
-def _pod(data: dict[str, Any]) -> recycling.RecyclePod:
+def _pod(data: dict[str, Any]) -> objects.Pod:
     start = data.get("start")
-    return recycling.RecyclePod(
+    return objects.Pod(
         name=data["name"],
         uid=data.get("uid", f"uid-{data['name']}"),
         phase=data.get("phase", "Running"),
         ready=data.get("ready", True),
-        terminating=data.get("terminating", False),
+        deletion_timestamp=T0 + 10_000 if data.get("terminating", False) else None,
         start_time=None if start is None else T0 + start,
     )
 
@@ -77,7 +77,7 @@ def test_next_recycle(row: dict[str, Any]) -> None:
         idle_timeout_seconds=s.get("maxPodLifetimeIdleTimeoutSeconds"),
     )
     pods = tuple(_pod(p) for p in row.get("pods", DEFAULT_PODS))
-    active = sum(1 for p in pods if p.phase not in recycling.IGNORED_POD_PHASES)
+    active = sum(1 for p in pods if p.active)
     obs = recycling.WorkloadObservation(service="llama", deployments=_deployments(row, active), pods=pods)
     now = T0 + row["now"]
     held = _held(row.get("held"))

@@ -24,8 +24,8 @@ returns, the moves the stages share) and ``stages`` (the state machine: one func
 driver).
 """
 
-from router.decisions.deletion.conditions import Condition, condition_for, merge_condition, set_condition
-from router.decisions.deletion.decision import Action, Decision, Event
+from router.decisions.deletion.conditions import CONDITION_TYPE, condition_for
+from router.decisions.deletion.decision import Action, Decision
 from router.decisions.deletion.enums import ActionKind, Outcome, Reason, Stage, Subject, Verdict
 from router.decisions.deletion.knobs import (
     ANNOTATION_DELETION_POLICY,
@@ -45,10 +45,8 @@ from router.decisions.deletion.observations import (
     FailedRead,
     ObjectObservation,
     Observations,
-    PodObservation,
 )
 from router.decisions.deletion.pods import (
-    IGNORED_POD_PHASES,
     POD_GONE_AFTER_GRACE_SECS,
     PodCount,
     PodEntry,
@@ -75,11 +73,11 @@ __all__ = [
     "ANNOTATION_FORCE_DELETE_AFTER",
     "ANNOTATION_MAX_WAIT",
     "ANNOTATION_ROUTE_SETTLE",
+    "CONDITION_TYPE",
     "DEFAULT_MAX_WAIT_SECS",
     "DEFAULT_ROUTE_SETTLE_SECS",
     "GATEWAY_GROUP",
     "GROUP",
-    "IGNORED_POD_PHASES",
     "INFERENCE_GROUP",
     "MAX_LISTED_PODS",
     "POD_GONE_AFTER_GRACE_SECS",
@@ -89,11 +87,9 @@ __all__ = [
     "ActionKind",
     "Advance",
     "ApiFailure",
-    "Condition",
     "Decision",
     "DeletionSpec",
     "DeletionStatus",
-    "Event",
     "FailedRead",
     "InvalidKnob",
     "KnobResolution",
@@ -105,7 +101,6 @@ __all__ = [
     "Pass",
     "PodCount",
     "PodEntry",
-    "PodObservation",
     "Reason",
     "ServiceSpec",
     "Stage",
@@ -116,9 +111,7 @@ __all__ = [
     "count_pods",
     "find_route",
     "is_route_kind",
-    "merge_condition",
     "next_stage",
     "pods_message",
     "resolve_knobs",
-    "set_condition",
 ]

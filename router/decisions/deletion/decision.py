@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from router.decisions.deletion.conditions import Condition, condition_for
-from router.decisions.deletion.enums import ActionKind, Reason, Verdict
+from router.decisions.deletion.conditions import condition_for
+from router.decisions.deletion.enums import ActionKind, Verdict
 from router.decisions.deletion.refs import ObjectRef
 from router.decisions.deletion.status import DeletionStatus
+from router.decisions.objects import Condition, Event
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -20,14 +21,6 @@ class Action:
     pod: str | None = None
     uid: str | None = None
     """For force deletes: the precondition, so a replacement pod with the same name is not hit."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Event:
-    type: str
-    """``Normal`` or ``Warning``."""
-    reason: Reason
-    message: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,7 +29,7 @@ class Outcome(str, enum.Enum):
     TIMED_OUT = "TimedOut"
 
 
-class Reason(str, enum.Enum):
+class Reason(enum.StrEnum):
     """Reasons of the ``Deleting`` condition and of the per-transition events."""
 
     STARTING = "Starting"

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from router.decisions.deletion.enums import Subject
 from router.decisions.deletion.refs import ObjectRef
+from router.decisions.objects import Pod
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,18 +51,6 @@ class ObjectObservation:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class PodObservation:
-    name: str
-    uid: str
-    phase: str = "Running"
-    node: str | None = None
-    deletion_timestamp: float | None = None
-    """When the grace ends (Kubernetes sets it to request time + grace)."""
-    grace: float | None = None
-    """``deletionGracePeriodSeconds`` when terminating, else the pod's terminationGracePeriodSeconds."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Observations:
     service: str
     """The ModelService's name (foreign checks)."""
@@ -69,7 +58,7 @@ class Observations:
     route: ObjectObservation | None = None
     """``None``: no route configured (NoRoute)."""
     workload: tuple[ObjectObservation, ...] = ()
-    pods: tuple[PodObservation, ...] = ()
+    pods: tuple[Pod, ...] = ()
     """Pods matching ``spec.podSelector`` in the namespace, any phase."""
     nodes: Mapping[str, bool] = dataclasses.field(default_factory=dict)
     """Node name -> Ready, for the nodes of the listed pods. A name not here is a missing node."""

@@ -10,11 +10,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from router.decisions import durations
-from router.decisions.deletion.observations import PodObservation
+from router.decisions.objects import Pod
 
 POD_GONE_AFTER_GRACE_SECS = 300.0
 """A terminating pod on a Ready node counts until its grace plus this (5 m), then is treated as gone."""
-IGNORED_POD_PHASES = ("Succeeded", "Failed")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,7 +63,7 @@ def _node_state(node: str | None, nodes: Mapping[str, bool]) -> str | None:
     return "NotReady" if node in nodes else "missing"
 
 
-def count_pods(pods: Sequence[PodObservation], nodes: Mapping[str, bool], now: float) -> PodCount:
+def count_pods(pods: Sequence[Pod], nodes: Mapping[str, bool], now: float) -> PodCount:
     """Which of the service's pods still count, and the status message.
 
     Succeeded/Failed pods never count. A pod within its grace always counts. Past its grace it is
@@ -73,7 +72,7 @@ def count_pods(pods: Sequence[PodObservation], nodes: Mapping[str, bool], now: f
     """
     remaining: list[PodEntry] = []
     for pod in sorted(pods, key=lambda p: p.name):
-        if pod.phase in IGNORED_POD_PHASES:
+        if not pod.active:
             continue
         node_bad = _node_state(pod.node, nodes) in ("NotReady", "missing")
         end = pod.deletion_timestamp

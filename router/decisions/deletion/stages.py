@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from router.decisions.deletion.decision import Action, Decision, Event
+from router.decisions.deletion.decision import Action, Decision
 from router.decisions.deletion.enums import ActionKind, Outcome, Reason, Stage, Subject, Verdict
 from router.decisions.deletion.knobs import Knobs
 from router.decisions.deletion.observations import Observations
@@ -37,6 +37,7 @@ from router.decisions.deletion.transitions import (
     timed_out,
     wait,
 )
+from router.decisions.objects import Event
 
 
 def next_stage(status: DeletionStatus | None, obs: Observations, knobs: Knobs, now: float) -> Decision:

@@ -14,12 +14,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from router.decisions import durations
-from router.decisions.deletion.decision import Decision, Event
+from router.decisions.deletion.decision import Decision
 from router.decisions.deletion.enums import Outcome, Reason, Stage, Verdict
 from router.decisions.deletion.knobs import Knobs
-from router.decisions.deletion.observations import ApiFailure, Observations, PodObservation
+from router.decisions.deletion.observations import ApiFailure, Observations
 from router.decisions.deletion.pods import PodCount, plural
 from router.decisions.deletion.status import MAX_LISTED_PODS, DeletionStatus
+from router.decisions.objects import Event, Pod
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,7 +124,7 @@ def pods_gone_or_timed_out(status: DeletionStatus, p: Pass) -> Stop | None:
     return None
 
 
-def force_delete_targets(status: DeletionStatus, p: Pass) -> list[PodObservation]:
+def force_delete_targets(status: DeletionStatus, p: Pass) -> list[Pod]:
     """Counted pods terminating for at least ``force_delete_after``: since their deletion was
     requested (deletionTimestamp - grace), or, when not yet marked, since the workload was deleted."""
     if p.knobs.force_delete_after is None:

@@ -19,17 +19,15 @@ constants, the spec, observations, probe and eviction answers, the held record, 
 ``choice`` (:func:`next_recycle`, :func:`after_eviction`, :func:`condition_for`).
 """
 
-from router.decisions.recycling.choice import after_eviction, condition_for, deadline_of, next_recycle
+from router.decisions.recycling.choice import CONDITION_TYPE, after_eviction, condition_for, deadline_of, next_recycle
 from router.decisions.recycling.records import (
     IDLE_PROBE_TIMEOUT_SECS,
     IDLE_RECHECK_SECS,
-    IGNORED_POD_PHASES,
     MAX_LIFETIME_SECS,
     RECYCLE_RETRY_SECS,
     RECYCLE_SETTLE_SECS,
     SERVING,
     DeploymentObservation,
-    Event,
     EventReason,
     EvictAnswer,
     EvictedRecord,
@@ -37,23 +35,20 @@ from router.decisions.recycling.records import (
     HoldReason,
     Kind,
     ProbeResult,
-    RecycleCondition,
     RecycleDecision,
-    RecyclePod,
     RecyclingSpec,
     WorkloadObservation,
 )
 
 __all__ = [
+    "CONDITION_TYPE",
     "IDLE_PROBE_TIMEOUT_SECS",
     "IDLE_RECHECK_SECS",
-    "IGNORED_POD_PHASES",
     "MAX_LIFETIME_SECS",
     "RECYCLE_RETRY_SECS",
     "RECYCLE_SETTLE_SECS",
     "SERVING",
     "DeploymentObservation",
-    "Event",
     "EventReason",
     "EvictAnswer",
     "EvictedRecord",
@@ -61,9 +56,7 @@ __all__ = [
     "HoldReason",
     "Kind",
     "ProbeResult",
-    "RecycleCondition",
     "RecycleDecision",
-    "RecyclePod",
     "RecyclingSpec",
     "WorkloadObservation",
     "after_eviction",

@@ -8,19 +8,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from router.decisions.objects import Condition, Event, Pod
 from router.decisions.recycling.records import (
     IDLE_RECHECK_SECS,
-    IGNORED_POD_PHASES,
     MAX_LIFETIME_SECS,
     RECYCLE_RETRY_SECS,
     RECYCLE_SETTLE_SECS,
-    Event,
     EventReason,
     EvictedRecord,
     HeldRecord,
     HoldReason,
     Kind,
-    RecycleCondition,
     RecycleDecision,
 )
 
@@ -29,33 +27,38 @@ if TYPE_CHECKING:  # what the caller observed and was answered: read here, never
         DeploymentObservation,
         EvictAnswer,
         ProbeResult,
-        RecyclePod,
         RecyclingSpec,
         WorkloadObservation,
     )
 
 
-def condition_for(held: HeldRecord | None, now: float, last_evicted: EvictedRecord | None = None) -> RecycleCondition:
+CONDITION_TYPE = "RecycleHeld"
+"""``True`` while a pod is held (reason: why), ``False`` when none is."""
+
+
+def condition_for(held: HeldRecord | None, now: float, last_evicted: EvictedRecord | None = None) -> Condition:
     """``RecycleHeld`` for what ``status.recycling.held`` says: the reason, the pod and how long it
     has been overdue; while nothing is held and our last eviction settles, that it does."""
     if held is None and last_evicted is not None:
-        return RecycleCondition(
+        return Condition(
+            type=CONDITION_TYPE,
             status="False",
             reason="Recycling",
             message=f"pod {last_evicted.pod} evicted {max(now - last_evicted.at, 0.0):.0f}s ago; "
             "the next waits for its replacement",
         )
     if held is None:
-        return RecycleCondition(status="False", reason="NothingHeld", message="no expired pod is held")
+        return Condition(type=CONDITION_TYPE, status="False", reason="NothingHeld", message="no expired pod is held")
     overdue = max(now - held.since, 0.0)
-    return RecycleCondition(
+    return Condition(
+        type=CONDITION_TYPE,
         status="True",
         reason=held.reason.value,
         message=f"pod {held.pod} overdue by {overdue:.0f}s, not recycled: {held.reason.value}",
     )
 
 
-def deadline_of(spec: RecyclingSpec, pod: RecyclePod) -> float | None:
+def deadline_of(spec: RecyclingSpec, pod: Pod) -> float | None:
     if pod.start_time is None:
         return None
     return pod.start_time + min(spec.max_pod_lifetime_seconds, MAX_LIFETIME_SECS)
@@ -77,7 +80,7 @@ def next_recycle(
     for at most ``settle_secs`` (:data:`RECYCLE_SETTLE_SECS`) after it, the next expired pod waits
     unreported. ``recheck_secs`` (:data:`IDLE_RECHECK_SECS`) and ``settle_secs`` are shortened only by
     tests."""
-    active = [p for p in obs.pods if p.phase not in IGNORED_POD_PHASES]
+    active = [p for p in obs.pods if p.active]
     deadlines = {p.name: d for p in active if (d := deadline_of(spec, p)) is not None}
     expired = sorted((d, p.name, p) for p in active if (d := deadlines.get(p.name)) is not None and now >= d)
     deployment, gate = _gate(obs, active)
@@ -169,7 +172,7 @@ def _desired(deployment: DeploymentObservation) -> int:
     return 1 if deployment.spec_replicas is None else deployment.spec_replicas
 
 
-def _gate(obs: WorkloadObservation, active: list[RecyclePod]) -> tuple[DeploymentObservation | None, HoldReason | None]:
+def _gate(obs: WorkloadObservation, active: list[Pod]) -> tuple[DeploymentObservation | None, HoldReason | None]:
     """(the Deployment when there is exactly one, the first gate that holds or ``None``)."""
     if len(obs.deployments) != 1 or not obs.deployments[0].exists:
         return None, HoldReason.NO_DEPLOYMENT
@@ -193,7 +196,7 @@ def _gate(obs: WorkloadObservation, active: list[RecyclePod]) -> tuple[Deploymen
 
 
 def _hold(
-    pod: RecyclePod,
+    pod: Pod,
     deadline: float,
     reason: HoldReason,
     previous: HeldRecord | None,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+from router.decisions.objects import Event, Pod
+
 MAX_LIFETIME_SECS = 9_223_372_036.0
 """Lifetimes are clamped below 2^63 ns in seconds, so no deadline overflows anywhere downstream."""
 IDLE_PROBE_TIMEOUT_SECS = 2.0
@@ -23,7 +25,6 @@ RECYCLE_SETTLE_SECS = 600.0
 expired pod waits without a ``PodRecycleHeld`` warning (our own recycle in progress is not news) for
 at most this long. 600 s: a Deployment's default ``progressDeadlineSeconds``; past it, the replacement
 is stuck and the hold is reported."""
-IGNORED_POD_PHASES = ("Succeeded", "Failed")
 SERVING = "serving"
 
 
@@ -38,7 +39,7 @@ class Kind(str, enum.Enum):
     """Create the Eviction for ``pod`` (UID precondition), then call :func:`after_eviction`."""
 
 
-class HoldReason(str, enum.Enum):
+class HoldReason(enum.StrEnum):
     NO_DEPLOYMENT = "NoDeployment"
     FOREIGN_WORKLOAD = "ForeignWorkload"
     WORKLOAD_UNSTABLE = "WorkloadUnstable"
@@ -50,7 +51,7 @@ class HoldReason(str, enum.Enum):
     EVICTION_FAILED = "EvictionFailed"
 
 
-class EventReason(str, enum.Enum):
+class EventReason(enum.StrEnum):
     POD_RECYCLED = "PodRecycled"
     POD_RECYCLE_HELD = "PodRecycleHeld"
     POD_RECYCLE_FORBIDDEN = "PodRecycleForbidden"
@@ -88,22 +89,11 @@ class DeploymentObservation:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RecyclePod:
-    name: str
-    uid: str
-    phase: str = "Running"
-    ready: bool = True
-    terminating: bool = False
-    start_time: float | None = None
-    pod_ip: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadObservation:
     service: str
     deployments: tuple[DeploymentObservation, ...] = ()
     """Every ``apps/v1`` Deployment listed in ``spec.workload``, in order."""
-    pods: tuple[RecyclePod, ...] = ()
+    pods: tuple[Pod, ...] = ()
     """Pods matching ``spec.podSelector``, any phase."""
 
 
@@ -164,26 +154,9 @@ class EvictedRecord:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Event:
-    type: str
-    reason: EventReason
-    message: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RecycleCondition:
-    """``RecycleHeld``: True while a pod is held (reason: why), False when none is."""
-
-    status: str
-    reason: str
-    message: str
-    type: str = "RecycleHeld"
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RecycleDecision:
     kind: Kind
-    pod: RecyclePod | None = None
+    pod: Pod | None = None
     """The candidate (Probe, Evict, Hold)."""
     deadline: float | None = None
     """The candidate's deadline."""
