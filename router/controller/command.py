@@ -205,10 +205,10 @@ def command(
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
-def own_namespace(path: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
+def own_namespace() -> str:
     """The pod's namespace from its service account token mount; empty outside a pod."""
     try:
-        return path.read_text().strip()
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
     except OSError:
         return ""
 

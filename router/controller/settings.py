@@ -104,8 +104,9 @@ class ControllerSettings:
             raise ValueError("leader election needs a Lease name (--leader-election-lease)")
         if not self.lease_namespace:
             raise ValueError(
-                "leader election needs the Lease's namespace: give --leader-election-namespace "
-                "(in a pod: its own namespace, from the downward API)"
+                "leader election needs the Lease's namespace and none was found (no service account "
+                "namespace file, not exactly one --namespace): give --leader-election-namespace, or "
+                "--no-leader-election for a single replica"
             )
         if not self.identity:
             raise ValueError("leader election needs this process's identity (the pod name)")
