@@ -220,5 +220,5 @@ def _single(namespaces: tuple[str, ...]) -> str:
 def identity() -> str:
     """A Lease ``holderIdentity`` unique to this process: the pod name (``HOSTNAME``) and a random
     suffix, so a restarted container never mistakes its predecessor's Lease for its own."""
-    host = os.environ.get("HOSTNAME") or socket.gethostname()
+    host = os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or socket.gethostname()
     return f"{host}_{uuid.uuid4().hex[:10]}"
