@@ -6,6 +6,7 @@ with a deadline."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import sys
@@ -199,10 +200,13 @@ async def test_sigterm_releases_the_lease_so_the_standby_takes_over_at_once(
     a = replicas("a", *slow)
     await eventually(lambda: a.logged("leader.standing_by"), what="a to start", timeout=30)
     await eventually(lambda: holder(emu) == a.identity, what="a to hold the Lease", timeout=30)
-    b = replicas("b", *slow, "--liveness-port", str(port))
+    metrics = process_.free_port()
+    b = replicas("b", *slow, "--liveness-port", str(port), "--metrics-port", str(metrics))
     await eventually(lambda: b.logged("leader.standby"), what="b to stand by behind a", timeout=30)
-    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/healthz") as response:
-        assert response.status == 200, "a standby is alive"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+            assert response.status == 200, "a standby is alive"
+        assert await leader_gauge(session, metrics) == 0.0
     sent = time.time()
     a.proc.signal(signal.SIGTERM)
     taken = await eventually(lambda: takeover(emu, b.identity), what="b to take the Lease", timeout=30)
@@ -211,6 +215,23 @@ async def test_sigterm_releases_the_lease_so_the_standby_takes_over_at_once(
     assert a.logged("leader.released")
     released = next(w for w in emu.lease_writes if not w.holder)
     assert 0 <= taken.at - released.at <= RETRY + SLACK, taken.at - released.at
+    async with aiohttp.ClientSession() as session:
+        await eventually_async(lambda: leader_gauge(session, metrics), what="b's leader gauge at 1")
+
+
+async def leader_gauge(session: aiohttp.ClientSession, port: int) -> float:
+    async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+        text = await response.text()
+    (line,) = [line for line in text.splitlines() if line.startswith("drain_router_controller_leader ")]
+    return float(line.split()[1])
+
+
+async def eventually_async(check: Callable[[], Any], *, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.05)
 
 
 def test_leader_election_flags_reach_the_settings_and_bad_values_are_refused(
