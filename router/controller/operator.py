@@ -7,7 +7,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +160,7 @@ def run(settings: settings_.ControllerSettings) -> int:
     return 0
 
 
-async def lead(ctx: context_.Context, *, lost: Any = None) -> None:
+async def lead(ctx: context_.Context, *, lost: Callable[[], None] | None = None) -> None:
     """Stand by until this replica holds the Lease, then run the operator while renewing it. A
     SIGTERM or SIGINT while standing by returns at once; while leading, kopf stops gracefully and the
     Lease is released after it has stopped, so a standby takes over on its next look. Losing the

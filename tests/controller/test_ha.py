@@ -190,10 +190,12 @@ async def test_a_partitioned_leader_stops_acting_before_the_standby_takes_over(
 async def test_sigterm_releases_the_lease_so_the_standby_takes_over_at_once(
     cluster: tuple[ClusterEmulator, kmock.Server], replicas: Callable[..., Replica]
 ) -> None:
-    """1. a leads, b stands by, lease duration 15 s; b answers /healthz while standing by 2. SIGTERM
-    to a. Result: a stops kopf (up to kopf's 5 s for tasks still running), releases the Lease and
-    exits 0; b holds the Lease within a retry period or so of the release, long before the 15 s an
-    expiry would take."""
+    """1. a leads, b and c stand by, lease duration 15 s; b answers /healthz and reports
+    drain_router_controller_leader 0 while standing by 2. SIGTERM to c: it exits 0 at once, having
+    done nothing, and a keeps the Lease 3. SIGTERM to a. Result: a stops kopf (up to kopf's 5 s for
+    tasks still running), releases the Lease and exits 0; b holds the Lease within a retry period or
+    so of the release, long before the 15 s an expiry would take; b's /healthz is now kopf's, its
+    gauge 1."""
     emu, _ = cluster
     port = process_.free_port()
     slow = ("--leader-election-lease-duration", "15", "--leader-election-renew-deadline", "10")
@@ -202,7 +204,12 @@ async def test_sigterm_releases_the_lease_so_the_standby_takes_over_at_once(
     await eventually(lambda: holder(emu) == a.identity, what="a to hold the Lease", timeout=30)
     metrics = process_.free_port()
     b = replicas("b", *slow, "--liveness-port", str(port), "--metrics-port", str(metrics))
+    c = replicas("c", *slow)
     await eventually(lambda: b.logged("leader.standby"), what="b to stand by behind a", timeout=30)
+    await eventually(lambda: c.logged("leader.standby"), what="c to stand by behind a", timeout=30)
+    c.proc.signal(signal.SIGTERM)
+    assert await c.proc.wait_exit(timeout=5) == 0, c.proc.log_tail()
+    assert not c.acted() and holder(emu) == a.identity
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
             assert response.status == 200, "a standby is alive"
@@ -217,6 +224,17 @@ async def test_sigterm_releases_the_lease_so_the_standby_takes_over_at_once(
     assert 0 <= taken.at - released.at <= RETRY + SLACK, taken.at - released.at
     async with aiohttp.ClientSession() as session:
         await eventually_async(lambda: leader_gauge(session, metrics), what="b's leader gauge at 1")
+        await eventually_async(lambda: kopf_health(session, port), what="kopf's /healthz on b's liveness port")
+        assert b.acted() and not c.acted()
+
+
+async def kopf_health(session: aiohttp.ClientSession, port: int) -> bool:
+    """kopf's liveness endpoint answers (its body is its probes' results, not the standby's)."""
+    try:
+        async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+            return response.status == 200 and "standby" not in await response.text()
+    except aiohttp.ClientError:
+        return False
 
 
 async def leader_gauge(session: aiohttp.ClientSession, port: int) -> float:
