@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import threading
 import time
+import types
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -232,3 +234,64 @@ async def test_release_lets_the_standby_take_over_at_once(
         await eventually(standby.done, what="the standby to take the released Lease", timeout=5)
     assert time.monotonic() - released < DURATION / 2
     assert holder(emu) == "b"
+
+
+def test_the_watchdog_fires_at_the_deadline_while_the_event_loop_is_blocked() -> None:
+    """1. an elector valid for 0.2 s more 2. this thread blocks (as a handler blocking the event loop
+    would) until the watchdog fires. Result: it fires at the deadline, give or take its poll; and
+    not at all while renewals keep moving the deadline."""
+    fired = threading.Event()
+    at: list[float] = []
+    clock = time.monotonic
+    elector = types.SimpleNamespace(valid_until=clock() + 0.2, monotonic=clock)
+    dog = leader.Watchdog(elector, lambda: (at.append(clock()), fired.set()), poll=0.02)  # type: ignore[arg-type]
+    started = clock()
+    dog.start()
+    assert fired.wait(timeout=5)
+    dog.stop()
+    assert 0.2 <= at[0] - started <= 0.2 + 0.2, at[0] - started
+    renewed = types.SimpleNamespace(valid_until=clock() + 0.3, monotonic=clock)
+    quiet = threading.Event()
+    dog = leader.Watchdog(renewed, quiet.set, poll=0.02)  # type: ignore[arg-type]
+    dog.start()
+    deadline = clock() + 1.0
+    while clock() < deadline:
+        renewed.valid_until = clock() + 0.3
+        assert not quiet.wait(timeout=0.05), "fired although renewed"
+    dog.stop()
+
+
+async def test_the_emulators_put_replaces_and_needs_the_update_verb(
+    cluster: tuple[ClusterEmulator, kmock.Server],
+) -> None:
+    """PUT as on a real API server: the body replaces the object (a field left out is gone), the
+    server's metadata stays, a status subresource's status is kept, a spec change bumps
+    ``generation``; in RBAC mode it needs ``update``, which ``patch`` does not grant."""
+    emu, server = cluster
+    created = await emu.put(
+        "apps/v1/deployments",
+        {
+            "metadata": {"name": "llama", "namespace": NAMESPACE, "labels": {"a": "1"}},
+            "spec": {"replicas": 1, "paused": True},
+            "status": {"replicas": 1},
+        },
+    )
+    path = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama"
+    body = {
+        "metadata": {"name": "llama", "resourceVersion": created["metadata"]["resourceVersion"]},
+        "spec": {"replicas": 2},
+    }
+    response = await server.client.put(path, json={**body, "status": {"replicas": 9}})
+    assert response.status == 200
+    now = emu.get("apps/v1/deployments", NAMESPACE, "llama")
+    assert now is not None
+    assert now["spec"] == {"replicas": 2} and "labels" not in now["metadata"]
+    assert now["status"] == {"replicas": 1}, "status is the subresource's"
+    assert now["metadata"]["uid"] == created["metadata"]["uid"] and now["metadata"]["generation"] == 2
+    emu.rbac = [(("apps",), ("deployments",), ("get", "patch"))]
+    kopf = {"User-Agent": "kopf/1.45.2"}
+    denied = await server.client.put(path, json={"metadata": {"name": "llama"}, "spec": {}}, headers=kopf)
+    assert denied.status == 403 and 'cannot update resource "deployments"' in (await denied.json())["message"]
+    emu.rbac = [(("apps",), ("deployments",), ("get", "update"))]
+    allowed = await server.client.put(path, json={"metadata": {"name": "llama"}, "spec": {}}, headers=kopf)
+    assert allowed.status == 200
