@@ -67,3 +67,8 @@ class ControllerMetrics:
             ["policy"],
             registry=registry,
         )
+        self.leader = Gauge(
+            "drain_router_controller_leader",
+            "1 while this replica holds the leader Lease and runs the operator; 0 on a standby.",
+            registry=registry,
+        )

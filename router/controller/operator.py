@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, MutableMapping
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import aiohttp.web
 import kopf
 import structlog
 import yaml
@@ -19,7 +22,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from router import logs
 from router.controller import context as context_
-from router.controller import handlers
+from router.controller import handlers, leader
 from router.controller import kube as kube_
 from router.controller import metrics as metrics_
 from router.controller import settings as settings_
@@ -52,6 +55,11 @@ NO_CLUSTER_REMEDY = (
     "run it in the cluster (the chart's controller Deployment and its service account), "
     "or point KUBECONFIG at a kubeconfig for the cluster"
 )
+
+
+EXIT_LEADERSHIP_LOST = 3
+"""The exit status of a leader that lost the Lease (not renewed within the renew deadline, or taken
+by another replica): it stops acting at once by exiting, and Kubernetes restarts it as a standby."""
 
 
 class NoCluster(Exception):
@@ -125,7 +133,8 @@ async def operate(
 
 def run(settings: settings_.ControllerSettings) -> int:
     """Log as the router does (JSON lines on stdout; kopf's records through the same renderer), then
-    run until kopf stops. The exit status: 0, or ``EXIT_NO_CLUSTER`` (one line with the remedy)."""
+    run until kopf stops (with leader election: stand by until this replica holds the Lease first).
+    The exit status: 0, ``EXIT_NO_CLUSTER`` (one line with the remedy), or ``EXIT_LEADERSHIP_LOST``."""
     logs.configure(
         format=settings.log_format,
         level=settings.log_level,
@@ -138,7 +147,10 @@ def run(settings: settings_.ControllerSettings) -> int:
         async with context(settings, registry=registry) as ctx:
             if settings.metrics_port:
                 start_http_server(settings.metrics_port, registry=registry)
-            await operate(ctx)
+            if settings.leader_election:
+                await lead(ctx)
+            else:
+                await operate(ctx)
 
     try:
         asyncio.run(main())
@@ -146,6 +158,95 @@ def run(settings: settings_.ControllerSettings) -> int:
         logs.get("drain_router.controller").error("controller.no_cluster", error=str(exc), remedy=NO_CLUSTER_REMEDY)
         return EXIT_NO_CLUSTER
     return 0
+
+
+async def lead(ctx: context_.Context, *, lost: Callable[[], None] | None = None) -> None:
+    """Stand by until this replica holds the Lease, then run the operator while renewing it. A
+    SIGTERM or SIGINT while standing by returns at once; while leading, kopf stops gracefully and the
+    Lease is released after it has stopped, so a standby takes over on its next look. Losing the
+    Lease calls ``lost`` (default: :func:`leadership_lost`, which ends the process)."""
+    settings = ctx.settings
+    log = logs.get("drain_router.controller")
+    elector = leader.Elector(
+        api=ctx.kube.api,
+        namespace=settings.lease_namespace,
+        name=settings.lease_name,
+        identity=settings.identity,
+        lease_duration=settings.lease_duration_secs,
+        renew_deadline=settings.renew_deadline_secs,
+        retry_period=settings.retry_period_secs,
+        log=log,
+    )
+    on_lost = lost or (lambda: leadership_lost(log, settings.lease_name))
+    ctx.metrics.leader.set(0)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not in the main thread (tests)
+            loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "leader.standing_by",
+        lease=settings.lease_name,
+        namespace=settings.lease_namespace,
+        identity=settings.identity,
+        takeover_bound_secs=settings.takeover_bound_secs,
+    )
+    async with standby_health(settings.liveness_port):
+        acquired = await elector.acquire(stop)
+    if not acquired:
+        return
+    watchdog = leader.Watchdog(elector, on_lost)
+    watchdog.start()
+    keeper = asyncio.create_task(elector.keep(), name="leader lease renewal")  # before kopf: kopf leaves it be
+
+    def keeper_done(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and isinstance(task.exception(), leader.LeadershipLost):
+            on_lost()
+
+    keeper.add_done_callback(keeper_done)
+    ctx.metrics.leader.set(1)
+    try:
+        await operate(ctx, stop_flag=stop)
+    finally:
+        keeper.remove_done_callback(keeper_done)
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError, leader.LeadershipLost):
+            await keeper
+        watchdog.stop()
+        ctx.metrics.leader.set(0)
+        await elector.release()
+
+
+def leadership_lost(log: Any, lease: str) -> None:
+    """Stop acting now: log one line and end the process with ``EXIT_LEADERSHIP_LOST`` (no cleanup,
+    no kopf shutdown: those would act, and a standby may hold the Lease in a moment)."""
+    log.error("leader.lost", lease=lease, exit_status=EXIT_LEADERSHIP_LOST)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(EXIT_LEADERSHIP_LOST)
+
+
+@contextlib.asynccontextmanager
+async def standby_health(port: int) -> AsyncIterator[None]:
+    """``GET /healthz`` answering 200 while this replica stands by (kopf serves it while leading), so
+    the livenessProbe does not restart a healthy standby. Nothing when ``port`` is 0."""
+    if not port:
+        yield
+        return
+    app = aiohttp.web.Application()
+
+    async def healthz(_: aiohttp.web.Request) -> aiohttp.web.Response:
+        return aiohttp.web.json_response({"standby": True})
+
+    app.router.add_get("/healthz", healthz)
+    runner = aiohttp.web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await aiohttp.web.TCPSite(runner, "0.0.0.0", port).start()
+    try:
+        yield
+    finally:
+        await runner.cleanup()
 
 
 def object_fields(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

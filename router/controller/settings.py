@@ -9,6 +9,10 @@ from router.decisions import lifecycle, recycling
 DEFAULT_REQUEUE_SECS = 5.0
 DEFAULT_MAX_SLEEP_SECS = 60.0
 DEFAULT_METRICS_PORT = 9092
+DEFAULT_LEASE_NAME = "drain-router-controller"
+DEFAULT_LEASE_DURATION_SECS = 15
+DEFAULT_RENEW_DEADLINE_SECS = 10.0
+DEFAULT_RETRY_PERIOD_SECS = 2.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +57,29 @@ class ControllerSettings:
     tests."""
     lifecycle_buffer_secs: float = lifecycle.LIFECYCLE_REQUEUE_BUFFER_SECS
     """Look again this long after a lifecycle rule's due time. Shortened only by tests."""
+    leader_election: bool = False
+    """Run the operator only while holding the ``coordination.k8s.io/v1`` Lease ``lease_name`` in
+    ``lease_namespace``, so that of several replicas exactly one acts (the CLI turns it on by
+    default; off: this process acts at once, and must be the only one)."""
+    lease_name: str = DEFAULT_LEASE_NAME
+    """The Lease every replica of one install competes for (the chart: the release's full name)."""
+    lease_namespace: str = ""
+    """The Lease's namespace: the controller's own (the chart passes it from the downward API)."""
+    identity: str = ""
+    """This process's ``holderIdentity``: the pod name plus a per-process suffix (set by the CLI)."""
+    lease_duration_secs: int = DEFAULT_LEASE_DURATION_SECS
+    """How long a standby waits, from the moment it sees a renewal, before it takes the Lease from a
+    holder that stopped renewing (the Lease's ``leaseDurationSeconds``; whole seconds, as the API
+    stores it). A dead leader is replaced within ``lease_duration_secs + retry_period_secs``. 15 s
+    as in client-go: long against API server hiccups, short against a pod rescheduling."""
+    renew_deadline_secs: float = DEFAULT_RENEW_DEADLINE_SECS
+    """A leader that has not renewed for this long (counted from the moment it sent its last
+    successful renewal) stops acting: the process exits with ``EXIT_LEADERSHIP_LOST`` so Kubernetes
+    restarts it as a standby. Strictly less than ``lease_duration_secs``: the difference is the
+    margin for a request already sent to land and for the two replicas' clocks running at different
+    rates (only durations are compared, never two clocks' readings). 10 s as in client-go."""
+    retry_period_secs: float = DEFAULT_RETRY_PERIOD_SECS
+    """A leader renews, and a standby looks at the Lease, this often. 2 s as in client-go."""
 
     def __post_init__(self) -> None:
         if bool(self.namespaces) == self.all_namespaces:
@@ -74,3 +101,39 @@ class ControllerSettings:
                 raise ValueError(f"{port_field}={getattr(self, port_field)!r} is not a port")
         if self.liveness_port and self.liveness_port == self.metrics_port:
             raise ValueError(f"liveness_port and metrics_port are both {self.metrics_port}")
+        if self.leader_election:
+            self._check_leader_election()
+
+    def _check_leader_election(self) -> None:
+        if not self.lease_name:
+            raise ValueError("leader election needs a Lease name (--leader-election-lease)")
+        if not self.lease_namespace:
+            raise ValueError(
+                "leader election needs the Lease's namespace and none was found (no service account "
+                "namespace file, not exactly one --namespace): give --leader-election-namespace, or "
+                "--no-leader-election for a single replica"
+            )
+        if not self.identity:
+            raise ValueError("leader election needs this process's identity (the pod name)")
+        if self.lease_duration_secs < 1:
+            raise ValueError(f"lease_duration_secs={self.lease_duration_secs!r} must be at least 1 (whole seconds)")
+        if self.retry_period_secs <= 0:
+            raise ValueError(f"retry_period_secs={self.retry_period_secs!r} must be positive")
+        if not self.renew_deadline_secs < self.lease_duration_secs:
+            raise ValueError(
+                f"renew_deadline_secs={self.renew_deadline_secs!r} must be less than "
+                f"lease_duration_secs={self.lease_duration_secs!r}: a leader that cannot renew must stop "
+                "acting before a standby may take the Lease"
+            )
+        if not self.renew_deadline_secs >= 2 * self.retry_period_secs:
+            raise ValueError(
+                f"renew_deadline_secs={self.renew_deadline_secs!r} must be at least twice "
+                f"retry_period_secs={self.retry_period_secs!r}: a leader gets two tries to renew before it stops"
+            )
+
+    @property
+    def takeover_bound_secs(self) -> float:
+        """The longest a standby waits after the leader's last renewal before it takes over
+        (plus one API round trip): it sees the renewal within a retry period, waits the lease
+        duration from then, and looks again at once."""
+        return self.lease_duration_secs + self.retry_period_secs

@@ -63,6 +63,12 @@ def format_time(epoch: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def format_micro_time(epoch: float) -> str:
+    """Unix seconds -> a Kubernetes ``MicroTime`` (always six fraction digits, as a Lease's
+    ``renewTime`` is written: ``2025-01-01T00:00:00.000000Z``)."""
+    return datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def parse_time(text: str) -> float:
     """RFC 3339 (``Z`` or an offset, optional fraction) -> Unix seconds. Raises ``ValueError``."""
     if text.endswith("Z") or text.endswith("z"):

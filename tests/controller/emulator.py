@@ -20,6 +20,12 @@ in a patch as a precondition (409 when stale), and RBAC: :attr:`ClusterEmulator.
 rules of the chart's rendered Role answers everything else 403 with a real ``Status`` body, and
 :meth:`ClusterEmulator.forbid` takes one verb on one resource away (an image newer than its chart).
 
+For leader election: ``coordination.k8s.io/v1`` Leases, and PUT on any object (a replace: server-set
+metadata and a status subresource kept, ``generation`` bumped on a spec change; RBAC verb ``update``)
+with ``metadata.resourceVersion`` as a precondition, as on PATCH: stale answers 409 Conflict with a
+real ``Status`` body. :attr:`ClusterEmulator.lease_writes` records every accepted Lease write and
+:meth:`ClusterEmulator.fail_when` fails the requests a predicate picks (one replica's renewals).
+
 Not emulated: admission, OpenAPI validation and defaulting (the CRD schema is checked separately),
 field selectors, watch bookmarks and ``resourceVersion`` resumption, strategic merge patch,
 ReplicaSets (the Deployment owns its pods directly).
@@ -56,7 +62,10 @@ RESOURCES = {
     "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True, {"status"}),
     "gateway.networking.k8s.io/v1/httproutes": ("HTTPRoute", True, {"status"}),
     "inference.networking.k8s.io/v1/inferencepools": ("InferencePool", True, {"status"}),
+    "coordination.k8s.io/v1/leases": ("Lease", True, set()),
 }
+
+LEASES = "coordination.k8s.io/v1/leases"
 
 
 TEST_CLIENT = "kmock/"
@@ -177,6 +186,16 @@ class Eviction:
     """Pods of the namespace terminating or not Ready when it arrived (before it was applied)."""
 
 
+@attrs.frozen(kw_only=True)
+class LeaseWrite:
+    """One write of a Lease that the API server accepted."""
+
+    name: str
+    holder: str
+    resource_version: str
+    at: float
+
+
 @attrs.define(kw_only=True)
 class ClusterEmulator(kmock.KubernetesEmulator):
     clock: Any = time.time
@@ -194,6 +213,11 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     _ips: Any = attrs.field(factory=lambda: itertools.count(2), init=False)
     evictions: list[Eviction] = attrs.field(factory=list, init=False)
     """Every eviction asked for, in order."""
+    lease_writes: list[LeaseWrite] = attrs.field(factory=list, init=False)
+    """Every accepted Lease create or update, in order."""
+    on_lease_write: Callable[[LeaseWrite], None] | None = None
+    """Called (under the lock, must not block) for each accepted Lease write, as it is applied."""
+    _fault_rules: list[tuple[Callable[[Any], bool], tuple[int, str, str]]] = attrs.field(factory=list, init=False)
     on_pod_created: Callable[[dict[str, Any]], None] | None = None
     """Called (under the lock, must not block) for each pod the Deployment controller creates; the
     process-backed kubelet starts the pod's router from it."""
@@ -215,7 +239,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
                 kind=kind,
                 namespaced=namespaced,
                 subresources=subresources,
-                verbs={"get", "list", "watch", "create", "patch", "delete"},
+                verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
             )
 
     # --- helpers for tests ------------------------------------------------------------------------
@@ -240,8 +264,14 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         """Answer ``action`` (``fetch``, ``delete``, ...) on ``path``/``name`` with this error status."""
         self._faults[(kmock.action(action.upper()), kmock.resource(path), name)] = (status, reason, message)
 
+    def fail_when(self, predicate: Callable[[Any], bool], status: int, reason: str, message: str) -> None:
+        """Answer every request ``predicate`` picks (kmock's request: ``method``, ``resource``,
+        ``name``, ``data``...) with this error status, e.g. one replica's Lease renewals."""
+        self._fault_rules.append((predicate, (status, reason, message)))
+
     def heal(self) -> None:
         self._faults.clear()
+        self._fault_rules.clear()
         self._forbidden.clear()
 
     def forbid(self, verb: str, resource: str) -> None:
@@ -553,6 +583,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     async def _handle(self, request: Any) -> Any:
         action = request.action
         fault = self._faults.get((action, request.resource, request.name))
+        fault = fault or next((f for predicate, f in self._fault_rules if predicate(request)), None)
         if fault is not None:
             status, reason, message = fault
             return await self._render_error(kmock.KubernetesError(status=status, reason=reason, message=message))
@@ -585,6 +616,14 @@ class ClusterEmulator(kmock.KubernetesEmulator):
                 )
                 await self._flush()
             return aiohttp.web.json_response(body, status=code)
+        if request.resource is not None and request.name and request.method == "PUT" and not request.subresource:
+            try:
+                async with self._lock:
+                    raw = copy.deepcopy(self._replace(request))
+                    await self._flush()
+            except kmock.KubernetesError as exc:
+                return await self._render_error(exc)
+            return aiohttp.web.json_response(raw)
         if request.resource is not None and action in (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE):
             try:
                 async with self._lock:
@@ -605,6 +644,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             return None
         if request.subresource == "eviction" and request.method == "POST":
             verb = "create"
+        elif request.method == "PUT":
+            verb = "update"
         elif request.action is None:
             return None
         else:
@@ -686,13 +727,61 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         self._delete(key, options)
         return 201, success
 
+    def _conflict(self, resource: Any, name: str) -> kmock.KubernetesError:
+        return kmock.KubernetesError(
+            status=409,
+            reason="Conflict",
+            message=f'Operation cannot be fulfilled on {resource.plural} "{name}": the object has been '
+            "modified; please apply your changes to the latest version and try again",
+            details={"name": name, "group": resource.group or "", "kind": resource.plural},
+        )
+
+    def _replace(self, request: Any) -> dict[str, Any]:
+        """PUT: the body replaces the object; a ``metadata.resourceVersion`` that is not the current
+        one answers 409 Conflict (optimistic concurrency); server-set metadata and, where there is a
+        status subresource, the status are kept."""
+        resource, namespace, name = request.resource, request.namespace, request.name
+        key = (resource, namespace, name)
+        if key not in self.objects or self.objects[key].deleted:
+            raise kmock.KubernetesError(status=404, reason="NotFound", message=f"{resource.plural} {name!r} not found")
+        current = self.objects[key].raw
+        body = copy.deepcopy(request.data) if isinstance(request.data, dict) else {}
+        meta = body.setdefault("metadata", {})
+        expected = meta.get("resourceVersion")
+        if expected is not None and expected != current["metadata"].get("resourceVersion"):
+            raise self._conflict(resource, name)
+        for field in ("uid", "creationTimestamp", "generation", "namespace", "name", "deletionTimestamp"):
+            if field in current["metadata"]:
+                meta[field] = current["metadata"][field]
+        if resource in self.resources and "status" in self.resources[resource].subresources:
+            body["status"] = current.get("status")
+        if body.get("spec") != current.get("spec") and resource != kmock.resource("v1/pods"):
+            meta["generation"] = int(current["metadata"].get("generation") or 1) + 1
+        self.objects[key].history.append(body)
+        raw = self._write(key, {})
+        self._lease_written(resource, raw)
+        return raw
+
+    def _lease_written(self, resource: Any, raw: dict[str, Any]) -> None:
+        if resource != kmock.resource(LEASES):
+            return
+        write = LeaseWrite(
+            name=raw["metadata"]["name"],
+            holder=(raw.get("spec") or {}).get("holderIdentity") or "",
+            resource_version=raw["metadata"]["resourceVersion"],
+            at=self.clock(),
+        )
+        self.lease_writes.append(write)
+        if self.on_lease_write is not None:
+            self.on_lease_write(write)
+
     def _mutate(self, request: Any) -> None:
         resource, namespace, name = request.resource, request.namespace, request.name
         if request.action == kmock.action.CREATE:
             obj = request.data
             if namespace:
                 obj.setdefault("metadata", {})["namespace"] = namespace
-            self._create(resource, obj)
+            self._lease_written(resource, self._create(resource, obj)[1])
             return
         key = (resource, namespace, name)
         if key not in self.objects or self.objects[key].deleted:
@@ -705,12 +794,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             expected = (patch.get("metadata") or {}).get("resourceVersion")
             current = self.objects[key].raw["metadata"].get("resourceVersion")
             if expected is not None and expected != current:
-                raise kmock.KubernetesError(
-                    status=409,
-                    reason="Conflict",
-                    message=f'Operation cannot be fulfilled on {resource.plural} "{name}": the object has been '
-                    "modified; please apply your changes to the latest version and try again",
-                )
+                raise self._conflict(resource, name)
             if expected is not None:
                 patch = copy.deepcopy(patch)
                 del patch["metadata"]["resourceVersion"]

@@ -159,9 +159,9 @@ def test_the_flags_the_controller_chart_passes_reach_the_settings(monkeypatch: p
     monkeypatch.setattr(operator, "run", lambda cfg: received.append(cfg) or 0)
     args = ["controller", "--namespace", "ns", "--no-node-reads", "--liveness-port", "8081", "--metrics-port", "9092"]
     assert CliRunner().invoke(cli.main, args).exit_code == 0
-    assert CliRunner().invoke(cli.main, ["controller", "--all-namespaces"]).exit_code == 0
+    assert CliRunner().invoke(cli.main, ["controller", "--all-namespaces", "--no-leader-election"]).exit_code == 0
     chosen, default = received
     assert chosen.read_nodes is False and chosen.liveness_port == 8081
     assert default.read_nodes is True and default.liveness_port == 0
-    same = CliRunner().invoke(cli.main, ["controller", "--all-namespaces", "--liveness-port", "9092"])
+    same = CliRunner().invoke(cli.main, ["controller", "--namespace", "ns", "--liveness-port", "9092"])
     assert same.exit_code != 0 and "liveness_port and metrics_port" in same.output
