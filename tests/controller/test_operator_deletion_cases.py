@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -29,7 +30,7 @@ from router.controller import crd, handlers
 from router.decisions import deletion
 
 from . import casefiles
-from .conftest import MSVC, NAMESPACE, ClusterEmulator, Operator, eventually
+from .conftest import MSVC, NAMESPACE, RBAC_ENV, ClusterEmulator, Operator, eventually
 from .scenario import LABELS, msvc, msvc_url
 
 CASES = casefiles.load_dir("controller")
@@ -57,9 +58,11 @@ class FrozenClock:
 @pytest.fixture()
 async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[tuple[ClusterEmulator, kmock.Server]]:
     """The emulated API server alone: no kubelet and no Deployment controller (nothing changes the
-    cluster but the operator), its clock set by the test."""
+    cluster but the operator), its clock set by the test; RBAC as the chart grants it in RBAC mode."""
     spec = crd.load()["spec"]
     emulator = ClusterEmulator()
+    if os.environ.get(RBAC_ENV) == "1":
+        emulator.rbac = request.getfixturevalue("chart_rules")
     emulator.resources[MSVC] = kmock.ResourceInfo(
         kind=spec["names"]["kind"],
         namespaced=True,
