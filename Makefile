@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test unit e2e lint demo bench soak image dist dist-check chart-readme clean
+.PHONY: test unit e2e lint demo bench soak image dist dist-check chart-readme mutate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,12 @@ soak: $(STAMP)
 
 bench: $(STAMP)
 	bash bench/install.sh $(BIN) && $(BIN)/python -m bench $(BENCH_ARGS)
+
+## make mutate: the mutation pass (docs/testing.md): each mutant of tests/mutants.yaml breaks one rule
+## of the controller and the tests it names must fail; prints killed K/N, fails on any survivor.
+## MUTANTS="id ..." runs only those. Not part of make test (about 15 minutes).
+mutate: $(STAMP)
+	$(BIN)/python scripts/mutate.py $(MUTANTS)
 
 ## make chart-readme: rewrite both charts' README.md from their values' "# --" comments
 chart-readme: $(STAMP)
