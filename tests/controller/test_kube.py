@@ -120,7 +120,7 @@ async def _msvc(emu: ClusterEmulator) -> dict[str, Any]:
             "apiVersion": f"{crd.group()}/{crd.version()}",
             "kind": "ModelService",
             "metadata": {"name": "llama", "namespace": NAMESPACE},
-            "spec": {},
+            "spec": {"podSelector": {"matchLabels": {"app": "llama"}}, "workload": []},
         },
     )
 
