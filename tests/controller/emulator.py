@@ -257,6 +257,10 @@ class Eviction:
     at: float
     unsettled: tuple[str, ...]
     """Pods of the namespace terminating or not Ready when it arrived (before it was applied)."""
+    rolling_out: tuple[str, ...] = ()
+    """Deployments of the namespace whose rollout was not complete when it arrived, as the emulated
+    controller knew it (not as its late status said): pods not all of the current template, not all
+    available, or not ``spec.replicas`` of them."""
 
 
 @attrs.define(kw_only=True)
@@ -495,15 +499,16 @@ class ClusterEmulator(kmock.KubernetesEmulator):
 
     def _reconcile_deployments(self, now: float) -> None:
         """The Deployment controller's rolling update (``pkg/controller/deployment/rolling.go``): the
-        ReplicaSet whose ``pod-template-hash`` matches ``spec.template`` is the new one; it is scaled up
-        within ``maxSurge`` and the old ones down within ``maxUnavailable`` (both from
-        ``spec.strategy.rollingUpdate``, default 25%: surge rounded up, unavailable down, and at least
-        one of them non-zero). ``Recreate`` is not emulated. Status follows, :attr:`status_delay` late
-        (:meth:`_publish_deployment_status`)."""
+                ReplicaSet whose ``pod-template-hash`` matches ``spec.template`` is the new one; it is scaled up
+                within ``maxSurge`` and the old ones down within ``maxUnavailable`` (both from
+                ``spec.strategy.rollingUpdate``, default 25%: surge rounded up, unavailable down, and at least
+                one of them non-zero). ``spec.paused`` stops it where it is (no new ReplicaSet, no scaling: the real
+        one still scales proportionally); ``Recreate`` is not emulated. Status follows, :attr:`status_delay` late
+                (:meth:`_publish_deployment_status`)."""
         for key, deployment in self._live("apps/v1/deployments"):
             meta, spec = deployment["metadata"], deployment.get("spec") or {}
-            if meta.get("deletionTimestamp") or "template" not in spec:
-                continue
+            if meta.get("deletionTimestamp") or "template" not in spec or spec.get("paused"):
+                continue  # paused (``kubectl rollout pause``): no rollout, status still published
             namespace = key[1]
             desired = 1 if spec.get("replicas") is None else int(spec["replicas"])
             template_hash = _template_hash(spec["template"])
@@ -661,6 +666,18 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         }
         # ``omitempty``: a zero count is absent from the status, as the API server serializes it.
         return {"observedGeneration": meta.get("generation", 1), **{k: v or None for k, v in counts.items()}}
+
+    def _rolling_out(self, namespace: str) -> tuple[str, ...]:
+        names = []
+        for key, deployment in self._live("apps/v1/deployments", namespace):
+            spec = deployment.get("spec") or {}
+            if "template" not in spec:
+                continue
+            desired = 1 if spec.get("replicas") is None else int(spec["replicas"])
+            truth = self.deployment_status(key)
+            if any((truth.get(k) or 0) != desired for k in ("replicas", "updatedReplicas", "availableReplicas")):
+                names.append(key[2])
+        return tuple(names)
 
     def _publish_deployment_status(self, now: float) -> None:
         """Each Deployment's status as computed :attr:`status_delay` seconds ago: what the real
@@ -926,6 +943,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
                     and not o.deleted
                     and (o.raw["metadata"].get("deletionTimestamp") or not _ready(o.raw))
                 )
+                rolling_out = self._rolling_out(request.namespace)
                 code, body = self._evict(request.namespace, request.name, request.data or {})
                 self.evictions.append(
                     Eviction(
@@ -933,6 +951,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
                         code=code,
                         at=self.clock(),
                         unsettled=tuple(unsettled),
+                        rolling_out=rolling_out,
                         uid=((request.data or {}).get("deleteOptions") or {}).get("preconditions", {}).get("uid", ""),
                     )
                 )
