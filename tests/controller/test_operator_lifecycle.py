@@ -158,3 +158,39 @@ async def test_invalid_rules_act_on_nothing_and_warn_once_per_generation(
     warnings = [m for m in event_messages(emu) if m[1] == "InvalidLifecycleRules"]
     assert len(warnings) == 1 and warnings[0][0] == "Warning"
     assert not patches_to(emu, "deployments") and exists(emu, MSVC)
+
+
+async def test_a_pending_pod_keeps_the_service_from_scaling_to_zero(
+    cluster: Any, routers: Any, start_operator: Any
+) -> None:
+    """1. one idle pod, ScaleToZero long overdue 2. a person scales to two: the new pod stays Pending
+    (no podIP, its router cannot be asked) 3. the operator runs. Result: the idle clock is unknown,
+    nothing is scaled over several passes; once the pod runs and its router answers idle, the
+    service is scaled to zero. A controller that left podIP-less pods out of the probe would scale to
+    zero while a replica was starting."""
+    emu, server = cluster
+    routers.idle_since = time.time() - 3600
+    await make_service(emu, admin_port=routers.port, lifecycle=_rules(("ScaleToZero", 1)))
+    await eventually(lambda: len(ready_pods(emu)) == 1, what="a Ready pod")
+    emu.pending_for = 1e9
+    response = await server.client.patch(
+        f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
+        json={"spec": {"replicas": 2}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.status == 200
+
+    def pending() -> list[dict[str, Any]]:
+        return [
+            o.raw
+            for k, o in emu.objects.items()
+            if k[0].plural == "pods" and not o.deleted and o.raw["status"].get("phase") == "Pending"
+        ]
+
+    await eventually(pending, what="a Pending pod")
+    scaled_by_the_test = len(patches_to(emu, "deployments"))
+    await start_operator(**FAST)
+    await eventually(lambda: len(routers.asked) >= 3, what="three passes probing the running pod", timeout=15)
+    assert len(patches_to(emu, "deployments")) == scaled_by_the_test and deployment(emu)["spec"]["replicas"] == 2
+    emu.pending_for = 0.0
+    await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)
