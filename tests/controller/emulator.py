@@ -301,8 +301,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     evictions: list[Eviction] = attrs.field(factory=list, init=False)
     """Every eviction asked for, in order."""
     on_pod_created: Callable[[dict[str, Any]], None] | None = None
-    """Called (under the lock, must not block) for each pod the Deployment controller creates; the
-    process-backed kubelet starts the pod's router from it."""
+    """Called (under the lock, must not block) when a ReplicaSet's pod leaves ``Pending`` (it has its
+    ``podIP`` from then on); the process-backed kubelet starts the pod's router from it."""
     pod_may_be_ready: Callable[[dict[str, Any]], bool] | None = None
     """``None``: pods turn Ready :attr:`ready_after` seconds after they start. Set: also only once it
     says so (the process-backed kubelet: once the pod's router listens)."""
