@@ -82,10 +82,26 @@ async def deletion_step(ctx: context.Context, fresh: Mapping[str, Any], logger: 
     ctx.metrics.deletion_passes.labels(decision.verdict.value).inc()
 
     # 1. Status first: a crash after this line repeats the action, never loses the record of it.
+    # Conditional on the resourceVersion read: the daemon (recycling, lifecycle) writes conditions of
+    # the same list concurrently, and an unconditional merge patch of ``conditions`` would drop
+    # theirs. A conflict re-reads and rebuilds on what is stored, unless the deletion record itself
+    # changed meanwhile (then this decision is stale); not written, nothing is acted on this pass.
     if decision.status is not None:
-        written = _status_patch(status, decision, now)
-        if written is not None:
-            await ctx.kube.patch_modelservice_status(namespace, name, written)
+
+        def build(current: Mapping[str, Any]) -> dict[str, Any] | None:
+            if (current.get("deletion") or {}) != recorded:
+                raise _Superseded
+            return _status_patch(current, decision, now)
+
+        try:
+            _, written = await status_.write_status(ctx, fresh, build, logger)
+        except _Superseded:
+            written = False
+        if not written:
+            logger.warning("status write conflicted; nothing acted on this pass, decided again on the next")
+            return dataclasses.replace(
+                decision, verdict=deletion.Verdict.CONTINUE, actions=(), events=(), requeue_at=None
+            )
         ctx.metrics.pods_remaining.labels(namespace, name).set(decision.status.pods_remaining or 0)
 
     # 2. Act. Failures are counted, logged and handed to the next pass, which decides again.
@@ -110,6 +126,10 @@ async def deletion_step(ctx: context.Context, fresh: Mapping[str, Any], logger: 
         ):
             ctx.metrics.deletion_transitions.labels(decision.status.stage.value, str(event.reason)).inc()
     return decision
+
+
+class _Superseded(Exception):
+    """The deletion record changed between the read this pass decided on and its status write."""
 
 
 def _status_patch(current: Mapping[str, Any], decision: deletion.Decision, now: float) -> dict[str, Any] | None:

@@ -1,7 +1,11 @@
 """The few Kubernetes API calls the controller makes, over one ``kubernetes_asyncio`` ApiClient.
 
 Objects named by ``apiVersion``/``kind`` (the route, the workload) are resolved to their URL through
-API discovery, cached per group version, so any kind works (Deployment, Service, HTTPRoute, ...).
+kubernetes_asyncio's own API discovery (its ``DynamicClient`` with the lazy discoverer: ``/version``
+and ``/apis`` once, then one group version's resource list when first asked for; a kind it does not
+find makes it discover again, so a CRD installed later is found), so any kind works (Deployment,
+Service, HTTPRoute, ...). Its cache stays in memory: the library's file cache (a file per API server
+host in the temp directory, shared between processes and kept across restarts) is not used.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.dynamic import DynamicClient
+from kubernetes_asyncio.dynamic import discovery as dynamic_discovery
+from kubernetes_asyncio.dynamic.exceptions import ResourceNotFoundError
 
 from router.controller import crd
 from router.decisions import deletion, recycling
@@ -66,12 +73,25 @@ def guess_plural(kind: str) -> str:
     return lower + "s"
 
 
+#: A cache file that is never there: the discoverer then starts from the API server.
+_NO_CACHE_FILE = "/nonexistent/drain-router-discovery.json"
+
+
+class _MemoryDiscoverer(dynamic_discovery.LazyDiscoverer):
+    """The library's lazy discoverer with its cache in memory only (never written to a file)."""
+
+    def _write_cache(self) -> None:
+        pass
+
+
 class Kube:
     """Thin async wrapper; every method returns plain dicts, ``None`` for NotFound."""
 
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
         self._plurals: dict[tuple[str, str], tuple[str, bool]] = {}
+        self._dynamic: DynamicClient | None = None
+        self._discovering = asyncio.Lock()
 
     async def _call(
         self,
@@ -99,20 +119,25 @@ class Kube:
         )
 
     async def _resource(self, api_version: str, kind: str) -> tuple[str, bool]:
+        """(plural, namespaced) of a kind, from the library's discovery. A kind or group version the
+        API server does not serve is :class:`DiscoveryError` 404; a failed discovery call is
+        :class:`DiscoveryError` with its status."""
         key = (api_version, kind)
         if key not in self._plurals:
-            base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
             try:
-                listing = await self._call(base, "GET")
+                async with self._discovering:  # one discovery at a time: its cache is shared state
+                    if self._dynamic is None:
+                        self._dynamic = await DynamicClient(
+                            self.api, cache_file=_NO_CACHE_FILE, discoverer=_MemoryDiscoverer
+                        )
+                    found = await self._dynamic.resources.get(api_version=api_version, kind=kind)
+            except ResourceNotFoundError:
+                raise DiscoveryError(404, f"{kind} is not served in {api_version} by the API server") from None
             except ApiException as exc:
                 raise DiscoveryError(
-                    exc.status, f"{api_version} is not served by the API server (GET {base}: {exc.status} {exc.reason})"
+                    exc.status, f"API discovery failed for {api_version} {kind}: {exc.status} {exc.reason}"
                 ) from None
-            for item in listing.get("resources", []):
-                if "/" not in item["name"]:
-                    self._plurals[(api_version, item["kind"])] = (item["name"], bool(item.get("namespaced")))
-            if key not in self._plurals:
-                raise DiscoveryError(404, f"{kind} is not served in {api_version} by the API server")
+            self._plurals[key] = (str(found.name), bool(found.namespaced))
         return self._plurals[key]
 
     async def _path(self, ref: deletion.ObjectRef, namespace: str) -> str:

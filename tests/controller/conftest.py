@@ -63,19 +63,12 @@ def chart_rules(helm: chart.Helm) -> list[Rule]:
 
 @pytest.fixture()
 async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[tuple[ClusterEmulator, kmock.Server]]:
-    spec = crd.load()["spec"]
     emulator = ClusterEmulator()
     if os.environ.get(RBAC_ENV) == "1":
         emulator.rbac = request.getfixturevalue("chart_rules")
-    emulator.resources[MSVC] = kmock.ResourceInfo(
-        kind=spec["names"]["kind"],
-        namespaced=True,
-        shortnames=set(spec["names"]["shortNames"]),
-        subresources=set(spec["versions"][0]["subresources"]),
-        verbs={"get", "list", "watch", "patch", "delete"},
-    )
+    assert emulator.install_crd(crd.load()) == MSVC
     async with emulator, kmock.Server(emulator) as server:
-        loops = [asyncio.create_task(emulator.kubelet()), asyncio.create_task(emulator.deployments())]
+        loops = [asyncio.create_task(emulator.kubelet()), asyncio.create_task(emulator.controllers())]
         try:
             yield emulator, server
         finally:

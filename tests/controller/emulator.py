@@ -1,41 +1,65 @@
 """A project-owned Kubernetes API emulator: kmock's ``KubernetesEmulator`` plus what a real API server
-does and kmock does not, as far as the staged deletion depends on it.
+and its controllers do and kmock does not, as far as the controller depends on it.
 
-Added here: ``uid``, ``resourceVersion`` bumped on every write, ``creationTimestamp``, ``generateName``,
-``labelSelector`` on lists, DeleteOptions preconditions answering 409, ``gracePeriodSeconds`` and
-pods that stay Terminating (``deletionTimestamp`` = now + grace) until the simulated kubelet removes
-them, Background garbage collection by ``ownerReferences``, a status subresource that leaves spec
-alone (and a main-resource write that leaves status alone), and node readiness (a kubelet on a
-NotReady node never confirms anything).
+The API server: ``uid``, ``resourceVersion`` bumped on every write, ``creationTimestamp``,
+``generateName``, ``generation`` bumped on a ``spec`` change, ``labelSelector`` on lists,
+DeleteOptions preconditions answering 409, ``metadata.resourceVersion`` in a patch or a PUT as a
+precondition (409 when stale), a status subresource that leaves spec alone (and a main-resource write
+that leaves status alone), PUT as a replacement (RBAC verb ``update``) and PATCH as a merge or JSON
+patch (verb ``patch``), ``gracePeriodSeconds`` and pods that stay Terminating (``deletionTimestamp`` =
+now + grace) until the simulated kubelet removes them, ``propagationPolicy: Orphan``. A CRD installed
+with :meth:`ClusterEmulator.install_crd` gets its structural schema applied on every create and update
+(:mod:`schema`: pruning of unknown fields, defaults, OpenAPI validation and the
+``x-kubernetes-validations`` CEL rules, a 422 ``Invalid`` ``Status`` with ``details.causes``;
+unchanged values ratchet).
+
+The controllers, in one loop (:meth:`ClusterEmulator.controllers`), each on the emulator's
+:attr:`~ClusterEmulator.clock`:
+
+- Deployment -> ReplicaSet -> pods, after ``pkg/controller/deployment``: a ReplicaSet per
+  ``pod-template-hash``; a ``spec.template`` change rolls out through a new ReplicaSet within
+  ``maxSurge``/``maxUnavailable`` (default 25%); ``spec.replicas`` scales. The Deployment's
+  ``status`` (``observedGeneration``, ``replicas``, ``updatedReplicas``, ``readyReplicas``,
+  ``availableReplicas``, ``unavailableReplicas``; zero counts omitted) is published
+  :attr:`~ClusterEmulator.status_delay` seconds after the state it describes, never in the tick
+  that changed it.
+- pods: ``Pending`` without ``podIP`` or ``startTime`` for :attr:`~ClusterEmulator.pending_for`
+  seconds, then ``Running``, then Ready :attr:`~ClusterEmulator.ready_after` seconds later; node
+  readiness (a kubelet on a NotReady node never confirms a deletion).
+- the disruption controller: PodDisruptionBudget status recomputed every
+  :attr:`~ClusterEmulator.pdb_interval` seconds; the ``pods/eviction`` subresource
+  (:meth:`ClusterEmulator._evict`) reads the stored status and decrements ``disruptionsAllowed``.
+- the garbage collector: in the background, a dependent whose owners are all gone is deleted
+  :attr:`~ClusterEmulator.gc_delay` seconds after the last one went (a Deployment's pods: two delays,
+  through the ReplicaSet).
 
 Faults on purpose: :meth:`ClusterEmulator.fail` makes one call answer an error status (a 403 on a
 DELETE, a 500 on a GET) until :meth:`ClusterEmulator.heal`; deleting an entry of ``resources`` makes
 its group version unserved (discovery answers 404), as when a CRD such as the Gateway API is missing.
+RBAC: :attr:`ClusterEmulator.rbac` set to the rules of the chart's rendered Role answers everything
+else 403 with a real ``Status`` body, and :meth:`ClusterEmulator.forbid` takes one verb on one
+resource away (an image newer than its chart).
 
-For recycling and lifecycle rules: the ``pods/eviction`` subresource with PodDisruptionBudgets
-(:meth:`ClusterEmulator._evict`, PDB status computed from Ready pods), a Deployment controller
-(:meth:`ClusterEmulator.deployments`: pods kept at ``spec.replicas`` with ``startTime``, ``podIP`` and
-Ready after a delay, status counts; ``generation`` bumped on spec changes), ``metadata.resourceVersion``
-in a patch as a precondition (409 when stale), and RBAC: :attr:`ClusterEmulator.rbac` set to the
-rules of the chart's rendered Role answers everything else 403 with a real ``Status`` body, and
-:meth:`ClusterEmulator.forbid` takes one verb on one resource away (an image newer than its chart).
-
-For leader election: ``coordination.k8s.io/v1`` Leases, and PUT on any object (a replace: server-set
-metadata and a status subresource kept, ``generation`` bumped on a spec change; RBAC verb ``update``)
-with ``metadata.resourceVersion`` as a precondition, as on PATCH: stale answers 409 Conflict with a
-real ``Status`` body. :attr:`ClusterEmulator.lease_writes` records every accepted Lease write and
+For leader election: ``coordination.k8s.io/v1`` Leases (written by PUT, above);
+:attr:`ClusterEmulator.lease_writes` records every accepted Lease write and
 :meth:`ClusterEmulator.fail_when` fails the requests a predicate picks (one replica's renewals).
 
-Not emulated: admission, OpenAPI validation and defaulting (the CRD schema is checked separately),
-field selectors, watch bookmarks and ``resourceVersion`` resumption, strategic merge patch,
-ReplicaSets (the Deployment owns its pods directly).
+Not emulated: admission webhooks and built-in types' validation and defaulting, field selectors,
+watch bookmarks and ``resourceVersion`` resumption, strategic merge patch and server-side apply, the
+``/scale`` subresource (the controller patches ``spec.replicas``), the ``Recreate`` strategy,
+``minReadySeconds``, ``progressDeadlineSeconds`` and Deployment conditions, pod deletion cost,
+foreground deletion, the disruption controller's ``disruptedPods`` map (an eviction marks the pod
+terminating at once, so it is never counted healthy twice), and the schema features listed in
+:mod:`schema`. Pods created by a test (not by a ReplicaSet) keep the status they were given.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import itertools
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -48,6 +72,8 @@ import kmock
 
 from router.decisions import durations
 
+from . import schema as schema_
+
 #: Seconds after its deletion that a simulated container exits by itself (its drain/preStop took this
 #: long); without it the container ignores SIGTERM and is killed at the end of its grace.
 EXITS_AFTER = "emulator.test/exits-after-secs"
@@ -59,6 +85,7 @@ RESOURCES = {
     "v1/events": ("Event", True, set()),
     "v1/namespaces": ("Namespace", False, set()),
     "apps/v1/deployments": ("Deployment", True, {"status"}),
+    "apps/v1/replicasets": ("ReplicaSet", True, {"status"}),
     "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True, {"status"}),
     "gateway.networking.k8s.io/v1/httproutes": ("HTTPRoute", True, {"status"}),
     "inference.networking.k8s.io/v1/inferencepools": ("InferencePool", True, {"status"}),
@@ -66,6 +93,58 @@ RESOURCES = {
 }
 
 LEASES = "coordination.k8s.io/v1/leases"
+
+
+HASH_LABEL = "pod-template-hash"
+
+
+def _template_hash(template: dict[str, Any]) -> str:
+    """A stable hash of a pod template, as the ``pod-template-hash`` label (the real one is an FNV
+    hash of the template rendered safe for names; any stable digest behaves the same here)."""
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
+    return "".join(ch for ch in digest if ch in "bcdfghjklmnpqrstvwxz2456789")[:10] or digest[:10]
+
+
+def _rolling_limits(spec: dict[str, Any], desired: int) -> tuple[int, int]:
+    """(maxSurge, maxUnavailable) of ``spec.strategy.rollingUpdate`` for ``desired`` replicas: percents
+    of ``desired`` (surge rounded up, unavailable down), default 25% each; both 0 makes unavailable 1."""
+    rolling = (spec.get("strategy") or {}).get("rollingUpdate") or {}
+
+    def resolve(value: Any, up: bool) -> int:
+        if isinstance(value, str) and value.endswith("%"):
+            scaled = desired * int(value[:-1])
+            return -(-scaled // 100) if up else scaled // 100
+        return int(value)
+
+    surge = resolve(rolling.get("maxSurge", "25%"), up=True)
+    unavailable = resolve(rolling.get("maxUnavailable", "25%"), up=False)
+    if surge == 0 and unavailable == 0:
+        unavailable = 1
+    return surge, unavailable
+
+
+def _owner_ref(api_version: str, kind: str, meta: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _merge(base: Any, patch: Any) -> Any:
+    """A JSON merge patch (RFC 7386): objects merge, ``null`` removes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = dict(base) if isinstance(base, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = _merge(merged.get(key), value)
+    return merged
 
 
 TEST_CLIENT = "kmock/"
@@ -154,7 +233,8 @@ def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) ->
     return True
 
 
-#: kmock's actions -> RBAC verbs.
+#: kmock's actions -> RBAC verbs (kmock's UPDATE is a PATCH; a PUT, which kmock leaves without an
+#: action, is the verb ``update``: see :meth:`ClusterEmulator._verb`).
 VERBS = {"LIST": "list", "WATCH": "watch", "FETCH": "get", "CREATE": "create", "UPDATE": "patch", "DELETE": "delete"}
 #: The user the emulated controller runs as, in 403 messages.
 CONTROLLER_USER = "system:serviceaccount:drain-router:drain-router-controller"
@@ -184,6 +264,10 @@ class Eviction:
     at: float
     unsettled: tuple[str, ...]
     """Pods of the namespace terminating or not Ready when it arrived (before it was applied)."""
+    rolling_out: tuple[str, ...] = ()
+    """Deployments of the namespace whose rollout was not complete when it arrived, as the emulated
+    controller knew it (not as its late status said): pods not all of the current template, not all
+    available, or not ``spec.replicas`` of them."""
 
 
 @attrs.frozen(kw_only=True)
@@ -202,11 +286,31 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     rbac: list[Rule] | None = None
     """``None``: everything allowed. A list of rules: only what they grant, the rest 403 (the tests'
     own requests, User-Agent :data:`TEST_CLIENT`, are exempt)."""
+    pending_for: float = 0.1
+    """Seconds a ReplicaSet's pod stays ``Pending`` (no ``podIP``, no ``startTime``) before ``Running``."""
     ready_after: float = 0.2
     """Seconds after its start that a Deployment's pod turns Ready (the process-backed kubelet instead
     waits for the pod's router to answer)."""
+    status_delay: float = 0.15
+    """Seconds the Deployment controller's status lags what it computes (pods, ReplicaSets, ``spec``):
+    a readiness change or a new ``generation`` shows in the Deployment's status this much later."""
+    pdb_interval: float = 0.15
+    """Seconds between two passes of the disruption controller over every PodDisruptionBudget."""
+    gc_delay: float = 0.15
+    """Seconds after its last owner went that the garbage collector deletes a dependent."""
     pdb_controller_paused: bool = False
     """While set, PodDisruptionBudget status is not recomputed (``observedGeneration`` lags)."""
+    schemas: dict[Any, schema_.Structural] = attrs.field(factory=dict)
+    """Resource -> its structural schema (:meth:`install_crd`): pruning, defaulting, validation."""
+    _born: dict[str, float] = attrs.field(factory=dict, init=False)
+    """uid -> when it was created (on :attr:`clock`)."""
+    _gone: dict[str, float] = attrs.field(factory=dict, init=False)
+    """uid -> when the object was removed, for the garbage collector."""
+    _seen: dict[Any, list[tuple[float, dict[str, Any]]]] = attrs.field(factory=dict, init=False)
+    """Deployment key -> the statuses computed and not yet published, with when."""
+    _pdb_due: float = attrs.field(default=0.0, init=False)
+    ticks: int = attrs.field(default=0, init=False)
+    """Passes of :meth:`controllers` so far: a test waits for the next pass, never for a time."""
     _rv: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
     _faults: dict[Any, tuple[int, str, str]] = attrs.field(factory=dict, init=False)
     _forbidden: set[tuple[str, str]] = attrs.field(factory=set, init=False)
@@ -219,8 +323,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     """Called (under the lock, must not block) for each accepted Lease write, as it is applied."""
     _fault_rules: list[tuple[Callable[[Any], bool], tuple[int, str, str]]] = attrs.field(factory=list, init=False)
     on_pod_created: Callable[[dict[str, Any]], None] | None = None
-    """Called (under the lock, must not block) for each pod the Deployment controller creates; the
-    process-backed kubelet starts the pod's router from it."""
+    """Called (under the lock, must not block) when a ReplicaSet's pod leaves ``Pending`` (it has its
+    ``podIP`` from then on); the process-backed kubelet starts the pod's router from it."""
     pod_may_be_ready: Callable[[dict[str, Any]], bool] | None = None
     """``None``: pods turn Ready :attr:`ready_after` seconds after they start. Set: also only once it
     says so (the process-backed kubelet: once the pod's router listens)."""
@@ -253,10 +357,12 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             return None
         return copy.deepcopy(self.objects[key].raw)
 
-    async def put(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create an object as a client would (uid, resourceVersion, timestamps assigned)."""
+    async def put(self, path: str, obj: dict[str, Any], *, admit: bool = True) -> dict[str, Any]:
+        """Create an object as a client would (uid, resourceVersion, timestamps assigned). ``admit=False``
+        skips its schema: an object stored before its CRD carried today's rules (the API server does not
+        re-validate stored objects)."""
         async with self._lock:
-            created = self._create(kmock.resource(path), copy.deepcopy(obj))[1]
+            created = self._create(kmock.resource(path), copy.deepcopy(obj), admit=admit)[1]
             await self._flush()
             return created
 
@@ -278,6 +384,22 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         """Answer ``verb`` (``create``, ``patch``, ...) on ``resource`` (``pods/eviction``) with 403,
         as when the image is newer than the chart that granted its RBAC."""
         self._forbidden.add((verb, resource))
+
+    def install_crd(self, definition: dict[str, Any]) -> str:
+        """Serve a CustomResourceDefinition's storage version, with its structural schema applied to
+        every write of the main resource and its status. Returns the resource's path."""
+        spec = definition["spec"]
+        (version,) = [v for v in spec["versions"] if v.get("storage")]
+        path = f"{spec['group']}/{version['name']}/{spec['names']['plural']}"
+        self.resources[path] = kmock.ResourceInfo(
+            kind=spec["names"]["kind"],
+            namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+            shortnames=set(spec["names"].get("shortNames") or ()),
+            subresources=set(version.get("subresources") or ()),
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+        )
+        self.schemas[kmock.resource(path)] = schema_.Structural(version["schema"]["openAPIV3Schema"])
+        return path
 
     def allocate_ip(self) -> str:
         """The next pod IP: 127.0.0.2, 127.0.0.3, ... (loopback, so a real router can bind it)."""
@@ -327,63 +449,198 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             "disruptionsAllowed": max(healthy - desired, 0),
         }
 
-    def _refresh_pdbs(self, namespace: str) -> list[tuple[Any, dict[str, Any]]]:
-        pdbs = []
-        for key, obj in self.objects.items():
-            if key[0] != kmock.resource("policy/v1/poddisruptionbudgets") or key[1] != namespace or obj.deleted:
-                continue
-            if not self.pdb_controller_paused:
-                obj.patch({"status": self.pdb_status(obj.raw)})
-            pdbs.append((key, obj.raw))
-        return pdbs
-
-    async def deployments(self, interval: float = 0.05) -> None:
-        """The Deployment controller and the pods' readiness, in one loop, until cancelled: each
-        Deployment (not deleting) keeps ``spec.replicas`` (default 1) pods it owns from
-        ``spec.template``, each with ``startTime`` and a ``podIP``, Ready some seconds after
-        it started (:attr:`ready_after`); surplus pods are deleted gracefully, newest first; status counts follow."""
+    async def controllers(self, interval: float = 0.05) -> None:
+        """The controller manager and the pods' kubelet-side start, in one loop, until cancelled:
+        Deployments (:meth:`_reconcile_deployments`), ReplicaSets (:meth:`_reconcile_replicasets`),
+        pods from Pending to Running to Ready (:meth:`_reconcile_pods`), the disruption controller
+        every :attr:`pdb_interval` and the garbage collector (:attr:`gc_delay`)."""
         while True:
             await asyncio.sleep(interval)
             async with self._lock:
-                self._reconcile_deployments(self.ready_after)
+                now = self.clock()
+                self._reconcile_pods(now)
+                self._reconcile_deployments(now)
+                self._reconcile_replicasets(now)
+                self._publish_deployment_status(now)
+                if now >= self._pdb_due:
+                    self._pdb_due = now + self.pdb_interval
+                    self._disruption_controller()
+                self._collect_garbage(now)
+                self.ticks += 1
                 await self._flush()
 
-    def _reconcile_deployments(self, ready_after: float) -> None:
-        now = self.clock()
-        pods_res, deploy_res = kmock.resource("v1/pods"), kmock.resource("apps/v1/deployments")
-        for key in [k for k, o in self.objects.items() if k[0] == pods_res and not o.deleted]:
-            pod = self.objects[key].raw
+    def _live(self, path: str, namespace: str | None = None) -> list[tuple[Any, dict[str, Any]]]:
+        """(key, object) of every object of ``path`` not removed (terminating ones included)."""
+        res = kmock.resource(path)
+        return [
+            (k, o.raw)
+            for k, o in self.objects.items()
+            if k[0] == res and not o.deleted and (namespace is None or k[1] == namespace)
+        ]
+
+    def _owned(self, path: str, namespace: str, uid: str) -> list[dict[str, Any]]:
+        """The objects of ``path`` whose controller ``ownerReference`` is ``uid``, oldest first."""
+        return sorted(
+            (
+                raw
+                for _, raw in self._live(path, namespace)
+                if any(
+                    r.get("uid") == uid and r.get("controller") for r in raw["metadata"].get("ownerReferences") or ()
+                )
+            ),
+            key=lambda o: (self._born.get(o["metadata"]["uid"], 0.0), o["metadata"]["name"]),
+        )
+
+    def _reconcile_pods(self, now: float) -> None:
+        """The kubelet's side of a ReplicaSet's pod: ``Pending`` (no ``podIP``, no ``startTime``) for
+        :attr:`pending_for` seconds, then ``Running`` with both, then Ready :attr:`ready_after` seconds
+        after it started (and once :attr:`pod_may_be_ready` agrees)."""
+        for key, pod in self._live("v1/pods"):
             status = pod.get("status") or {}
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            born = self._born.get(pod["metadata"]["uid"])
+            if status.get("phase") == "Pending" and born is not None and now >= born + self.pending_for:
+                status = {
+                    "phase": "Running",
+                    "startTime": durations.format_time(now),
+                    "podIP": self.allocate_ip(),
+                    "conditions": [
+                        {"type": "PodScheduled", "status": "True"},
+                        {"type": "Ready", "status": "False", "reason": "ContainersNotReady"},
+                    ],
+                }
+                pod = self._write(key, {"status": status})
+                if self.on_pod_created is not None:
+                    self.on_pod_created(pod)
+                continue
             start = status.get("startTime")
             if (
                 start
                 and not _ready(pod)
-                and not pod["metadata"].get("deletionTimestamp")
                 and status.get("phase") == "Running"
                 and (self.pod_may_be_ready is None or self.pod_may_be_ready(pod))
-                and now >= durations.parse_time(start) + ready_after
+                and now >= durations.parse_time(start) + self.ready_after
             ):
-                self._write(key, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
-        for key in [k for k, o in self.objects.items() if k[0] == deploy_res and not o.deleted]:
-            deployment = self.objects[key].raw
+                conditions = [c for c in status.get("conditions") or () if c.get("type") != "Ready"]
+                self._write(key, {"status": {"conditions": [*conditions, {"type": "Ready", "status": "True"}]}})
+
+    def _reconcile_deployments(self, now: float) -> None:
+        """The Deployment controller's rolling update (``pkg/controller/deployment/rolling.go``): the
+                ReplicaSet whose ``pod-template-hash`` matches ``spec.template`` is the new one; it is scaled up
+                within ``maxSurge`` and the old ones down within ``maxUnavailable`` (both from
+                ``spec.strategy.rollingUpdate``, default 25%: surge rounded up, unavailable down, and at least
+                one of them non-zero). ``spec.paused`` stops it where it is (no new ReplicaSet, no scaling: the real
+        one still scales proportionally); ``Recreate`` is not emulated. Status follows, :attr:`status_delay` late
+                (:meth:`_publish_deployment_status`)."""
+        for key, deployment in self._live("apps/v1/deployments"):
             meta, spec = deployment["metadata"], deployment.get("spec") or {}
-            if meta.get("deletionTimestamp") or "template" not in spec:
-                continue
+            if meta.get("deletionTimestamp") or "template" not in spec or spec.get("paused"):
+                continue  # paused (``kubectl rollout pause``): no rollout, status still published
+            namespace = key[1]
             desired = 1 if spec.get("replicas") is None else int(spec["replicas"])
-            owned = sorted(
-                (
-                    o.raw
-                    for k, o in self.objects.items()
-                    if k[0] == pods_res
-                    and not o.deleted
-                    and k[1] == key[1]
-                    and any(r.get("uid") == meta["uid"] for r in o.raw["metadata"].get("ownerReferences") or ())
-                    and (o.raw.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                ),
-                key=lambda p: p["metadata"]["creationTimestamp"] + p["metadata"]["name"],
+            template_hash = _template_hash(spec["template"])
+            sets = self._owned("apps/v1/replicasets", namespace, meta["uid"])
+            new = next(
+                (rs for rs in sets if (rs["metadata"].get("labels") or {}).get(HASH_LABEL) == template_hash), None
             )
-            alive = [p for p in owned if not p["metadata"].get("deletionTimestamp")]
-            for pod in alive[desired:][::-1]:
+            olds = [rs for rs in sets if rs is not new]
+            surge, unavailable = _rolling_limits(spec, desired)
+            replicas = {rs["metadata"]["name"]: int((rs.get("spec") or {}).get("replicas") or 0) for rs in sets}
+            available = {rs["metadata"]["name"]: self._rs_counts(rs)[2] for rs in sets}
+            if new is None:
+                total = sum(replicas.values())
+                start = desired if not any(replicas.values()) else max(min(desired + surge - total, desired), 0)
+                new = self._new_replicaset(key, deployment, template_hash, start)
+                replicas[new["metadata"]["name"]], available[new["metadata"]["name"]] = start, 0
+            name_new = new["metadata"]["name"]
+            if not any(replicas[rs["metadata"]["name"]] for rs in olds):
+                target = {name_new: desired}
+            else:
+                target = dict(replicas)
+                if target[name_new] > desired:
+                    target[name_new] = desired
+                elif target[name_new] < desired:
+                    up = min(desired + surge - sum(target.values()), desired - target[name_new])
+                    target[name_new] += max(up, 0)
+                min_available = desired - unavailable
+                budget = sum(replicas.values()) - min_available - (replicas[name_new] - available[name_new])
+                for rs in olds:  # unhealthy old pods first (cleanupUnhealthyReplicas)
+                    name = rs["metadata"]["name"]
+                    down = min(budget, target[name] - available[name])
+                    if budget > 0 and down > 0:
+                        target[name] -= down
+                        budget -= down
+                spare = sum(available.values()) - min_available
+                for rs in olds:  # then available ones, oldest first (scaleDownOldReplicaSetsForRollingUpdate)
+                    name = rs["metadata"]["name"]
+                    down = min(target[name], spare, budget)
+                    if down > 0:
+                        target[name] -= down
+                        spare -= down
+                        budget -= down
+            for rs in sets if new in sets else [*sets, new]:
+                name = rs["metadata"]["name"]
+                if name in target and target[name] != replicas[name]:
+                    self._write(
+                        (kmock.resource("apps/v1/replicasets"), namespace, name), {"spec": {"replicas": target[name]}}
+                    )
+
+    def _new_replicaset(
+        self, key: Any, deployment: dict[str, Any], template_hash: str, replicas: int
+    ) -> dict[str, Any]:
+        meta, spec = deployment["metadata"], deployment["spec"]
+        template = copy.deepcopy(spec["template"])
+        template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = template_hash
+        selector = copy.deepcopy(spec.get("selector") or {})
+        selector.setdefault("matchLabels", {})[HASH_LABEL] = template_hash
+        labels = {**(template["metadata"]["labels"])}
+        _, created = self._create(
+            kmock.resource("apps/v1/replicasets"),
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {
+                    "name": f"{meta['name']}-{template_hash}",
+                    "namespace": key[1],
+                    "labels": labels,
+                    "ownerReferences": [_owner_ref("apps/v1", "Deployment", meta)],
+                },
+                "spec": {"replicas": replicas, "selector": selector, "template": template},
+            },
+        )
+        return created
+
+    def _rs_counts(self, rs: dict[str, Any]) -> tuple[int, int, int]:
+        """(pods, Ready pods, available pods) of a ReplicaSet: its pods not terminating, not finished
+        (``minReadySeconds`` is not emulated: Ready is available)."""
+        alive = [
+            p
+            for p in self._owned("v1/pods", rs["metadata"]["namespace"], rs["metadata"]["uid"])
+            if not p["metadata"].get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+        ready = sum(1 for p in alive if _ready(p))
+        return len(alive), ready, ready
+
+    def _reconcile_replicasets(self, now: float) -> None:
+        """The ReplicaSet controller: ``spec.replicas`` pods from ``spec.template``, created
+        ``Pending``; a surplus deleted gracefully, not-Ready ones first, then the newest; status
+        counts at once (the Deployment's own status is the late one)."""
+        pods_res = kmock.resource("v1/pods")
+        for key, rs in self._live("apps/v1/replicasets"):
+            meta, spec = rs["metadata"], rs.get("spec") or {}
+            if meta.get("deletionTimestamp"):
+                continue
+            desired = int(spec.get("replicas") or 0)
+            alive = [
+                p
+                for p in self._owned("v1/pods", key[1], meta["uid"])
+                if not p["metadata"].get("deletionTimestamp")
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            ]
+            surplus = sorted(alive, key=lambda p: (_ready(p), -self._born.get(p["metadata"]["uid"], 0.0)))
+            for pod in surplus[: max(len(alive) - desired, 0)]:
                 self._delete((pods_res, key[1], pod["metadata"]["name"]), {})
             for _ in range(desired - len(alive)):
                 template = copy.deepcopy(spec["template"])
@@ -391,49 +648,107 @@ class ClusterEmulator(kmock.KubernetesEmulator):
                 pod_meta.update(
                     namespace=key[1],
                     generateName=f"{meta['name']}-",
-                    ownerReferences=[
-                        {
-                            "apiVersion": "apps/v1",
-                            "kind": "Deployment",
-                            "name": meta["name"],
-                            "uid": meta["uid"],
-                            "controller": True,
-                        }
-                    ],
+                    ownerReferences=[_owner_ref("apps/v1", "ReplicaSet", meta)],
                 )
                 template["metadata"] = pod_meta
                 template["status"] = {
-                    "phase": "Running",
-                    "startTime": durations.format_time(now),
-                    "podIP": self.allocate_ip(),
-                    "conditions": [{"type": "Ready", "status": "False"}],
+                    "phase": "Pending",
+                    "conditions": [
+                        {"type": "PodScheduled", "status": "True"},
+                        {"type": "Ready", "status": "False", "reason": "ContainersNotReady"},
+                    ],
                 }
-                _, created = self._create(pods_res, template)
-                if self.on_pod_created is not None:
-                    self.on_pod_created(created)
-            alive = [
-                p
-                for p in (
-                    self.objects[(pods_res, key[1], n)].raw
-                    for n in [
-                        k[2] for k, o in self.objects.items() if k[0] == pods_res and k[1] == key[1] and not o.deleted
-                    ]
-                )
-                if any(r.get("uid") == meta["uid"] for r in p["metadata"].get("ownerReferences") or ())
-                and not p["metadata"].get("deletionTimestamp")
-                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-            ]
-            ready = sum(1 for p in alive if _ready(p))
+                self._create(pods_res, template)
+            pods, ready, available = self._rs_counts(rs)
             status = {
                 "observedGeneration": meta.get("generation", 1),
-                "replicas": len(alive),
-                "updatedReplicas": len(alive),
+                "replicas": pods,
+                "fullyLabeledReplicas": pods,
                 "readyReplicas": ready,
-                "availableReplicas": ready,
+                "availableReplicas": available,
             }
-            current = deployment.get("status") or {}
-            if any(current.get(k) != v for k, v in status.items()):
+            if any((rs.get("status") or {}).get(k) != v for k, v in status.items()):
                 self._write(key, {"status": status})
+
+    def deployment_status(self, key: Any) -> dict[str, Any]:
+        """The status the Deployment controller computes now (published :attr:`status_delay` later):
+        ``replicas`` = pods of all its ReplicaSets, ``updatedReplicas`` = pods of the new one, Ready
+        and available summed (each pod not terminating); a zero count is ``None`` (absent once
+        written: the real status omits it)."""
+        deployment = self.objects[key].raw
+        meta, spec = deployment["metadata"], deployment.get("spec") or {}
+        template_hash = _template_hash(spec["template"])
+        desired = 1 if spec.get("replicas") is None else int(spec["replicas"])
+        total = updated = ready = available = 0
+        for rs in self._owned("apps/v1/replicasets", key[1], meta["uid"]):
+            pods, rs_ready, rs_available = self._rs_counts(rs)
+            total, ready, available = total + pods, ready + rs_ready, available + rs_available
+            if (rs["metadata"].get("labels") or {}).get(HASH_LABEL) == template_hash:
+                updated = pods
+        counts = {
+            "replicas": total,
+            "updatedReplicas": updated,
+            "readyReplicas": ready,
+            "availableReplicas": available,
+            "unavailableReplicas": max(desired - available, 0),
+        }
+        # ``omitempty``: a zero count is absent from the status, as the API server serializes it.
+        return {"observedGeneration": meta.get("generation", 1), **{k: v or None for k, v in counts.items()}}
+
+    def _rolling_out(self, namespace: str) -> tuple[str, ...]:
+        names = []
+        for key, deployment in self._live("apps/v1/deployments", namespace):
+            spec = deployment.get("spec") or {}
+            if "template" not in spec:
+                continue
+            desired = 1 if spec.get("replicas") is None else int(spec["replicas"])
+            truth = self.deployment_status(key)
+            if any((truth.get(k) or 0) != desired for k in ("replicas", "updatedReplicas", "availableReplicas")):
+                names.append(key[2])
+        return tuple(names)
+
+    def _publish_deployment_status(self, now: float) -> None:
+        """Each Deployment's status as computed :attr:`status_delay` seconds ago: what the real
+        controller writes lags the pods (and ``spec``) by its informers and work queue."""
+        for key, deployment in self._live("apps/v1/deployments"):
+            if "template" not in (deployment.get("spec") or {}):
+                continue
+            seen = self._seen.setdefault(key, [])
+            computed = self.deployment_status(key)
+            if not seen or seen[-1][1] != computed:
+                seen.append((now, computed))
+            due = [i for i, (at, _) in enumerate(seen) if now - at >= self.status_delay]
+            if not due:
+                continue
+            del seen[: due[-1]]
+            status = seen[0][1]
+            if any((deployment.get("status") or {}).get(k) != v for k, v in status.items()):
+                self._write(key, {"status": status})
+
+    def _disruption_controller(self) -> None:
+        """Every PodDisruptionBudget's status, recomputed (not at eviction time: an eviction reads
+        what was last written here and decrements ``disruptionsAllowed``)."""
+        if self.pdb_controller_paused:
+            return
+        for key, pdb in self._live("policy/v1/poddisruptionbudgets"):
+            status = self.pdb_status(pdb)
+            if any((pdb.get("status") or {}).get(k) != v for k, v in status.items()):
+                self._write(key, {"status": status})
+
+    def _collect_garbage(self, now: float) -> None:
+        """The garbage collector, in the background: an object all of whose ``ownerReferences`` name
+        removed objects is deleted (gracefully, Background) :attr:`gc_delay` seconds after the last of
+        them went. A Deployment's pods therefore go about two delays after it (via the ReplicaSet)."""
+        for key, obj in list(self._live_all()):
+            owners = [r.get("uid") for r in obj["metadata"].get("ownerReferences") or ()]
+            if not owners or obj["metadata"].get("deletionTimestamp"):
+                continue
+            gone = [self._gone.get(uid) for uid in owners]
+            if all(at is not None for at in gone) and now >= max(at for at in gone if at is not None) + self.gc_delay:
+                self._delete(key, {})
+
+    def _live_all(self) -> list[tuple[Any, dict[str, Any]]]:
+        return [(k, o.raw) for k, o in self.objects.items() if not o.deleted]
 
     async def set_node_ready(self, name: str, ready: bool) -> None:
         async with self._lock:
@@ -482,7 +797,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
 
     _pending: list[Any] = attrs.field(factory=list, init=False)
 
-    def _create(self, resource: Any, obj: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def _create(self, resource: Any, obj: dict[str, Any], *, admit: bool = True) -> tuple[Any, dict[str, Any]]:
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
@@ -491,9 +806,13 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         key = (resource, namespace, meta["name"])
         if key in self.objects and not self.objects[key].deleted:
             raise kmock.KubernetesError(status=409, reason="AlreadyExists", message=f"{meta['name']} already exists")
+        if admit and resource in self.schemas:
+            obj = self._admit(resource, obj)
+            meta = obj["metadata"]
         meta.update(
             uid=str(uuid.uuid4()), resourceVersion=str(next(self._rv)), creationTimestamp=self._now(), generation=1
         )
+        self._born[meta["uid"]] = self.clock()
         if resource == kmock.resource("v1/pods"):
             obj.setdefault("status", {}).setdefault("phase", "Running")
         if key in self.objects:
@@ -504,19 +823,24 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         return key, obj
 
     def _write(self, key: Any, patch: Any) -> dict[str, Any]:
+        """Apply a merge patch (a dict) or a JSON patch (a list), or store a whole object (``PUT``:
+        :meth:`_replace`); admission (:attr:`schemas`) first, ``generation`` bumped on a ``spec``
+        change, a new ``resourceVersion``."""
         obj = self.objects[key]
+        old = obj.raw
         if isinstance(patch, list):  # JSON patch; a failed ``test`` op is 422, as on a real server
             try:
-                new = jsonpatch.apply_patch(copy.deepcopy(obj.raw), patch)
+                new = jsonpatch.apply_patch(copy.deepcopy(old), patch)
             except (jsonpatch.JsonPatchTestFailed, jsonpatch.JsonPatchConflict) as exc:
                 raise kmock.KubernetesError(status=422, reason="Invalid", message=str(exc)) from None
-            obj.history.append(new)
         else:
-            before = copy.deepcopy(obj.raw.get("spec"))
-            obj.patch(patch)
-            if key[0] != kmock.resource("v1/pods") and obj.raw.get("spec") != before:
-                obj.patch({"metadata": {"generation": int(obj.raw["metadata"].get("generation") or 1) + 1}})
-        obj.patch({"metadata": {"resourceVersion": str(next(self._rv))}})
+            new = _merge(copy.deepcopy(old), patch)
+        if key[0] in self.schemas:
+            new = self._admit(key[0], new, old)
+        if key[0] != kmock.resource("v1/pods") and new.get("spec") != old.get("spec"):
+            new["metadata"]["generation"] = int(old["metadata"].get("generation") or 1) + 1
+        new["metadata"]["resourceVersion"] = str(next(self._rv))
+        obj.history.append(new)
         raw = obj.raw
         meta = raw["metadata"]
         if meta.get("deletionTimestamp") and not meta.get("finalizers") and key[0] != kmock.resource("v1/pods"):
@@ -533,14 +857,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         self._pending.append((key[0], "DELETED", raw))
         if key[0] == kmock.resource("v1/pods") and self.on_pod_removed is not None:
             self.on_pod_removed(raw)
-        # Background garbage collection: dependents go after their owner.
-        uid = raw["metadata"].get("uid")
-        for other in list(self.objects):
-            if self.objects[other].deleted or other[1] != key[1]:
-                continue
-            owners = self.objects[other].raw["metadata"].get("ownerReferences") or ()
-            if any(o.get("uid") == uid for o in owners):
-                self._delete(other, {})
+        # Background garbage collection: dependents go after their owner, later (_collect_garbage).
+        self._gone[raw["metadata"].get("uid", "")] = self.clock()
 
     def _delete(self, key: Any, options: dict[str, Any]) -> dict[str, Any]:
         raw = self.objects[key].raw
@@ -555,6 +873,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             )
         if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
             raise kmock.KubernetesError(status=409, reason="Conflict", message="Precondition failed: resourceVersion")
+        if options.get("propagationPolicy") == "Orphan":
+            self._orphan(meta.get("uid", ""))
         is_pod = key[0] == kmock.resource("v1/pods")
         if is_pod:
             grace = options.get("gracePeriodSeconds")
@@ -573,6 +893,56 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             self._write(key, {"metadata": {"deletionTimestamp": self._now()}})
         else:
             self._hard_delete(key)
+        return raw
+
+    def _orphan(self, uid: str) -> None:
+        """``propagationPolicy: Orphan``: the dependents lose their reference to the owner (at once; the
+        real garbage collector does it before the owner goes, behind an ``orphan`` finalizer)."""
+        for key, obj in self._live_all():
+            refs = obj["metadata"].get("ownerReferences") or []
+            if any(r.get("uid") == uid for r in refs):
+                kept = [r for r in refs if r.get("uid") != uid]
+                self._write(key, {"metadata": {"ownerReferences": kept or None}})
+
+    def _admit(self, resource: Any, obj: dict[str, Any], old: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The object as its structural schema stores it, or 422 Invalid with every cause (an update
+        compared with ``old``, the stored object: see :meth:`schema.Structural.admit`)."""
+        admitted, causes = self.schemas[resource].admit(obj, old)
+        if causes:
+            body = schema_.invalid(
+                self.resources[resource].kind or "", resource.group or "", obj["metadata"].get("name", ""), causes
+            )
+            raise kmock.KubernetesError(status=422, reason="Invalid", message=body["message"], details=body["details"])
+        return admitted
+
+    def _replace(self, key: Any, body: dict[str, Any], subresource: str | None) -> dict[str, Any]:
+        """``PUT``: the whole object (or its status) replaced; ``metadata.resourceVersion``, when
+        sent, must be the stored one (409 otherwise); server-owned metadata kept."""
+        stored = self.objects[key].raw
+        expected = (body.get("metadata") or {}).get("resourceVersion")
+        if expected is not None and expected != stored["metadata"].get("resourceVersion"):
+            raise kmock.KubernetesError(
+                status=409,
+                reason="Conflict",
+                message=f'Operation cannot be fulfilled on {key[0].plural} "{key[2]}": the object has been '
+                "modified; please apply your changes to the latest version and try again",
+            )
+        has_status = "status" in self.resources[key[0]].subresources
+        if subresource == "status":
+            new = {**stored, "status": body.get("status")}
+        else:
+            new = {**body, "metadata": {**(body.get("metadata") or {})}}
+            if has_status:
+                new["status"] = stored.get("status")
+            kept = ("uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds")
+            for field in kept:
+                if field in stored["metadata"]:
+                    new["metadata"][field] = stored["metadata"][field]
+                else:
+                    new["metadata"].pop(field, None)
+        new = {k: v for k, v in new.items() if v is not None}
+        raw = self._write(key, [{"op": "replace", "path": "", "value": new}])
+        self._lease_written(key[0], raw)
         return raw
 
     async def _flush(self) -> None:
@@ -604,6 +974,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
                     and not o.deleted
                     and (o.raw["metadata"].get("deletionTimestamp") or not _ready(o.raw))
                 )
+                rolling_out = self._rolling_out(request.namespace)
                 code, body = self._evict(request.namespace, request.name, request.data or {})
                 self.evictions.append(
                     Eviction(
@@ -611,19 +982,25 @@ class ClusterEmulator(kmock.KubernetesEmulator):
                         code=code,
                         at=self.clock(),
                         unsettled=tuple(unsettled),
+                        rolling_out=rolling_out,
                         uid=((request.data or {}).get("deleteOptions") or {}).get("preconditions", {}).get("uid", ""),
                     )
                 )
                 await self._flush()
             return aiohttp.web.json_response(body, status=code)
-        if request.resource is not None and request.name and request.method == "PUT" and not request.subresource:
+        if request.resource is not None and request.method == "PUT" and request.name:
             try:
                 async with self._lock:
-                    raw = copy.deepcopy(self._replace(request))
+                    key = (request.resource, request.namespace, request.name)
+                    if key not in self.objects or self.objects[key].deleted:
+                        raise kmock.KubernetesError(
+                            status=404, reason="NotFound", message=f"{request.name!r} not found"
+                        )
+                    replaced = copy.deepcopy(self._replace(key, request.data or {}, request.subresource))
                     await self._flush()
             except kmock.KubernetesError as exc:
                 return await self._render_error(exc)
-            return aiohttp.web.json_response(raw)
+            return aiohttp.web.json_response(replaced)
         if request.resource is not None and action in (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE):
             try:
                 async with self._lock:
@@ -644,7 +1021,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             return None
         if request.subresource == "eviction" and request.method == "POST":
             verb = "create"
-        elif request.method == "PUT":
+        elif request.method == "PUT" and request.name:
             verb = "update"
         elif request.action is None:
             return None
@@ -697,7 +1074,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             return 201, success
         pdbs = [
             (k, raw)
-            for k, raw in self._refresh_pdbs(namespace)
+            for k, raw in self._live("policy/v1/poddisruptionbudgets", namespace)
             if selector_matches((raw.get("spec") or {}).get("selector"), pod["metadata"].get("labels") or {})
         ]
         if len(pdbs) > 1:
@@ -723,7 +1100,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
                         f"{status.get('desiredHealthy')} healthy pods and has "
                         f"{status.get('currentHealthy')} currently",
                     )
-                self.objects[pdb_key].patch({"status": {"disruptionsAllowed": status["disruptionsAllowed"] - 1}})
+                self._write(pdb_key, {"status": {"disruptionsAllowed": status["disruptionsAllowed"] - 1}})
         self._delete(key, options)
         return 201, success
 
@@ -735,32 +1112,6 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             "modified; please apply your changes to the latest version and try again",
             details={"name": name, "group": resource.group or "", "kind": resource.plural},
         )
-
-    def _replace(self, request: Any) -> dict[str, Any]:
-        """PUT: the body replaces the object; a ``metadata.resourceVersion`` that is not the current
-        one answers 409 Conflict (optimistic concurrency); server-set metadata and, where there is a
-        status subresource, the status are kept."""
-        resource, namespace, name = request.resource, request.namespace, request.name
-        key = (resource, namespace, name)
-        if key not in self.objects or self.objects[key].deleted:
-            raise kmock.KubernetesError(status=404, reason="NotFound", message=f"{resource.plural} {name!r} not found")
-        current = self.objects[key].raw
-        body = copy.deepcopy(request.data) if isinstance(request.data, dict) else {}
-        meta = body.setdefault("metadata", {})
-        expected = meta.get("resourceVersion")
-        if expected is not None and expected != current["metadata"].get("resourceVersion"):
-            raise self._conflict(resource, name)
-        for field in ("uid", "creationTimestamp", "generation", "namespace", "name", "deletionTimestamp"):
-            if field in current["metadata"]:
-                meta[field] = current["metadata"][field]
-        if resource in self.resources and "status" in self.resources[resource].subresources:
-            body["status"] = current.get("status")
-        if body.get("spec") != current.get("spec") and resource != kmock.resource("v1/pods"):
-            meta["generation"] = int(current["metadata"].get("generation") or 1) + 1
-        self.objects[key].history.append(body)
-        raw = self._write(key, {})
-        self._lease_written(resource, raw)
-        return raw
 
     def _lease_written(self, resource: Any, raw: dict[str, Any]) -> None:
         if resource != kmock.resource(LEASES):

@@ -27,9 +27,11 @@ async def make_service(
     status: dict[str, Any] | None = None,
     exits_after: float | None = 0.2,
     grace: int = 30,
+    admit: bool = True,
 ) -> None:
     """``exits_after``: seconds after its deletion that a simulated container exits; ``None`` for
-    process-backed pods, whose real router decides."""
+    process-backed pods, whose real router decides. ``admit=False``: the ModelService was stored
+    before the CRD carried today's validation (so rules it refuses can reach the controller)."""
     await cluster.put(
         "apps/v1/deployments",
         {
@@ -69,11 +71,11 @@ async def make_service(
     }
     if status is not None:
         body["status"] = status
-    await cluster.put(MSVC, body)
+    await cluster.put(MSVC, body, admit=admit)
 
 
 def pods(cluster: ClusterEmulator, *, alive_only: bool = True) -> list[dict[str, Any]]:
-    """The service's pods, oldest first (terminating ones too unless ``alive_only``)."""
+    """The service's pods, oldest first, Pending ones last (terminating ones too unless ``alive_only``)."""
     out = [
         o.raw
         for k, o in cluster.objects.items()
@@ -81,7 +83,8 @@ def pods(cluster: ClusterEmulator, *, alive_only: bool = True) -> list[dict[str,
         and not o.deleted
         and (not alive_only or not o.raw["metadata"].get("deletionTimestamp"))
     ]
-    return sorted(out, key=lambda p: (p["status"]["startTime"], p["metadata"]["name"]))
+    # A Pending pod has no startTime yet: it sorts after every started one.
+    return sorted(out, key=lambda p: (p["status"].get("startTime") or "~", p["metadata"]["name"]))
 
 
 def ready_pods(cluster: ClusterEmulator) -> list[dict[str, Any]]:

@@ -4,9 +4,13 @@ patches."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
+import kmock
 import pytest
 from kubernetes_asyncio import client
 
@@ -120,7 +124,7 @@ async def _msvc(emu: ClusterEmulator) -> dict[str, Any]:
             "apiVersion": f"{crd.group()}/{crd.version()}",
             "kind": "ModelService",
             "metadata": {"name": "llama", "namespace": NAMESPACE},
-            "spec": {},
+            "spec": {"podSelector": {"matchLabels": {"app": "llama"}}, "workload": []},
         },
     )
 
@@ -142,3 +146,31 @@ async def test_status_patch_with_a_stale_resource_version_is_a_conflict(cluster:
     with pytest.raises(kube_.Conflict):
         await kube.patch_modelservice_status(NAMESPACE, "llama", {"phase": None}, rv)
     assert emu.get(MSVC, NAMESPACE, "llama")["status"] == {"phase": "Deleting"}  # type: ignore[index]
+
+
+ROUTE = deletion.ObjectRef(api_version="gateway.networking.k8s.io/v1", kind="HTTPRoute", name="llama")
+
+
+async def test_discovery_answers_an_absent_group_version_then_finds_it_once_installed(
+    cluster: Any, kube: kube_.Kube
+) -> None:
+    """The library's discovery: a group version the API server does not serve (the Gateway API CRDs
+    not installed) is a failed call with 404, named with the guessed plural; installed later, it is
+    found (a miss discovers again) and the object read; no discovery cache file is written."""
+    emu, server = cluster
+    httproutes = kmock.resource("gateway.networking.k8s.io/v1/httproutes")
+    served = emu.resources[httproutes]
+    del emu.resources[httproutes]
+    with pytest.raises(kube_.CallFailed) as caught:
+        await kube.get(ROUTE, NAMESPACE)
+    failure = caught.value.failure
+    assert failure.code == 404 and "not served" in failure.message
+    assert failure.call == "GET gateway.networking.k8s.io/v1 httproutes/llama"
+    assert await kube.get(DEPLOYMENT, NAMESPACE) is None, "a served kind still resolves (404 is no object)"
+    emu.resources[httproutes] = served
+    await emu.put("gateway.networking.k8s.io/v1/httproutes", {"metadata": {"name": "llama", "namespace": NAMESPACE}})
+    route = await kube.get(ROUTE, NAMESPACE)
+    assert route is not None and route["metadata"]["name"] == "llama"
+    host = str(server.url).rstrip("/").encode()
+    cache = os.path.join(tempfile.gettempdir(), f"osrcp-{hashlib.md5(host, usedforsecurity=False).hexdigest()}.json")
+    assert not os.path.exists(cache)

@@ -139,8 +139,12 @@ async def test_scaling_back_up_wakes_the_service(cluster: Any, routers: Any, sta
 async def test_invalid_rules_act_on_nothing_and_warn_once_per_generation(
     cluster: Any, routers: Any, start_operator: Any
 ) -> None:
+    """Rules the CRD's CEL refuses today, stored before it did: the controller's own validation
+    still keeps them from acting."""
     emu, _ = cluster
-    await make_service(emu, admin_port=routers.port, lifecycle=_rules(("ScaleToZero", 5), ("DeleteSelf", 5)))
+    await make_service(
+        emu, admin_port=routers.port, lifecycle=_rules(("ScaleToZero", 5), ("DeleteSelf", 5)), admit=False
+    )
     await start_operator(**FAST)
     await eventually(
         lambda: (condition(emu, "LifecycleRulesValid") or {}).get("reason") == "InvalidRules",
@@ -216,3 +220,39 @@ async def test_the_idle_clock_never_moves_back(cluster: Any, routers: Any, start
 
 def _inflight(*, idle_since: float, served: int) -> dict[str, Any]:
     return {"inflight": 0, "state": "serving", "idle_since": idle_since, "started_at": 0.0, "served": served}
+
+
+async def test_a_pending_pod_keeps_the_service_from_scaling_to_zero(
+    cluster: Any, routers: Any, start_operator: Any
+) -> None:
+    """1. one idle pod, ScaleToZero long overdue 2. a person scales to two: the new pod stays Pending
+    (no podIP, its router cannot be asked) 3. the operator runs. Result: the idle clock is unknown,
+    nothing is scaled over several passes; once the pod runs and its router answers idle, the
+    service is scaled to zero. A controller that left podIP-less pods out of the probe would scale to
+    zero while a replica was starting."""
+    emu, server = cluster
+    routers.idle_since = time.time() - 3600
+    await make_service(emu, admin_port=routers.port, lifecycle=_rules(("ScaleToZero", 1)))
+    await eventually(lambda: len(ready_pods(emu)) == 1, what="a Ready pod")
+    emu.pending_for = 1e9
+    response = await server.client.patch(
+        f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
+        json={"spec": {"replicas": 2}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.status == 200
+
+    def pending() -> list[dict[str, Any]]:
+        return [
+            o.raw
+            for k, o in emu.objects.items()
+            if k[0].plural == "pods" and not o.deleted and o.raw["status"].get("phase") == "Pending"
+        ]
+
+    await eventually(pending, what="a Pending pod")
+    scaled_by_the_test = len(patches_to(emu, "deployments"))
+    await start_operator(**FAST)
+    await eventually(lambda: len(routers.asked) >= 3, what="three passes probing the running pod", timeout=15)
+    assert len(patches_to(emu, "deployments")) == scaled_by_the_test and deployment(emu)["spec"]["replicas"] == 2
+    emu.pending_for = 0.0
+    await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)

@@ -1,15 +1,22 @@
-"""Status writes of the recycling/lifecycle daemon carry ``metadata.resourceVersion``; a 409 re-reads
-the ModelService, rebuilds the patch from what is stored now and retries once."""
+"""Status writes carry ``metadata.resourceVersion`` (the recycling/lifecycle daemon's and the staged
+deletion's); a 409 re-reads the ModelService, rebuilds the patch from what is stored now and retries
+once."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import kopf
+from kopf._core.engines import posting
+from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
-from router.controller import context, metrics, settings, status
+from router.controller import context, crd, deleting, metrics, settings, status
 from router.controller import kube as kube_
 from router.decisions import deletion
+
+from .conftest import MSVC, NAMESPACE
 
 
 class FakeKube:
@@ -44,6 +51,9 @@ class Log:
 
     def warning(self, message: str) -> None:
         self.warnings.append(message)
+
+    def info(self, message: str) -> None:
+        pass
 
 
 def _ctx(fake: FakeKube) -> context.Context:
@@ -81,3 +91,62 @@ async def test_nothing_to_write_sends_nothing() -> None:
     fake = FakeKube(conflicts=0)
     _, written = await status.write_status(_ctx(fake), fake.stored, lambda _: None, Log())
     assert written and not fake.patches
+
+
+class RacingKube(kube_.Kube):
+    """The first pod list of a pass lets another writer's status patch land first (the daemon's
+    ``RecycleHeld`` condition), as it can while the deletion pass observes."""
+
+    def __init__(self, api: Any, server: Any) -> None:
+        super().__init__(api)
+        self.server, self.raced = server, False
+
+    async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        if not self.raced:
+            self.raced = True
+            held = {"type": "RecycleHeld", "status": "True", "reason": "Busy", "message": "pod a is busy"}
+            response = await self.server.client.patch(
+                f"/apis/{MSVC.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/{crd.plural()}/llama/status",
+                json={"status": {"conditions": [held]}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            assert response.status == 200, await response.text()
+        return await super().list_pods(namespace, label_selector)
+
+
+async def test_the_deletion_pass_keeps_a_condition_written_while_it_observed(cluster: Any) -> None:
+    """1. a ModelService being deleted 2. its deletion pass reads it, then observes 3. meanwhile the
+    daemon writes its RecycleHeld condition 4. the pass writes its status. Result: both conditions
+    are stored (the pass's write carried the resourceVersion it read, got 409, re-read, rebuilt), and
+    the stage the pass decided is recorded; an unconditional merge patch of ``conditions`` lost it."""
+    emu, server = cluster
+    await emu.put(
+        MSVC,
+        {
+            "apiVersion": f"{crd.group()}/{crd.version()}",
+            "kind": "ModelService",
+            "metadata": {"name": "llama", "namespace": NAMESPACE, "finalizers": ["test/hold"]},
+            "spec": {"podSelector": {"matchLabels": {"app": "llama"}}, "workload": [], "route": None},
+        },
+    )
+    response = await server.client.delete(f"/apis/{MSVC.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/{crd.plural()}/llama")
+    assert response.status == 200
+    fresh = emu.get(MSVC, NAMESPACE, "llama")
+    assert fresh is not None and fresh["metadata"].get("deletionTimestamp")
+    posting.event_queue_var.set(asyncio.Queue())  # kopf.event() outside a running operator
+    posting.event_queue_loop_var.set(asyncio.get_running_loop())
+    posting.settings_var.set(kopf.OperatorSettings())
+    configuration = client.Configuration(host=str(server.url).rstrip("/"))
+    async with client.ApiClient(configuration) as api:
+        ctx = context.Context(
+            settings=settings.ControllerSettings(namespaces=(NAMESPACE,), read_nodes=False),
+            kube=RacingKube(api, server),
+            metrics=metrics.ControllerMetrics(CollectorRegistry()),
+        )
+        decision = await deleting.deletion_step(ctx, fresh, Log())
+    assert decision.status is not None and decision.status.stage is not None
+    stored = emu.get(MSVC, NAMESPACE, "llama")
+    assert stored is not None
+    types = [c["type"] for c in stored["status"].get("conditions") or ()]
+    assert "RecycleHeld" in types and len(types) == 2, types
+    assert stored["status"]["deletion"]["stage"] == decision.status.stage.value
