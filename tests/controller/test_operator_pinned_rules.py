@@ -78,8 +78,11 @@ async def test_forbidden_eviction_is_retried_no_sooner_than_the_retry_wait(
     await eventually(lambda: (held(emu) or {}).get("reason") == "Forbidden", what="held Forbidden", timeout=10)
     record = held(emu)
     assert record is not None and record["retryAt"], record
-    (warning,) = [m for m in event_messages(emu) if m[1] == "PodRecycleForbidden"] or [None]
-    assert warning is not None and warning[0] == "Warning"
+    # The event follows the status write, and kopf posts it in the background: wait for it.
+    (warning,) = await eventually(
+        lambda: [m for m in event_messages(emu) if m[1] == "PodRecycleForbidden"], what="the warning", timeout=10
+    )
+    assert warning[0] == "Warning"
     seen = passes(emu)
     await eventually(lambda: passes(emu) >= seen + 6, what="six more passes of the daemon", timeout=15)
     assert len(_eviction_posts(emu)) == 1, "retried before the retry wait"
