@@ -133,3 +133,13 @@ def patches_to(cluster: ClusterEmulator, plural: str) -> list[Any]:
         for r in cluster._requests
         if r.action == kmock.action.UPDATE and r.resource is not None and r.resource.plural == plural
     ]
+
+
+async def patch_deployment(server: kmock.Server, body: dict[str, Any]) -> None:
+    """A person's (or a test's) merge patch of the Deployment ``llama``: scale it, pause it, roll it."""
+    response = await server.client.patch(
+        f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
+        json=body,
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.status == 200, await response.text()

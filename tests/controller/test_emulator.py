@@ -13,6 +13,7 @@ from router.controller import crd
 
 from .conftest import MSVC, NAMESPACE, eventually
 from .emulator import ClusterEmulator
+from .rules_scenario import patch_deployment
 
 LABELS = {"app": "llama"}
 CONTROLLER = {"User-Agent": "kopf/1.45.2"}
@@ -261,15 +262,6 @@ def _ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or ())
 
 
-async def _patch_deployment(server: kmock.Server, body: dict[str, Any]) -> None:
-    response = await server.client.patch(
-        f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
-        json=body,
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert response.status == 200, await response.text()
-
-
 async def test_deployment_owns_a_replicaset_that_owns_pending_then_running_then_ready_pods(cluster: Any) -> None:
     """1. a Deployment of one replica 2. the clock moves past ``pending_for`` 3. past ``ready_after``.
     Result: a ReplicaSet ``<deployment>-<hash>`` owned by the Deployment, a pod owned by the ReplicaSet,
@@ -316,7 +308,7 @@ async def test_observed_generation_lags_a_spec_change(cluster: Any) -> None:
     for _ in range(3):
         await _step(emu, clock, max(emu.pending_for, emu.ready_after, emu.status_delay))
     assert _dstatus(emu)["readyReplicas"] == 1
-    await _patch_deployment(server, {"spec": {"replicas": 2}})
+    await patch_deployment(server, {"spec": {"replicas": 2}})
     assert emu.get("apps/v1/deployments", NAMESPACE, "llama")["metadata"]["generation"] == 2  # type: ignore[index]
     await _passes(emu)
     assert _dstatus(emu)["observedGeneration"] == 1 and _dstatus(emu)["replicas"] == 1
@@ -340,7 +332,7 @@ async def test_template_change_rolls_out_through_a_new_replicaset_within_surge_a
     for _ in range(3):
         await _step(emu, clock, step)
     assert _dstatus(emu)["availableReplicas"] == 4
-    await _patch_deployment(server, {"spec": {"template": {"metadata": {"annotations": {"version": "2"}}}}})
+    await patch_deployment(server, {"spec": {"template": {"metadata": {"annotations": {"version": "2"}}}}})
     mixed = False
     for _ in range(40):
         await _step(emu, clock, step / 2)
@@ -377,7 +369,7 @@ async def test_scale_to_zero_and_back(cluster: Any) -> None:
     await eventually(lambda: _dstatus(emu).get("readyReplicas") == 2, what="two Ready replicas", timeout=10)
     ips = sorted(p["status"]["podIP"] for p in _objects(emu, "v1/pods"))
     assert all(ip.startswith("127.0.0.") for ip in ips) and len(set(ips)) == 2
-    await _patch_deployment(server, {"spec": {"replicas": 0}})
+    await patch_deployment(server, {"spec": {"replicas": 0}})
     await eventually(
         lambda: (
             not _objects(emu, "v1/pods")
@@ -389,7 +381,7 @@ async def test_scale_to_zero_and_back(cluster: Any) -> None:
     )
     # A status-only write does not bump the generation.
     assert emu.get("apps/v1/deployments", NAMESPACE, "llama")["metadata"]["generation"] == 2  # type: ignore[index]
-    await _patch_deployment(server, {"spec": {"replicas": 1}})
+    await patch_deployment(server, {"spec": {"replicas": 1}})
     await eventually(lambda: _dstatus(emu).get("readyReplicas") == 1, what="one Ready replica again", timeout=10)
     assert len(_objects(emu, "apps/v1/replicasets")) == 1, "a scale is no new template"
 

@@ -20,7 +20,7 @@ from router.tools import streams
 
 from . import process_pods
 from .conftest import MSVC, NAMESPACE, eventually
-from .rules_scenario import LABELS, condition, deployment, gauge, held, make_service, ready_pods
+from .rules_scenario import LABELS, condition, deployment, gauge, held, make_service, patch_deployment, ready_pods
 from .rules_scenario import status as status_of
 from .scenario import delete_msvc, delete_order, event_messages, events, exists
 
@@ -142,15 +142,6 @@ async def test_nothing_listening_on_the_admin_port_is_held_and_never_evicted(
     assert not emu.evictions and a.exit_code is None
 
 
-async def _scale(server: Any, replicas: int) -> None:
-    response = await server.client.patch(
-        f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
-        json={"spec": {"replicas": replicas}},
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert response.status == 200
-
-
 async def test_pdb_refusal_waits_for_the_retry_then_evicts(cluster: Any, kubelet: Any, start_operator: Any) -> None:
     """(d) a PDB with maxUnavailable 0: 429 and no new attempt before recycle_retry_secs; once the
     budget allows, A is evicted and its router exits 0."""
@@ -218,7 +209,7 @@ async def test_three_expired_idle_pods_one_eviction_at_a_time(cluster: Any, kube
     await make_service(emu, exits_after=None, admin_port=kubelet.admin_port, recycling={"maxPodLifetimeSeconds": 2})
     for replicas in (1, 2, 3):
         if replicas > 1:
-            await _scale(server, replicas)
+            await patch_deployment(server, {"spec": {"replicas": replicas}})
         await eventually(lambda n=replicas: len(ready_pods(emu)) == n, what=f"{replicas} Ready pods", timeout=30)
     originals = [kubelet.by_name(p["metadata"]["name"]) for p in ready_pods(emu)]
     await start_operator(**FAST)

@@ -12,7 +12,7 @@ from router.decisions import durations
 
 from . import fake_routers
 from .conftest import MSVC, NAMESPACE, eventually
-from .rules_scenario import condition, deployment, make_service, patches_to, ready_pods, status
+from .rules_scenario import condition, deployment, make_service, patch_deployment, patches_to, ready_pods, status
 from .scenario import delete_order, event_messages, events, exists
 
 FAST = {"idle_recheck_secs": 0.2, "recycle_retry_secs": 1.0, "max_sleep_secs": 0.5, "lifecycle_buffer_secs": 0.1}
@@ -119,12 +119,7 @@ async def test_scaling_back_up_wakes_the_service(cluster: Any, routers: Any, sta
     await start_operator(**FAST)
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)
     woke_at = time.time()
-    response = await server.client.patch(
-        f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
-        json={"spec": {"replicas": 1}},
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert response.status == 200
+    await patch_deployment(server, {"spec": {"replicas": 1}})
     await eventually(
         lambda: (status(emu).get("lifecycle") or {}).get("scaledToZeroAt") is None,
         what="scaledToZeroAt cleared",
@@ -235,12 +230,7 @@ async def test_a_pending_pod_keeps_the_service_from_scaling_to_zero(
     await make_service(emu, admin_port=routers.port, lifecycle=_rules(("ScaleToZero", 1)))
     await eventually(lambda: len(ready_pods(emu)) == 1, what="a Ready pod")
     emu.pending_for = 1e9
-    response = await server.client.patch(
-        f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
-        json={"spec": {"replicas": 2}},
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert response.status == 200
+    await patch_deployment(server, {"spec": {"replicas": 2}})
 
     def pending() -> list[dict[str, Any]]:
         return [

@@ -16,7 +16,7 @@ from router.decisions import durations
 
 from . import fake_routers
 from .conftest import NAMESPACE, eventually
-from .rules_scenario import condition, gauge, held, make_service, pods, ready_pods, status
+from .rules_scenario import condition, gauge, held, make_service, patch_deployment, pods, ready_pods, status
 from .scenario import event_messages, events
 
 FAST = {"idle_recheck_secs": 0.2, "recycle_retry_secs": 1.5, "max_sleep_secs": 0.5, "idle_probe_timeout_secs": 0.5}
@@ -53,12 +53,7 @@ async def test_one_eviction_at_a_time_oldest_deadline_first(
     await make_service(emu, admin_port=routers.port, replicas=1, recycling={"maxPodLifetimeSeconds": 1})
     await _settled(emu, 1)
     for replicas in (2, 3):
-        response = await server.client.patch(
-            f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
-            json={"spec": {"replicas": replicas}},
-            headers={"Content-Type": "application/merge-patch+json"},
-        )
-        assert response.status == 200
+        await patch_deployment(server, {"spec": {"replicas": replicas}})
         await _settled(emu, replicas)
     originals = await _settled(emu, 3)
     starts = [p["status"]["startTime"] for p in originals]

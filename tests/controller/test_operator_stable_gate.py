@@ -18,7 +18,7 @@ import pytest
 
 from . import fake_routers
 from .conftest import NAMESPACE, eventually
-from .rules_scenario import held, make_service, pods, ready_pods
+from .rules_scenario import held, make_service, patch_deployment, pods, ready_pods
 
 FAST = {"idle_recheck_secs": 0.2, "recycle_retry_secs": 1.5, "max_sleep_secs": 0.5, "idle_probe_timeout_secs": 0.5}
 LAG = 1e9
@@ -42,15 +42,6 @@ def _stable(emu: Any, replicas: int) -> bool:
     status = obj.get("status") or {}
     counts = [status.get(k) for k in ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas")]
     return status.get("observedGeneration") == obj["metadata"]["generation"] and counts == [replicas] * 4
-
-
-async def _patch(server: kmock.Server, body: dict[str, Any]) -> None:
-    response = await server.client.patch(
-        f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/llama",
-        json=body,
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert response.status == 200, await response.text()
 
 
 async def _expired_and_stable(emu: Any, routers: Any, replicas: int = 2) -> list[dict[str, Any]]:
@@ -99,7 +90,7 @@ async def test_a_spec_change_not_yet_observed_holds(cluster: Any, routers: Any, 
     emu, server = cluster
     await _expired_and_stable(emu, routers)
     emu.status_delay = LAG
-    await _patch(server, {"spec": {"paused": True}})
+    await patch_deployment(server, {"spec": {"paused": True}})
     assert _deployment(emu)["metadata"]["generation"] == 2 and _deployment(emu)["status"]["observedGeneration"] == 1
     await start_operator(**FAST)
     await _held_unstable_and_nothing_evicted(emu)
@@ -115,8 +106,8 @@ async def test_a_paused_rollout_holds(cluster: Any, routers: Any, start_operator
     (new, again overdue) pods are evicted, each with the rollout complete."""
     emu, server = cluster
     await _expired_and_stable(emu, routers)
-    await _patch(server, {"spec": {"paused": True}})
-    await _patch(server, {"spec": {"template": {"metadata": {"annotations": {"version": "2"}}}}})
+    await patch_deployment(server, {"spec": {"paused": True}})
+    await patch_deployment(server, {"spec": {"template": {"metadata": {"annotations": {"version": "2"}}}}})
 
     def paused_and_observed() -> bool:
         obj = _deployment(emu)
@@ -127,7 +118,7 @@ async def test_a_paused_rollout_holds(cluster: Any, routers: Any, start_operator
     assert [_deployment(emu)["status"].get(k) for k in ("replicas", "readyReplicas", "availableReplicas")] == [2, 2, 2]
     await start_operator(**FAST)
     await _held_unstable_and_nothing_evicted(emu)
-    await _patch(server, {"spec": {"paused": False}})
+    await patch_deployment(server, {"spec": {"paused": False}})
     await eventually(
         lambda: any(e.code == 201 for e in emu.evictions), what="an eviction after the rollout", timeout=30
     )
@@ -163,7 +154,7 @@ async def test_no_eviction_while_a_rollout_is_under_way(cluster: Any, routers: A
     emu, server = cluster
     await _expired_and_stable(emu, routers)
     emu.ready_after = 0.8
-    await _patch(server, {"spec": {"template": {"metadata": {"annotations": {"version": "2"}}}}})
+    await patch_deployment(server, {"spec": {"template": {"metadata": {"annotations": {"version": "2"}}}}})
     await start_operator(**FAST)
     await eventually(lambda: any(e.code == 201 for e in emu.evictions), what="an eviction", timeout=30)
     for eviction in emu.evictions:
