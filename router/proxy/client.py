@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import httptools
 
 from router import logs
-from router.proxy import health, responses
+from router.proxy import health, responses, websocket
 from router.proxy.exchange import Exchange
 from router.proxy.rewrite import BadFraming, BadTarget, RequestHead, check_target, forwarded_node, request_head
 from router.proxy.upstream import PIPELINE
@@ -60,6 +60,7 @@ MAX_PIPELINED = 8
 
 _PROBES = frozenset({b"/livez", b"/readyz"})
 _VERSIONS = frozenset({"1.0", "1.1"})
+_WS_VERSIONS = {"1.0": (1, 0), "1.1": (1, 1)}
 NO_HOST = (400, "bad_request", "an HTTP/1.1 request needs exactly one Host header")
 NOMINATED = (400, "bad_request", "Connection must not name Content-Length, Transfer-Encoding or Host")
 _HEAD_END = b"\r\n\r\n"
@@ -412,6 +413,11 @@ class ClientConnection(asyncio.Protocol):
                 hosts = request[5]
                 if hosts > 1 or (hosts == 0 and version != "1.0"):
                     problem = NO_HOST
+                elif (
+                    request[4]
+                    and websocket.handshake(method, _WS_VERSIONS[version], self.headers) == websocket.BAD_HANDSHAKE
+                ):
+                    problem = responses.BAD_WEBSOCKET
             except BadTarget:
                 self.listener.bad_target_log.emit(method=method.decode("latin-1"), target=url[:120].decode("latin-1"))
                 problem = responses.BAD_TARGET
