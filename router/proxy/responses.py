@@ -78,7 +78,7 @@ BAD_WEBSOCKET = (
     "bad_websocket_handshake",
     "a WebSocket handshake needs GET, HTTP/1.1, Sec-WebSocket-Key and Version 13",
 )
-UPGRADE = (501, "upgrade_not_supported", "WebSocket and other Upgrade requests are not supported by drain-router v1")
+UPGRADE = (501, "upgrade_not_supported", "only the websocket Upgrade token is supported (h2c: use --grpc-port)")
 UNREACHABLE = (502, "upstream_unavailable", "the model server is unreachable")
 CUT = (502, "upstream_unavailable", "the model server closed the response early")
 BAD_RESPONSE = (502, "upstream_unavailable", "the model server sent an invalid response")

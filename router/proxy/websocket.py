@@ -91,6 +91,17 @@ class FrameTracker:
     def at_boundary(self) -> bool:
         return not self._head and not self._remaining and not self.error
 
+    def feed_to_boundary(self, data: bytes) -> int:
+        """Feed ``data`` up to the first frame boundary; return how many bytes that took (all of
+        ``data`` when no frame ends in it: then ``at_boundary`` is false). Steps through a header
+        byte by byte (at most 14) and through a payload at once."""
+        pos, end = 0, len(data)
+        while pos < end and not self.at_boundary and not self.error:
+            step = min(self._remaining, end - pos) if self._remaining and not self._head else 1
+            self.feed(data[pos : pos + step])
+            pos += step
+        return pos
+
     def feed(self, data: bytes) -> None:
         pos, end = 0, len(data)
         while pos < end and not self.error:

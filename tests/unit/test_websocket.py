@@ -152,3 +152,25 @@ def test_tracker_any_chunking(parts: list[bytes], data: st.DataObject) -> None:
         tracker.feed(stream[start:stop])
         assert tracker.at_boundary is (stop in ends), stop
     assert not tracker.error
+
+
+@given(frames, st.data())
+def test_feed_to_boundary_stops_exactly_at_the_next_frame_end(parts: list[bytes], data: st.DataObject) -> None:
+    """From anywhere in a stream, :meth:`feed_to_boundary` takes up to the next frame end and no
+    further (where a Close 1001 can be slipped in), or the whole chunk when no frame ends in it."""
+    stream = b"".join(parts)
+    ends = sorted(set(itertools.accumulate(len(p) for p in parts)))
+    tracker = ws.FrameTracker()
+    pos = 0
+    while pos < len(stream):
+        stop = data.draw(st.integers(pos + 1, len(stream)))
+        if tracker.at_boundary:
+            assert tracker.feed_to_boundary(stream[pos:stop]) == 0
+            tracker.feed(stream[pos : pos + 1])
+            pos += 1
+            continue
+        taken = tracker.feed_to_boundary(stream[pos:stop])
+        after = min(e for e in ends if e > pos)
+        assert taken == min(after, stop) - pos
+        assert tracker.at_boundary is (after <= stop)
+        pos += taken
