@@ -170,6 +170,10 @@ class Router:
 
     async def _close_listeners(self) -> None:
         if self.listener is not None:
+            if self.config.drain.websocket_close_at == "closing":
+                self.state.websocket_close_now = True
+                for tunnel in list(self.listener.tunnels):
+                    tunnel.going_away(None)
             self.listener.stop_accepting()
 
     def _upstream_health(self, up: bool) -> None:

@@ -267,7 +267,7 @@ async def _session(port: int) -> tuple[aiohttp.ClientSession, Any]:
 
 
 async def test_at_the_deadline_the_session_gets_1001_both_ways(start_process, ws_upstream):
-    p = await start_process("--termination-grace-secs", "4", drain_secs="1")
+    p = await start_process("--termination-grace-secs", "4", "--access-log", drain_secs="1")
     s, ws = await _session(p.port)
     try:
         p.signal(signal.SIGTERM)
@@ -280,8 +280,30 @@ async def test_at_the_deadline_the_session_gets_1001_both_ways(start_process, ws
         assert await p.wait(10) == 1
         deadline = await p.wait_event("drain.deadline")
         assert deadline["aborted"] == 1
-        req = [e for e in p.events if e.get("event") == "request"]
-        assert not req or req[-1]["outcome"] == "deadline_aborted"
+        assert [e["outcome"] for e in p.events if e.get("event") == "request"] == ["deadline_aborted"]
+    finally:
+        await ws.close()
+        await s.close()
+
+
+async def test_with_close_at_closing_the_1001_comes_at_closing(start_process, ws_upstream):
+    """The drain window still serves the session; closing sends the 1001 at once, long before the
+    deadline, and the router exits 0 as soon as the closing handshakes are done."""
+    p = await start_process(
+        "--termination-grace-secs", "60", "--websocket-close-at", "closing", "--access-log", drain_secs="1"
+    )
+    s, ws = await _session(p.port)
+    try:
+        p.signal(signal.SIGTERM)
+        await p.wait_event("drain.start")
+        await ws.send_str("in the window")
+        assert (await ws.receive(timeout=5)).data == "echo:in the window"
+        msg = await ws.receive(timeout=10)
+        assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1001)
+        assert "drain.closing" in p.names()
+        await wait_until(lambda: ws_upstream.closes == [1001], what="the upstream saw a masked 1001")
+        assert await p.wait(10) == 0
+        assert [e["outcome"] for e in p.events if e.get("event") == "request"] == ["completed"]
     finally:
         await ws.close()
         await s.close()
