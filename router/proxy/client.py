@@ -434,7 +434,8 @@ class ClientConnection(asyncio.Protocol):
                     problem = NO_HOST
                 elif request[4]:
                     verdict = websocket.handshake(method, _WS_VERSIONS[version], self.headers)
-                    if verdict == websocket.BAD_HANDSHAKE:
+                    # A handshake with a body: where the frames start would be the upstream's guess.
+                    if verdict == websocket.BAD_HANDSHAKE or (verdict is None and (request[1] or request[2])):
                         problem = responses.BAD_WEBSOCKET
                     elif verdict is None:
                         ws_key = next(v for n, v in self.headers if n.lower() == b"sec-websocket-key")

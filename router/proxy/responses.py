@@ -76,7 +76,7 @@ BAD_TARGET = (400, "bad_request_target", "only origin-form request targets (/pat
 BAD_WEBSOCKET = (
     400,
     "bad_websocket_handshake",
-    "a WebSocket handshake needs GET, HTTP/1.1, Sec-WebSocket-Key and Version 13",
+    "a WebSocket handshake needs GET, HTTP/1.1, Sec-WebSocket-Key, Version 13 and no body",
 )
 UPGRADE = (501, "upgrade_not_supported", "only the websocket Upgrade token is supported (h2c: use --grpc-port)")
 UNREACHABLE = (502, "upstream_unavailable", "the model server is unreachable")

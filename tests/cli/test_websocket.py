@@ -23,6 +23,7 @@ import aiohttp
 import psutil
 import pytest
 from aiohttp import WSMsgType, web
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.blackbox import by_outcome, inflight, requests_total
 from tests.process import RouterProcess, Start, router_starter
@@ -35,6 +36,8 @@ KEY = base64.b64encode(b"0123456789abcdef").decode()
 class WsUpstream:
     port: int = 0
     closes: list[int | None] = field(default_factory=list)
+    received: list[str | bytes] = field(default_factory=list)
+    """Every text or binary message the upstream received, in order."""
     """The close code of each session, as the upstream saw it."""
     sessions: int = 0
 
@@ -52,6 +55,8 @@ async def _ws_handler(request: web.Request) -> web.StreamResponse:
     await ws.prepare(request)
     upstream.sessions += 1
     async for msg in ws:
+        if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+            upstream.received.append(msg.data)
         if msg.type == WSMsgType.TEXT:
             if msg.data.startswith("close:"):
                 await ws.close(code=int(msg.data[6:]))
@@ -102,6 +107,15 @@ async def _outcomes(p: RouterProcess) -> dict[str, float]:
     return by_outcome(await requests_total(p.admin_port))
 
 
+async def _sessions_gauge(p: RouterProcess) -> float:
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{p.admin_port}/metrics") as resp:
+        text = await resp.text()
+    for family in text_string_to_metric_families(text):
+        if family.name == "drain_router_websocket_sessions":
+            return family.samples[0].value
+    raise AssertionError("no drain_router_websocket_sessions")
+
+
 # -- through a WebSocket library ---------------------------------------------------------------
 
 
@@ -110,6 +124,7 @@ async def test_messages_both_ways_ping_and_close_codes(start_process, ws_upstrea
     async with aiohttp.ClientSession() as s:
         async with s.ws_connect(f"http://127.0.0.1:{p.port}/v1/realtime", autoping=False) as ws:
             assert (await inflight(p.admin_port))["inflight"] == 1
+            assert await _sessions_gauge(p) == 1
             await ws.send_str("hello")
             assert (await ws.receive(timeout=5)).data == "echo:hello"
             await ws.send_bytes(b"\x00\x01\xff")
@@ -126,6 +141,7 @@ async def test_messages_both_ways_ping_and_close_codes(start_process, ws_upstrea
             assert (msg.type, msg.data) == (WSMsgType.CLOSE, 4001)
     await _inflight_zero(p)
     assert (await _outcomes(p)).get("completed") == 2
+    assert await _sessions_gauge(p) == 0
 
 
 async def test_a_16_mib_message_both_ways(start_process, ws_upstream):
@@ -307,3 +323,33 @@ async def test_with_close_at_closing_the_1001_comes_at_closing(start_process, ws
     finally:
         await ws.close()
         await s.close()
+
+
+async def test_a_handshake_with_a_body_is_a_400(start_process, ws_upstream):
+    """Where the frames start would be the upstream's guess: refused, never forwarded."""
+    p = await start_process()
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    writer.write(_handshake("Content-Length: 5\r\n") + b"hello")
+    assert (await _read_head(reader)).startswith(b"HTTP/1.1 400 ")
+    writer.close()
+    await _inflight_zero(p)
+    assert ws_upstream.sessions == 0
+
+
+async def test_the_deadline_close_waits_for_the_frame_in_flight_to_end(start_process, ws_upstream):
+    """A client frame half sent at the deadline: the client gets its 1001 at once, the upstream
+    gets the rest of that frame and then the masked 1001, never a Close inside a frame."""
+    p = await start_process("--termination-grace-secs", "3")
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    writer.write(_handshake())
+    assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
+    frame = _masked(1, b"finished after the deadline")
+    writer.write(frame[:9])
+    p.signal(signal.SIGTERM)
+    assert await _read_frame(reader) == (8, struct.pack("!H", 1001))
+    writer.write(frame[9:] + _masked(8, struct.pack("!H", 1001)))
+    await wait_until(lambda: ws_upstream.closes == [1001], what="the upstream saw the frame, then 1001")
+    assert ws_upstream.received == ["finished after the deadline"]
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()
+    assert await p.wait(10) == 1
