@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import os
 import signal
 import struct
@@ -353,3 +354,45 @@ async def test_the_deadline_close_waits_for_the_frame_in_flight_to_end(start_pro
     assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
     assert await p.wait(10) == 1
+
+
+async def test_a_client_that_vanishes_is_client_aborted(start_process, ws_upstream):
+    p = await start_process()
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    writer.write(_handshake())
+    assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
+    writer.transport.abort()  # no Close frame
+    await wait_until(lambda: len(ws_upstream.closes) == 1, what="the upstream connection closed")
+    await _inflight_zero(p)
+    assert (await _outcomes(p)).get("client_aborted") == 1
+
+
+async def test_an_upstream_that_vanishes_is_upstream_error(ws_upstream):
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key:")
+        )
+        accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: "
+            + accept
+            + b"\r\n\r\n"
+        )
+        await reader.readexactly(2)  # the client's first frame begins: the model server dies
+        writer.transport.abort()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, router_starter(f"http://127.0.0.1:{port}") as start:
+        p = await start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+        writer.write(_handshake())
+        assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
+        writer.write(_masked(1, b"anyone?"))
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        await _inflight_zero(p)
+        assert (await _outcomes(p)).get("upstream_error") == 1
