@@ -396,3 +396,40 @@ async def test_an_upstream_that_vanishes_is_upstream_error(ws_upstream):
         writer.close()
         await _inflight_zero(p)
         assert (await _outcomes(p)).get("upstream_error") == 1
+
+
+async def test_the_upstream_gets_a_masked_1001_at_the_deadline(ws_upstream):
+    """Read by a raw model server, so the mask bit is checked (aiohttp does not insist on it)."""
+    frames: list[tuple[int, bool, bytes]] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        key = next(
+            v.split(b":", 1)[1].strip() for v in head.split(b"\r\n") if v.lower().startswith(b"sec-websocket-key:")
+        )
+        accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n")
+        writer.write(b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+        while True:
+            b0, b1 = await reader.readexactly(2)
+            mask = await reader.readexactly(4) if b1 & 0x80 else b"\0\0\0\0"
+            payload = await reader.readexactly(b1 & 0x7F)
+            frames.append((b0 & 0x0F, bool(b1 & 0x80), bytes(b ^ mask[i % 4] for i, b in enumerate(payload))))
+            if b0 & 0x0F == 8:
+                writer.write(b"\x88\x02\x03\xe9")
+                await writer.drain()
+                writer.close()
+                return
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, router_starter(f"http://127.0.0.1:{port}") as start:
+        p = await start("--termination-grace-secs", "3")
+        async with aiohttp.ClientSession() as s, s.ws_connect(f"http://127.0.0.1:{p.port}/v1/realtime") as ws:
+            await ws.send_str("before")
+            p.signal(signal.SIGTERM)
+            msg = await ws.receive(timeout=10)
+            assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1001)
+        await wait_until(lambda: len(frames) == 2, what="the upstream read a Close")
+        assert frames == [(1, True, b"before"), (8, True, struct.pack("!H", 1001))]
+        assert await p.wait(10) == 1
