@@ -433,3 +433,21 @@ async def test_the_upstream_gets_a_masked_1001_at_the_deadline(ws_upstream):
         await wait_until(lambda: len(frames) == 2, what="the upstream read a Close")
         assert frames == [(1, True, b"before"), (8, True, struct.pack("!H", 1001))]
         assert await p.wait(10) == 1
+
+
+async def test_the_duration_histogram_covers_the_whole_session(start_process, ws_upstream):
+    p = await start_process()
+    async with aiohttp.ClientSession() as s:
+        async with s.ws_connect(f"http://127.0.0.1:{p.port}/v1/realtime") as ws:
+            opened = time.monotonic()
+            for i in range(50):
+                await ws.send_str(str(i))
+                assert (await ws.receive(timeout=5)).data == f"echo:{i}"
+            lived = time.monotonic() - opened
+        await _inflight_zero(p)
+        async with s.get(f"http://127.0.0.1:{p.admin_port}/metrics") as resp:
+            text = await resp.text()
+    family = next(f for f in text_string_to_metric_families(text) if f.name == "drain_router_request_duration_seconds")
+    samples = {sample.name: sample.value for sample in family.samples if not sample.labels}
+    assert samples["drain_router_request_duration_seconds_count"] == 1
+    assert samples["drain_router_request_duration_seconds_sum"] >= lived
