@@ -41,6 +41,8 @@ class WsUpstream:
     """Every text or binary message the upstream received, in order."""
     """The close code of each session, as the upstream saw it."""
     sessions: int = 0
+    reading: asyncio.Event = field(default_factory=asyncio.Event)
+    """``/v1/stalled`` reads nothing until this is set."""
 
     @property
     def url(self) -> str:
@@ -74,12 +76,27 @@ async def _ws_handler(request: web.Request) -> web.StreamResponse:
     return ws
 
 
+async def _stalled_handler(request: web.Request) -> web.StreamResponse:
+    upstream = request.app[UPSTREAM]
+    ws = web.WebSocketResponse(max_msg_size=0)
+    await ws.prepare(request)
+    await upstream.reading.wait()
+    count = 0
+    async for msg in ws:
+        if msg.type == WSMsgType.BINARY:
+            count += 1
+            if count == 2048:
+                await ws.send_str("got all")
+    return ws
+
+
 @pytest.fixture
 async def ws_upstream() -> AsyncIterator[WsUpstream]:
     upstream = WsUpstream()
     app = web.Application()
     app[UPSTREAM] = upstream
     app.router.add_get("/v1/realtime", _ws_handler)
+    app.router.add_get("/v1/stalled", _stalled_handler)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -451,3 +468,31 @@ async def test_the_duration_histogram_covers_the_whole_session(start_process, ws
     samples = {sample.name: sample.value for sample in family.samples if not sample.labels}
     assert samples["drain_router_request_duration_seconds_count"] == 1
     assert samples["drain_router_request_duration_seconds_sum"] >= lived
+
+
+async def test_a_model_server_that_stops_reading_costs_bounded_router_memory(start_process, ws_upstream):
+    """The client sends 128 MiB to a model server that reads nothing: the router stops reading the
+    client, whose sends block; when the model server reads again, everything arrives."""
+    p = await start_process()
+    rss = psutil.Process(p.proc.pid).memory_info().rss
+    chunk = os.urandom(64 * 1024)
+    async with (
+        aiohttp.ClientSession() as s,
+        s.ws_connect(f"http://127.0.0.1:{p.port}/v1/stalled", max_msg_size=0) as ws,
+    ):
+
+        async def send_all() -> None:
+            for _ in range(2048):
+                await ws.send_bytes(chunk)
+
+        sending = asyncio.ensure_future(send_all())
+        # Sampled over a while (a bound on memory, not a synchronisation).
+        for _ in range(20):
+            await asyncio.sleep(0.1)
+            grown = psutil.Process(p.proc.pid).memory_info().rss - rss
+            assert grown < 24 * 1024 * 1024, f"router RSS grew {grown} bytes"
+        assert not sending.done()
+        ws_upstream.reading.set()
+        await asyncio.wait_for(sending, 60)
+        assert (await ws.receive(timeout=30)).data == "got all"
+    await _inflight_zero(p)
