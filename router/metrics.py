@@ -115,6 +115,11 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
+        self.websocket_sessions = Gauge(
+            PREFIX + "websocket_sessions",
+            "Open WebSocket tunnels (each is also one of inflight_requests).",
+            registry=registry,
+        )
         # The standard process_* families (resident memory, open descriptors against the limit, CPU):
         # what the descriptor reserve and a stalled reader's memory bound are measured against.
         ProcessCollector(registry=registry)

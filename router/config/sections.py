@@ -51,6 +51,7 @@ DEFAULT_CLIENT_HEADER_TIMEOUT_SECS = 10
 DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS = 650
 
 LOG_FORMATS = ("json", "console")
+WEBSOCKET_CLOSE_AT = ("deadline", "closing")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -193,6 +194,18 @@ class DrainSettings:
             metavar="N",
             parse=integer(minimum=1, optional=True),
             help="The load balancer's readiness probe failure threshold (with the period above).",
+        ),
+    )
+    websocket_close_at: Literal["deadline", "closing"] = setting(
+        "deadline",
+        Flag(
+            name="websocket-close-at",
+            parse=choice(WEBSOCKET_CLOSE_AT),
+            choices=WEBSOCKET_CLOSE_AT,
+            help="When open WebSocket sessions are sent Close 1001 (Going Away): at the in-flight "
+            "deadline (a session lives as long as the pod may, its client reconnects only then), or at "
+            "the start of closing (sessions end sooner, so clients reconnect to a new replica faster, "
+            "but a session that could have finished is cut short).",
         ),
     )
 

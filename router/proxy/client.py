@@ -33,13 +33,14 @@ from typing import TYPE_CHECKING, Any
 import httptools
 
 from router import logs
-from router.proxy import health, responses
+from router.proxy import health, responses, websocket
 from router.proxy.exchange import Exchange
 from router.proxy.rewrite import BadFraming, BadTarget, RequestHead, check_target, forwarded_node, request_head
 from router.proxy.upstream import PIPELINE
 
 if TYPE_CHECKING:
     from router.proxy.listener import TrafficListener
+    from router.proxy.tunnel import Tunnel
 
 log = logs.get("drain_router.proxy")
 
@@ -60,6 +61,7 @@ MAX_PIPELINED = 8
 
 _PROBES = frozenset({b"/livez", b"/readyz"})
 _VERSIONS = frozenset({"1.0", "1.1"})
+_WS_VERSIONS = {"1.0": (1, 0), "1.1": (1, 1)}
 NO_HOST = (400, "bad_request", "an HTTP/1.1 request needs exactly one Host header")
 NOMINATED = (400, "bad_request", "Connection must not name Content-Length, Transfer-Encoding or Host")
 _HEAD_END = b"\r\n\r\n"
@@ -96,7 +98,9 @@ class ClientConnection(asyncio.Protocol):
         "resume_scheduled",
         "starting",
         "transport",
+        "tunnel",
         "unparsed",
+        "upgrading",
         "url",
         "write_paused",
     )
@@ -138,6 +142,10 @@ class ClientConnection(asyncio.Protocol):
         self.write_paused = False
         self.deadline: float | None = None
         self.deadline_is_head = True
+        self.tunnel: Tunnel | None = None
+        """The WebSocket tunnel this connection became, if it did."""
+        self.upgrading: Exchange | None = None
+        """The WebSocket handshake just parsed (what follows it in the read is held for it)."""
 
     # -- the connection --------------------------------------------------------------------------
 
@@ -255,10 +263,15 @@ class ClientConnection(asyncio.Protocol):
                 self.parser.feed_data(data)
             else:
                 self._feed_heads(data, cut + 4)
-        except httptools.HttpParserUpgrade:
-            # Answered 501 (or 400 for CONNECT) in turn; nothing after it is parsed.
+        except httptools.HttpParserUpgrade as exc:
+            # Answered 501 (or 400 for CONNECT) in turn; nothing after it is parsed. A WebSocket
+            # handshake is forwarded: what followed it in this read is held (reading pauses here,
+            # so one read at most) and goes to the upstream after its 101.
             self.input_closed = self.dropped = True
             self.pause_reading(PIPELINE)
+            if self.upgrading is not None:
+                self.upgrading.ws_early = data[exc.args[0] :]
+                self.upgrading = None
             if self.current is not None:
                 self.current.req_done = True
                 self.current = None
@@ -302,9 +315,15 @@ class ClientConnection(asyncio.Protocol):
                 self.pause_reading(PIPELINE)
                 return
             if cut < 4 or cut >= end:  # no head ends before the end of this read
-                parser.feed_data(memoryview(data)[at:] if at else data)
+                try:
+                    parser.feed_data(memoryview(data)[at:] if at else data)
+                except httptools.HttpParserUpgrade as exc:
+                    raise httptools.HttpParserUpgrade(at + exc.args[0]) from None
                 return
-            parser.feed_data(memoryview(data)[at:cut])
+            try:
+                parser.feed_data(memoryview(data)[at:cut])
+            except httptools.HttpParserUpgrade as exc:
+                raise httptools.HttpParserUpgrade(at + exc.args[0]) from None
             at = cut
             if self.input_closed:
                 self.dropped = True
@@ -390,6 +409,7 @@ class ClientConnection(asyncio.Protocol):
         url = self.url
         problem: tuple[int, str, str] | None = None
         request: RequestHead | None = None
+        ws_key: bytes | None = None
         if version not in _VERSIONS:
             # llhttp reports a request line without a version as HTTP/0.9: refuse it in HTTP/1.1.
             problem = responses.BAD_REQUEST
@@ -412,6 +432,13 @@ class ClientConnection(asyncio.Protocol):
                 hosts = request[5]
                 if hosts > 1 or (hosts == 0 and version != "1.0"):
                     problem = NO_HOST
+                elif request[4]:
+                    verdict = websocket.handshake(method, _WS_VERSIONS[version], self.headers)
+                    # A handshake with a body: where the frames start would be the upstream's guess.
+                    if verdict == websocket.BAD_HANDSHAKE or (verdict is None and (request[1] or request[2])):
+                        problem = responses.BAD_WEBSOCKET
+                    elif verdict is None:
+                        ws_key = next(v for n, v in self.headers if n.lower() == b"sec-websocket-key")
             except BadTarget:
                 self.listener.bad_target_log.emit(method=method.decode("latin-1"), target=url[:120].decode("latin-1"))
                 problem = responses.BAD_TARGET
@@ -422,6 +449,9 @@ class ClientConnection(asyncio.Protocol):
         if problem is not None and problem is not responses.BAD_TARGET:
             self.keep_alive = False  # its framing is not to be trusted: answer, then close
         exchange = Exchange(self, method, url, version == "1.0", self.keep_alive, request, problem)
+        if ws_key is not None and problem is None:
+            exchange.ws_key = ws_key
+            self.upgrading = exchange
         self.current = exchange
         if self.active is None and not self.queue:
             # Started once this read is parsed whole: a request whose body turns out malformed in

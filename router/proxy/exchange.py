@@ -18,7 +18,18 @@ from typing import TYPE_CHECKING
 
 from router import logs
 from router.proxy import responses
-from router.proxy.rewrite import CHUNKED, NONE, SMALL, RequestHead, client_head, interim_head, retryable
+from router.proxy.rewrite import (
+    CHUNKED,
+    NONE,
+    SMALL,
+    RequestHead,
+    client_head,
+    interim_head,
+    retryable,
+    switching_head,
+    websocket_request,
+)
+from router.proxy.tunnel import Tunnel
 from router.proxy.upstream import PENDING, UpstreamConnection
 
 if TYPE_CHECKING:
@@ -59,6 +70,8 @@ class Exchange:
         "target",
         "until_eof",
         "up",
+        "ws_early",
+        "ws_key",
     )
 
     def __init__(
@@ -99,6 +112,10 @@ class Exchange:
         self.retried = False
         self.started = False
         self.t0 = 0.0
+        self.ws_key: bytes | None = None
+        """A WebSocket handshake's ``Sec-WebSocket-Key`` (the 101 must answer it), else None."""
+        self.ws_early = b""
+        """What the client sent after its WebSocket handshake, before the 101 (one read at most)."""
 
     @property
     def path(self) -> str:
@@ -122,7 +139,9 @@ class Exchange:
             self.reply(self.problem or responses.BAD_REQUEST, "rejected", close=self.client.close_after)
             return
         _, length, _, expect_continue, upgrade, _ = request
-        if upgrade:
+        if upgrade and self.ws_key is not None:
+            self.client.close_after = True  # unless the upstream switches protocols
+        elif upgrade:
             self.client.close_after = True
             self.discard = True
             self.reply(responses.UPGRADE, "rejected", close=True)
@@ -143,6 +162,9 @@ class Exchange:
         assert self.request is not None
         if self.client.write_paused:
             up.transport.pause_reading()
+        if self.ws_key is not None:
+            up.start(self, websocket_request(self.request[0]))
+            return
         pending = self.pending
         if pending:
             self.pending = None
@@ -210,6 +232,22 @@ class Exchange:
             # Whole with its head (llhttp does not know a HEAD response has no body): whatever the
             # upstream sends after it is surplus.
             self.resp_done = True
+
+    def switch(self, up: UpstreamConnection, headers: list[tuple[bytes, bytes]], rest: bytes) -> None:
+        """The upstream's 101 answered this WebSocket handshake: relay it, and tunnel both
+        connections from here on (``rest``: what the upstream sent after it in the same read)."""
+        client = self.client
+        self.code = 101
+        self.up = None
+        if client.transport is None:
+            self.finish("client_aborted")
+            up.transport.abort()
+            return
+        client.transport.write(switching_head(headers))
+        self.head_sent = True
+        listener = client.listener
+        listener.metrics.ttfb.observe(listener.loop.time() - self.t0)
+        client.tunnel = Tunnel(self, up, rest)
 
     def response_body(self, body: bytes) -> None:
         if self.mode == CHUNKED:
@@ -279,6 +317,10 @@ class Exchange:
             self.finish(outcome)
 
     def abort_deadline(self) -> None:
+        tunnel = self.client.tunnel
+        if tunnel is not None and not self.finished and self.code == 101:
+            tunnel.going_away("deadline_aborted")  # Close 1001 both ways; it finishes when they are done
+            return
         if not self.finished:
             self.finish("deadline_aborted")
             self.client.abort_for_deadline()

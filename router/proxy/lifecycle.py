@@ -34,6 +34,7 @@ from router.decisions import drain
 from router.proxy import admin_listener, health, signals, tuning, upstream_health
 from router.proxy.listener import TrafficListener
 from router.proxy.state import RouterState
+from router.proxy.tunnel import WEBSOCKET_CLOSE_SECS
 from router.proxy.upstream import UpstreamPool
 
 log = logs.get("drain_router.lifecycle")
@@ -169,6 +170,10 @@ class Router:
 
     async def _close_listeners(self) -> None:
         if self.listener is not None:
+            if self.config.drain.websocket_close_at == "closing":
+                self.state.websocket_close_now = True
+                for tunnel in list(self.listener.tunnels):
+                    tunnel.going_away(None)
             self.listener.stop_accepting()
 
     def _upstream_health(self, up: bool) -> None:
@@ -270,6 +275,8 @@ class Router:
                 else:
                     self._spawn(upstream_health.watch(cfg, self._upstream_health))
             await self._exit.wait()
+            if self.listener is not None:  # WebSocket sessions sent Close 1001: their closing handshakes
+                await self.listener.wait_tunnels(WEBSOCKET_CLOSE_SECS + 0.5)
         exit_code = self.state.status.exit_code
         return drain.EXIT_CLEAN if exit_code is None else exit_code
 

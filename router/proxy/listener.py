@@ -19,6 +19,7 @@ answering probes, proxying through one :class:`~router.proxy.exchange.Exchange` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import select
 
 from router import logs
@@ -26,6 +27,7 @@ from router.proxy import responses
 from router.proxy.client import ClientConnection
 from router.proxy.refused import Refusals
 from router.proxy.state import RouterState
+from router.proxy.tunnel import Tunnel
 from router.proxy.upstream import UpstreamPool
 
 log = logs.get("drain_router.proxy")
@@ -50,6 +52,10 @@ class TrafficListener:
         self.keepalive_timeout = float(proxy.client_keepalive_timeout_secs)
         self.connection_limit = connection_limit
         self.clients: set[ClientConnection] = set()
+        self.tunnels: set[Tunnel] = set()
+        """Open WebSocket tunnels (their client connections are in ``clients`` too)."""
+        self.tunnels_gone: asyncio.Event | None = None
+        """Set when the last tunnel ends, once someone waits for that (:meth:`wait_tunnels`)."""
         self.refusals = Refusals(
             self.metrics,
             log,
@@ -90,6 +96,14 @@ class TrafficListener:
             self.server.close()
         for client in list(self.clients):
             client.close_when_idle()
+
+    async def wait_tunnels(self, timeout: float) -> None:
+        """Wait (up to ``timeout``) for the tunnels still open to end (their closing handshakes)."""
+        if not self.tunnels:
+            return
+        self.tunnels_gone = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.tunnels_gone.wait(), timeout)
 
     def close(self) -> None:
         if self._sweeper is not None:

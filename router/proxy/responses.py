@@ -73,7 +73,12 @@ def error(
 BAD_REQUEST = (400, "bad_request", "the request is not valid HTTP/1.1")
 HEAD_TOO_LARGE = (431, "request_header_too_large", "the request line or a header is too large")
 BAD_TARGET = (400, "bad_request_target", "only origin-form request targets (/path?query) are proxied")
-UPGRADE = (501, "upgrade_not_supported", "WebSocket and other Upgrade requests are not supported by drain-router v1")
+BAD_WEBSOCKET = (
+    400,
+    "bad_websocket_handshake",
+    "a WebSocket handshake needs GET, HTTP/1.1, Sec-WebSocket-Key, Version 13 and no body",
+)
+UPGRADE = (501, "upgrade_not_supported", "only the websocket Upgrade token is supported (h2c: use --grpc-port)")
 UNREACHABLE = (502, "upstream_unavailable", "the model server is unreachable")
 CUT = (502, "upstream_unavailable", "the model server closed the response early")
 BAD_RESPONSE = (502, "upstream_unavailable", "the model server sent an invalid response")

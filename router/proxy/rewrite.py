@@ -132,6 +132,21 @@ def request_head(
     return b"".join(parts), length, chunked, expect, upgrade, hosts
 
 
+#: Added to a WebSocket handshake on its way up, and to the 101 on its way back: ``Connection`` and
+#: ``Upgrade`` are hop-by-hop, dropped with the others, and the upgrade is asked again on each hop.
+UPGRADE_WEBSOCKET = b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+
+
+def websocket_request(head: bytes) -> bytes:
+    """The upstream head of a WebSocket handshake (:func:`request_head`'s, with the upgrade asked)."""
+    return head[:-2] + UPGRADE_WEBSOCKET
+
+
+def switching_head(headers: Headers) -> bytes:
+    """The 101 relayed to the client: its end-to-end headers, and the upgrade to ``websocket``."""
+    return interim_head(101, headers)[:-2] + UPGRADE_WEBSOCKET
+
+
 #: Idempotent methods (RFC 9110 §9.2.2).
 IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
 

@@ -93,6 +93,8 @@ class RouterState:
         self.drain_finished = asyncio.Event()
         """Set once the drain is over (clean, deadline or abort), just before exit."""
         self.drained_cleanly = False
+        self.websocket_close_now = False
+        """New WebSocket sessions are sent Close 1001 at once (closing, with ``--websocket-close-at closing``)."""
         registry_metrics.track_inflight(self.inflight.__len__)
 
     def note_connect(self, ok: bool) -> None:

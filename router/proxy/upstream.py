@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import httptools
 
 from router import config, logs
-from router.proxy import responses
+from router.proxy import responses, websocket
 
 if TYPE_CHECKING:
     from router.proxy.exchange import Exchange
@@ -75,6 +75,7 @@ class UpstreamConnection(asyncio.Protocol):
         "keep_alive",
         "parser",
         "pool",
+        "switching",
         "transport",
     )
 
@@ -92,6 +93,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.keep_alive = True
         self.complete = True
         """The parser is between responses (not after a HEAD response's head, say)."""
+        self.switching: list[tuple[bytes, bytes]] | None = None
+        """The headers of a valid 101 answering a WebSocket handshake, until the tunnel takes over."""
         self.idle_at: float | None = None
         """When it went back to the pool; None while it is not in the idle list."""
 
@@ -137,7 +140,18 @@ class UpstreamConnection(asyncio.Protocol):
         self.complete = False
         try:
             self.parser.feed_data(data)
-        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+        except httptools.HttpParserUpgrade as exc:
+            if self.switching is not None:  # a valid 101: the connection becomes a tunnel
+                self._stop_head_timer()
+                headers, self.switching = self.switching, None
+                exchange.switch(self, headers, data[exc.args[0] :])
+                return
+            if not exchange.resp_done:
+                self._invalid(exchange, exc.__context__ or exc)
+                return
+            self.keep_alive = False
+            self.pool.surplus_log.emit(status=exchange.code)
+        except httptools.HttpParserError as exc:
             if not exchange.resp_done:
                 self._invalid(exchange, exc.__context__ or exc)
                 return
@@ -207,8 +221,17 @@ class UpstreamConnection(asyncio.Protocol):
             raise BadResponse("too many response headers")
         if not 100 <= status <= 599:
             raise BadResponse(f"status {status} out of range")
-        if status == 101:  # the router forwards no Upgrade request: nobody asked to switch
-            raise BadResponse("101 Switching Protocols without an Upgrade request")
+        if status == 101:
+            key = self.exchange.ws_key if self.exchange is not None else None
+            if key is None:  # nobody asked to switch
+                raise BadResponse("101 Switching Protocols without a WebSocket handshake")
+            if not websocket.accept_matches(key, self.headers):
+                raise BadResponse("101 Switching Protocols without the Sec-WebSocket-Accept that answers the key")
+            self.in_head = False
+            self.keep_alive = False  # never back to the pool
+            self.switching = self.headers
+            self.headers = []
+            return
         # An interim response: the head goes on (its bytes and time count with the final head's).
         self.interim = True
         exchange = self.exchange
@@ -223,6 +246,8 @@ class UpstreamConnection(asyncio.Protocol):
         exchange.response_body(body)  # type: ignore[union-attr]
 
     def on_message_complete(self) -> None:
+        if self.switching is not None:
+            return
         if self.interim:
             self.interim = False
             self.headers = []

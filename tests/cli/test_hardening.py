@@ -231,8 +231,8 @@ async def test_a_stalled_reader_costs_bounded_memory(start_process, fake_upstrea
 
 
 async def test_upgrade_with_a_pipelined_request_closes_the_connection(start_process, fake_upstream):
-    """An Upgrade request with a body, then a pipelined request: 501, and the connection closes; the
-    pipelined request is not answered, not read as a request, and never reaches the upstream."""
+    """A WebSocket Upgrade on POST with a body, then a pipelined request: 400 (not a handshake), and the
+    connection closes; the pipelined request is not answered, not read as a request, and never reaches the upstream."""
     p = await start_process()
     answer, closed = await raw_exchange(
         p.port,
@@ -240,7 +240,7 @@ async def test_upgrade_with_a_pipelined_request_closes_the_connection(start_proc
         b"Connection: Upgrade\r\nContent-Length: 3\r\n\r\nabc"
         b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
     )
-    assert status_of(answer) == 501
+    assert status_of(answer) == 400
     assert answer.count(b"HTTP/1.1 ") == 1, answer
     assert closed
     assert b"\r\nConnection: close\r\n" in answer

@@ -184,11 +184,26 @@ async def test_oversized_body_is_413(fake_upstream, start_router, http):
     await wait_until(lambda: len(r.state.inflight) == 0)
 
 
-async def test_upgrade_is_501(fake_upstream, start_router, http):
+@pytest.mark.parametrize(
+    ("headers", "status", "kind"),
+    [
+        ({"Connection": "Upgrade", "Upgrade": "h2c"}, 501, "upgrade_not_supported"),
+        ({"Connection": "Upgrade", "Upgrade": "websocket"}, 400, "bad_websocket_handshake"),
+        (
+            {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Key": "AAECAwQFBgcICQoLDA0ODw=="},
+            400,
+            "bad_websocket_handshake",
+        ),
+    ],
+)
+async def test_upgrade_refusals(fake_upstream, start_router, http, headers, status, kind):
+    """Other Upgrade tokens: 501; a WebSocket Upgrade that is not a valid handshake (no key, no
+    version 13): 400. Neither reaches the upstream, and nothing stays in flight."""
     r = await start_router(upstream=fake_upstream.url)
-    async with http.get(f"{r.url}/ws", headers={"Connection": "Upgrade", "Upgrade": "websocket"}) as resp:
-        assert resp.status == 501
-        assert (await resp.json())["error"]["type"] == "upgrade_not_supported"
+    async with http.get(f"{r.url}/ws", headers=headers) as resp:
+        assert resp.status == status
+        assert (await resp.json())["error"]["type"] == kind
+    await wait_until(lambda: len(r.state.inflight) == 0)
 
 
 async def test_upstream_dies_after_headers_closes_client_connection(fake_upstream, start_router, http):

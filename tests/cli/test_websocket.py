@@ -1,0 +1,498 @@
+"""WebSocket tunnels through a real ``drain-router serve`` process, black-box.
+
+A real WebSocket client (aiohttp's ``ws_connect``) talks through the router to a small aiohttp
+WebSocket upstream: messages both ways, ping/pong, close codes from either side, a 16 MiB message,
+a stalled reader with bounded router memory. Raw sockets for what a library would never send: a 101
+without (or with a wrong) ``Sec-WebSocket-Accept``, a 2^63 frame length, frames pipelined before
+the 101. The drain: sessions work through the window; at the deadline Close 1001 both ways.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import os
+import signal
+import struct
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import psutil
+import pytest
+from aiohttp import WSMsgType, web
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.blackbox import by_outcome, inflight, requests_total
+from tests.process import RouterProcess, Start, router_starter
+from tests.waiting import wait_until
+
+KEY = base64.b64encode(b"0123456789abcdef").decode()
+
+
+@dataclass
+class WsUpstream:
+    port: int = 0
+    closes: list[int | None] = field(default_factory=list)
+    received: list[str | bytes] = field(default_factory=list)
+    """Every text or binary message the upstream received, in order."""
+    """The close code of each session, as the upstream saw it."""
+    sessions: int = 0
+    reading: asyncio.Event = field(default_factory=asyncio.Event)
+    """``/v1/stalled`` reads nothing until this is set."""
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+UPSTREAM = web.AppKey("upstream", WsUpstream)
+
+
+async def _ws_handler(request: web.Request) -> web.StreamResponse:
+    upstream = request.app[UPSTREAM]
+    ws = web.WebSocketResponse(autoping=True, max_msg_size=0)
+    await ws.prepare(request)
+    upstream.sessions += 1
+    async for msg in ws:
+        if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+            upstream.received.append(msg.data)
+        if msg.type == WSMsgType.TEXT:
+            if msg.data.startswith("close:"):
+                await ws.close(code=int(msg.data[6:]))
+                break
+            if msg.data.startswith("flood:"):  # send this many 64 KiB binary messages
+                chunk = os.urandom(64 * 1024)
+                for _ in range(int(msg.data[6:])):
+                    await ws.send_bytes(chunk)
+                continue
+            await ws.send_str("echo:" + msg.data)
+        elif msg.type == WSMsgType.BINARY:
+            await ws.send_bytes(msg.data)
+    upstream.closes.append(ws.close_code)
+    return ws
+
+
+async def _stalled_handler(request: web.Request) -> web.StreamResponse:
+    upstream = request.app[UPSTREAM]
+    ws = web.WebSocketResponse(max_msg_size=0)
+    await ws.prepare(request)
+    await upstream.reading.wait()
+    count = 0
+    async for msg in ws:
+        if msg.type == WSMsgType.BINARY:
+            count += 1
+            if count == 2048:
+                await ws.send_str("got all")
+    return ws
+
+
+@pytest.fixture
+async def ws_upstream() -> AsyncIterator[WsUpstream]:
+    upstream = WsUpstream()
+    app = web.Application()
+    app[UPSTREAM] = upstream
+    app.router.add_get("/v1/realtime", _ws_handler)
+    app.router.add_get("/v1/stalled", _stalled_handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    upstream.port = runner.addresses[0][1]
+    try:
+        yield upstream
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def start_process(ws_upstream) -> AsyncIterator[Start]:
+    async with router_starter(ws_upstream.url) as start:
+        yield start
+
+
+async def _inflight_zero(p: RouterProcess, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (now := (await inflight(p.admin_port))["inflight"]) != 0:
+        assert time.monotonic() < deadline, f"in-flight still {now}"
+        await asyncio.sleep(0.02)
+
+
+async def _outcomes(p: RouterProcess) -> dict[str, float]:
+    return by_outcome(await requests_total(p.admin_port))
+
+
+async def _sessions_gauge(p: RouterProcess) -> float:
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{p.admin_port}/metrics") as resp:
+        text = await resp.text()
+    for family in text_string_to_metric_families(text):
+        if family.name == "drain_router_websocket_sessions":
+            return family.samples[0].value
+    raise AssertionError("no drain_router_websocket_sessions")
+
+
+# -- through a WebSocket library ---------------------------------------------------------------
+
+
+async def test_messages_both_ways_ping_and_close_codes(start_process, ws_upstream):
+    p = await start_process()
+    async with aiohttp.ClientSession() as s:
+        async with s.ws_connect(f"http://127.0.0.1:{p.port}/v1/realtime", autoping=False) as ws:
+            assert (await inflight(p.admin_port))["inflight"] == 1
+            assert await _sessions_gauge(p) == 1
+            await ws.send_str("hello")
+            assert (await ws.receive(timeout=5)).data == "echo:hello"
+            await ws.send_bytes(b"\x00\x01\xff")
+            assert (await ws.receive(timeout=5)).data == b"\x00\x01\xff"
+            await ws.ping(b"are you there")
+            pong = await ws.receive(timeout=5)
+            assert (pong.type, pong.data) == (WSMsgType.PONG, b"are you there")
+            await ws.close(code=4000)
+        await wait_until(lambda: ws_upstream.closes == [4000], what="the upstream saw 4000")
+        # Closed by the upstream, with its code.
+        async with s.ws_connect(f"http://127.0.0.1:{p.port}/v1/realtime") as ws:
+            await ws.send_str("close:4001")
+            msg = await ws.receive(timeout=5)
+            assert (msg.type, msg.data) == (WSMsgType.CLOSE, 4001)
+    await _inflight_zero(p)
+    assert (await _outcomes(p)).get("completed") == 2
+    assert await _sessions_gauge(p) == 0
+
+
+async def test_a_16_mib_message_both_ways(start_process, ws_upstream):
+    p = await start_process()
+    big = os.urandom(16 * 1024 * 1024)
+    async with (
+        aiohttp.ClientSession() as s,
+        s.ws_connect(f"http://127.0.0.1:{p.port}/v1/realtime", max_msg_size=0) as ws,
+    ):
+        await ws.send_bytes(big)
+        assert (await ws.receive(timeout=30)).data == big
+    await _inflight_zero(p)
+
+
+async def test_a_stalled_reader_costs_bounded_router_memory(start_process, ws_upstream):
+    """The upstream floods 128 MiB at a client that does not read: the router stops reading it."""
+    p = await start_process()
+    rss = psutil.Process(p.proc.pid).memory_info().rss
+    async with (
+        aiohttp.ClientSession() as s,
+        s.ws_connect(f"http://127.0.0.1:{p.port}/v1/realtime", max_msg_size=0) as ws,
+    ):
+        await ws.send_str("flood:2048")
+        # Give the flood time to fill every buffer on the way (a bound, not a synchronisation).
+        for _ in range(20):
+            await asyncio.sleep(0.1)
+            grown = psutil.Process(p.proc.pid).memory_info().rss - rss
+            assert grown < 24 * 1024 * 1024, f"router RSS grew {grown} bytes"
+        got = 0
+        while got < 2048:
+            msg = await ws.receive(timeout=30)
+            assert msg.type == WSMsgType.BINARY
+            got += 1
+    await _inflight_zero(p)
+
+
+# -- raw sockets -------------------------------------------------------------------------------
+
+
+def _handshake(extra: str = "") -> bytes:
+    return (
+        "GET /v1/realtime HTTP/1.1\r\nHost: model\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+        f"Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
+    ).encode()
+
+
+def _masked(opcode: int, payload: bytes) -> bytes:
+    mask = b"\x01\x02\x03\x04"
+    n = len(payload)
+    head = bytes([0x80 | opcode]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack("!H", n))
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+async def _read_head(reader: asyncio.StreamReader) -> bytes:
+    return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    b0, b1 = await asyncio.wait_for(reader.readexactly(2), 5)
+    n = b1 & 0x7F
+    if n == 126:
+        n = struct.unpack("!H", await reader.readexactly(2))[0]
+    return b0 & 0x0F, await asyncio.wait_for(reader.readexactly(n), 5)
+
+
+async def test_frames_pipelined_before_the_101_are_forwarded_after_it(start_process):
+    p = await start_process()
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    writer.write(_handshake() + _masked(1, b"early"))
+    head = await _read_head(reader)
+    assert head.startswith(b"HTTP/1.1 101 ")
+    assert await _read_frame(reader) == (1, b"echo:early")
+    writer.close()
+    await _inflight_zero(p)
+
+
+async def test_a_frame_length_with_its_top_bit_set_closes_the_tunnel(start_process):
+    p = await start_process()
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    writer.write(_handshake())
+    assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
+    writer.write(b"\x82\xff" + struct.pack("!Q", 1 << 63) + b"\x00\x00\x00\x00")
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()
+    await _inflight_zero(p)
+    assert (await _outcomes(p)).get("client_aborted") == 1
+
+
+async def _fake_upstream(answer: bytes) -> tuple[asyncio.Server, int]:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "accept",
+    ["", "Sec-WebSocket-Accept: AAAAAAAAAAAAAAAAAAAAAAAAAAA=\r\n"],
+    ids=["no-accept", "wrong-accept"],
+)
+async def test_a_101_without_the_right_accept_is_a_502(ws_upstream, accept):
+    server, port = await _fake_upstream(
+        f"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n{accept}\r\n".encode()
+    )
+    async with server, router_starter(f"http://127.0.0.1:{port}") as start:
+        p = await start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+        writer.write(_handshake())
+        assert (await _read_head(reader)).startswith(b"HTTP/1.1 502 ")
+        writer.close()
+        await _inflight_zero(p)
+        assert (await _outcomes(p)).get("upstream_error") == 1
+
+
+async def test_an_answer_other_than_101_is_relayed_as_a_response(ws_upstream):
+    server, port = await _fake_upstream(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 2\r\n\r\nno")
+    async with server, router_starter(f"http://127.0.0.1:{port}") as start:
+        p = await start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+        writer.write(_handshake())
+        assert (await _read_head(reader)).startswith(b"HTTP/1.1 403 ")
+        assert await asyncio.wait_for(reader.read(), 5) == b"no"
+        writer.close()
+        await _inflight_zero(p)
+
+
+# -- the drain ---------------------------------------------------------------------------------
+
+
+async def _session(port: int) -> tuple[aiohttp.ClientSession, Any]:
+    s = aiohttp.ClientSession()
+    ws = await s.ws_connect(f"http://127.0.0.1:{port}/v1/realtime")
+    return s, ws
+
+
+async def test_at_the_deadline_the_session_gets_1001_both_ways(start_process, ws_upstream):
+    p = await start_process("--termination-grace-secs", "4", "--access-log", drain_secs="1")
+    s, ws = await _session(p.port)
+    try:
+        p.signal(signal.SIGTERM)
+        await p.wait_event("drain.closing")
+        await ws.send_str("still here")
+        assert (await ws.receive(timeout=5)).data == "echo:still here"
+        msg = await ws.receive(timeout=10)
+        assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1001)
+        await wait_until(lambda: ws_upstream.closes == [1001], what="the upstream saw a masked 1001")
+        assert await p.wait(10) == 1
+        deadline = await p.wait_event("drain.deadline")
+        assert deadline["aborted"] == 1
+        assert [e["outcome"] for e in p.events if e.get("event") == "request"] == ["deadline_aborted"]
+    finally:
+        await ws.close()
+        await s.close()
+
+
+async def test_with_close_at_closing_the_1001_comes_at_closing(start_process, ws_upstream):
+    """The drain window still serves the session; closing sends the 1001 at once, long before the
+    deadline, and the router exits 0 as soon as the closing handshakes are done."""
+    p = await start_process(
+        "--termination-grace-secs", "60", "--websocket-close-at", "closing", "--access-log", drain_secs="1"
+    )
+    s, ws = await _session(p.port)
+    try:
+        p.signal(signal.SIGTERM)
+        await p.wait_event("drain.start")
+        await ws.send_str("in the window")
+        assert (await ws.receive(timeout=5)).data == "echo:in the window"
+        msg = await ws.receive(timeout=10)
+        assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1001)
+        assert "drain.closing" in p.names()
+        await wait_until(lambda: ws_upstream.closes == [1001], what="the upstream saw a masked 1001")
+        assert await p.wait(10) == 0
+        assert [e["outcome"] for e in p.events if e.get("event") == "request"] == ["completed"]
+    finally:
+        await ws.close()
+        await s.close()
+
+
+async def test_a_handshake_with_a_body_is_a_400(start_process, ws_upstream):
+    """Where the frames start would be the upstream's guess: refused, never forwarded."""
+    p = await start_process()
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    writer.write(_handshake("Content-Length: 5\r\n") + b"hello")
+    assert (await _read_head(reader)).startswith(b"HTTP/1.1 400 ")
+    writer.close()
+    await _inflight_zero(p)
+    assert ws_upstream.sessions == 0
+
+
+async def test_the_deadline_close_waits_for_the_frame_in_flight_to_end(start_process, ws_upstream):
+    """A client frame half sent at the deadline: the client gets its 1001 at once, the upstream
+    gets the rest of that frame and then the masked 1001, never a Close inside a frame."""
+    p = await start_process("--termination-grace-secs", "3")
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    writer.write(_handshake())
+    assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
+    frame = _masked(1, b"finished after the deadline")
+    writer.write(frame[:9])
+    p.signal(signal.SIGTERM)
+    assert await _read_frame(reader) == (8, struct.pack("!H", 1001))
+    writer.write(frame[9:] + _masked(8, struct.pack("!H", 1001)))
+    await wait_until(lambda: ws_upstream.closes == [1001], what="the upstream saw the frame, then 1001")
+    assert ws_upstream.received == ["finished after the deadline"]
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()
+    assert await p.wait(10) == 1
+
+
+async def test_a_client_that_vanishes_is_client_aborted(start_process, ws_upstream):
+    p = await start_process()
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    writer.write(_handshake())
+    assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
+    writer.transport.abort()  # no Close frame
+    await wait_until(lambda: len(ws_upstream.closes) == 1, what="the upstream connection closed")
+    await _inflight_zero(p)
+    assert (await _outcomes(p)).get("client_aborted") == 1
+
+
+async def test_an_upstream_that_vanishes_is_upstream_error(ws_upstream):
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key:")
+        )
+        accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: "
+            + accept
+            + b"\r\n\r\n"
+        )
+        await reader.readexactly(2)  # the client's first frame begins: the model server dies
+        writer.transport.abort()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, router_starter(f"http://127.0.0.1:{port}") as start:
+        p = await start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+        writer.write(_handshake())
+        assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
+        writer.write(_masked(1, b"anyone?"))
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        await _inflight_zero(p)
+        assert (await _outcomes(p)).get("upstream_error") == 1
+
+
+async def test_the_upstream_gets_a_masked_1001_at_the_deadline(ws_upstream):
+    """Read by a raw model server, so the mask bit is checked (aiohttp does not insist on it)."""
+    frames: list[tuple[int, bool, bytes]] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        key = next(
+            v.split(b":", 1)[1].strip() for v in head.split(b"\r\n") if v.lower().startswith(b"sec-websocket-key:")
+        )
+        accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n")
+        writer.write(b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+        while True:
+            b0, b1 = await reader.readexactly(2)
+            mask = await reader.readexactly(4) if b1 & 0x80 else b"\0\0\0\0"
+            payload = await reader.readexactly(b1 & 0x7F)
+            frames.append((b0 & 0x0F, bool(b1 & 0x80), bytes(b ^ mask[i % 4] for i, b in enumerate(payload))))
+            if b0 & 0x0F == 8:
+                writer.write(b"\x88\x02\x03\xe9")
+                await writer.drain()
+                writer.close()
+                return
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, router_starter(f"http://127.0.0.1:{port}") as start:
+        p = await start("--termination-grace-secs", "3")
+        async with aiohttp.ClientSession() as s, s.ws_connect(f"http://127.0.0.1:{p.port}/v1/realtime") as ws:
+            await ws.send_str("before")
+            p.signal(signal.SIGTERM)
+            msg = await ws.receive(timeout=10)
+            assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1001)
+        await wait_until(lambda: len(frames) == 2, what="the upstream read a Close")
+        assert frames == [(1, True, b"before"), (8, True, struct.pack("!H", 1001))]
+        assert await p.wait(10) == 1
+
+
+async def test_the_duration_histogram_covers_the_whole_session(start_process, ws_upstream):
+    p = await start_process()
+    async with aiohttp.ClientSession() as s:
+        async with s.ws_connect(f"http://127.0.0.1:{p.port}/v1/realtime") as ws:
+            opened = time.monotonic()
+            for i in range(50):
+                await ws.send_str(str(i))
+                assert (await ws.receive(timeout=5)).data == f"echo:{i}"
+            lived = time.monotonic() - opened
+        await _inflight_zero(p)
+        async with s.get(f"http://127.0.0.1:{p.admin_port}/metrics") as resp:
+            text = await resp.text()
+    family = next(f for f in text_string_to_metric_families(text) if f.name == "drain_router_request_duration_seconds")
+    samples = {sample.name: sample.value for sample in family.samples if not sample.labels}
+    assert samples["drain_router_request_duration_seconds_count"] == 1
+    assert samples["drain_router_request_duration_seconds_sum"] >= lived
+
+
+async def test_a_model_server_that_stops_reading_costs_bounded_router_memory(start_process, ws_upstream):
+    """The client sends 128 MiB to a model server that reads nothing: the router stops reading the
+    client, whose sends block; when the model server reads again, everything arrives."""
+    p = await start_process()
+    rss = psutil.Process(p.proc.pid).memory_info().rss
+    chunk = os.urandom(64 * 1024)
+    async with (
+        aiohttp.ClientSession() as s,
+        s.ws_connect(f"http://127.0.0.1:{p.port}/v1/stalled", max_msg_size=0) as ws,
+    ):
+
+        async def send_all() -> None:
+            for _ in range(2048):
+                await ws.send_bytes(chunk)
+
+        sending = asyncio.ensure_future(send_all())
+        # Sampled over a while (a bound on memory, not a synchronisation).
+        for _ in range(20):
+            await asyncio.sleep(0.1)
+            grown = psutil.Process(p.proc.pid).memory_info().rss - rss
+            assert grown < 24 * 1024 * 1024, f"router RSS grew {grown} bytes"
+        assert not sending.done()
+        ws_upstream.reading.set()
+        await asyncio.wait_for(sending, 60)
+        assert (await ws.receive(timeout=30)).data == "got all"
+    await _inflight_zero(p)
