@@ -12,6 +12,7 @@ import collections
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import time
@@ -177,7 +178,8 @@ class _Session:
         self.responding: asyncio.Task[None] | None = None
         self.server_close: int | None = None
         """The code of the Close this server sent first (a shutdown's), if it did."""
-        self._ids = (f"evt_{uuid.uuid4().hex[:12]}_{n}" for n in range(2**62))
+        prefix = "evt_" + uuid.uuid4().hex[:12]
+        self._ids = (f"{prefix}_{n}" for n in itertools.count())
 
     async def send(self, event: dict[str, Any]) -> None:
         await self.ws.send_str(json.dumps(event))
