@@ -345,3 +345,129 @@ async def hold(
     out["first_error"] = first_error
     out["loadgen_core"] = (_cpu_self() - cpu0) / (time.perf_counter() - wall0)
     return out
+
+
+# -- WebSocket sessions ---------------------------------------------------------------------------
+
+
+async def ws_handshake(url: str) -> int | None:
+    """One WebSocket handshake: 101 when the target forwards the upgrade, else the status it
+    answered (the router says 501 until it tunnels), ``None`` for no answer."""
+    async with session() as http:
+        try:
+            async with http.ws_connect(url, timeout=aiohttp.ClientWSTimeout(ws_close=5)) as ws:
+                await ws.close()
+        except aiohttp.WSServerHandshakeError as exc:
+            return exc.status
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return None
+    return 101
+
+
+async def ws_echo(url: str, sessions: int, duration: float, *, message_bytes: int, warmup: float) -> dict[str, Any]:
+    """Closed loop on ``sessions`` WebSocket sessions: each sends a text message of
+    ``message_bytes`` and waits for its echo, again and again. A message is one frame through the
+    proxy, so a round trip is two; counted in the window after ``warmup``."""
+    payload = "m" * message_bytes
+    rtts: list[float] = []
+    in_window = 0
+    total = 0
+    errors = 0
+    first_error: str | None = None
+    cpu0, wall0 = _cpu_self(), time.perf_counter()
+    warm_at, end_at = wall0 + warmup, wall0 + warmup + duration
+    async with session() as http:
+
+        async def client() -> None:
+            nonlocal in_window, total, errors, first_error
+            try:
+                async with http.ws_connect(url, timeout=aiohttp.ClientWSTimeout(ws_close=5)) as ws:
+                    while (t0 := time.perf_counter()) < end_at:
+                        await ws.send_str(payload)
+                        msg = await ws.receive(timeout=10)
+                        if msg.type is not aiohttp.WSMsgType.TEXT or len(msg.data) != message_bytes:
+                            raise RuntimeError(f"unexpected {msg.type.name} frame")
+                        now = time.perf_counter()
+                        total += 2
+                        if warm_at <= t0 and now < end_at:
+                            in_window += 2
+                            rtts.append(now - t0)
+            except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError) as exc:
+                errors += 1
+                first_error = first_error or f"{type(exc).__name__}: {exc}"
+
+        await asyncio.gather(*(client() for _ in range(sessions)))
+    wall = time.perf_counter() - wall0
+    pct = stats.percentiles(rtts)
+    return {
+        "client": "aiohttp",
+        "sessions": sessions,
+        "message_bytes": message_bytes,
+        "messages_per_s": in_window / duration,
+        "messages_total": total,
+        "rtt_p50_ms": pct["p50"] * 1000,
+        "rtt_p99_ms": pct["p99"] * 1000,
+        "errors": errors,
+        "first_error": first_error,
+        "seconds": wall,
+        "loadgen_core": (_cpu_self() - cpu0) / wall,
+    }
+
+
+async def ws_hold(
+    url: str,
+    count: int,
+    rss_kib: Callable[[], int],
+    *,
+    parallel_connects: int = 200,
+    settle: float = 0.5,
+    timeout: float = 120.0,
+) -> dict[str, Any]:
+    """Open ``count`` WebSocket sessions that then stay idle, and record the target's RSS before and
+    after. Returns KiB per open session."""
+    release = asyncio.Event()
+    gate = asyncio.Semaphore(parallel_connects)
+    opened = 0
+    failed = 0
+    first_error: str | None = None
+    cpu0, wall0 = _cpu_self(), time.perf_counter()
+    async with session() as http:
+
+        async def one() -> None:
+            nonlocal opened, failed, first_error
+            async with gate:
+                try:
+                    ws = await http.ws_connect(url, timeout=aiohttp.ClientWSTimeout(ws_close=5), autoping=True)
+                except (aiohttp.ClientError, OSError) as exc:
+                    failed += 1
+                    first_error = first_error or f"{type(exc).__name__}: {exc}"
+                    return
+                opened += 1
+            try:
+                await release.wait()
+            finally:
+                await ws.close()
+
+        await asyncio.sleep(settle)
+        base = rss_kib()
+        t0 = time.perf_counter()
+        tasks = [asyncio.ensure_future(one()) for _ in range(count)]
+        while opened + failed < count and time.perf_counter() - t0 < timeout:
+            await asyncio.sleep(0.05)
+        open_secs = time.perf_counter() - t0
+        await asyncio.sleep(settle)
+        rss = rss_kib()
+        release.set()
+        await asyncio.wait(tasks, timeout=30)
+    return {
+        "sessions_asked": count,
+        "sessions_open": opened,
+        "sessions_failed": failed,
+        "first_error": first_error,
+        "open_seconds": open_secs,
+        "rss_base_kib": base,
+        "rss_kib": rss,
+        "kib_per_session": (rss - base) / opened if opened else None,
+        "errors": failed,
+        "loadgen_core": (_cpu_self() - cpu0) / (time.perf_counter() - wall0),
+    }

@@ -56,6 +56,17 @@ METRICS: dict[str, list[tuple[str, str, bool]]] = {
         ("held_last", "streams", True),
         ("open_seconds_last", "s", False),
     ],
+    "ws_echo": [
+        ("messages_per_s", "messages/s", True),
+        ("rtt_p50_ms", "ms", False),
+        ("rtt_p99_ms", "ms", False),
+        ("target_cpu_us_per_unit", "CPU µs/message", False),
+        ("loadgen_core", "cores", False),
+    ],
+    "ws_idle_hold": [
+        ("kib_per_session", "KiB/session", False),
+        ("sessions_open", "sessions", True),
+    ],
     "drain": [
         ("readyz_503_ms", "ms", False),
         ("exit_after_last_stream_ms", "ms", False),
@@ -98,6 +109,9 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         failures = [row["failed"] for row in rows if "failed" in row]
         if failures:
             cell["failed"] = failures
+        skipped = [row["skipped"] for row in rows if "skipped" in row]
+        if skipped:
+            cell["skipped"] = skipped[0]
     ratios: dict[str, dict[str, dict[str, Any]]] = {}
     rounds = sorted({r["round"] for r in results["records"]})
     for workload in workloads:
@@ -131,7 +145,7 @@ def _num(value: Any) -> bool:
 def noise(summary: dict[str, Any]) -> dict[str, Any]:
     """Round-to-round spread ((max - min) / median) of each target's headline metric; the direct
     column is the noise floor of the machine and the client."""
-    heads = {"small_get": "rate", "sse_burst": "streams_per_s", "upload_1mib": "mib_per_s"}
+    heads = {"small_get": "rate", "sse_burst": "streams_per_s", "upload_1mib": "mib_per_s", "ws_echo": "messages_per_s"}
     out: dict[str, Any] = {}
     for workload, cells in summary.items():
         metric = heads.get(workload) or ("events_per_s" if workload.startswith("sse_paced_") else None)
@@ -156,6 +170,7 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
                     "goal": name,
                     "threshold": threshold,
                     "unit": unit,
+                    "kind": kind,
                     "measured": None,
                     "met": None,
                     "note": note or "not measured in this run",
@@ -246,6 +261,38 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
         router_hold.get("kib_per_stream_last"),
         "KiB",
     )
+    # Issue 22: WebSocket sessions through the router, against nginx as a WebSocket proxy.
+    plan = results["plan"]
+    if "ws_sessions" in plan:
+        skipped = summary.get("ws_echo", {}).get("router", {}).get("skipped")
+        note = f"router skipped: it {skipped}" if skipped else ""
+        sessions = plan["ws_sessions"]
+        add(
+            f"WebSocket echo, {sessions} sessions (messages/s, router / nginx)",
+            0.95,
+            "min",
+            ratio("ws_echo", "nginx", "messages_per_s"),
+            "x",
+            note,
+        )
+        add(
+            "WebSocket echo (CPU per message, router / nginx)",
+            1.3,
+            "max",
+            ratio("ws_echo", "nginx", "target_cpu_us_per_unit"),
+            "x",
+            note,
+        )
+        router_ws_hold = summary.get("ws_idle_hold", {}).get("router", {})
+        hold_skipped = router_ws_hold.get("skipped")
+        add(
+            f"RSS per idle WebSocket session with {plan['ws_hold_sessions']} open (router)",
+            8.0,
+            "max",
+            router_ws_hold.get("kib_per_session"),
+            "KiB",
+            f"router skipped: it {hold_skipped}" if hold_skipped else "",
+        )
     router_drain = summary.get("drain", {}).get("router", {})
     add("/readyz 503 after SIGTERM (router)", 50.0, "max", router_drain.get("readyz_503_ms"), "ms")
     add(
@@ -301,6 +348,10 @@ ROWS: list[tuple[str, str, str, str]] = [
     ("upload_1mib", "mib_per_s", "1 MiB upload, {upload_connections} connections: MiB/s", ""),
     ("idle_hold", "kib_per_stream_first", "RSS per held idle stream, {hold_first} held", "KiB"),
     ("idle_hold", "kib_per_stream_last", "RSS per held idle stream, {hold_last} held", "KiB"),
+    ("ws_echo", "messages_per_s", "WebSocket echo, {ws_sessions} sessions: messages/s", ""),
+    ("ws_echo", "rtt_p99_ms", "WebSocket echo: p99 round trip", "ms"),
+    ("ws_echo", "target_cpu_us_per_unit", "WebSocket echo: proxy CPU per message", "µs"),
+    ("ws_idle_hold", "kib_per_session", "RSS per idle WebSocket session, {ws_hold} open", "KiB"),
     ("drain", "readyz_503_ms", "drain: signal to readiness 503", "ms"),
     ("drain", "exit_after_last_stream_ms", "drain: last stream end to process exit", "ms"),
 ]
@@ -318,6 +369,8 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
         "upload_connections": plan["upload_connections"],
         "hold_first": plan["hold_steps"][0],
         "hold_last": plan["hold_steps"][-1],
+        "ws_sessions": plan.get("ws_sessions"),
+        "ws_hold": plan.get("ws_hold_sessions"),
     }
     lines = []
     pinned = (
@@ -338,7 +391,7 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
         f"{' (the machine was shared with other work: read single cells with care, ratios of the same round less so)' if shared > 0.1 else ''}."
     )
     lines.append("")
-    lines.append("| goal (issue 11) | target | measured: median (min–max) | |")
+    lines.append("| goal (issues 11, 22) | target | measured: median (min–max) | |")
     lines.append("| --- | --- | --- | --- |")
     for goal in derived["goals"]:
         unit = goal["unit"]
@@ -359,7 +412,12 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
             if workload not in summary:
                 continue
             label = label_t.format(c=conc, **fmt)
-            cells = [_cell(summary[workload].get(t, {}).get(metric), unit) for t in present]
+            cells = [
+                "skipped"
+                if summary[workload].get(t, {}).get("skipped")
+                else _cell(summary[workload].get(t, {}).get(metric), unit)
+                for t in present
+            ]
             if workload == "idle_hold":  # say so where a target held fewer streams than asked
                 counts = "held_first" if metric == "kib_per_stream_first" else "held_last"
                 step = plan["hold_steps"][0 if counts == "held_first" else -1]
@@ -367,6 +425,10 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
                     held = (summary[workload].get(t, {}).get(counts) or {}).get("median")
                     if held is not None and held < step:
                         cells[i] += f" ({held:,.0f} held)"
+            if all(c in ("–", "skipped") for c in cells) and not any(
+                summary[workload].get(t, {}).get("skipped") for t in present
+            ):
+                continue
             if all(c == "–" for c in cells) or (metric == "kib_per_stream_last" and len(plan["hold_steps"]) < 2):
                 continue
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -390,6 +452,8 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
                 for m, label in (("events_per_s", "chunks/s"), ("target_cpu_us_per_unit", "CPU per chunk"))
             ),
             ("upload_1mib", "mib_per_s", "MiB/s"),
+            ("ws_echo", "messages_per_s", "messages/s"),
+            ("ws_echo", "target_cpu_us_per_unit", "CPU per message"),
         ]
         for workload, metric, label in heads:
             row = [
@@ -397,9 +461,12 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
                 for b in bases
             ]
             if any(r and r.get("median") is not None for r in row):
-                name = {"small_get": "small GET", "sse_burst": "SSE back to back", "upload_1mib": "1 MiB upload"}.get(
-                    workload
-                ) or f"SSE paced, {workload.rsplit('_', 1)[1]} streams"
+                name = {
+                    "small_get": "small GET",
+                    "sse_burst": "SSE back to back",
+                    "upload_1mib": "1 MiB upload",
+                    "ws_echo": "WebSocket echo",
+                }.get(workload) or f"SSE paced, {workload.rsplit('_', 1)[1]} streams"
                 lines.append(f"| {name} | {label} | " + " | ".join(_cell(r, "x") for r in row) + " |")
         lines.append("")
     client_cores = [
@@ -408,8 +475,15 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
     client_cores = [c for c in client_cores if c is not None]
     if client_cores:
         lines.append(
-            f"The load generator (wrk for plain requests, the aiohttp client for SSE) used up to "
+            f"The load generator (wrk for plain requests, the aiohttp client for SSE and WebSocket) used up to "
             f"{max(client_cores):.2f} of its core; a cell where it is near 1.0 is client-bound."
+        )
+    ws_skips = {t: c["skipped"] for t, c in summary.get("ws_echo", {}).items() if c.get("skipped")}
+    if ws_skips:
+        lines.append(
+            "WebSocket rows skipped for: "
+            + "; ".join(f"{results['targets'][t]['label']} ({r})" for t, r in ws_skips.items())
+            + "."
         )
     if missing:
         lines.append("Not measured: " + "; ".join(f"{t} ({r})" for t, r in missing.items()) + ".")

@@ -59,6 +59,11 @@ class Plan:
     use_wrk: bool = True
     #: Pause before each RSS reading of the idle-hold workload, for the target to settle.
     hold_settle_secs: float = 0.5
+    #: WebSocket echo: sessions in a closed loop, and each message's size.
+    ws_sessions: int = 16
+    ws_message_bytes: int = 128
+    #: Idle WebSocket sessions held open for the RSS-per-session figure.
+    ws_hold_sessions: int = 5000
 
     @property
     def paced_stream_secs(self) -> float:
@@ -88,6 +93,8 @@ PLANS = {
         drain_targets=("router",),
         use_wrk=False,
         hold_settle_secs=0.1,
+        ws_sessions=2,
+        ws_hold_sessions=20,
     ),
 }
 
@@ -99,6 +106,8 @@ def workload_names(plan: Plan) -> list[str]:
         *(f"sse_paced_{c}" for c in plan.paced_concurrency),
         "upload_1mib",
         "idle_hold",
+        "ws_echo",
+        "ws_idle_hold",
         "drain",
     ]
 
@@ -292,6 +301,62 @@ class Bench:
         finally:
             fresh.stop()
 
+    # -- WebSocket --------------------------------------------------------------------------------
+
+    def ws_url(self, target: targets.Target) -> str:
+        return target.url.replace("http://", "ws://", 1) + "/v1/realtime"
+
+    async def ws_skip(self, round_no: int, workload: str, target: targets.Target) -> bool:
+        """Record a skipped cell (and say so) when ``target`` does not forward the WebSocket upgrade:
+        the router answers it with 501 until it tunnels."""
+        status = await loadgen.ws_handshake(self.ws_url(target))
+        if status == 101:
+            return False
+        reason = f"answers the WebSocket upgrade with {status}" if status else "no answer to the WebSocket upgrade"
+        self.records.append(
+            {"round": round_no, "workload": workload, "target": target.name, "metrics": {"skipped": reason}}
+        )
+        self.log(
+            f"  {time.perf_counter() - self.t0:6.1f}s r{round_no} {workload:<16} {target.name:<8} skipped: {reason}"
+        )
+        return True
+
+    async def ws_echo(self, target: targets.Target, round_no: int) -> None:
+        if await self.ws_skip(round_no, "ws_echo", target):
+            return
+        plan = self.plan
+        await self.measure(
+            round_no,
+            "ws_echo",
+            target,
+            "messages_total",
+            lambda: loadgen.ws_echo(
+                self.ws_url(target),
+                plan.ws_sessions,
+                plan.seconds,
+                message_bytes=plan.ws_message_bytes,
+                warmup=min(0.2, plan.seconds / 4),
+            ),
+        )
+
+    async def ws_hold(self, target: targets.Target, round_no: int) -> None:
+        """A fresh instance per round, as for held streams."""
+        fresh = type(target)(target.name, target.label, drain_signal=target.drain_signal)
+        fresh.start(self.ctx, instance=f"-ws-hold-r{round_no}")
+        try:
+            if await self.ws_skip(round_no, "ws_idle_hold", fresh):
+                return
+            count = min(self.plan.ws_hold_sessions, self.max_held)
+            await self.measure(
+                round_no,
+                "ws_idle_hold",
+                fresh,
+                None,
+                lambda: loadgen.ws_hold(self.ws_url(fresh), count, fresh_rss(fresh), settle=self.plan.hold_settle_secs),
+            )
+        finally:
+            fresh.stop()
+
     async def drain(self, target: targets.Target, round_no: int) -> None:
         fresh = type(target)(target.name, target.label, drain_signal=target.drain_signal)
         if fresh.name == "router":
@@ -419,6 +484,12 @@ class Bench:
                 for target in self.targets:
                     if target.name != "direct":
                         await self.hold(target, round_no)
+                ws_targets = [t for t in self.targets if t.name in targets.WS_TARGETS]
+                for target in ws_targets:
+                    await self.ws_echo(target, round_no)
+                for target in ws_targets:
+                    if target.name != "direct":
+                        await self.ws_hold(target, round_no)
                 for target in self.targets:
                     wanted = plan.drain_targets is None or target.name in plan.drain_targets
                     if target.drain_signal is not None and wanted:
@@ -490,6 +561,9 @@ def _brief(metrics: dict[str, Any]) -> str:
         "ttfb_p50_ms",
         "gap_p99_ms",
         "lat_p99_ms",
+        "messages_per_s",
+        "rtt_p99_ms",
+        "kib_per_session",
         "readyz_503_ms",
         "exit_after_last_stream_ms",
         "errors",

@@ -297,6 +297,17 @@ http {{
             proxy_read_timeout 3600s;
             proxy_send_timeout 3600s;
         }}
+        # WebSocket (realtime sessions): the upgrade headers passed on, the tunnel kept for an hour idle.
+        location /v1/realtime {{
+            proxy_pass http://model;
+            proxy_http_version 1.1;
+            proxy_set_header Upgrade $http_upgrade;
+            proxy_set_header Connection "upgrade";
+            proxy_set_header Host $host;
+            proxy_buffering off;
+            proxy_read_timeout 3600s;
+            proxy_send_timeout 3600s;
+        }}
     }}
 }}
 """
@@ -398,6 +409,7 @@ static_resources:
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: ingress
+          upgrade_configs: [{{upgrade_type: websocket}}]
           stream_idle_timeout: 3600s
           request_timeout: 0s
           route_config:
@@ -523,6 +535,10 @@ class Traefik(Target):
     def readiness_url(self) -> str | None:
         return f"http://127.0.0.1:{self.admin_port}/ping"
 
+
+#: The targets of the WebSocket workloads (the issue's comparison: nginx and Envoy as WebSocket
+#: proxies, the router, and the upstream itself).
+WS_TARGETS = ("direct", "router", "nginx", "envoy")
 
 #: Targets measured when none are named: everything but the prototype.
 DEFAULT_TARGETS = ("direct", "router", "aiohttp", "nginx", "haproxy", "envoy", "traefik")

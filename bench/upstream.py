@@ -13,6 +13,9 @@ Routes (HTTP/1.1, keep-alive, request bodies by Content-Length or chunked):
   headers and the first event go out at once, the rest every ``MS`` ms (0: back to back). ``hold=1``
   sends the headers and the first event, then holds the stream open until the client leaves.
 - ``POST /upload``: reads and discards the body, answers ``{"bytes": n}``.
+- ``GET /v1/realtime`` with ``Upgrade: websocket`` and ``Connection: upgrade``: 101, then a WebSocket echo: every data frame
+  from the client comes back as one unmasked frame with the same payload, pings get pongs, a Close
+  is answered with a Close and the connection closes. Idle sessions cost nothing but the socket.
 - anything else: 404.
 
 Run: ``python -m bench.upstream --port 8000``.
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import hashlib
 import os
 import signal
 from urllib.parse import parse_qs
@@ -47,10 +52,29 @@ SMALL_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-
 )
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 MAX_HEADER_BYTES = 64 * 1024
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+WS_SWITCH = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "
+OP_CLOSE, OP_PING, OP_PONG = 0x8, 0x9, 0xA
+
+
+def ws_frame(first: int, payload: bytes) -> bytes:
+    """One unmasked (server) frame: ``first`` is the FIN bit and the opcode."""
+    n = len(payload)
+    if n < 126:
+        return bytes((first, n)) + payload
+    if n < 65536:
+        return bytes((first, 126)) + n.to_bytes(2, "big") + payload
+    return bytes((first, 127)) + n.to_bytes(8, "big") + payload
+
+
+def unmask(payload: bytes, mask: bytes) -> bytes:
+    n = len(payload)
+    key = (mask * (n // 4 + 1))[:n]
+    return (int.from_bytes(payload, "little") ^ int.from_bytes(key, "little")).to_bytes(n, "little")
 
 
 class _Request:
-    __slots__ = ("chunked", "close", "length", "method", "path", "query")
+    __slots__ = ("chunked", "close", "length", "method", "path", "query", "ws_key")
 
     def __init__(self, method: str, target: str, headers: dict[bytes, bytes], version: bytes) -> None:
         self.method = method
@@ -59,6 +83,9 @@ class _Request:
         self.close = conn == b"close" or (version == b"HTTP/1.0" and conn != b"keep-alive")
         self.chunked = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
         self.length = 0 if self.chunked else int(headers.get(b"content-length", b"0"))
+        tokens = {t.strip() for t in conn.split(b",")}
+        upgrade = headers.get(b"upgrade", b"").lower() == b"websocket" and b"upgrade" in tokens
+        self.ws_key = headers.get(b"sec-websocket-key") if upgrade else None
 
 
 class UpstreamProtocol(asyncio.Protocol):
@@ -73,6 +100,7 @@ class UpstreamProtocol(asyncio.Protocol):
         self.body_bytes = 0
         self.busy = False  # a streamed response is still being written
         self.timer: asyncio.TimerHandle | None = None
+        self.ws = False  # switched to WebSocket: the buffer holds frames
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not an asyncio.Transport subclass
@@ -85,7 +113,10 @@ class UpstreamProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        self._advance()
+        if self.ws:
+            self._ws_advance()
+        else:
+            self._advance()
 
     # -- request parsing --------------------------------------------------------------------------
 
@@ -112,6 +143,9 @@ class UpstreamProtocol(asyncio.Protocol):
                 return
             req, self.req = self.req, None
             self._respond(req)
+            if self.ws:
+                self._ws_advance()
+                return
 
     def _consume_body(self) -> bool:
         """Eat body bytes from the buffer; True once the whole body is in."""
@@ -164,6 +198,11 @@ class UpstreamProtocol(asyncio.Protocol):
         assert transport is not None
         if req.path == "/small":
             transport.write(SMALL_RESPONSE)
+        elif req.path == "/v1/realtime" and req.ws_key is not None:
+            accept = base64.b64encode(hashlib.sha1(req.ws_key + WS_GUID).digest())
+            transport.write(WS_SWITCH + accept + b"\r\n\r\n")
+            self.ws = True
+            return
         elif req.path == "/v1/completions":
             query = parse_qs(req.query)
             chunks = int(query.get("chunks", ["64"])[0])
@@ -180,6 +219,42 @@ class UpstreamProtocol(asyncio.Protocol):
             transport.write(NOT_FOUND)
         if req.close:
             transport.close()
+
+    # -- WebSocket echo -----------------------------------------------------------------------------
+
+    def _ws_advance(self) -> None:
+        buf = self.buf
+        while self.transport is not None and len(buf) >= 2:
+            first, second = buf[0], buf[1]
+            size, pos = second & 0x7F, 2
+            if size == 126:
+                if len(buf) < 4:
+                    return
+                size, pos = int.from_bytes(buf[2:4], "big"), 4
+            elif size == 127:
+                if len(buf) < 10:
+                    return
+                size, pos = int.from_bytes(buf[2:10], "big"), 10
+            mask = b""
+            if second & 0x80:
+                if len(buf) < pos + 4:
+                    return
+                mask, pos = bytes(buf[pos : pos + 4]), pos + 4
+            if len(buf) < pos + size:
+                return
+            payload = bytes(buf[pos : pos + size])
+            del buf[: pos + size]
+            if mask:
+                payload = unmask(payload, mask)
+            opcode = first & 0x0F
+            if opcode == OP_CLOSE:
+                self.transport.write(ws_frame(0x80 | OP_CLOSE, payload[:2]))
+                self.transport.close()
+                return
+            if opcode == OP_PING:
+                self.transport.write(ws_frame(0x80 | OP_PONG, payload))
+            elif opcode != OP_PONG:
+                self.transport.write(ws_frame(first & 0x8F, payload))  # the data frame, echoed
 
     def _stream(self, req: _Request, chunks: int, interval: float, hold: bool) -> None:
         transport = self.transport

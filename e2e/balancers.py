@@ -3,7 +3,9 @@
 Both HAProxy (``e2e/haproxy.py``) and Envoy (``e2e/envoy.py``) health-check each replica's ``/readyz``
 every ``inter_ms`` (one failure takes it out, one success puts it back), pool keep-alive connections
 to the replicas, never retry, and listen on 127.0.0.1 only. A scenario gets one through :func:`make`
-and uses ``url``, ``process``, ``start()`` and ``wait_status(name, "UP" | "DOWN")``.
+and uses ``url``, ``process``, ``start()`` and ``wait_status(name, "UP" | "DOWN")``. Both forward
+WebSocket upgrades and relay the tunnels that follow (the realtime sessions of
+``e2e/test_realtime_sessions.py``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from e2e import envoy, haproxy
+from e2e import envoy, haproxy, probed
 from router.tools.process import Process
 
 KINDS = ("haproxy", "envoy")
@@ -38,10 +40,19 @@ def binary(kind: str) -> str | None:
     raise ValueError(f"unknown balancer {kind!r}; one of {KINDS}")
 
 
-def make(kind: str, workdir: Path, servers: list[tuple[str, int]], *, inter_ms: int = 200) -> Balancer:
-    """A not yet started balancer of ``kind`` over ``servers`` (name, port)."""
+def make(
+    kind: str,
+    workdir: Path,
+    servers: list[tuple[str, int]],
+    *,
+    inter_ms: int = 200,
+    check_path: str = probed.CHECK_PATH,
+) -> Balancer:
+    """A not yet started balancer of ``kind`` over ``servers`` (name, port), checking ``check_path``."""
     if kind == "haproxy":
-        return haproxy.HAProxy(workdir, [haproxy.Server(n, p) for n, p in servers], inter_ms=inter_ms)
+        return haproxy.HAProxy(
+            workdir, [haproxy.Server(n, p) for n, p in servers], inter_ms=inter_ms, check_path=check_path
+        )
     if kind == "envoy":
-        return envoy.Envoy(workdir, [envoy.Server(n, p) for n, p in servers], inter_ms=inter_ms)
+        return envoy.Envoy(workdir, [envoy.Server(n, p) for n, p in servers], inter_ms=inter_ms, check_path=check_path)
     raise ValueError(f"unknown balancer {kind!r}; one of {KINDS}")

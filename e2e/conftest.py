@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from e2e import balancers, envoy, haproxy
+from e2e import balancers, envoy, haproxy, probed
 from router.tools import cluster
 from router.tools.process import Process
 
@@ -82,10 +82,17 @@ def balancer_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def start_balancer(processes: list[Process], tmp_path: Path) -> Any:
     """``await start_balancer(kind, replicas)``: HAProxy or Envoy probing each replica's /readyz,
-    every replica seen UP."""
+    every replica seen UP. ``check_path="/health"`` puts model servers straight behind it."""
 
-    async def start(kind: str, replicas: list[cluster.Replica], inter_ms: int = 200) -> Any:
-        lb = balancers.make(kind, tmp_path / kind, [(r.name, r.port) for r in replicas], inter_ms=inter_ms)
+    async def start(
+        kind: str,
+        replicas: list[cluster.Replica] | list[cluster.FakeModel],
+        inter_ms: int = 200,
+        check_path: str = probed.CHECK_PATH,
+    ) -> Any:
+        lb = balancers.make(
+            kind, tmp_path / kind, [(r.name, r.port) for r in replicas], inter_ms=inter_ms, check_path=check_path
+        )
         processes.append(lb.process)
         await lb.start()
         for replica in replicas:

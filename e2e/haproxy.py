@@ -4,6 +4,8 @@ The config is the one an operator would write for a probe-driven balancer in fro
 replicas: health checks on each replica's ``/readyz`` with a short ``inter`` and ``fall``, pooled
 keep-alive server connections shared between clients (``http-reuse always``), and ``retries 0``, so a
 request sent to a replica that is gone is a visible failure, not silently retried elsewhere.
+WebSocket upgrades pass through (http mode does that by itself) with a ``timeout tunnel`` for the
+sessions that follow.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ BACKEND = "replicas"
 
 
 def render_config(
-    *, port: int, servers: list[Server], stats_socket: Path, inter_ms: int = 200, fall: int = 1, rise: int = 1
+    *,
+    port: int,
+    servers: list[Server],
+    stats_socket: Path,
+    inter_ms: int = 200,
+    fall: int = 1,
+    rise: int = 1,
+    check_path: str = probed.CHECK_PATH,
 ) -> str:
     """HAProxy configuration text. Pure."""
     lines = [
@@ -38,6 +47,9 @@ def render_config(
         "    timeout server 30s",
         "    timeout http-keep-alive 10s",
         "    timeout check 1s",
+        # WebSocket: HAProxy in http mode passes an Upgrade through and, after the 101, relays the
+        # tunnel, idle for up to this long (realtime sessions are long and may be quiet).
+        "    timeout tunnel 1h",
         # Without it HAProxy holds small writes back (Nagle-like) and the first SSE bytes wait ~200 ms.
         "    option http-no-delay",
         # A request to a replica that refused is a loss the test must see, not a hidden retry.
@@ -49,7 +61,7 @@ def render_config(
         "",
         f"backend {BACKEND}",
         "    balance roundrobin",
-        "    option httpchk GET /readyz",
+        f"    option httpchk GET {check_path}",
         "    http-check expect status 200",
         # Idle server-side keep-alive connections are pooled and shared between client requests:
         # the case where a replica's `Connection: close` while draining matters.
@@ -78,6 +90,7 @@ class HAProxy(probed.ProbedBalancer):
     inter_ms: int = 200
     fall: int = 1
     rise: int = 1
+    check_path: str = probed.CHECK_PATH
     port: int = dataclasses.field(default_factory=free_port)
     process: Process = dataclasses.field(init=False)
 
@@ -92,6 +105,7 @@ class HAProxy(probed.ProbedBalancer):
                 inter_ms=self.inter_ms,
                 fall=self.fall,
                 rise=self.rise,
+                check_path=self.check_path,
             )
         )
         exe = binary()

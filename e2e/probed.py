@@ -7,6 +7,10 @@ import dataclasses
 
 from router.tools.process import LOOPBACK, Process, wait_until
 
+CHECK_PATH = "/readyz"
+"""What the balancers health-check: a router's readiness. A model server straight behind a
+balancer (the harness's own proof) is checked on its ``/health`` instead."""
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Server:

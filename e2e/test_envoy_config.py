@@ -28,6 +28,8 @@ def test_rendered_config_is_valid(envoy_bin: str, tmp_path: Path) -> None:
     ) == ("0.200s", "0.200s", 1, 1)
     assert cluster["common_lb_config"] == {"healthy_panic_threshold": {"value": 0}, "update_merge_window": "0s"}
     assert "retry_policy" not in text
+    manager = json.loads(text)["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    assert manager["upgrade_configs"] == [{"upgrade_type": "websocket"}]
     assert all(a["socket_address"]["address"] == "127.0.0.1" for a in _addresses(json.loads(text)))
     (tmp_path / "envoy.json").write_text(text)
     result = subprocess.run(

@@ -20,6 +20,7 @@ def test_rendered_config_is_valid(haproxy_bin: str, tmp_path: Path) -> None:
     for needed in (
         "retries 0",
         "option http-no-delay",
+        "timeout tunnel 1h",  # WebSocket sessions after their 101
         "http-reuse always",
         "option httpchk GET /readyz",
         "check inter 200ms fall 1 rise 1",

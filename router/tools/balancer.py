@@ -141,6 +141,8 @@ class Balancer:
         if backend is None:
             return web.json_response({"error": "no backend in rotation"}, status=503)
         assert self._session is not None
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            return await self._websocket(request, backend)
         body = await request.read()
         headers = _forward_headers(request.headers, request.headers.get("Connection"))
         backend.active += 1
@@ -180,3 +182,69 @@ class Balancer:
                 upstream.release()
         finally:
             backend.active -= 1
+
+    async def _websocket(self, request: web.Request, backend: Backend) -> web.StreamResponse:
+        """Relay a WebSocket session message by message, Close codes included: the backend's 1001
+        reaches the client as 1001, and a backend that vanishes without a Close cuts the client's
+        connection too (the client sees 1006). A refused handshake's status is relayed (501...)."""
+        assert self._session is not None
+        try:
+            upstream = await self._session.ws_connect(
+                backend.url + request.path_qs,
+                headers=[(k, v) for k, v in request.headers.items() if k.lower().startswith("x-")],
+                timeout=aiohttp.ClientWSTimeout(ws_close=WS_CLOSE_SECS),
+                autoping=False,
+            )
+        except aiohttp.WSServerHandshakeError as exc:
+            return web.json_response({"error": f"backend {backend.name} refused the upgrade"}, status=exc.status)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            backend.errors[type(exc).__name__] += 1
+            return web.json_response({"error": f"backend {backend.name}: {type(exc).__name__}"}, status=502)
+        client = web.WebSocketResponse(autoping=False, timeout=WS_CLOSE_SECS)
+        backend.active += 1
+        try:
+            await client.prepare(request)
+            down = asyncio.create_task(_pump(upstream, client))
+            up = asyncio.create_task(_pump(client, upstream))
+            done, _ = await asyncio.wait((down, up), return_when=asyncio.FIRST_COMPLETED)
+            if down in done and down.result() is None:  # the backend vanished without a Close
+                backend.errors["WebSocket lost mid-session"] += 1
+                if request.transport is not None:
+                    request.transport.abort()
+            await asyncio.wait((down, up), timeout=WS_CLOSE_SECS)
+            for task in (down, up):
+                task.cancel()
+            return client
+        finally:
+            backend.active -= 1
+            await upstream.close()
+
+
+#: How long a relayed WebSocket waits for the other side's closing handshake.
+WS_CLOSE_SECS = 2.0
+
+
+async def _pump(
+    source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+    sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+) -> int | None:
+    """Messages from ``source`` to ``sink`` until ``source`` ends; a Close is passed on with its
+    code. Returns that code, or None when ``source`` was lost without a Close."""
+    while True:
+        msg = await source.receive()
+        if msg.type is aiohttp.WSMsgType.TEXT:
+            await sink.send_str(msg.data)
+        elif msg.type is aiohttp.WSMsgType.BINARY:
+            await sink.send_bytes(msg.data)
+        elif msg.type is aiohttp.WSMsgType.PING:
+            await sink.ping(msg.data)
+        elif msg.type is aiohttp.WSMsgType.PONG:
+            await sink.pong(msg.data)
+        elif msg.type is aiohttp.WSMsgType.CLOSE:
+            code = int(msg.data)
+            await sink.close(code=code, message=msg.extra.encode() if msg.extra else b"")
+            return code
+        elif msg.type is aiohttp.WSMsgType.CLOSING:  # we closed it, passing the other side's Close on
+            return int(source.close_code or 1000)
+        else:  # CLOSED or ERROR: lost without a Close
+            return None

@@ -39,6 +39,8 @@ class FakeModel:
     chunks: int = 10
     interval_ms: int = 30
     exit_on_sigterm: bool = False
+    shutdown_timeout_secs: float | None = None
+    """The model server's ``--shutdown-timeout-secs`` (its own default when ``None``)."""
     name: str = "fake-model"
     process: process_.Process = dataclasses.field(init=False)
 
@@ -56,6 +58,8 @@ class FakeModel:
         )
         if self.exit_on_sigterm:
             argv.append("--exit-on-sigterm")
+        if self.shutdown_timeout_secs is not None:
+            argv += ["--shutdown-timeout-secs", str(self.shutdown_timeout_secs)]
         self.process = process_.Process(self.name, argv, self.log_dir / f"{self.name}.log")
 
     @property

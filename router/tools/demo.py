@@ -23,7 +23,7 @@ import aiohttp
 import click
 import uvloop
 
-from router.tools import balancer, cluster, load, recipes, runs
+from router.tools import balancer, cluster, load, realtime, recipes, runs
 from router.tools.process import ProcessFailed, wait_until
 from router.tools.view import View
 
@@ -50,6 +50,14 @@ class Options:
     streams are still running when the sleep recipe's engine gets SIGTERM, as they are in production."""
     warmup_secs: float = 2.0
     """Load before the first restart, and after the last pod is back."""
+    realtime_clients: int = 4
+    """Realtime (WebSocket) sessions held open beside the streams, each asking for one response
+    after another; only when the router tunnels WebSocket (probed once at the start)."""
+
+
+#: With realtime sessions, the routers declare this much more than their drain window as their
+#: termination grace: sessions still open at the in-flight deadline (grace - 2 s) get a Close 1001.
+REALTIME_GRACE_EXTRA_SECS = 4
 
 
 class Scenario:
@@ -64,8 +72,15 @@ class Scenario:
         view: View,
         log_dir: Path,
         index: int,
+        *,
+        with_sessions: bool = False,
     ) -> None:
         self.opts, self.session, self.view = opts, session, view
+        self.sessions = (
+            realtime.Sessions("", clients=opts.realtime_clients, deltas=opts.chunks, interval_ms=opts.interval_ms)
+            if with_sessions and opts.realtime_clients
+            else None
+        )
         self.recipe, self.run_index = recipe, index
         self.pods = recipe.pods(log_dir / recipe.label.replace(" ", "-").replace("+", "and"))
         self.result = runs.RunResult(
@@ -117,6 +132,8 @@ class Scenario:
         while True:
             await asyncio.gather(*(self._sample(p) for p in self.pods))
             self.view.done, self.view.lost = len(self.load.records), len(self.load.lost)
+            if self.sessions is not None:
+                self.view.sessions = _sessions_line(self.sessions)
             await asyncio.sleep(SAMPLE_SECS)
 
     async def _renderer(self) -> None:
@@ -162,6 +179,10 @@ class Scenario:
             )
             self.load.url = self.balancer.url
             await self.load.start()
+            if self.sessions is not None:
+                self.sessions.url = self.balancer.url
+                await self.sessions.start()
+                view.event(f"{self.sessions.clients} realtime sessions open beside the streams")
             self._set_step(0)
             await asyncio.sleep(opts.warmup_secs)
             for i, pod in enumerate(self.pods, start=1):
@@ -175,6 +196,8 @@ class Scenario:
 
     async def _stop(self, background: list[asyncio.Task[None]]) -> None:
         await self.load.stop()
+        if self.sessions is not None:
+            await self.sessions.stop()
         for task in background:
             task.cancel()
         for task in background:
@@ -197,6 +220,12 @@ class Scenario:
             dataclasses.replace(r, started=r.started - self.started, finished=r.finished - self.started)
             for r in self.load.records
         ]
+        if self.sessions is not None:
+            result.sessions = [
+                dataclasses.replace(r, started=r.started - self.started, finished=r.finished - self.started)
+                for r in self.sessions.records
+            ]
+            view.sessions = _sessions_line(self.sessions)
         view.done, view.lost = len(result.records), len(result.lost)
         for rv in view.replicas.values():
             rv.state, rv.inflight, rv.in_rotation = "stopped", 0, False
@@ -204,6 +233,24 @@ class Scenario:
         view.event(f"done: {len(result.records)} requests, {len(result.lost)} lost; pods and balancer stopped")
         view.end_run()
         return result
+
+
+def _sessions_line(holder: realtime.Sessions) -> str:
+    ended = holder.records
+    going_away = sum(1 for r in ended if r.end.reconnect)
+    cut = sum(1 for r in ended if not r.end.clean)
+    return f"{holder.open} open, {going_away} ended 1001 (reconnected), {cut} cut"
+
+
+async def router_tunnels(session: aiohttp.ClientSession, model_url: str, log_dir: Path) -> int | None:
+    """Start one router in front of the model server, try one WebSocket handshake through it, stop
+    it: 101 when the router tunnels WebSocket, else the status it answered (501 before it did)."""
+    probe = cluster.Replica("websocket-probe", model_url, log_dir)
+    try:
+        await probe.start(session)
+        return await realtime.handshake_status(session, probe.url)
+    finally:
+        probe.process.kill()
 
 
 async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) -> int:
@@ -219,8 +266,19 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
                 )
                 out.flush()
                 await model.start(session)
+                with_sessions = False
+                if opts.realtime_clients:
+                    status = await router_tunnels(session, model.url, log_dir)
+                    with_sessions = status == 101
+                    if not with_sessions:
+                        out.write(
+                            f"(no realtime sessions: the router answers the WebSocket upgrade with {status}; "
+                            "HTTP streams only)\n"
+                        )
+                        out.flush()
+                grace = opts.drain_secs + REALTIME_GRACE_EXTRA_SECS if with_sessions else None
                 results = [
-                    await Scenario(recipe, opts, session, view, log_dir, i).run()
+                    await Scenario(recipe, opts, session, view, log_dir, i, with_sessions=with_sessions).run()
                     for i, recipe in enumerate(
                         recipes.three(
                             model.url,
@@ -228,6 +286,7 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
                             drain_secs=opts.drain_secs,
                             chunks=opts.chunks,
                             interval_ms=opts.interval_ms,
+                            termination_grace_secs=grace,
                         )
                     )
                 ]
@@ -247,7 +306,7 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
         except timeline.PlotUnavailable:
             out.write("\nNo PNG timeline: matplotlib is not installed (pip install 'drain-router[demo]').\n")
     out.flush()
-    return 1 if results[0].lost else 0
+    return 1 if results[0].lost or any(not r.end.clean for r in results[0].sessions) else 0
 
 
 @click.command("demo")
@@ -269,6 +328,13 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
     show_default=True,
     type=click.IntRange(1, 10),
     help="Failed probes before the balancer takes a pod out of rotation.",
+)
+@click.option(
+    "--realtime-clients",
+    default=4,
+    show_default=True,
+    type=click.IntRange(0, 500),
+    help="Realtime (WebSocket) sessions beside the streams, when the router tunnels WebSocket; 0: none.",
 )
 @click.option("--chunks", default=20, show_default=True, type=click.IntRange(1, 10_000), help="Chunks per stream.")
 @click.option(
@@ -292,7 +358,9 @@ def command(png: Path, no_png: bool, live: bool | None, **params: int) -> None:
     Streams completions through a probe-driven balancer to two pods on 127.0.0.1 and restarts them
     one at a time: with drain-router (--shutdown-drain-secs DRAIN_SECS); with KServe's preStop sleep
     and the engine's own drain (vLLM's --shutdown-timeout; 15 s and 45 s scaled by DRAIN_SECS/30);
-    and with no drain. Prints a comparison, writes a PNG timeline. Exits 1 if drain-router lost a request.
+    and with no drain. When the router tunnels WebSocket, realtime sessions run beside the streams
+    and the table says how each ended. Prints a comparison, writes a PNG timeline. Exits 1 if
+    drain-router lost a request or cut a session.
     """
     opts = Options(**params)
     if opts.drain_secs * 1000 <= opts.probe_interval_ms * opts.probe_fall:

@@ -258,14 +258,30 @@ class Recipe:
     probe_name: str = "router /readyz"
 
 
-def three(model_url: str, *, replicas: int, drain_secs: int, chunks: int, interval_ms: int) -> list[Recipe]:
+def three(
+    model_url: str,
+    *,
+    replicas: int,
+    drain_secs: int,
+    chunks: int,
+    interval_ms: int,
+    termination_grace_secs: int | None = None,
+) -> list[Recipe]:
     """drain-router, sleep + engine drain and no drain, each on ``replicas`` pods; the router pods
-    share the model server at ``model_url``, each engine pod runs its own."""
+    share the model server at ``model_url``, each engine pod runs its own. ``termination_grace_secs``
+    is declared on the routers (their in-flight deadline: where realtime sessions get 1001)."""
     sleep = scaled_sleep_recipe(drain_secs)
     names = [f"pod-{i}" for i in range(replicas)]
 
     def routers(drain: int) -> Callable[[Path], list[Pod]]:
-        return lambda logs: [RouterPod(cluster.Replica(n, model_url, logs, shutdown_drain_secs=drain)) for n in names]
+        return lambda logs: [
+            RouterPod(
+                cluster.Replica(
+                    n, model_url, logs, shutdown_drain_secs=drain, termination_grace_secs=termination_grace_secs
+                )
+            )
+            for n in names
+        ]
 
     def engines(logs: Path) -> list[Pod]:
         return [EnginePod(n, logs, sleep, chunks=chunks, interval_ms=interval_ms) for n in names]

@@ -10,7 +10,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from router.tools import load
+from router.tools import load, realtime
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -53,6 +53,9 @@ class RunResult:
     """What closes its listener (the ``closing`` marks)."""
     probe_name: str = "router /readyz"
     """What the balancer's readiness probe asks."""
+    sessions: list[realtime.Record] = dataclasses.field(default_factory=list)
+    """The realtime (WebSocket) sessions held beside the streams; empty when the router does not
+    tunnel WebSocket yet (then the demo leaves them out of every run)."""
 
     @property
     def lost(self) -> list[load.Record]:
@@ -94,6 +97,7 @@ def comparison_table(runs: list[RunResult]) -> str:
             "p99 completion",
             *[_secs(load.percentile([x.duration for x in r.records if not x.outcome.lost], 0.99)) for r in runs],
         ],
+        *(_session_rows(runs) if any(r.sessions for r in runs) else []),
         [
             "SIGTERM to exit",
             *[_secs(sum(r.drain_durations) / len(r.drain_durations)) if r.drain_durations else "-" for r in runs],
@@ -115,6 +119,22 @@ def comparison_table(runs: list[RunResult]) -> str:
     rule = "  ".join("-" * w for w in widths)
     settings = [f"{run.label}: {run.setting}" + (f" ({run.note})" if run.note else "") for run in runs]
     return "\n".join([fmt(headers), rule, *[fmt(r) for r in rows], "", *settings, *(["", *notes] if notes else [])])
+
+
+def _session_rows(runs: list[RunResult]) -> list[list[str]]:
+    """Realtime sessions: how many, how many ended with a Close 1001 (told to reconnect), and how
+    many did not end with 1000 or 1001 (cut: 1006, a reset, a failed handshake). Pure."""
+
+    def count(run: RunResult, going_away: bool | None) -> str:
+        if going_away is None:
+            return str(sum(1 for s in run.sessions if not s.end.clean))
+        return str(sum(1 for s in run.sessions if s.end.reconnect))
+
+    return [
+        ["realtime sessions", *[str(len(r.sessions)) for r in runs]],
+        ["sessions ended 1001", *[count(r, True) for r in runs]],
+        ["sessions cut", *[count(r, None) for r in runs]],
+    ]
 
 
 #: Within this ratio two figures count as the same in :func:`summary` (run-to-run noise).

@@ -33,6 +33,8 @@ class View:
         self.replicas: dict[str, ReplicaView] = {}
         self.done = 0
         self.lost = 0
+        self.sessions: str | None = None
+        """The realtime sessions' line (open, ended 1001, cut), when the run holds sessions."""
         self.events: list[str] = []
         self._run_started = time.monotonic()
         self._live: Any = None
@@ -111,6 +113,7 @@ class View:
             Text(""),
             table,
             Text.assemble(f"requests: {self.done} done, ", lost),
+            *([Text(f"realtime sessions: {self.sessions}")] if self.sessions is not None else []),
             Text(""),
             *[Text(f" {line}", style="dim") for line in self.events],
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -10,7 +12,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from router.tools import balancer, fake_model, load, streams
+from router.tools import balancer, fake_model, load, realtime, sessions, streams
+from router.tools.fake_model import app as fake_app
+from router.tools.process import wait_until
 
 
 class Upstream:
@@ -135,3 +139,64 @@ async def test_hop_by_hop_request_headers_dropped(cluster: Any) -> None:
     lb, _, session, _ = cluster
     async with session.get(lb.url + "/whoami", headers={"Connection": "X-Hop", "X-Hop": "1"}) as resp:
         assert (await resp.json())["hop"] is None
+
+
+# -- WebSocket: realtime sessions relayed with their Close codes -----------------------------------
+
+
+async def test_websocket_session_relayed_and_closed_by_the_client(cluster: Any) -> None:
+    lb, _ups, session, _ = cluster
+    stop = asyncio.Event()
+    stop.set()  # one response, then the client closes with 1000
+    result, tally = await realtime.run_session(session, lb.url, deltas=3, interval_ms=1, stop=stop)
+    assert sessions.classify(result) is sessions.End.NORMAL, result
+    assert (tally.server, tally.problem) == (os.getpid(), None)
+
+
+@pytest.mark.parametrize("how", ["going-away", "vanished"])
+async def test_websocket_end_from_the_backend_reaches_the_client(cluster: Any, how: str) -> None:
+    """1. a session through the balancer, a response in progress 2. its backend closes it with
+    1001, or vanishes (its handler dies, no Close). Result: the client sees 1001, or 1006."""
+    lb, ups, session, _ = cluster
+    holder = asyncio.create_task(
+        realtime.run_session(session, lb.url, deltas=100_000, interval_ms=5, stop=asyncio.Event())
+    )
+    states = [u.app[fake_app.STATE] for u in ups]
+
+    async def opened() -> bool:
+        return any(s.sessions for s in states)
+
+    await wait_until(opened, timeout=5, what="the session to reach a backend")
+    state = next(s for s in states if s.sessions)
+    if how == "going-away":
+        await fake_app.close_sessions(state)
+    else:
+        for task in state.sessions.values():
+            task.cancel()
+    result, _ = await asyncio.wait_for(holder, 10)
+    expected = sessions.End.GOING_AWAY if how == "going-away" else sessions.End.ABNORMAL
+    assert sessions.classify(result) is expected, result
+
+
+async def test_websocket_refused_by_the_backend_keeps_its_status(aiohttp_server: Any) -> None:
+    async def refuse(request: web.Request) -> web.Response:
+        return web.json_response({"error": "upgrade_not_supported"}, status=501)
+
+    app = web.Application()
+    app.router.add_get("/v1/realtime", refuse)
+    app.router.add_get("/readyz", _ok)
+    server = await aiohttp_server(app)
+    lb = balancer.Balancer(
+        [balancer.Backend("a", str(server.make_url("")).rstrip("/"), str(server.make_url("/readyz")))]
+    )
+    await lb.start()
+    try:
+        await lb.probe_once()
+        async with aiohttp.ClientSession() as session:
+            assert await realtime.handshake_status(session, lb.url) == 501
+    finally:
+        await lb.stop()
+
+
+async def _ok(request: web.Request) -> web.Response:
+    return web.json_response({})

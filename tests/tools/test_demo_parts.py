@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from router.tools import load, recipes, streams, timeline
+from router.tools import load, realtime, recipes, sessions, streams, timeline
 from router.tools import runs as runs_mod
 
 
@@ -49,6 +49,24 @@ def test_comparison_table() -> None:
     assert "2.30 s" in table and "0.40 s" in table
     assert "drain-router: --shutdown-drain-secs 2" in lines and "no drain: --shutdown-drain-secs 0" in lines
     assert lines[-1] == "lost in no drain: 502 x2, cut x1 (balancer: ClientConnectorError x2)"
+
+
+def _session(end: sessions.End, code: int | None) -> realtime.Record:
+    result = sessions.SessionResult(handshake_status=101, close_code=code)
+    return realtime.Record(worker=0, started=0, finished=1, end=end, result=result, server=1, responses=1)
+
+
+def test_comparison_table_realtime_rows_only_with_sessions() -> None:
+    """No realtime rows while no run held a session (the router answers the upgrade with 501);
+    with sessions: how many, how many ended 1001, how many were cut."""
+    runs = _runs()
+    assert "realtime sessions" not in runs_mod.comparison_table(runs)
+    runs[0].sessions = [_session(sessions.End.GOING_AWAY, 1001)] * 3 + [_session(sessions.End.NORMAL, 1000)]
+    runs[1].sessions = [_session(sessions.End.ABNORMAL, 1006)] * 2 + [_session(sessions.End.GOING_AWAY, 1001)]
+    rows = {line.split("  ")[0].strip(): line.split() for line in runs_mod.comparison_table(runs).splitlines()[2:]}
+    assert rows["realtime sessions"][-2:] == ["4", "3"]
+    assert rows["sessions ended 1001"][-2:] == ["3", "1"]
+    assert rows["sessions cut"][-2:] == ["0", "2"]
 
 
 def test_percentile_nearest_rank() -> None:

@@ -8,16 +8,21 @@ shutdown can wait for them and abort exactly the ones still running at its deadl
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
+import os
 import time
 import uuid
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
-from router.tools.fake_model import openai
+from router.tools.fake_model import openai, realtime
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -44,13 +49,29 @@ class State:
     busy: set[object] = dataclasses.field(default_factory=set)
     """The connections (aiohttp's ``request.protocol``) with a request being handled: the others are
     idle keep-alive connections, which a shutdown closes at once."""
+    sessions: dict[_Session, asyncio.Task[Any]] = dataclasses.field(default_factory=dict)
+    """The ``/v1/realtime`` sessions open now, with their handler tasks."""
+    sessions_opened: int = 0
+    session_ends: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    """How the sessions that ended did: ``client_<code>`` (the client sent a Close with that code),
+    ``server_<code>`` (this server closed first: 1001 at a shutdown), ``abnormal`` (the connection
+    was lost without a Close)."""
+    session_seen: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
     @property
     def active(self) -> int:
         return self.started - self.finished - self.cancelled
 
     def stats(self) -> dict[str, int]:
-        return {"started": self.started, "finished": self.finished, "cancelled": self.cancelled, "active": self.active}
+        return {
+            "started": self.started,
+            "finished": self.finished,
+            "cancelled": self.cancelled,
+            "active": self.active,
+            "sessions": len(self.sessions),
+            "sessions_opened": self.sessions_opened,
+            "sessions_closed": sum(self.session_ends.values()),
+        }
 
 
 SETTINGS = web.AppKey("settings", openai.Settings)
@@ -139,6 +160,121 @@ async def stats(request: web.Request) -> web.Response:
 async def models(request: web.Request) -> web.Response:
     name = request.app[SETTINGS].model
     return web.json_response({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "drain-router"}]})
+
+
+# -- /v1/realtime: a WebSocket session with OpenAI-Realtime-shaped events. ---------------------------
+
+#: How long a session waits for the client's Close reply after sending its own (aiohttp's default is 10 s).
+SESSION_CLOSE_TIMEOUT_SECS = 2.0
+#: The Close code a shutdown sends to the sessions still open at its deadline (RFC 6455 §7.4.1).
+GOING_AWAY = int(aiohttp.WSCloseCode.GOING_AWAY)
+
+
+class _Session:
+    """One realtime session: reads client events, runs one response at a time, writes server events."""
+
+    def __init__(self, ws: web.WebSocketResponse, settings: openai.Settings) -> None:
+        self.ws, self.settings = ws, settings
+        self.responding: asyncio.Task[None] | None = None
+        self.server_close: int | None = None
+        """The code of the Close this server sent first (a shutdown's), if it did."""
+        prefix = "evt_" + uuid.uuid4().hex[:12]
+        self._ids = (f"{prefix}_{n}" for n in itertools.count())
+
+    async def send(self, event: dict[str, Any]) -> None:
+        await self.ws.send_str(json.dumps(event))
+
+    async def respond(self, response: realtime.Response) -> None:
+        rid = "resp_" + uuid.uuid4().hex[:16]
+        await self.send(realtime.response_created(event_id=next(self._ids), response_id=rid))
+        for seq in range(response.deltas):
+            if seq and response.interval_ms:
+                await asyncio.sleep(response.interval_ms / 1000)
+            event = realtime.text_delta(event_id=next(self._ids), response_id=rid, seq=seq, total=response.deltas)
+            await self.send(event)
+        await self.send(realtime.response_done(event_id=next(self._ids), response_id=rid, deltas=response.deltas))
+
+    async def handle(self, text: str) -> None:
+        try:
+            event = realtime.parse_client_event(text)
+            if event["type"] == "response.create":
+                if self.responding is not None and not self.responding.done():
+                    raise realtime.BadEvent("conversation_already_has_active_response", "a response is in progress")
+                asked = realtime.resolve_response(self.settings, event)
+                self.responding = asyncio.create_task(self.respond(asked))
+            elif event["type"] == "response.cancel":
+                if self.responding is not None:
+                    self.responding.cancel()
+            elif event["type"] != "session.update":  # accepted, and nothing to change
+                raise realtime.BadEvent("unknown_event", f"unknown event type {event['type']!r}")
+        except realtime.BadEvent as exc:
+            await self.send(realtime.error(event_id=next(self._ids), code=exc.code, message=str(exc)))
+
+    async def run(self, request: web.Request) -> None:
+        await self.ws.prepare(request)
+        sid = "sess_" + uuid.uuid4().hex[:16]
+        created = realtime.session_created(
+            event_id=next(self._ids), session_id=sid, model=self.settings.model, server=os.getpid()
+        )
+        await self.send(created)
+        try:
+            async for msg in self.ws:  # pings are answered (autoping); a Close ends the loop (autoclose)
+                if msg.type is aiohttp.WSMsgType.TEXT:
+                    await self.handle(msg.data)
+                elif msg.type is aiohttp.WSMsgType.BINARY:
+                    await self.send(
+                        realtime.error(event_id=next(self._ids), code="invalid_event", message="events are text")
+                    )
+        finally:
+            if self.responding is not None:
+                self.responding.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                    await self.responding
+
+
+async def realtime_session(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/realtime`` (WebSocket): ``session.created``, then per ``response.create``:
+    ``response.created``, ``response.text.delta`` x N (``response.deltas`` or ``max_output_tokens``,
+    else ``--chunks``), every ``interval_ms`` (else ``--interval-ms``), ``response.done``."""
+    state = request.app[STATE]
+    state.last_headers = dict(request.headers)
+    ws = web.WebSocketResponse(timeout=SESSION_CLOSE_TIMEOUT_SECS)
+    if not ws.can_prepare(request).ok:
+        raise web.HTTPBadRequest(text=json.dumps({"error": "a WebSocket handshake is expected"}))
+    task = asyncio.current_task()
+    assert task is not None
+    session = _Session(ws, request.app[SETTINGS])
+    state.sessions[session] = task
+    state.sessions_opened += 1
+    state.session_seen.set()
+    try:
+        await session.run(request)
+    finally:
+        state.sessions.pop(session, None)
+        state.session_ends[_session_end(session)] += 1
+    return ws
+
+
+def _session_end(session: _Session) -> str:
+    if session.server_close is not None:
+        return f"server_{session.server_close}"
+    code = session.ws.close_code
+    if code is None or code == int(aiohttp.WSCloseCode.ABNORMAL_CLOSURE):
+        return "abnormal"
+    return f"client_{code}"
+
+
+async def close_sessions(state: State, code: int = GOING_AWAY, message: bytes = b"server shutting down") -> int:
+    """Send a Close with ``code`` to every open session and wait for their handlers (each waits up to
+    ``SESSION_CLOSE_TIMEOUT_SECS`` for the client's Close). Returns how many there were."""
+    open_now = list(state.sessions.items())
+    for session, _ in open_now:
+        session.server_close = code
+    await asyncio.gather(*(s.ws.close(code=code, message=message) for s, _ in open_now), return_exceptions=True)
+    tasks = [task for _, task in open_now]
+    if tasks:
+        await asyncio.wait(tasks, timeout=SESSION_CLOSE_TIMEOUT_SECS)
+    return len(open_now)
 
 
 # -- The testing kit's extra routes: shapes a proxy must relay, and failures it must survive. ------
@@ -234,6 +370,7 @@ def make_app(settings: openai.Settings, state: State | None = None) -> web.Appli
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
+    app.router.add_get("/v1/realtime", realtime_session)
     app.router.add_get("/health", health)
     app.router.add_get("/stats", stats)
     app.router.add_get("/sse", sse)

@@ -4,7 +4,8 @@ On SIGTERM (or SIGINT) with ``--shutdown-timeout-secs N`` it does what ``vllm se
 --shutdown-timeout N`` does (vLLM PR #34730, in v0.18.0): it stops accepting at once (the listener
 is closed, idle keep-alive connections are closed, a busy one closes after its response), lets the
 completions in flight finish for up to N seconds, aborts those still running at that deadline, and
-exits 0. N = 0 is vLLM's default: in-flight completions are aborted at once. ``--exit-on-sigterm``
+exits 0. Realtime sessions (``/v1/realtime``) open at the deadline get a Close frame with code 1001
+(Going Away), as a well-behaved WebSocket server sends when it goes down. N = 0 is vLLM's default: in-flight completions are aborted at once. ``--exit-on-sigterm``
 is a server with no handler at all: the signal kills it.
 
 aiohttp's own ``shutdown_timeout`` is not used for the wait: it treats 0 as "wait forever", rounds
@@ -31,9 +32,10 @@ UNWIND_SECS = 1.0
 
 
 async def shut_down(runner: web.BaseRunner, state: fake_app.State, timeout: float) -> int:
-    """Stop accepting, wait up to ``timeout`` s for the completions in flight, abort the rest.
+    """Stop accepting, wait up to ``timeout`` s for the completions and realtime sessions in flight,
+    close the sessions still open with 1001 (Going Away), abort the completions still running.
 
-    Returns how many were aborted. ``timeout`` 0 aborts at once.
+    Returns how many completions were aborted. ``timeout`` 0 aborts (and closes) at once.
     """
     state.shutting_down = True
     for site in list(runner.sites):
@@ -45,9 +47,12 @@ async def shut_down(runner: web.BaseRunner, state: fake_app.State, timeout: floa
     for connection in server.connections:
         if connection not in state.busy:
             connection.force_close()  # ...and an idle keep-alive one now (pre_shutdown leaves it open)
-    running = set(state.inflight)
+    running = set(state.inflight) | set(state.sessions.values())
     if running and timeout > 0:
         await asyncio.wait(running, timeout=timeout)
+    # Realtime sessions still open at the deadline end with a Close 1001 (Going Away), so their
+    # clients know to reconnect, rather than with a cut connection.
+    await fake_app.close_sessions(state)
     left = [task for task in state.inflight if not task.done()]
     for task in left:
         task.cancel()
@@ -160,14 +165,17 @@ def command(
     """A stand-in OpenAI-compatible streaming model server, for demos and tests.
 
     POST /v1/completions and /v1/chat/completions ("stream": true for server-sent events, each
-    chunk numbered by "seq", ending "data: [DONE]"); GET /health; GET /stats (started, finished,
-    cancelled). It generates nothing real: it paces numbered chunks.
+    chunk numbered by "seq", ending "data: [DONE]"); GET /v1/realtime (a WebSocket session with
+    OpenAI-Realtime-shaped events: response.create is answered with numbered response.text.delta
+    events, then response.done); GET /health; GET /stats (started, finished, cancelled, sessions).
+    It generates nothing real: it paces numbered chunks.
 
     \b
     On SIGTERM or SIGINT it shuts down as `vllm serve --shutdown-timeout N` does:
       1. stop accepting: the listener closes, idle keep-alive connections close;
       2. in-flight completions finish, for up to N s (--shutdown-timeout-secs);
-      3. those still running at the deadline are aborted; exit 0.
+      3. those still running at the deadline are aborted, open realtime sessions
+         get a Close 1001 (Going Away); exit 0.
     """
     settings = openai.Settings(chunks=chunks, interval_ms=interval_ms, first_token_ms=first_token_ms, model=model)
     try:

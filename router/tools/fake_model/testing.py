@@ -45,6 +45,8 @@ async def running(
             model.url = f"http://127.0.0.1:{model.port}"
         yield model
     finally:
+        model.shutting_down = True
+        await app.close_sessions(model)  # 1001, as the CLI's shutdown does, not a cut connection
         await runner.cleanup()
 
 
