@@ -39,10 +39,11 @@ async def run(
         return fresh, ctx.clock() + settings.max_sleep_secs
     if workload.failures:
         return fresh, standard
-    clock = await _idle_clock(ctx, fresh, workload, session, logger)
+    reports = await _probe_all(ctx, fresh, workload, session, logger)
     status = fresh.get("status") or {}
     stored = status_.lifecycle_status(status.get("lifecycle"))
     exists, being_deleted, replicas = workload.deployment_state()
+    clock = lifecycle.idle_clock(reports, replicas if exists and not being_deleted else 0, stored, ctx.clock())
     stage = (status.get("deletion") or {}).get("stage")
     done = lifecycle.done_from(
         deployment_exists=exists, deployment_deleting=being_deleted, deployment_replicas=replicas, deletion_stage=stage
@@ -83,14 +84,14 @@ async def _rules(
     return None, fresh
 
 
-async def _idle_clock(
+async def _probe_all(
     ctx: context.Context,
     fresh: Mapping[str, Any],
     workload: workload_.Workload,
     session: aiohttp.ClientSession,
     logger: Any,
-) -> lifecycle.IdleClock:
-    """Ask every active pod's router, then read the service's idle clock from the answers."""
+) -> list[lifecycle.RouterReport | lifecycle.ProbeFailure]:
+    """Ask every active pod's router whether it is idle; a failed probe is logged and reported."""
     pods = workload.active_pods
     port = workload_.admin_port(fresh.get("spec") or {})
     timeout = ctx.settings.idle_probe_timeout_secs
@@ -99,9 +100,7 @@ async def _idle_clock(
     for report in reports:
         if isinstance(report, lifecycle.ProbeFailure):
             logger.info(f"idle probe of pod {report.pod} failed, the idle clock is kept: {report.error}")
-    exists, being_deleted, replicas = workload.deployment_state()
-    stored = status_.lifecycle_status((fresh.get("status") or {}).get("lifecycle"))
-    return lifecycle.idle_clock(reports, replicas if exists and not being_deleted else 0, stored, ctx.clock())
+    return reports
 
 
 async def _act(
