@@ -16,12 +16,12 @@ import os
 import signal
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
-import psutil
 import pytest
 from aiohttp import WSMsgType, web
 from prometheus_client.parser import text_string_to_metric_families
@@ -43,6 +43,11 @@ class WsUpstream:
     sessions: int = 0
     reading: asyncio.Event = field(default_factory=asyncio.Event)
     """``/v1/stalled`` reads nothing until this is set."""
+    flooded: int = 0
+    """Messages of a ``flood:N`` the upstream has written so far."""
+    flooding: Any = None
+    """The protocol of the connection being flooded: its ``writing_paused`` says the router
+    stopped reading the upstream."""
 
     @property
     def url(self) -> str:
@@ -66,8 +71,10 @@ async def _ws_handler(request: web.Request) -> web.StreamResponse:
                 break
             if msg.data.startswith("flood:"):  # send this many 64 KiB binary messages
                 chunk = os.urandom(64 * 1024)
+                upstream.flooding = request.protocol
                 for _ in range(int(msg.data[6:])):
                     await ws.send_bytes(chunk)
+                    upstream.flooded += 1
                 continue
             await ws.send_str("echo:" + msg.data)
         elif msg.type == WSMsgType.BINARY:
@@ -85,7 +92,7 @@ async def _stalled_handler(request: web.Request) -> web.StreamResponse:
     async for msg in ws:
         if msg.type == WSMsgType.BINARY:
             count += 1
-            if count == 2048:
+            if count == FLOOD:
                 await ws.send_str("got all")
     return ws
 
@@ -174,25 +181,65 @@ async def test_a_16_mib_message_both_ways(start_process, ws_upstream):
     await _inflight_zero(p)
 
 
+def _peak_rss(p: RouterProcess) -> int:
+    """The router's peak resident set size so far (``VmHWM``): a peak, so nothing between two
+    samples is missed."""
+    for line in Path(f"/proc/{p.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+async def _blocked(
+    p: RouterProcess, progress: Callable[[], int], paused: Callable[[], bool], done: Callable[[], bool]
+) -> None:
+    """Wait until a flood's writer is blocked: its transport paused, and still paused with no
+    progress after three round trips through the router's event loop (its admin listener runs on
+    the same loop), each a turn in which a router that read regardless would take more. Returns at
+    once when the whole flood was sent."""
+    deadline = time.monotonic() + 30
+    while not done():
+        if paused():
+            before = progress()
+            for _ in range(3):
+                await inflight(p.admin_port)
+            if paused() and progress() == before:
+                return
+        assert time.monotonic() < deadline, f"the flood neither blocked nor finished ({progress()} sent)"
+        await asyncio.sleep(0.005)
+
+
+FLOOD = 2048
+"""64 KiB messages: 128 MiB, far more than every buffer on the way together."""
+MEMORY_BOUND = 8 * 1024 * 1024
+"""Growth of the router's peak RSS allowed over a flood: 128 MiB without back-pressure; under 1 MiB with it."""
+
+
 async def test_a_stalled_reader_costs_bounded_router_memory(start_process, ws_upstream):
-    """The upstream floods 128 MiB at a client that does not read: the router stops reading it."""
+    """The upstream floods 128 MiB at a client that does not read: the router stops reading the
+    upstream, whose writes block; when the client reads, everything arrives. The router's peak
+    memory over the whole test stays bounded."""
     p = await start_process()
-    rss = psutil.Process(p.proc.pid).memory_info().rss
+    peak = _peak_rss(p)
     async with (
         aiohttp.ClientSession() as s,
         s.ws_connect(f"http://127.0.0.1:{p.port}/v1/realtime", max_msg_size=0) as ws,
     ):
-        await ws.send_str("flood:2048")
-        # Give the flood time to fill every buffer on the way (a bound, not a synchronisation).
-        for _ in range(20):
-            await asyncio.sleep(0.1)
-            grown = psutil.Process(p.proc.pid).memory_info().rss - rss
-            assert grown < 24 * 1024 * 1024, f"router RSS grew {grown} bytes"
+        await ws.send_str(f"flood:{FLOOD}")
+        await _blocked(
+            p,
+            lambda: ws_upstream.flooded,
+            lambda: ws_upstream.flooding is not None and ws_upstream.flooding.writing_paused,
+            lambda: ws_upstream.flooded == FLOOD,
+        )
+        assert ws_upstream.flooded < FLOOD, "the router read the whole flood the client did not read"
         got = 0
-        while got < 2048:
+        while got < FLOOD:
             msg = await ws.receive(timeout=30)
             assert msg.type == WSMsgType.BINARY
             got += 1
+    grown = _peak_rss(p) - peak
+    assert grown < MEMORY_BOUND, f"router peak RSS grew {grown} bytes"
     await _inflight_zero(p)
 
 
@@ -472,27 +519,30 @@ async def test_the_duration_histogram_covers_the_whole_session(start_process, ws
 
 async def test_a_model_server_that_stops_reading_costs_bounded_router_memory(start_process, ws_upstream):
     """The client sends 128 MiB to a model server that reads nothing: the router stops reading the
-    client, whose sends block; when the model server reads again, everything arrives."""
+    client, whose sends block; when the model server reads again, everything arrives. The router's
+    peak memory over the whole test stays bounded."""
     p = await start_process()
-    rss = psutil.Process(p.proc.pid).memory_info().rss
+    peak = _peak_rss(p)
     chunk = os.urandom(64 * 1024)
+    sent = 0
     async with (
         aiohttp.ClientSession() as s,
         s.ws_connect(f"http://127.0.0.1:{p.port}/v1/stalled", max_msg_size=0) as ws,
     ):
 
         async def send_all() -> None:
-            for _ in range(2048):
+            nonlocal sent
+            for _ in range(FLOOD):
                 await ws.send_bytes(chunk)
+                sent += 1
 
         sending = asyncio.ensure_future(send_all())
-        # Sampled over a while (a bound on memory, not a synchronisation).
-        for _ in range(20):
-            await asyncio.sleep(0.1)
-            grown = psutil.Process(p.proc.pid).memory_info().rss - rss
-            assert grown < 24 * 1024 * 1024, f"router RSS grew {grown} bytes"
-        assert not sending.done()
+        protocol = ws._writer.protocol  # the client's connection: paused when the router stops reading it
+        await _blocked(p, lambda: sent, lambda: protocol.writing_paused, sending.done)
+        assert sent < FLOOD, "the router read all the client sent, for a model server that reads nothing"
         ws_upstream.reading.set()
         await asyncio.wait_for(sending, 60)
         assert (await ws.receive(timeout=30)).data == "got all"
+    grown = _peak_rss(p) - peak
+    assert grown < MEMORY_BOUND, f"router peak RSS grew {grown} bytes"
     await _inflight_zero(p)
