@@ -75,6 +75,10 @@ SESSION_CLIENTS = 2
 SESSION_DELTAS = 10
 SESSION_INTERVAL_MS = 30
 """One response in a session: 10 deltas 30 ms apart; a session asks for one after another."""
+SESSION_RESPONSES = 12
+"""A session's client closes it with 1000 after this many responses (about 3.5 s) and opens the
+next: sessions spread over the pods (a session that only ended at a restart would settle on the
+soak's steady pod for good), and clients close sessions while routers drain."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -96,7 +100,7 @@ class Ledger:
     crash_window: int = 0
     kill_windows: list[tuple[float, float]] = dataclasses.field(default_factory=list)
     fault_windows: list[reconcile.FaultWindow] = dataclasses.field(default_factory=list)
-    """Where a router SIGKILL or a model crash may cut sessions, on which model server's pod."""
+    """Where a router SIGKILL, a model crash or a stall may end sessions unclean, on which pod."""
     sessions_open: int = 0
     """Realtime sessions the model servers still held at their last read (0 once the clients closed)."""
     problems: list[str] = dataclasses.field(default_factory=list)
@@ -179,16 +183,22 @@ class Fleet:
         )
         self.slow_loads: list[load.Load] = []
         self.realtime = realtime.Sessions(
-            self.lb.url, clients=SESSION_CLIENTS, deltas=SESSION_DELTAS, interval_ms=SESSION_INTERVAL_MS
+            self.lb.url,
+            clients=SESSION_CLIENTS,
+            deltas=SESSION_DELTAS,
+            interval_ms=SESSION_INTERVAL_MS,
+            max_responses=SESSION_RESPONSES,
         )
         self.ledger = Ledger()
         self.rows: list[CycleRow] = []
         self.result: reconcile.Reconciliation | None = None
         self.samples: list[Sample] = []
+        self.t0 = time.monotonic()
 
     # -- setup and teardown ---------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.t0 = time.monotonic()
         for pod in self.pods:
             self.register(pod.model.process)
             self.register(pod.replica.process)
@@ -219,6 +229,23 @@ class Fleet:
 
     def session_view(self, records: list[realtime.Record]) -> reconcile.SessionView:
         return reconcile.session_view((session_end(r) for r in records), self.ledger.fault_windows)
+
+    def unexplained_sessions(self) -> list[str]:
+        """The sessions that ended unclean with no fault window to explain them, one line each."""
+        lines = []
+        for record in self.realtime.records:
+            end = session_end(record)
+            if end.end in (reconcile.NORMAL, reconcile.GOING_AWAY):
+                continue
+            if any(w.explains(end) for w in self.ledger.fault_windows):
+                continue
+            result = record.result
+            lines.append(
+                f"{record.end.value}: handshake {result.handshake_status}, close {result.close_code}, "
+                f"error {result.error}, problem {result.problem}, server {record.server}, "
+                f"{record.started - self.t0:.2f}-{record.finished - self.t0:.2f}s into the run"
+            )
+        return lines
 
     @property
     def records(self) -> list[load.Record]:
@@ -317,8 +344,10 @@ class Fleet:
     async def stop_router(self, pod: Pod, *, second_sigterm: bool = False) -> float:
         """SIGTERM ``pod``'s router and count its lifetime; returns seconds from SIGTERM to exit.
 
-        It exits 0, or 1 when it closed with realtime sessions in flight: those get Close 1001 at its
-        deadline and count ``deadline_aborted`` (its ``drain.deadline`` line says how many)."""
+        It exits 0, or 1 when realtime sessions were still in flight at its deadline: those get
+        Close 1001 there and count ``deadline_aborted`` (its ``drain.deadline`` line says how many);
+        the others of the sessions it closed with ended before, closed by their clients (1000,
+        ``completed``)."""
         replica = pod.replica
         # Without a drain window an idle router exits within milliseconds of SIGTERM, before any scrape:
         # then this one, taken just before, is its last count (what ended in between is unresolved).
@@ -333,19 +362,21 @@ class Fleet:
         code = await replica.process.wait_exit(timeout=GRACE_SECS + WAIT_SECS)
         took = time.monotonic() - t0
         held = _sessions_only(scrape)
-        expect_exit = 1 if held else 0
+        aborted = _log_field(replica.process.log_path, "drain.deadline", "aborted", since="drain.start") or 0
+        expect_exit = 1 if held and aborted else 0
         if code != expect_exit:
             self.ledger.problems.append(
-                f"{replica.name} exited {code}, expected {expect_exit} ({held} sessions held for the deadline)"
+                f"{replica.name} exited {code}, expected {expect_exit} "
+                f"({held} sessions held at closing, {aborted} aborted at the deadline)"
             )
         self.ledger.router.update(scrape.outcomes)
         if held:
-            aborted = _log_field(replica.process.log_path, "drain.deadline", "aborted")
-            if aborted != held:
+            if aborted > held:
                 self.ledger.problems.append(
                     f"{replica.name}: {held} sessions in flight at closing, but drain.deadline says {aborted} aborted"
                 )
-            self.ledger.router["deadline_aborted"] += held
+            self.ledger.router["deadline_aborted"] += aborted
+            self.ledger.router["completed"] += max(0, held - aborted)
         else:
             self.ledger.unresolved += scrape.inflight
         return took
@@ -497,12 +528,25 @@ async def stall_past_deadline(fleet: Fleet, pod: Pod) -> None:
 
     1. SIGSTOP the model server (it stalls: no byte, no close) 2. SIGTERM the router 3. the balancer
     marks it down; the router closes with its stuck streams in flight 4. the deadline aborts them,
-    exit 1 5. SIGCONT the model server 6. start the router again."""
+    exit 1 5. SIGCONT the model server 6. start the router again.
+
+    A realtime handshake the router forwards to the frozen model server before the balancer marks
+    it down never gets its 101: the deadline aborts it too (the client's handshake fails), in the
+    stall's window."""
     replica, model = pod.replica, pod.model
+    t_stop = time.monotonic()
     model.process.signal(signal.SIGSTOP)
     try:
         replica.sigterm()
         await fleet.lb.wait_status(replica.name, "DOWN")
+        fleet.ledger.fault_windows.append(
+            reconcile.FaultWindow(
+                fault=reconcile.STALL,
+                start=t_stop,
+                end=time.monotonic() + KILL_WINDOW_SLACK_SECS,
+                server=model.process.pid,
+            )
+        )
         # Closing: the listener is shut, the model frozen; the in-flight count can no longer move.
         stuck = await fleet._wait_scrape(replica, lambda s: s.state == "closing", "closing")
         code = await replica.process.wait_exit(timeout=GRACE_SECS + WAIT_SECS)
@@ -640,16 +684,19 @@ def _log_seconds(path: Path, first: str, then: str) -> float | None:
     return (datetime.datetime.fromisoformat(b) - datetime.datetime.fromisoformat(a)).total_seconds()
 
 
-def _log_field(path: Path, event: str, field: str) -> Any:
-    """``field`` of the last JSON log line with ``event`` in a router's log (None if there is none)."""
+def _log_field(path: Path, event: str, field: str, *, since: str | None = None) -> Any:
+    """``field`` of the last JSON log line with ``event`` in a router's log (None if there is none);
+    with ``since``, only after the last line with that event (the log holds every lifetime)."""
     value = None
     for line in path.read_text(errors="replace").splitlines():
-        if f'"{event}"' not in line:
+        if f'"{event}"' not in line and (since is None or f'"{since}"' not in line):
             continue
         try:
             entry = json.loads(line)
         except ValueError:
             continue
+        if entry.get("event") == since:
+            value = None
         if entry.get("event") == event:
             value = entry.get(field)
     return value
@@ -677,7 +724,7 @@ def format_row(row: CycleRow) -> str:
 
 def format_reconciliation(result: reconcile.Reconciliation) -> str:
     explained = ", ".join(f"{k} {n}" for k, n in result.explained.items()) or "none"
-    handshakes = result.sessions.failed_kill + result.sessions.failed_crash
+    handshakes = result.sessions.handshakes_failed
     among = f" ({handshakes} of them failed session handshakes)" if handshakes else ""
     lines = [
         f"{result.requests} requests, {result.lost} lost{among}: explained {explained}; "

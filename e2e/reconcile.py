@@ -28,7 +28,8 @@ routers' ``completed``, one that ended with the router's Close 1001 at its in-fl
 their ``deadline_aborted``, one a router SIGKILL cut one of ``killed_inflight``, one a model crash cut
 one of ``upstream_error``; those shares are taken off the router view before the streams' balances.
 A handshake that failed is a lost request like any other (a crashed model's router answers 502 and
-counts ``upstream_error``; one sent to a SIGKILLed router is in its kill window). Every session that
+counts ``upstream_error``; one sent to a SIGKILLed router is in its kill window; one forwarded to a
+frozen model server is aborted at the deadline, ``deadline_aborted``). Every session that
 did not end with 1000 or 1001 must fall in the window of a fault the run injected, on that fault's
 pod: any other is ``unexplained``, and the run is not clean. The fake model's ``/stats`` keeps
 sessions out of its stream counters (``started``/``finished``/``cancelled``/``active``), so the
@@ -109,6 +110,9 @@ FAILED = "failed"
 """The handshake failed: no answer, or a status other than 101."""
 ROUTER_KILL = "router_kill"
 MODEL_CRASH = "model_crash"
+STALL = "stall_past_deadline"
+"""A stalled model server: the sessions it held get the router's 1001 at the deadline (clean), but a
+handshake the router forwarded to it never gets its 101 and is aborted at the deadline."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,21 +130,21 @@ class SessionEnd:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class FaultWindow:
-    """Where a fault can cut sessions: from the SIGKILL to the balancer seeing the pod's router down
-    (plus a little slack), on the pod whose model server is ``server``."""
+    """Where a fault can cut sessions: from the SIGKILL (or the SIGSTOP) to the balancer seeing the
+    pod's router down (plus a little slack), on the pod whose model server is ``server``."""
 
     fault: str
-    """:data:`ROUTER_KILL` or :data:`MODEL_CRASH`."""
+    """:data:`ROUTER_KILL`, :data:`MODEL_CRASH` or :data:`STALL`."""
     start: float
     end: float
     server: int | None
     """The pid of the pod's model server (the crashed one, or the one behind the killed router)."""
 
     def explains(self, session: SessionEnd) -> bool:
-        """A session the fault cut (it was held by this pod's model server, open at the kill), or a
-        handshake that failed inside the window (sent to the dead router, or to the router whose
-        model server was gone)."""
-        if session.end == CUT:
+        """A session the fault cut (it was held by this pod's model server, open at the kill; a
+        stall cuts none), or a handshake that failed inside the window (sent to the dead router, to
+        the router whose model server was gone, or to the one whose model server was frozen)."""
+        if session.end == CUT and self.fault != STALL:
             return session.server == self.server and session.finished >= self.start and session.started <= self.end
         if session.end == FAILED:
             return session.finished >= self.start and session.started <= self.end
@@ -163,6 +167,9 @@ class SessionView:
     """Handshakes that failed inside a router SIGKILL's window: lost requests after a kill."""
     failed_crash: int = 0
     """Handshakes that failed inside a model crash's window: lost requests (the router's 502)."""
+    failed_stall: int = 0
+    """Handshakes sent to a router whose model server was frozen: the deadline aborted them (lost
+    requests, ``deadline_aborted``)."""
     unexplained: int = 0
     """Every other end that was not a Close 1000 or 1001: no fault of the run explains it."""
 
@@ -172,12 +179,21 @@ class SessionView:
 
     @property
     def unclean(self) -> int:
-        return self.killed + self.crashed + self.failed_kill + self.failed_crash + self.unexplained
+        return self.killed + self.crashed + self.handshakes_failed + self.unexplained
+
+    @property
+    def handshakes_failed(self) -> int:
+        """Handshakes that failed inside a fault's window: lost requests, as streams can be."""
+        return self.failed_kill + self.failed_crash + self.failed_stall
 
     @property
     def explained(self) -> dict[str, int]:
         """Unclean ends by the fault that explains them (faults with none left out)."""
-        by_fault = {ROUTER_KILL: self.killed + self.failed_kill, MODEL_CRASH: self.crashed + self.failed_crash}
+        by_fault = {
+            ROUTER_KILL: self.killed + self.failed_kill,
+            MODEL_CRASH: self.crashed + self.failed_crash,
+            STALL: self.failed_stall,
+        }
         return {k: v for k, v in by_fault.items() if v}
 
 
@@ -196,7 +212,7 @@ def session_view(ends: Iterable[SessionEnd], windows: Iterable[FaultWindow]) -> 
         elif session.end == CUT:
             counts["killed" if fault == ROUTER_KILL else "crashed"] += 1
         else:
-            counts["failed_kill" if fault == ROUTER_KILL else "failed_crash"] += 1
+            counts[{ROUTER_KILL: "failed_kill", MODEL_CRASH: "failed_crash", STALL: "failed_stall"}[fault]] += 1
     return SessionView(
         normal=counts[NORMAL],
         going_away=counts[GOING_AWAY],
@@ -204,6 +220,7 @@ def session_view(ends: Iterable[SessionEnd], windows: Iterable[FaultWindow]) -> 
         crashed=counts["crashed"],
         failed_kill=counts["failed_kill"],
         failed_crash=counts["failed_crash"],
+        failed_stall=counts["failed_stall"],
         unexplained=counts["unexplained"],
     )
 
@@ -254,7 +271,7 @@ def reconcile(
     # 0. Realtime sessions: their share of the routers' counts comes off first; a handshake that
     #    failed is a lost request (after a kill when it failed inside a router SIGKILL's window).
     routers = _sessions_share(sessions, routers, mismatches)
-    handshakes_lost = sessions.failed_kill + sessions.failed_crash
+    handshakes_lost = sessions.handshakes_failed
     clients = dataclasses.replace(
         clients, lost=clients.lost + handshakes_lost, lost_after_kill=clients.lost_after_kill + sessions.failed_kill
     )
