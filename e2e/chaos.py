@@ -70,6 +70,9 @@ balancer was seen marking the router down (plus this much: the balancer decides 
 its admin answer shows it). Sent, not ended: Envoy closes a cut client connection only after its
 ``delayed_close_timeout`` (1 s), so the client sees a killed stream end a second later."""
 WAIT_SECS = 15.0
+LIFETIME_START = "startup.listening"
+"""The log line every router lifetime writes (the log holds every lifetime; ``drain.start`` is
+missing without a drain window)."""
 SESSION_CLIENTS = 2
 """Realtime sessions held open through the balancer for the whole run, beside the streams."""
 SESSION_DELTAS = 10
@@ -362,7 +365,7 @@ class Fleet:
         code = await replica.process.wait_exit(timeout=GRACE_SECS + WAIT_SECS)
         took = time.monotonic() - t0
         held = _sessions_only(scrape)
-        aborted = _log_field(replica.process.log_path, "drain.deadline", "aborted", since="drain.start") or 0
+        aborted = _log_field(replica.process.log_path, "drain.deadline", "aborted", since=LIFETIME_START) or 0
         expect_exit = 1 if held and aborted else 0
         if code != expect_exit:
             self.ledger.problems.append(
@@ -554,7 +557,7 @@ async def stall_past_deadline(fleet: Fleet, pod: Pod) -> None:
         model.process.signal(signal.SIGCONT)
     if code != 1:
         fleet.ledger.problems.append(f"{replica.name} exited {code} after the deadline, expected 1")
-    aborted = _log_field(replica.process.log_path, "drain.deadline", "aborted")
+    aborted = _log_field(replica.process.log_path, "drain.deadline", "aborted", since=LIFETIME_START)
     if aborted != stuck.inflight:
         fleet.ledger.problems.append(
             f"{replica.name}: {stuck.inflight} stuck in flight at closing, but drain.deadline says {aborted} aborted"
