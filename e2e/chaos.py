@@ -78,11 +78,10 @@ SESSION_CLIENTS = 2
 SESSION_DELTAS = 10
 SESSION_INTERVAL_MS = 30
 """One response in a session: 10 deltas 30 ms apart; a session asks for one after another."""
-SESSION_RESPONSES = 24
-"""A session's client closes it with 1000 after this many responses (about 7 s, a cycle's length:
-many sessions still reach a restart's deadline and its 1001) and opens the next: sessions spread
-over the pods (a session that only ended at a restart would settle on the soak's steady pod for
-good), and clients close sessions while routers drain too."""
+SESSION_RESPONSES = 12
+"""A session's client closes it with 1000 after this many responses (about 3.5 s) and opens the
+next: sessions spread over the pods (a session that only ended at a restart would settle on the
+soak's steady pod for good), and clients close sessions while routers drain."""
 
 
 @dataclasses.dataclass(slots=True)
