@@ -2,18 +2,29 @@
 
 A :class:`Fleet` is what a Deployment of model pods looks like on this machine: ``pods`` pairs of a
 ``drain-router fake-model`` and a ``drain-router serve`` in front of it (one model server per router,
-as in a pod), a real HAProxy or Envoy health-checking every router's ``/readyz``, and streaming
-clients through the balancer. :meth:`Fleet.cycle` restarts every pod once, one at a time, injecting
-one fault (:data:`FAULTS`) into one random pod's restart. :meth:`Fleet.finish` stops the clients,
-collects the three views (what the clients saw, each router lifetime's ``requests_total{outcome}``
-scraped before it exited, each model lifetime's ``/stats``) and reconciles them
-(``e2e/reconcile.py``). Used by ``e2e/test_faults.py`` (a few cycles in CI) and ``e2e/soak.py``
-(``make soak``, hundreds).
+as in a pod), a real HAProxy or Envoy health-checking every router's ``/readyz``, streaming clients
+through the balancer and, beside them, :data:`SESSION_CLIENTS` realtime (WebSocket) session clients
+that hold ``/v1/realtime`` sessions for the whole run, each reconnecting at once when its session
+ends. :meth:`Fleet.cycle` restarts every pod once, one at a time, injecting one fault
+(:data:`FAULTS`) into one random pod's restart. :meth:`Fleet.finish` stops the clients, collects the
+views (what the stream clients saw, how every session ended and when, each router lifetime's
+``requests_total{outcome}`` scraped before it exited, each model lifetime's ``/stats``) and
+reconciles them (``e2e/reconcile.py``). Used by ``e2e/test_faults.py`` (a few cycles in CI) and
+``e2e/soak.py`` (``make soak``, hundreds).
+
+Sessions and the drain: a session never ends on its own, so a router SIGTERMed with sessions open
+closes with them in flight and sends them Close 1001 at its in-flight deadline (t0 + 3 s), counting
+each ``deadline_aborted``, and exits 1; the clients reconnect through the balancer to another
+router. A router SIGKILL or a model crash cuts its pod's sessions (the clients see 1006): each such
+fault opens a window (:class:`reconcile.FaultWindow`) that explains its pod's cut sessions and the
+handshakes that failed meanwhile; any other unclean end is unexplained and fails the run.
 
 How the router view is taken: after SIGTERM and once the balancer has marked the router down,
 nothing new reaches it, so a ``/metrics`` scrape (one consistent snapshot) that shows it draining or
-closing with nothing in flight is its final count. A router that exits between two scrapes with
-requests still in flight leaves those ``unresolved`` (said in the reconciliation, never hidden).
+closing with nothing in flight is its final count; one that shows it closing with only WebSocket
+sessions in flight is its final count but for those sessions, which its deadline ends (its
+``drain.deadline`` log line must say it aborted as many). A router that exits between two scrapes
+with requests still in flight leaves those ``unresolved`` (said in the reconciliation, never hidden).
 Everything runs on 127.0.0.1; every wait polls with a deadline.
 """
 
@@ -22,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import datetime
 import json
 import random
 import signal
@@ -34,7 +46,7 @@ import aiohttp
 import psutil
 
 from e2e import balancers, reconcile
-from router.tools import cluster, load, streams
+from router.tools import cluster, load, realtime, sessions, streams
 from router.tools.process import POLL_SECS, Process, wait_until
 
 DRAIN_SECS = 1
@@ -58,6 +70,18 @@ balancer was seen marking the router down (plus this much: the balancer decides 
 its admin answer shows it). Sent, not ended: Envoy closes a cut client connection only after its
 ``delayed_close_timeout`` (1 s), so the client sees a killed stream end a second later."""
 WAIT_SECS = 15.0
+LIFETIME_START = "startup.listening"
+"""The log line every router lifetime writes (the log holds every lifetime; ``drain.start`` is
+missing without a drain window)."""
+SESSION_CLIENTS = 2
+"""Realtime sessions held open through the balancer for the whole run, beside the streams."""
+SESSION_DELTAS = 10
+SESSION_INTERVAL_MS = 30
+"""One response in a session: 10 deltas 30 ms apart; a session asks for one after another."""
+SESSION_RESPONSES = 12
+"""A session's client closes it with 1000 after this many responses (about 3.5 s) and opens the
+next: sessions spread over the pods (a session that only ended at a restart would settle on the
+soak's steady pod for good), and clients close sessions while routers drain."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -78,10 +102,16 @@ class Ledger:
     crashed_active: int = 0
     crash_window: int = 0
     kill_windows: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+    fault_windows: list[reconcile.FaultWindow] = dataclasses.field(default_factory=list)
+    """Where a router SIGKILL, a model crash or a stall may end sessions unclean, on which pod."""
+    sessions_open: int = 0
+    """Realtime sessions the model servers still held at their last read (0 once the clients closed)."""
     problems: list[str] = dataclasses.field(default_factory=list)
     """Expectations of a fault that did not hold (exit codes, readiness, the expedite)."""
 
     def add_model(self, stats: dict[str, int]) -> None:
+        """A model lifetime's last ``/stats``: its stream counters (realtime sessions are not among
+        them: the fake model counts those apart, as ``sessions*``)."""
         for key in ("started", "finished", "cancelled"):
             self.model[key] += stats[key]
 
@@ -101,6 +131,8 @@ class CycleRow:
     lost: int
     lost_kinds: dict[str, int]
     seconds: float
+    sessions: reconcile.SessionView = reconcile.SessionView()
+    """The realtime sessions that ended in the cycle, and the faults that explain their unclean ends."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -153,14 +185,23 @@ class Fleet:
             self.lb.url, clients=CLIENTS, chunks=CHUNKS, interval_ms=INTERVAL_MS, seed=self.rng.randrange(2**32)
         )
         self.slow_loads: list[load.Load] = []
+        self.realtime = realtime.Sessions(
+            self.lb.url,
+            clients=SESSION_CLIENTS,
+            deltas=SESSION_DELTAS,
+            interval_ms=SESSION_INTERVAL_MS,
+            max_responses=SESSION_RESPONSES,
+        )
         self.ledger = Ledger()
         self.rows: list[CycleRow] = []
         self.result: reconcile.Reconciliation | None = None
         self.samples: list[Sample] = []
+        self.t0 = time.monotonic()
 
     # -- setup and teardown ---------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.t0 = time.monotonic()
         for pod in self.pods:
             self.register(pod.model.process)
             self.register(pod.replica.process)
@@ -171,17 +212,43 @@ class Fleet:
         for pod in self.pods:
             await self.lb.wait_status(pod.replica.name, "UP")
         await self.load.start()
+        await self.realtime.start()
 
     async def finish(self) -> reconcile.Reconciliation:
-        """Stop the clients, take every living process's final count, and reconcile the views."""
+        """Stop the clients (each session closes with 1000 once its response is whole), take every
+        living process's final count, and reconcile the views."""
         await self.load.stop()
+        await self.realtime.stop()
         records = self.records
         for pod in self.pods:
             scrape = await self._wait_scrape(pod.replica, lambda s: s.inflight == 0, "idle")
             self.ledger.router.update(scrape.outcomes)
             stats = await self._wait_model_idle(pod.model)
             self.ledger.add_model(stats)
-        return reconcile.reconcile(self.client_view(records), self.router_view(), self.model_view())
+            self.ledger.sessions_open += stats["sessions"]
+        return reconcile.reconcile(
+            self.client_view(records), self.router_view(), self.model_view(), self.session_view(self.realtime.records)
+        )
+
+    def session_view(self, records: list[realtime.Record]) -> reconcile.SessionView:
+        return reconcile.session_view((session_end(r) for r in records), self.ledger.fault_windows)
+
+    def unexplained_sessions(self) -> list[str]:
+        """The sessions that ended unclean with no fault window to explain them, one line each."""
+        lines = []
+        for record in self.realtime.records:
+            end = session_end(record)
+            if end.end in (reconcile.NORMAL, reconcile.GOING_AWAY):
+                continue
+            if any(w.explains(end) for w in self.ledger.fault_windows):
+                continue
+            result = record.result
+            lines.append(
+                f"{record.end.value}: handshake {result.handshake_status}, close {result.close_code}, "
+                f"error {result.error}, problem {result.problem}, server {record.server}, "
+                f"{record.started - self.t0:.2f}-{record.finished - self.t0:.2f}s into the run"
+            )
+        return lines
 
     @property
     def records(self) -> list[load.Record]:
@@ -221,6 +288,7 @@ class Fleet:
             cancelled=c["cancelled"],
             crashed_active=self.ledger.crashed_active,
             crash_window=self.ledger.crash_window,
+            sessions_open=self.ledger.sessions_open,
         )
 
     # -- one cycle --------------------------------------------------------------------------------
@@ -252,6 +320,7 @@ class Fleet:
             lost=sum(lost.values()),
             lost_kinds=lost,
             seconds=time.monotonic() - started,
+            sessions=self.session_view([r for r in self.realtime.records if started <= r.finished < now]),
         )
         self.rows.append(row)
         return row
@@ -275,8 +344,13 @@ class Fleet:
         await self.stop_router(pod, second_sigterm=second_sigterm)
         await self.start_router(pod)
 
-    async def stop_router(self, pod: Pod, *, second_sigterm: bool = False, expect_exit: int = 0) -> float:
-        """SIGTERM ``pod``'s router and count its lifetime; returns seconds from SIGTERM to exit."""
+    async def stop_router(self, pod: Pod, *, second_sigterm: bool = False) -> float:
+        """SIGTERM ``pod``'s router and count its lifetime; returns seconds from SIGTERM to exit.
+
+        It exits 0, or 1 when realtime sessions were still in flight at its deadline: those get
+        Close 1001 there and count ``deadline_aborted`` (its ``drain.deadline`` line says how many);
+        the others of the sessions it closed with ended before, closed by their clients (1000,
+        ``completed``)."""
         replica = pod.replica
         # Without a drain window an idle router exits within milliseconds of SIGTERM, before any scrape:
         # then this one, taken just before, is its last count (what ended in between is unresolved).
@@ -290,10 +364,24 @@ class Fleet:
         scrape = await self._final_scrape(replica, before)
         code = await replica.process.wait_exit(timeout=GRACE_SECS + WAIT_SECS)
         took = time.monotonic() - t0
+        held = _sessions_only(scrape)
+        aborted = _log_field(replica.process.log_path, "drain.deadline", "aborted", since=LIFETIME_START) or 0
+        expect_exit = 1 if held and aborted else 0
         if code != expect_exit:
-            self.ledger.problems.append(f"{replica.name} exited {code}, expected {expect_exit}")
+            self.ledger.problems.append(
+                f"{replica.name} exited {code}, expected {expect_exit} "
+                f"({held} sessions held at closing, {aborted} aborted at the deadline)"
+            )
         self.ledger.router.update(scrape.outcomes)
-        self.ledger.unresolved += scrape.inflight
+        if held:
+            if aborted > held:
+                self.ledger.problems.append(
+                    f"{replica.name}: {held} sessions in flight at closing, but drain.deadline says {aborted} aborted"
+                )
+            self.ledger.router["deadline_aborted"] += aborted
+            self.ledger.router["completed"] += max(0, held - aborted)
+        else:
+            self.ledger.unresolved += scrape.inflight
         return took
 
     async def start_router(self, pod: Pod) -> None:
@@ -302,7 +390,8 @@ class Fleet:
 
     async def _final_scrape(self, replica: cluster.Replica, last: cluster.Scrape) -> cluster.Scrape:
         """Scrape until the router is draining or closing with nothing in flight (its final count),
-        or until it is gone; the last scrape taken (``last`` if none succeeded)."""
+        or closing with only WebSocket sessions in flight (its final count but for those, which the
+        deadline ends), or until it is gone; the last scrape taken (``last`` if none succeeded)."""
         deadline = time.monotonic() + GRACE_SECS + WAIT_SECS
         while time.monotonic() < deadline:
             try:
@@ -311,7 +400,7 @@ class Fleet:
                 if not replica.process.alive:
                     break
                 continue
-            if last.state in ("draining", "closing") and last.inflight == 0:
+            if (last.state in ("draining", "closing") and last.inflight == 0) or _sessions_only(last):
                 return last
             await asyncio.sleep(POLL_SECS)
         return last
@@ -338,9 +427,9 @@ class Fleet:
 
         async def idle() -> bool:
             box[:] = [await model.stats(self.session)]
-            return box[0]["active"] == 0
+            return box[0]["active"] == 0 and box[0]["sessions"] == 0
 
-        await wait_until(idle, timeout=WAIT_SECS, what=f"{model.name} to have no stream open")
+        await wait_until(idle, timeout=WAIT_SECS, what=f"{model.name} to have no stream or session open")
         return box[0]
 
     async def _wait_ready(self, replica: cluster.Replica, status: int, body_status: str) -> None:
@@ -373,15 +462,26 @@ async def model_crash(fleet: Fleet, pod: Pod) -> None:
     1. read the router's count and the model's /stats 2. SIGKILL the model server 3. the router
     says upstream_unavailable, the balancer marks it down, its in-flight count drains to 0
     4. restart the model server on the same port 5. the router is ready, the balancer has it UP
-    6. the pod's rolling restart as usual."""
+    6. the pod's rolling restart as usual.
+
+    Its realtime sessions are cut: the router counts each ``upstream_error`` and closes the client's
+    connection without a Close frame (1006); handshakes it takes before the balancer marks it down
+    fail (its 502, ``upstream_error``). Both are the crash's, in its window."""
     replica, model = pod.replica, pod.model
     before = await replica.metrics(fleet.session)
     stats = await model.stats(fleet.session)
+    pid = model.process.pid
+    t_crash = time.monotonic()
     model.process.kill()
     fleet.ledger.add_model(stats)
     fleet.ledger.crashed_active += stats["active"]
     await fleet._wait_ready(replica, 503, "upstream_unavailable")
     await fleet.lb.wait_status(replica.name, "DOWN")
+    fleet.ledger.fault_windows.append(
+        reconcile.FaultWindow(
+            fault=reconcile.MODEL_CRASH, start=t_crash, end=time.monotonic() + KILL_WINDOW_SLACK_SECS, server=pid
+        )
+    )
     after = await fleet._wait_scrape(replica, lambda s: s.inflight == 0, "with nothing in flight after the crash")
     # Streams the router completed around the crash: the model may have finished them after its read.
     fleet.ledger.crash_window += after.outcomes.get("completed", 0) - before.outcomes.get("completed", 0)
@@ -398,7 +498,10 @@ async def router_kill(fleet: Fleet, pod: Pod) -> None:
 
     1. read the model's /stats, the router's /metrics and /admin/inflight 2. SIGKILL the router's
     process group 3. the balancer marks it down 4. the model server has cancelled the dead router's
-    streams 5. start the router again, seen UP."""
+    streams 5. start the router again, seen UP.
+
+    Its realtime sessions die with it (in its /admin/inflight; the clients see 1006), and handshakes
+    sent to it before the balancer marks it down fail: both are the kill's, in its window."""
     replica, model = pod.replica, pod.model
     m0 = await model.stats(fleet.session)
     scrape = await replica.metrics(fleet.session)
@@ -412,22 +515,41 @@ async def router_kill(fleet: Fleet, pod: Pod) -> None:
     fleet.ledger.killed_inflight += inflight
     fleet.ledger.kill_window += (m1["started"] - m0["started"]) + (m1["finished"] - m0["finished"])
     fleet.ledger.kill_windows.append((t_kill, t_down + KILL_WINDOW_SLACK_SECS))
+    fleet.ledger.fault_windows.append(
+        reconcile.FaultWindow(
+            fault=reconcile.ROUTER_KILL, start=t_kill, end=t_down + KILL_WINDOW_SLACK_SECS, server=model.process.pid
+        )
+    )
     await fleet.start_router(pod)
 
 
 async def stall_past_deadline(fleet: Fleet, pod: Pod) -> None:
     """Expected: the streams stuck on the stalled model server are aborted at the deadline
     (t0 + grace - 2 s, the grace declared), counted as ``deadline_aborted`` (as many as the router's
-    ``drain.deadline`` log line says it aborted), and the router exits 1; nothing else is lost.
+    ``drain.deadline`` log line says it aborted), and the router exits 1; nothing else is lost. Its
+    realtime sessions get Close 1001 at the same deadline (``deadline_aborted`` too).
 
     1. SIGSTOP the model server (it stalls: no byte, no close) 2. SIGTERM the router 3. the balancer
     marks it down; the router closes with its stuck streams in flight 4. the deadline aborts them,
-    exit 1 5. SIGCONT the model server 6. start the router again."""
+    exit 1 5. SIGCONT the model server 6. start the router again.
+
+    A realtime handshake the router forwards to the frozen model server before the balancer marks
+    it down never gets its 101: the deadline aborts it too (the client's handshake fails), in the
+    stall's window."""
     replica, model = pod.replica, pod.model
+    t_stop = time.monotonic()
     model.process.signal(signal.SIGSTOP)
     try:
         replica.sigterm()
         await fleet.lb.wait_status(replica.name, "DOWN")
+        fleet.ledger.fault_windows.append(
+            reconcile.FaultWindow(
+                fault=reconcile.STALL,
+                start=t_stop,
+                end=time.monotonic() + KILL_WINDOW_SLACK_SECS,
+                server=model.process.pid,
+            )
+        )
         # Closing: the listener is shut, the model frozen; the in-flight count can no longer move.
         stuck = await fleet._wait_scrape(replica, lambda s: s.state == "closing", "closing")
         code = await replica.process.wait_exit(timeout=GRACE_SECS + WAIT_SECS)
@@ -435,7 +557,7 @@ async def stall_past_deadline(fleet: Fleet, pod: Pod) -> None:
         model.process.signal(signal.SIGCONT)
     if code != 1:
         fleet.ledger.problems.append(f"{replica.name} exited {code} after the deadline, expected 1")
-    aborted = _log_field(replica.process.log_path, "drain.deadline", "aborted")
+    aborted = _log_field(replica.process.log_path, "drain.deadline", "aborted", since=LIFETIME_START)
     if aborted != stuck.inflight:
         fleet.ledger.problems.append(
             f"{replica.name}: {stuck.inflight} stuck in flight at closing, but drain.deadline says {aborted} aborted"
@@ -446,15 +568,18 @@ async def stall_past_deadline(fleet: Fleet, pod: Pod) -> None:
 
 
 async def second_sigterm(fleet: Fleet, pod: Pod) -> None:
-    """Expected: nothing lost, exit 0, and sooner than the drain window: a second SIGTERM while
-    draining ends the window early, and in-flight streams still finish.
+    """Expected: nothing lost, exit 0 (1 with realtime sessions open: they wait for the deadline's
+    1001), and closing sooner than the drain window: a second SIGTERM while draining ends the
+    window early, and in-flight streams still finish.
 
-    1. SIGTERM 2. the balancer marks it down 3. SIGTERM again 4. exit 0 before t0 + drain."""
-    took = await fleet.stop_router(pod, second_sigterm=True)
-    if fleet.drain_secs and took >= fleet.drain_secs:
+    1. SIGTERM 2. the balancer marks it down 3. SIGTERM again 4. closing before t0 + drain (by the
+    router's own ``drain.start`` and ``drain.closing`` log lines), exit."""
+    await fleet.stop_router(pod, second_sigterm=True)
+    took = _log_seconds(pod.replica.process.log_path, "drain.start", "drain.closing")
+    if fleet.drain_secs and (took is None or took >= fleet.drain_secs):
         fleet.ledger.problems.append(
             f"{pod.replica.name}: the second SIGTERM did not expedite "
-            f"({took:.2f}s to exit, drain window {fleet.drain_secs}s)"
+            f"({took}s from drain.start to drain.closing, drain window {fleet.drain_secs}s)"
         )
     closing_signal = _log_field(pod.replica.process.log_path, "drain.closing", "signal")
     if fleet.drain_secs and closing_signal != "sigterm":
@@ -532,19 +657,61 @@ FAULTS: dict[str, Callable[[Fleet, Pod], Awaitable[None]]] = {
 }
 
 
-def _log_field(path: Path, event: str, field: str) -> Any:
-    """``field`` of the last JSON log line with ``event`` in a router's log (None if there is none)."""
+def _sessions_only(scrape: cluster.Scrape) -> int:
+    """The WebSocket sessions a closing router holds for its deadline, when they are all it still
+    has in flight (0 otherwise)."""
+    if scrape.state == "closing" and scrape.inflight and scrape.inflight == scrape.sessions:
+        return scrape.sessions
+    return 0
+
+
+def session_end(record: realtime.Record) -> reconcile.SessionEnd:
+    """A realtime client's record as the reconciliation takes it."""
+    if record.end is sessions.End.NORMAL:
+        end = reconcile.NORMAL
+    elif record.end is sessions.End.GOING_AWAY:
+        end = reconcile.GOING_AWAY
+    elif record.result.handshake_status != sessions.SWITCHING_PROTOCOLS:
+        end = reconcile.FAILED
+    else:
+        end = reconcile.CUT
+    server = record.server if isinstance(record.server, int) else None
+    return reconcile.SessionEnd(end=end, started=record.started, finished=record.finished, server=server)
+
+
+def _log_seconds(path: Path, first: str, then: str) -> float | None:
+    """Seconds between the ``timestamp`` of the last ``first`` and the last ``then`` log lines."""
+    a, b = _log_field(path, first, "timestamp"), _log_field(path, then, "timestamp")
+    if not isinstance(a, str) or not isinstance(b, str):
+        return None
+    return (datetime.datetime.fromisoformat(b) - datetime.datetime.fromisoformat(a)).total_seconds()
+
+
+def _log_field(path: Path, event: str, field: str, *, since: str | None = None) -> Any:
+    """``field`` of the last JSON log line with ``event`` in a router's log (None if there is none);
+    with ``since``, only after the last line with that event (the log holds every lifetime)."""
     value = None
     for line in path.read_text(errors="replace").splitlines():
-        if f'"{event}"' not in line:
+        if f'"{event}"' not in line and (since is None or f'"{since}"' not in line):
             continue
         try:
             entry = json.loads(line)
         except ValueError:
             continue
+        if entry.get("event") == since:
+            value = None
         if entry.get("event") == event:
             value = entry.get(field)
     return value
+
+
+def format_sessions(view: reconcile.SessionView) -> str:
+    """E.g. ``sessions 14: 1000 x3, 1001 x9, unclean 2 (router_kill 2)``."""
+    parts = [f"1000 x{view.normal}", f"1001 x{view.going_away}", f"unclean {view.unclean}"]
+    causes = [f"{k} {n}" for k, n in view.explained.items()]
+    if view.unexplained:
+        causes.append(f"unexplained {view.unexplained}")
+    return f"sessions {view.sessions}: " + ", ".join(parts) + (f" ({', '.join(causes)})" if causes else "")
 
 
 def format_row(row: CycleRow) -> str:
@@ -553,12 +720,19 @@ def format_row(row: CycleRow) -> str:
         f"{row.cycle:>4}  {row.balancer:<7} drain {row.drain_secs}s  {row.fault:<22} {row.target:<9} "
         f"{row.requests:>5} req {row.ok:>5} ok {row.left:>3} left {row.lost:>3} lost"
         + (f" ({kinds})" if kinds else "")
+        + f"; {format_sessions(row.sessions)}"
         + f"  {row.seconds:.1f}s"
     )
 
 
 def format_reconciliation(result: reconcile.Reconciliation) -> str:
     explained = ", ".join(f"{k} {n}" for k, n in result.explained.items()) or "none"
-    lines = [f"{result.requests} requests, {result.lost} lost: explained {explained}; unaccounted {result.unaccounted}"]
+    handshakes = result.sessions.handshakes_failed
+    among = f" ({handshakes} of them failed session handshakes)" if handshakes else ""
+    lines = [
+        f"{result.requests} requests, {result.lost} lost{among}: explained {explained}; "
+        f"unaccounted {result.unaccounted}",
+        f"  {format_sessions(result.sessions)}",
+    ]
     lines += [f"  mismatch: {m}" for m in result.mismatches]
     return "\n".join(lines)

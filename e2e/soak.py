@@ -6,8 +6,13 @@ both rolled pods with one random fault of ``e2e/chaos.py`` struck into one of th
 control fleet (``--shutdown-drain-secs 0``) runs ``--control-cycles`` plain cycles. It prints one loss
 line per cycle, each run's reconciliation of the three views (clients, routers' requests_total,
 model servers' /stats), the RSS and open descriptors of every router over time, and a summary table.
+Realtime (WebSocket) sessions run beside the streams in every fleet (``chaos.SESSION_CLIENTS``
+clients through the same balancer, reconnecting): each cycle's line and each reconciliation say how
+many ended and how (``sessions 14: 1000 x3, 1001 x9, unclean 2 (router_kill 2)``), and the
+sessions' share of the routers' counts is taken off before the streams' balances.
 
-It fails (exit 1) when a drain-on run has a lost request no view accounts for, a balance between
+It fails (exit 1) when a drain-on run has a lost request no view accounts for, a session that did
+not end with Close 1000 or 1001 and that no injected fault explains, a balance between
 the views does not hold, a fault's own expectation does not hold (exit codes, readiness, the
 expedite), the steady router's RSS or descriptors grow past :func:`growth_problems`' bound, or a
 drain-off control loses nothing (then the harness could not see a loss).
@@ -113,6 +118,11 @@ def summary_table(results: list[tuple[str, chaos.Fleet, chaos.Fleet]]) -> list[s
         "requests",
         "lost (drain on)",
         "unaccounted",
+        "sessions",
+        "1000",
+        "1001",
+        "unclean (explained)",
+        "unexplained",
         "faults",
         "control cycles",
         "control requests",
@@ -130,6 +140,11 @@ def summary_table(results: list[tuple[str, chaos.Fleet, chaos.Fleet]]) -> list[s
                 str(on.result.requests),
                 str(on.result.lost),
                 str(on.result.unaccounted),
+                str(on.result.sessions.sessions),
+                str(on.result.sessions.normal),
+                str(on.result.sessions.going_away),
+                str(on.result.sessions.unclean - on.result.sessions.unexplained),
+                str(on.result.sessions.unexplained),
                 str(faults),
                 str(len(off.rows)),
                 str(off.result.requests),
@@ -164,9 +179,12 @@ async def main(args: argparse.Namespace) -> int:
             failures += [f"{kind}: {p}" for p in problems]
             assert on.result is not None
             print(f"\n{kind}, drain on: {chaos.format_reconciliation(on.result)}", flush=True)
+            for line in on.unexplained_sessions():
+                print(f"  unexplained session: {line}")
             if not on.result.clean:
                 failures.append(
-                    f"{kind} drain on: {on.result.unaccounted} unaccounted, {len(on.result.mismatches)} mismatches"
+                    f"{kind} drain on: {on.result.unaccounted} unaccounted, {on.result.sessions.unexplained} "
+                    f"sessions unexplained, {len(on.result.mismatches)} mismatches"
                 )
             print(f"{kind}: RSS and open descriptors per router (sampled after every cycle):")
             for line in resource_lines(on.samples):

@@ -3,8 +3,10 @@
 Each test runs one fault of ``e2e/chaos.py`` (its docstring states the expected outcome) for
 ``CYCLES`` rolling-restart cycles of two pods (a fake model server and a router each) behind a real
 balancer, then reconciles what the clients saw, what the routers counted and what the model servers
-served. With the drain on, every lost request must be accounted for by a view and every balance
-must hold; the drain-off control must show lost requests that no view accounts for.
+served, realtime (WebSocket) sessions included (they run beside the streams for the whole run). With
+the drain on, every lost request must be accounted for by a view, every session that did not end
+with Close 1000 or 1001 must be one the fault cut, and every balance must hold; the drain-off
+control must show lost requests that no view accounts for.
 """
 
 from __future__ import annotations
@@ -59,11 +61,14 @@ async def test_fault_during_rolling_restart(
     report: list[str],
 ) -> None:
     """Expected, for every fault: its own expectations hold (exit codes, readiness, the expedite),
-    and every lost request is one the fault explains (see the fault's docstring in e2e/chaos.py)."""
+    every lost request is one the fault explains, and so is every session that did not end with
+    1000 or 1001 (see the fault's docstring in e2e/chaos.py); sessions were seen ending."""
     fleet = await _run(balancer_kind, fault, chaos.DRAIN_SECS, CYCLES, session, processes, tmp_path, report)
     assert fleet.ledger.problems == []
     assert fleet.result.unaccounted == 0, chaos.format_reconciliation(fleet.result)
+    assert fleet.result.sessions.unexplained == 0, fleet.unexplained_sessions()
     assert fleet.result.mismatches == (), chaos.format_reconciliation(fleet.result)
+    assert fleet.result.sessions.sessions >= chaos.SESSION_CLIENTS, chaos.format_reconciliation(fleet.result)
 
 
 @pytest.mark.timeout(150)

@@ -156,6 +156,8 @@ class Scrape:
     """``drain_router_requests_total`` summed over ``code``, by ``outcome``."""
     inflight: int
     state: str | None
+    sessions: int = 0
+    """``drain_router_websocket_sessions``: open WebSocket tunnels (each also one of ``inflight``)."""
 
 
 def parse_metrics(text: str) -> Scrape:
@@ -163,7 +165,7 @@ def parse_metrics(text: str) -> Scrape:
     from prometheus_client.parser import text_string_to_metric_families
 
     outcomes: dict[str, int] = {}
-    inflight = 0
+    inflight = sessions = 0
     state: str | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -172,9 +174,11 @@ def parse_metrics(text: str) -> Scrape:
                 outcomes[outcome] = outcomes.get(outcome, 0) + int(sample.value)
             elif sample.name == "drain_router_inflight_requests":
                 inflight = int(sample.value)
+            elif sample.name == "drain_router_websocket_sessions":
+                sessions = int(sample.value)
             elif sample.name == "drain_router_state" and sample.value == 1:
                 state = sample.labels["state"]
-    return Scrape(outcomes=outcomes, inflight=inflight, state=state)
+    return Scrape(outcomes=outcomes, inflight=inflight, state=state, sessions=sessions)
 
 
 async def _wait_http_ok(session: aiohttp.ClientSession, process: process_.Process, url: str, timeout: float) -> None:

@@ -4,10 +4,10 @@ The sessions counterpart of :mod:`router.tools.load`, on aiohttp's WebSocket cli
 :func:`run_session` opens one session and keeps exchanging (``response.create``, then its events, and
 again) until told to stop or until the session ends; it never raises for transport errors, they are
 data (a :class:`~router.tools.sessions.SessionResult`). :class:`Sessions` keeps ``clients`` sessions
-open back to back and reconnects at once when one ends with 1001 (Going Away): through a balancer,
-the new session lands on a replica that is not going away. :func:`handshake_status` asks once
-whether a URL tunnels WebSocket at all (101) or refuses the upgrade (a router answers 501 until it
-tunnels).
+open back to back (each for at most ``max_responses`` responses, if set) and reconnects at once when
+one ends with 1001 (Going Away): through a balancer, the new session lands on a replica that is not
+going away. :func:`handshake_status` asks once whether a URL tunnels WebSocket at all (101) or
+refuses the upgrade (a router answers 501 until it tunnels).
 """
 
 from __future__ import annotations
@@ -84,10 +84,11 @@ async def run_session(
     path: str = PATH,
     receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT_SECS,
     on_open: Callable[[], None] | None = None,
+    max_responses: int | None = None,
 ) -> tuple[sessions.SessionResult, sessions.Tally]:
     """Open one session and ask for responses of ``deltas`` deltas, one after another, until ``stop``
-    is set (then close with 1000 once the response in progress is whole) or the session ends.
-    ``on_open`` is called once the handshake is done."""
+    is set or ``max_responses`` responses are whole (then close with 1000 once the response in
+    progress is whole) or the session ends. ``on_open`` is called once the handshake is done."""
     tally = sessions.Tally()
     try:
         async with asyncio.timeout(HANDSHAKE_TIMEOUT_SECS):
@@ -118,7 +119,7 @@ async def run_session(
                 await ws.close()
                 break
             if not tally.responding:  # session.created, or the last response is whole
-                if stop.is_set():
+                if stop.is_set() or (max_responses is not None and tally.responses >= max_responses):
                     client_closed = True
                     await ws.close()
                     break
@@ -148,6 +149,9 @@ class Sessions:
     deltas: int = 10
     interval_ms: int = 30
     path: str = PATH
+    max_responses: int | None = None
+    """A session closes with 1000 after this many responses (and its client opens the next);
+    None: it lasts until stopped or ended by the server side."""
     records: list[Record] = dataclasses.field(default_factory=list)
     _stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
@@ -214,6 +218,7 @@ class Sessions:
                 stop=self._stop,
                 path=self.path,
                 on_open=on_open,
+                max_responses=self.max_responses,
             )
         finally:
             if opened:

@@ -66,6 +66,22 @@ async def test_sessions_exchange_until_stopped_then_close_1000() -> None:
     assert load.open == 0
 
 
+async def test_sessions_close_after_max_responses_and_reopen() -> None:
+    """1. one client whose sessions close after 2 responses 2. three sessions have ended. Result:
+    each ended with the client's Close 1000 after exactly 2 whole responses, and the client opened
+    the next at once (the chaos run spreads sessions over the pods so)."""
+    async with testing.running() as model:
+        load = realtime.Sessions(model.url, clients=1, deltas=2, interval_ms=1, max_responses=2)
+        await load.start()
+        try:
+            await _wait(lambda: len(load.records) >= 3, "three sessions ended")
+        finally:
+            records = await load.stop()
+    done = records[:3]
+    assert [(r.end, r.result.client_closed, r.responses) for r in done] == [(sessions.End.NORMAL, True, 2)] * 3
+    assert not load.unclean
+
+
 async def test_going_away_then_reconnect() -> None:
     """1. two clients hold sessions, responses in progress 2. the model server shuts down (vLLM's
     timeout 0: at once). Result: both sessions end going_away (1001), clean; each client
