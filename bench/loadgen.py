@@ -352,7 +352,7 @@ async def hold(
 
 async def ws_handshake(url: str) -> int | None:
     """One WebSocket handshake: 101 when the target forwards the upgrade, else the status it
-    answered (the router says 501 until it tunnels), ``None`` for no answer."""
+    answered, ``None`` for no answer."""
     async with session() as http:
         try:
             async with http.ws_connect(url, timeout=aiohttp.ClientWSTimeout(ws_close=5)) as ws:

@@ -307,8 +307,7 @@ class Bench:
         return target.url.replace("http://", "ws://", 1) + "/v1/realtime"
 
     async def ws_skip(self, round_no: int, workload: str, target: targets.Target) -> bool:
-        """Record a skipped cell (and say so) when ``target`` does not forward the WebSocket upgrade:
-        the router answers it with 501 until it tunnels."""
+        """Record a skipped cell (and say so) when ``target`` does not forward the WebSocket upgrade."""
         status = await loadgen.ws_handshake(self.ws_url(target))
         if status == 101:
             return False

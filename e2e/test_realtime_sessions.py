@@ -13,8 +13,7 @@ Two runs per balancer:
   (``--exit-on-sigterm``) cut them, and the harness must see 1006;
 - the product's, with drain-router replicas between the balancer and the model servers (one model
   server per router, as in a pod), HTTP streams beside the sessions: nothing lost, every session
-  clean. It needs a router that tunnels WebSocket: while the router answers the upgrade with 501,
-  it is skipped, and says so.
+  clean.
 """
 
 from __future__ import annotations
@@ -169,11 +168,6 @@ async def test_sessions_and_streams_through_balancer_to_routers(
         )
         pods.append((model, replica))
     status = await realtime.handshake_status(session, pods[0][1].url)
-    if status == 501:
-        pytest.skip(
-            "drain-router answers the WebSocket upgrade with 501: it does not tunnel yet (issue 22). "
-            "The harness itself is proven by test_sessions_through_balancer_to_model_servers."
-        )
     assert status == 101, f"the router answered the WebSocket handshake with {status}"
     lb = await start_balancer(balancer_kind, [replica for _, replica in pods], inter_ms=PROBE_INTER_MS)
 

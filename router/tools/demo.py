@@ -242,17 +242,6 @@ def _sessions_line(holder: realtime.Sessions) -> str:
     return f"{holder.open} open, {going_away} ended 1001 (reconnected), {cut} cut"
 
 
-async def router_tunnels(session: aiohttp.ClientSession, model_url: str, log_dir: Path) -> int | None:
-    """Start one router in front of the model server, try one WebSocket handshake through it, stop
-    it: 101 when the router tunnels WebSocket, else the status it answered (501 before it did)."""
-    probe = cluster.Replica("websocket-probe", model_url, log_dir)
-    try:
-        await probe.start(session)
-        return await realtime.handshake_status(session, probe.url)
-    finally:
-        probe.process.kill()
-
-
 async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) -> int:
     view = View(out, live=live)
     with tempfile.TemporaryDirectory(prefix="drain-router-demo-") as tmp:
@@ -266,16 +255,7 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
                 )
                 out.flush()
                 await model.start(session)
-                with_sessions = False
-                if opts.realtime_clients:
-                    status = await router_tunnels(session, model.url, log_dir)
-                    with_sessions = status == 101
-                    if not with_sessions:
-                        out.write(
-                            f"(no realtime sessions: the router answers the WebSocket upgrade with {status}; "
-                            "HTTP streams only)\n"
-                        )
-                        out.flush()
+                with_sessions = opts.realtime_clients > 0
                 grace = opts.drain_secs + REALTIME_GRACE_EXTRA_SECS if with_sessions else None
                 results = [
                     await Scenario(recipe, opts, session, view, log_dir, i, with_sessions=with_sessions).run()
