@@ -172,7 +172,18 @@ class Tunnel:
                 self.outcome = "completed"
             else:
                 self.outcome = "client_aborted" if side is self.client else "upstream_error"
+        if self.outcome == "upstream_error":
+            self._bad_gateway()
         self._close_both()
+
+    def _bad_gateway(self) -> None:
+        """The model server's connection was lost without a Close: tell the client with a Close 1014
+        (Bad Gateway) when its direction is at a frame boundary, so it sees a failed upstream rather
+        than a lost connection (1006)."""
+        client = self.client
+        if client.transport is not None and not client.close_sent and self.upstream.tracker.at_boundary:
+            client.close_sent = True
+            client.transport.write(websocket.close_frame(websocket.BAD_GATEWAY))
 
     def _close_both(self, abort: bool = False) -> None:
         if self.ending:

@@ -19,6 +19,9 @@ Headers = list[tuple[bytes, bytes]]
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 GOING_AWAY = 1001
 PROTOCOL_ERROR = 1002
+BAD_GATEWAY = 1014
+"""Sent to the client when the model server's connection is lost without a Close (IANA's
+WebSocket close code registry: a gateway's upstream failed)."""
 
 #: :func:`handshake`'s verdicts besides ``None`` (a WebSocket handshake to forward).
 NOT_WEBSOCKET = "upgrade_not_supported"  # another Upgrade token: 501

@@ -431,7 +431,7 @@ async def test_a_client_that_vanishes_is_client_aborted(start_process, ws_upstre
     assert (await _outcomes(p)).get("client_aborted") == 1
 
 
-async def test_an_upstream_that_vanishes_is_upstream_error(ws_upstream):
+async def test_an_upstream_that_vanishes_is_upstream_error_and_the_client_gets_1014(ws_upstream):
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         key = next(
@@ -456,6 +456,7 @@ async def test_an_upstream_that_vanishes_is_upstream_error(ws_upstream):
         writer.write(_handshake())
         assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
         writer.write(_masked(1, b"anyone?"))
+        assert await _read_frame(reader) == (8, struct.pack("!H", 1014))  # Close, Bad Gateway
         assert await asyncio.wait_for(reader.read(), 5) == b""
         writer.close()
         await _inflight_zero(p)
