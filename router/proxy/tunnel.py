@@ -48,7 +48,18 @@ class _Side(asyncio.Protocol):
         """The router's Close went to this side: nothing more is relayed to it."""
 
     def data_received(self, data: bytes) -> None:
-        self.tunnel.relay(self, data)
+        tunnel = self.tunnel
+        other = self.other
+        if tunnel.going or tunnel.ending or other.close_sent:
+            tunnel.relay(self, data)
+            return
+        # The hot path of an open session, inlined: follow the frames, pass the bytes on.
+        tracker = self.tracker
+        tracker.feed(data)
+        if tracker.error:
+            tunnel.protocol_error(self)
+        elif other.transport is not None:
+            other.transport.write(data)
 
     def eof_received(self) -> bool | None:
         return None  # a half-close ends the tunnel
@@ -84,6 +95,10 @@ class Tunnel:
         upstream = self.upstream = _Side(self, up.transport, websocket.close_frame(websocket.GOING_AWAY, os.urandom(4)))
         client.other, upstream.other = upstream, client
         up.exchange = None
+        # Neither connection parses HTTP again: their parsers (and the request's parsed head) go,
+        # which is most of what an idle session would otherwise hold.
+        del conn.parser, up.parser
+        conn.headers = up.headers = []
         conn.deadline = None  # no header or keep-alive timeout applies to a tunnel
         conn.paused_for = 0
         client.transport.set_protocol(client)
@@ -120,7 +135,7 @@ class Tunnel:
             taken = len(data)
             tracker.feed(data)
         if tracker.error:
-            self._protocol_error(side)
+            self.protocol_error(side)
             return
         if other.transport is not None:
             other.transport.write(data if taken == len(data) else data[:taken])
@@ -129,7 +144,7 @@ class Tunnel:
             if taken < len(data):
                 self.relay(side, data[taken:])
 
-    def _protocol_error(self, side: _Side) -> None:
+    def protocol_error(self, side: _Side) -> None:
         log.warning("proxy.websocket_frame_too_long", side="client" if side is self.client else "upstream")
         if self.outcome is None:
             self.outcome = "client_aborted" if side is self.client else "upstream_error"

@@ -74,6 +74,14 @@ def close_frame(code: int, mask: bytes | None = None) -> bytes:
     return b"\x88\x82" + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
+def _header_length(head: bytes) -> int | None:
+    """How long the frame header starting ``head`` is, or None before its second byte."""
+    if len(head) < 2:
+        return None
+    short = head[1] & 0x7F
+    return (2 if short < 126 else 4 if short == 126 else 10) + (4 if head[1] & 0x80 else 0)
+
+
 class FrameTracker:
     """Follows the frames of one direction of a tunnel: :meth:`feed` every chunk relayed, in order.
 
@@ -106,37 +114,67 @@ class FrameTracker:
         return pos
 
     def feed(self, data: bytes) -> None:
-        pos, end = 0, len(data)
-        while pos < end and not self.error:
-            if self._remaining:
-                step = min(self._remaining, end - pos)
-                self._remaining -= step
-                pos += step
-                continue
-            need = 2
-            head = self._head
-            take = min(14 - len(head), end - pos)
-            head += data[pos : pos + take]
-            if len(head) >= 2:
-                short = head[1] & 0x7F
-                need = 2 + (2 if short == 126 else 8 if short == 127 else 0) + (4 if head[1] & 0x80 else 0)
-            if len(head) < need:
-                self._head = head
-                pos += take
-                continue
-            used = need - len(self._head)
-            pos += used
+        if self.error:
+            return
+        end = len(data)
+        if not self._head and not self._remaining and end >= 2 and data[1] & 0x7F < 126:
+            # The common case, one whole small frame in the chunk: no loop.
+            b1 = data[1]
+            if (6 if b1 & 0x80 else 2) + (b1 & 0x7F) == end:
+                if data[0] & 0x0F == 0x8:
+                    self.closed = True
+                return
+        pos = 0
+        if self._head:  # a header split across reads: complete it first
+            head = self._head + data[:14]
+            need = _header_length(head)
+            if need is None or len(head) < need:
+                self._head = head  # all of data: it ends before the header does
+                return
+            pos = need - len(self._head)
             self._head = b""
-            short = head[1] & 0x7F
-            if short == 126:
-                length = int.from_bytes(head[2:4], "big")
-            elif short == 127:
-                length = int.from_bytes(head[2:10], "big")
-                if length >> 63:
-                    self.error = True
-                    return
-            else:
-                length = short
-            if head[0] & 0x0F == 0x8:
-                self.closed = True
-            self._remaining = length
+            self._remaining = 0
+            if not self._frame(head, 0, need):
+                return
+        remaining = self._remaining
+        while True:
+            left = end - pos
+            if remaining >= left:
+                self._remaining = remaining - left
+                return
+            pos += remaining
+            left -= remaining
+            remaining = 0
+            if left < 2:
+                self._head = data[pos:]
+                self._remaining = 0
+                return
+            b1 = data[pos + 1]
+            short = b1 & 0x7F
+            need = (2 if short < 126 else 4 if short == 126 else 10) + (4 if b1 & 0x80 else 0)
+            if left < need:
+                self._head = data[pos:]
+                self._remaining = 0
+                return
+            if not self._frame(data, pos, need):
+                return
+            pos += need
+            remaining = self._remaining
+
+    def _frame(self, data: bytes, pos: int, need: int) -> bool:
+        """A whole header at ``data[pos:pos + need]``: set ``_remaining`` to its payload length.
+        False (and ``error``) for a 64-bit length with its top bit set."""
+        short = data[pos + 1] & 0x7F
+        if short < 126:
+            length = short
+        elif short == 126:
+            length = (data[pos + 2] << 8) | data[pos + 3]
+        else:
+            length = int.from_bytes(data[pos + 2 : pos + 10], "big")
+            if length >> 63:
+                self.error = True
+                return False
+        if data[pos] & 0x0F == 0x8:
+            self.closed = True
+        self._remaining = length
+        return True
