@@ -13,7 +13,7 @@ RUN python3 -m venv /opt/drain-router
 ENV PATH=/opt/drain-router/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY router ./router
+COPY drain_router ./drain_router
 RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[controller]'
 
 FROM ${BASE}

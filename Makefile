@@ -29,7 +29,7 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy router
+	$(BIN)/mypy drain_router
 	$(BIN)/pytest
 
 unit: $(STAMP)
@@ -42,7 +42,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy router
+	$(BIN)/mypy drain_router
 
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/drain-router demo

@@ -24,7 +24,13 @@ from bench import loadgen, runner, targets
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 
 
-_ENTRY_FILES = ("click/", "asyncio/runners.py", "drain-router", "router/cli.py", "router/proxy/lifecycle.py")
+_ENTRY_FILES = (
+    "click/",
+    "asyncio/runners.py",
+    "drain-router",
+    "drain_router/cli.py",
+    "drain_router/proxy/lifecycle.py",
+)
 
 
 _REPO_ROOT = str(Path(__file__).resolve().parents[1]) + "/"
@@ -41,7 +47,7 @@ def _short(path: str) -> str:
 
 
 def _package(file: str) -> str:
-    if file.startswith("router/"):
+    if file.startswith("drain_router/"):
         return "router (" + file.split("/")[-1] + ")"
     if "/" not in file and file.endswith(".py"):
         return "stdlib " + file

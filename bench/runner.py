@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 
 from bench import loadgen, procstat, targets
-from router.tools import process as process_
+from drain_router.tools import process as process_
 
 RESULTS_DIR = Path(__file__).parent / "results"
 MIB = 2**20
@@ -540,7 +540,7 @@ def _source() -> dict[str, Any]:
 
     return {
         "commit": git("rev-parse", "--short", "HEAD") or None,
-        "router_dirty": bool(git("status", "--porcelain", "--", "router")),
+        "router_dirty": bool(git("status", "--porcelain", "--", "drain_router")),
         "router_src_override": os.environ.get(targets.ROUTER_SRC_ENV),
     }
 

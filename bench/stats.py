@@ -6,7 +6,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from router.tools import load
+from drain_router.tools import load
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 

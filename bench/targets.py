@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from router.tools import process as process_
+from drain_router.tools import process as process_
 
 #: How long a target gets to answer its first request after start.
 START_TIMEOUT_SECS = 20.0
@@ -178,8 +178,8 @@ class Router(Target):
     src_env = ROUTER_SRC_ENV
 
     def missing(self) -> str | None:
-        if importlib.util.find_spec("router.proxy.lifecycle") is None:
-            return "router.proxy.lifecycle is not importable (the router is not built yet)"
+        if importlib.util.find_spec("drain_router.proxy.lifecycle") is None:
+            return "drain_router.proxy.lifecycle is not importable (the router is not built yet)"
         return None
 
     def version(self) -> str:
@@ -190,7 +190,7 @@ class Router(Target):
     def command(self, ctx: Context) -> list[str]:
         script = _bin_dir() / "drain-router"
         use_script = script.exists() and not os.environ.get(self.src_env)
-        base = [str(script)] if use_script else [sys.executable, "-m", "router"]
+        base = [str(script)] if use_script else [sys.executable, "-m", "drain_router"]
         return [
             *base,
             "serve",
@@ -225,7 +225,7 @@ class RouterBefore(Router):
 
     def missing(self) -> str | None:
         src = os.environ.get(BEFORE_SRC_ENV)
-        if not src or not (Path(src) / "router" / "proxy" / "lifecycle.py").exists():
+        if not src or not (Path(src) / "drain_router" / "proxy" / "lifecycle.py").exists():
             return f"set {BEFORE_SRC_ENV} to a checkout of the router to compare with"
         return None
 

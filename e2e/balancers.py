@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from drain_router.tools.process import Process
 from e2e import envoy, haproxy, probed
-from router.tools.process import Process
 
 KINDS = ("haproxy", "envoy")
 

@@ -45,9 +45,9 @@ from typing import Any
 import aiohttp
 import psutil
 
+from drain_router.tools import cluster, load, realtime, sessions, streams
+from drain_router.tools.process import POLL_SECS, Process, wait_until
 from e2e import balancers, reconcile
-from router.tools import cluster, load, realtime, sessions, streams
-from router.tools.process import POLL_SECS, Process, wait_until
 
 DRAIN_SECS = 1
 """Five probe intervals: the balancer has long taken the router out when it closes."""

@@ -10,9 +10,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from drain_router.tools import cluster
+from drain_router.tools.process import Process
 from e2e import balancers, envoy, haproxy, probed
-from router.tools import cluster
-from router.tools.process import Process
 
 E2E_DIR = Path(__file__).parent
 REPORT_KEY = pytest.StashKey[list[str]]()

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import aiohttp
 
+from drain_router.tools.process import LOOPBACK, Process, free_port
 from e2e import probed
 from e2e.probed import Server
-from router.tools.process import LOOPBACK, Process, free_port
 
 CLUSTER = "replicas"
 IDLE_TIMEOUT_SECS = 60

@@ -17,9 +17,9 @@ import io
 import shutil
 from pathlib import Path
 
+from drain_router.tools.process import LOOPBACK, Process, free_port
 from e2e import probed
 from e2e.probed import Server
-from router.tools.process import LOOPBACK, Process, free_port
 
 BACKEND = "replicas"
 

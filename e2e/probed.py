@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from router.tools.process import LOOPBACK, Process, wait_until
+from drain_router.tools.process import LOOPBACK, Process, wait_until
 
 CHECK_PATH = "/readyz"
 """What the balancers health-check: a router's readiness. A model server straight behind a
@@ -18,7 +18,7 @@ class Server:
     port: int
     check_port: int | None = None
     """Where the health check goes when it is not ``port`` (an engine pod's readiness stand-in,
-    :class:`router.tools.recipes.PodReadiness`); HAProxy only."""
+    :class:`drain_router.tools.recipes.PodReadiness`); HAProxy only."""
 
 
 class ProbedBalancer:

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import aiohttp
 
+from drain_router.tools.process import Process, ProcessFailed
 from e2e import balancers, chaos
-from router.tools.process import Process, ProcessFailed
 
 DEFAULT_CYCLES = 200
 DEFAULT_CONTROL_CYCLES = 10

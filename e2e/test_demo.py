@@ -38,7 +38,7 @@ def test_demo_compares_three_recipes(tmp_path: Path, report: list[str]) -> None:
     when matplotlib is there."""
     png = tmp_path / "timeline.png"
     proc = subprocess.run(
-        [sys.executable, "-m", "router", "demo", "--plain", "--png", str(png), *DEMO_ARGS],
+        [sys.executable, "-m", "drain_router", "demo", "--plain", "--png", str(png), *DEMO_ARGS],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -16,8 +16,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from drain_router.tools.process import Process, wait_until
 from e2e import chaos
-from router.tools.process import Process, wait_until
 
 CYCLES = 1
 

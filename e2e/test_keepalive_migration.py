@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from router.tools import cluster, load, recipes, streams
-from router.tools.process import Process, wait_until
+from drain_router.tools import cluster, load, recipes, streams
+from drain_router.tools.process import Process, wait_until
 
 
 def _local_port(resp: aiohttp.ClientResponse) -> int:

@@ -28,9 +28,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from drain_router.tools import cluster, load, recipes
+from drain_router.tools.process import Process, wait_until
 from e2e import haproxy
-from router.tools import cluster, load, recipes
-from router.tools.process import Process, wait_until
 
 CYCLES = 3
 REPLICAS = 2

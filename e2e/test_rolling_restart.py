@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from router.tools import load
-from router.tools.process import wait_until
+from drain_router.tools import load
+from drain_router.tools.process import wait_until
 
 CYCLES = 5
 REPLICAS = 2

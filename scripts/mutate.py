@@ -147,10 +147,10 @@ def _run(mutant: Mutant, tree: pathlib.Path, timeout: float) -> tuple[str, float
 
 
 def _check_copy(tree: pathlib.Path) -> None:
-    """The tests must import the copy's ``router``, not the checkout's (an editable install)."""
+    """The tests must import the copy's ``drain_router``, not the checkout's (an editable install)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     where = subprocess.run(
-        [sys.executable, "-c", "import router; print(router.__file__)"],
+        [sys.executable, "-c", "import drain_router; print(drain_router.__file__)"],
         cwd=tree,
         env=env,
         capture_output=True,
@@ -158,7 +158,7 @@ def _check_copy(tree: pathlib.Path) -> None:
         check=True,
     ).stdout.strip()
     if not pathlib.Path(where).resolve().is_relative_to(tree.resolve()):
-        raise SystemExit(f"the copy's tests would import {where}, not the copy's router package")
+        raise SystemExit(f"the copy's tests would import {where}, not the copy's drain_router package")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,9 +11,9 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
-from router import config
-from router.proxy import lifecycle
-from router.tools.fake_model import testing as fake_model_testing
+from drain_router import config
+from drain_router.proxy import lifecycle
+from drain_router.tools.fake_model import testing as fake_model_testing
 
 
 class RunningRouter:

@@ -1,4 +1,4 @@
-"""Run ``drain-router serve`` as a real subprocess (the shared harness, router.tools.process) and read
+"""Run ``drain-router serve`` as a real subprocess (the shared harness, drain_router.tools.process) and read
 its JSON log lines."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from router.tools import process as process_
+from drain_router.tools import process as process_
 
 _LOGS = Path(tempfile.mkdtemp(prefix="router-processes-"))
 """The routers' log files, one directory for the test run, removed at its end."""
@@ -28,7 +28,7 @@ def log_path(name: str) -> Path:
     return _LOGS / f"{name}-{next(_NUMBERS)}.log"
 
 
-def serve_argv(*args: str, entry: tuple[str, ...] = (sys.executable, "-m", "router")) -> list[str]:
+def serve_argv(*args: str, entry: tuple[str, ...] = (sys.executable, "-m", "drain_router")) -> list[str]:
     """``drain-router serve`` on loopback, both ports picked by the kernel, then ``args``."""
     return [
         *entry,
@@ -68,7 +68,7 @@ else:
 
 
 def held_entry(module: str) -> tuple[str, ...]:
-    """The router's entry point (the console script, else ``python -m router``), run so that the
+    """The router's entry point (the console script, else ``python -m drain_router``), run so that the
     process stops itself (SIGSTOP) as it first imports ``module``: a test can then signal it at exactly
     that point of its startup and let it go on (SIGCONT). Wait for the stop with
     :meth:`RouterProcess.wait_stopped`."""
@@ -86,7 +86,7 @@ class RouterProcess:
 
     @classmethod
     async def start(
-        cls, *args: str, preexec_fn: Any = None, entry: tuple[str, ...] = (sys.executable, "-m", "router")
+        cls, *args: str, preexec_fn: Any = None, entry: tuple[str, ...] = (sys.executable, "-m", "drain_router")
     ) -> RouterProcess:
         argv = serve_argv(*args, entry=entry)
         proc = process_.Process("router", argv, log_path("router"), preexec_fn=preexec_fn)

@@ -10,8 +10,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from router import metrics as router_metrics
-from router.controller import metrics as controller_metrics
+from drain_router import metrics as router_metrics
+from drain_router.controller import metrics as controller_metrics
 from tests.chart import values_sets
 from tests.chart.helm import CONTROLLER_CHART, Helm, one
 

@@ -22,9 +22,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from router.proxy import tuning
-from router.proxy.health import MAX_DRAIN_WAITERS
-from router.tools import streams
+from drain_router.proxy import tuning
+from drain_router.proxy.health import MAX_DRAIN_WAITERS
+from drain_router.tools import streams
 from tests.blackbox import Response, raw_exchange, read_response, reset, status_of
 from tests.process import RouterProcess, Start, router_starter
 from tests.waiting import wait_until
@@ -264,7 +264,7 @@ async def test_admin_connections_past_the_cap_are_refused_and_traffic_keeps_its_
 async def test_an_idle_admin_keepalive_connection_is_closed_soon(start_process):
     """An admin connection left idle after its answer is closed by the router within
     ADMIN_KEEPALIVE_SECS (plus slack), so idle connections cannot hold the cap for long."""
-    from router.proxy.admin_listener import ADMIN_KEEPALIVE_SECS
+    from drain_router.proxy.admin_listener import ADMIN_KEEPALIVE_SECS
     from tests.blackbox import closed_within
 
     p = await start_process()

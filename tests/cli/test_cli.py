@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from router import cli, config, entry
-from router.proxy import lifecycle
+from drain_router import cli, config, entry
+from drain_router.proxy import lifecycle
 from tests import casefiles
 
 UPSTREAM = ["--upstream", "http://127.0.0.1:8000"]
@@ -26,7 +26,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[config.Config]:
 
     monkeypatch.setattr(lifecycle, "serve", fake_serve)
     monkeypatch.setattr(entry, "install", lambda: None)
-    monkeypatch.setattr("router.logs.configure", lambda **kw: None)
+    monkeypatch.setattr("drain_router.logs.configure", lambda **kw: None)
     return seen
 
 
@@ -175,7 +175,7 @@ def test_controller_without_the_extra_says_how_to_install_it():
     import subprocess
     import sys
 
-    code = "import sys; sys.modules['kopf'] = None; from router.cli import main; main()"
+    code = "import sys; sys.modules['kopf'] = None; from drain_router.cli import main; main()"
     result = subprocess.run(
         [sys.executable, "-c", code, "controller", "--namespace", "models"], capture_output=True, text=True, timeout=60
     )

@@ -3,7 +3,7 @@
 Python itself needs some milliseconds before any code can install a handler; a signal in that window
 gets the default action, and nothing can do better than installing one as the first thing the
 program does. So the tests check, deterministically (no clock): that the real entry point has run
-nothing but the ``router`` package and ``router.entry`` when its recorder is installed; and that a
+nothing but the ``drain_router`` package and ``drain_router.entry`` when its recorder is installed; and that a
 SIGTERM at each later stage of the startup (the process stops itself there, the test signals it
 while it is stopped, then lets it go on) ends in a clean exit 0, never 143/-15 (killed by the
 default action), and without binding.
@@ -43,7 +43,7 @@ beyond what the interpreter has loaded at start and ``signal`` (the recorder's o
 
 def test_the_recorder_is_installed_before_anything_but_the_entry_module() -> None:
     """Imports while SIGTERM still has its default action, through the installed console script (the
-    image's entry point): from the project only ``router`` and ``router.entry``, nothing third-party,
+    image's entry point): from the project only ``drain_router`` and ``drain_router.entry``, nothing third-party,
     and none of the slow standard library (asyncio, logging, json, sockets)."""
     script = process.console_script()
     if script is None:
@@ -52,15 +52,18 @@ def test_the_recorder_is_installed_before_anything_but_the_entry_module() -> Non
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     before, first_after = ast.literal_eval(done.stdout)
-    assert {m for m in before if m.split(".")[0] not in sys.stdlib_module_names} == {"router", "router.entry"}
+    assert {m for m in before if m.split(".")[0] not in sys.stdlib_module_names} == {
+        "drain_router",
+        "drain_router.entry",
+    }
     slow = {"asyncio", "json", "logging", "socket", "ssl", "subprocess", "email", "importlib.metadata"}
     assert not [m for m in before if m in slow or m.split(".")[0] in slow], before
-    assert first_after == "router.cli", "the recorder comes before the CLI is loaded"
+    assert first_after == "drain_router.cli", "the recorder comes before the CLI is loaded"
 
 
 @pytest.mark.parametrize(
     "stage",
-    ["router.cli", "click", "router.config", "router.proxy.lifecycle", "aiohttp", "uvloop"],
+    ["drain_router.cli", "click", "drain_router.config", "drain_router.proxy.lifecycle", "aiohttp", "uvloop"],
 )
 async def test_sigterm_at_each_stage_of_startup_is_honoured(stage: str) -> None:
     """The router stopped as it first imports ``stage`` (from right after the recorder to the event
@@ -79,12 +82,12 @@ async def test_sigterm_at_each_stage_of_startup_is_honoured(stage: str) -> None:
 
 
 def test_the_entry_point_loads_nothing_heavy_before_its_recorder() -> None:
-    """What the console script imports before the recorder is installed: the ``router`` package and
-    ``router.entry`` only; no click, no configuration, no event loop, no aiohttp, no structlog."""
+    """What the console script imports before the recorder is installed: the ``drain_router`` package and
+    ``drain_router.entry`` only; no click, no configuration, no event loop, no aiohttp, no structlog."""
     probe = (
-        "import sys; import router.entry; "
-        "print(','.join(m for m in ('click', 'router.config', 'router.cli', 'aiohttp', 'uvloop', 'structlog',"
-        " 'router.proxy') if m in sys.modules))"
+        "import sys; import drain_router.entry; "
+        "print(','.join(m for m in ('click', 'drain_router.config', 'drain_router.cli', 'aiohttp', 'uvloop', 'structlog',"
+        " 'drain_router.proxy') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr

@@ -11,8 +11,8 @@ import signal
 
 import aiohttp
 
-from router.proxy import tuning
-from router.tools import streams
+from drain_router.proxy import tuning
+from drain_router.tools import streams
 from tests.process import RouterProcess
 from tests.waiting import wait_until
 

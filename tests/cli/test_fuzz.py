@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from router.tools.fake_model import testing as fake_model_testing
+from drain_router.tools.fake_model import testing as fake_model_testing
 from tests import process
 from tests.blackbox import Canary, canary, status_of
 

@@ -17,7 +17,7 @@ import aiohttp
 import psutil
 import pytest
 
-from router.tools.process import free_port
+from drain_router.tools.process import free_port
 from tests.blackbox import (
     Canary,
     by_outcome,

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from router.tools import streams
+from drain_router.tools import streams
 from tests.process import RouterProcess, held_entry
 from tests.waiting import wait_until
 
@@ -72,7 +72,16 @@ async def test_deadline_abort_exits_1(fake_upstream, spawn):
 
 def test_config_error_exits_2_with_one_message():
     result = subprocess.run(
-        [sys.executable, "-m", "router", "serve", "--upstream", "http://127.0.0.1:1", "--shutdown-drain-secs", "18000"],
+        [
+            sys.executable,
+            "-m",
+            "drain_router",
+            "serve",
+            "--upstream",
+            "http://127.0.0.1:1",
+            "--shutdown-drain-secs",
+            "18000",
+        ],
         capture_output=True,
         text=True,
         timeout=30,
@@ -88,7 +97,7 @@ async def test_sigterm_during_startup_is_honoured(fake_upstream, spawn):
     Result: it exits 0 promptly (no 30 s window: it never said ready), not killed by the signal."""
     fake_upstream.healthy = False
     args = ("--upstream", fake_upstream.url, "--upstream-health-path", "/health", "--shutdown-drain-secs", "30")
-    p = await spawn(*args, entry=held_entry("router.proxy.lifecycle"))
+    p = await spawn(*args, entry=held_entry("drain_router.proxy.lifecycle"))
     await p.wait_stopped()  # as serve starts importing aiohttp and uvloop: no event loop, nothing bound
     p.signal(signal.SIGTERM)  # pending while it is stopped, delivered as it resumes
     p.signal(signal.SIGCONT)

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from router import cli
+from drain_router import cli
 
 REPO = Path(__file__).resolve().parents[2]
 

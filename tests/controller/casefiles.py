@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from router.controller import observe
-from router.decisions import deletion, durations, objects
+from drain_router.controller import observe
+from drain_router.decisions import deletion, durations, objects
 from tests import casefiles
 
 SERVICE = "llama"

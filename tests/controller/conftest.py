@@ -15,8 +15,8 @@ import kmock
 import pytest
 from kubernetes_asyncio import client
 
-from router.controller import context, crd
-from router.controller import settings as settings_
+from drain_router.controller import context, crd
+from drain_router.controller import settings as settings_
 from tests.chart import conftest as chart_fixtures
 from tests.chart import helm as chart
 
@@ -94,7 +94,7 @@ class Operator:
         self.error: BaseException | None = None
 
     async def start(self) -> None:
-        from router.controller import operator
+        from drain_router.controller import operator
 
         settings = settings_.ControllerSettings(
             **{"namespaces": (NAMESPACE,), "requeue_secs": REQUEUE, "metrics_port": 0, **self.overrides}

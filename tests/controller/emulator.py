@@ -70,7 +70,7 @@ import attrs
 import jsonpatch
 import kmock
 
-from router.decisions import durations
+from drain_router.decisions import durations
 
 from . import schema as schema_
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
-from router.controller import probe
-from router.tools import process as process_
+from drain_router.controller import probe
+from drain_router.tools import process as process_
 
 IPS = tuple(f"127.0.0.{n}" for n in range(2, 14))
 

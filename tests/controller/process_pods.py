@@ -19,7 +19,7 @@ from typing import Any
 
 import kmock
 
-from router.tools import process as process_
+from drain_router.tools import process as process_
 from tests.process import RouterProcess, log_path
 
 from .emulator import ClusterEmulator
@@ -152,7 +152,7 @@ class ProcessKubelet:
 @contextlib.asynccontextmanager
 async def fake_model(*args: str) -> AsyncIterator[str]:
     """One ``drain-router fake-model`` on 127.0.0.1; yields its URL."""
-    argv = [sys.executable, "-m", "router", "fake-model", "--host", "127.0.0.1", "--port", "0", *args]
+    argv = [sys.executable, "-m", "drain_router", "fake-model", "--host", "127.0.0.1", "--port", "0", *args]
     proc = process_.Process("fake-model", argv, log_path("fake-model"))
     proc.start()
     listening: list[dict[str, Any]] = []

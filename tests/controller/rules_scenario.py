@@ -8,7 +8,7 @@ from typing import Any
 
 import kmock
 
-from router.controller import crd
+from drain_router.controller import crd
 
 from .conftest import MSVC, NAMESPACE, ClusterEmulator
 from .emulator import EXITS_AFTER

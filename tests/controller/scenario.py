@@ -7,7 +7,7 @@ from typing import Any
 
 import kmock
 
-from router.controller import crd
+from drain_router.controller import crd
 
 from .conftest import MSVC, NAMESPACE, ClusterEmulator, eventually
 from .emulator import EXITS_AFTER

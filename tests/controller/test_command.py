@@ -13,7 +13,7 @@ from typing import Any
 import kmock
 import yaml
 
-from router.tools import process as process_
+from drain_router.tools import process as process_
 
 from .conftest import NAMESPACE, eventually
 from .emulator import ClusterEmulator
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "router", "controller", "--namespace", NAMESPACE, "--metrics-port", "0", *args]
+    return [sys.executable, "-m", "drain_router", "controller", "--namespace", NAMESPACE, "--metrics-port", "0", *args]
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:

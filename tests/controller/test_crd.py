@@ -8,9 +8,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from router import cli
-from router.controller import crd
-from router.decisions import deletion, durations, lifecycle
+from drain_router import cli
+from drain_router.controller import crd
+from drain_router.decisions import deletion, durations, lifecycle
 
 CHART_COPY = Path(__file__).parents[2] / "charts" / "drain-router-controller" / "crds" / "modelservice.yaml"
 
@@ -64,7 +64,7 @@ def test_idle_seconds_bounds_are_the_codes() -> None:
 def test_print_crd_and_help_do_not_load_kopf() -> None:
     # In a fresh interpreter: this one may already have kopf loaded by the operator tests.
     code = (
-        "import sys; from click.testing import CliRunner; from router import cli; from router.controller import crd\n"
+        "import sys; from click.testing import CliRunner; from drain_router import cli; from drain_router.controller import crd\n"
         "r = CliRunner().invoke(cli.main, ['controller', '--print-crd'])\n"
         "assert r.exit_code == 0 and r.output == crd.text(), r.output\n"
         "r = CliRunner().invoke(cli.main, ['controller', '--help'])\n"

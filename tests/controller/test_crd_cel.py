@@ -10,8 +10,8 @@ from typing import Any
 import celpy
 import pytest
 
-from router.controller import crd
-from router.decisions import lifecycle
+from drain_router.controller import crd
+from drain_router.decisions import lifecycle
 from tests import casefiles
 
 CASES = casefiles.load("lifecycle/validate.yaml")

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from router.controller import observe
-from router.decisions import deletion
+from drain_router.controller import observe
+from drain_router.decisions import deletion
 
 from . import casefiles
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.controller import observe
-from router.decisions import deletion, durations, objects
+from drain_router.controller import observe
+from drain_router.decisions import deletion, durations, objects
 
 from . import casefiles
 

@@ -9,7 +9,7 @@ from typing import Any
 import kmock
 import pytest
 
-from router.controller import crd
+from drain_router.controller import crd
 
 from .conftest import MSVC, NAMESPACE, eventually
 from .emulator import ClusterEmulator

@@ -19,8 +19,8 @@ import aiohttp
 import kmock
 import pytest
 
-from router.controller import operator
-from router.tools import process as process_
+from drain_router.controller import operator
+from drain_router.tools import process as process_
 
 from .conftest import NAMESPACE, eventually
 from .emulator import LEASES, ClusterEmulator, LeaseWrite
@@ -75,7 +75,7 @@ async def replicas(
 
     def start(name: str, *extra: str) -> Replica:
         argv = [
-            *("-m", "router", "controller", "--namespace", NAMESPACE, "--metrics-port", "0"),
+            *("-m", "drain_router", "controller", "--namespace", NAMESPACE, "--metrics-port", "0"),
             *("--requeue-secs", "0.2", "--leader-election-lease-duration", str(DURATION)),
             *("--leader-election-renew-deadline", str(RENEW), "--leader-election-retry-period", str(RETRY)),
             *extra,
@@ -261,8 +261,8 @@ def test_leader_election_flags_reach_the_settings_and_bad_values_are_refused(
     shorter than a second, or no namespace to put the Lease in: refused, naming the value and why."""
     from click.testing import CliRunner
 
-    from router import cli
-    from router.controller import command, settings
+    from drain_router import cli
+    from drain_router.controller import command, settings
 
     received: list[settings.ControllerSettings] = []
     monkeypatch.setattr(operator, "run", lambda cfg: received.append(cfg) or 0)

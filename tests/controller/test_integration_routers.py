@@ -13,10 +13,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from router.controller import probe
-from router.decisions import durations
-from router.tools import process as process_
-from router.tools import streams
+from drain_router.controller import probe
+from drain_router.decisions import durations
+from drain_router.tools import process as process_
+from drain_router.tools import streams
 
 from . import process_pods
 from .conftest import MSVC, NAMESPACE, eventually

@@ -14,9 +14,9 @@ import kmock
 import pytest
 from kubernetes_asyncio import client
 
-from router.controller import crd
-from router.controller import kube as kube_
-from router.decisions import deletion, recycling
+from drain_router.controller import crd
+from drain_router.controller import kube as kube_
+from drain_router.decisions import deletion, recycling
 
 from .conftest import MSVC, NAMESPACE
 from .emulator import ClusterEmulator

@@ -1,4 +1,4 @@
-"""The Lease election (router.controller.leader) against the emulated API server: two electors in
+"""The Lease election (drain_router.controller.leader) against the emulated API server: two electors in
 this process, short configured durations, every wait a poll with a deadline."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 import structlog
 from kubernetes_asyncio import client
 
-from router.controller import leader
+from drain_router.controller import leader
 
 from .conftest import NAMESPACE, eventually
 from .emulator import LEASES, ClusterEmulator

@@ -11,7 +11,7 @@ import time
 
 import kmock
 
-from router.decisions import deletion, durations
+from drain_router.decisions import deletion, durations
 
 from .conftest import MSVC, NAMESPACE, ClusterEmulator, Operator, eventually
 from .scenario import (

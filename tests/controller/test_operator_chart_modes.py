@@ -152,8 +152,8 @@ def test_the_flags_the_controller_chart_passes_reach_the_settings(monkeypatch: p
     reads on and no liveness listener."""
     from click.testing import CliRunner
 
-    from router import cli
-    from router.controller import operator, settings
+    from drain_router import cli
+    from drain_router.controller import operator, settings
 
     received: list[settings.ControllerSettings] = []
     monkeypatch.setattr(operator, "run", lambda cfg: received.append(cfg) or 0)

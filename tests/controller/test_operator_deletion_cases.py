@@ -26,8 +26,8 @@ from typing import Any
 import kmock
 import pytest
 
-from router.controller import crd, handlers
-from router.decisions import deletion
+from drain_router.controller import crd, handlers
+from drain_router.decisions import deletion
 
 from . import casefiles
 from .conftest import MSVC, NAMESPACE, RBAC_ENV, ClusterEmulator, Operator, eventually

@@ -16,8 +16,8 @@ from typing import Any
 import kmock
 import pytest
 
-from router.controller import crd
-from router.decisions import durations, recycling
+from drain_router.controller import crd
+from drain_router.decisions import durations, recycling
 
 from . import fake_routers
 from .conftest import NAMESPACE, eventually

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from router.decisions import durations
+from drain_router.decisions import durations
 
 from . import fake_routers
 from .conftest import NAMESPACE, eventually

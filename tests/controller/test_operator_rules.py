@@ -12,8 +12,8 @@ from typing import Any
 
 import kmock
 
-from router.controller import crd
-from router.decisions import deletion, durations
+from drain_router.controller import crd
+from drain_router.decisions import deletion, durations
 
 from .conftest import NAMESPACE, ClusterEmulator, Operator, eventually
 from .scenario import (

@@ -55,7 +55,7 @@ async def _expired_and_stable(emu: Any, routers: Any, replicas: int = 2) -> list
 
 
 def _start(pod: dict[str, Any]) -> float:
-    from router.decisions import durations
+    from drain_router.decisions import durations
 
     return durations.parse_time(pod["status"]["startTime"])
 

@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from router.controller import probe
-from router.decisions import lifecycle
+from drain_router.controller import probe
+from drain_router.decisions import lifecycle
 
 GOOD = {"inflight": 0, "state": "serving", "idle_since": 1700000000.5, "started_at": 1699990000.0, "served": 3}
 

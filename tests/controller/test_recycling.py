@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from router.decisions import durations, objects, recycling
+from drain_router.decisions import durations, objects, recycling
 from tests import casefiles
 
 T0 = durations.parse_time("2025-01-01T00:00:00Z")

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from router.tools import streams
+from drain_router.tools import streams
 from tests.waiting import wait_until
 
 

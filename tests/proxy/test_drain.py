@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-from router.tools import streams
+from drain_router.tools import streams
 from tests.blackbox import outcomes_in
 from tests.waiting import wait_until
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from router.tools.fake_model import testing as fake_model_testing
+from drain_router.tools.fake_model import testing as fake_model_testing
 from tests.waiting import wait_until
 
 

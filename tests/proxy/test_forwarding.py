@@ -14,9 +14,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from router.tools import streams
-from router.tools.fake_model import testing as fake_model_testing
-from router.tools.process import free_port
+from drain_router.tools import streams
+from drain_router.tools.fake_model import testing as fake_model_testing
+from drain_router.tools.process import free_port
 from tests.blackbox import outcomes_in
 from tests.waiting import wait_until
 

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from router import config
-from router.proxy import lifecycle
-from router.tools.fake_model import testing as fake_model_testing
+from drain_router import config
+from drain_router.proxy import lifecycle
+from drain_router.tools.fake_model import testing as fake_model_testing
 from tests.blackbox import outcomes_in
 from tests.waiting import wait_until
 

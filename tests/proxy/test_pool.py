@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from router.proxy import upstream as upstream_mod
+from drain_router.proxy import upstream as upstream_mod
 from tests import rawupstream
 from tests.waiting import wait_until
 

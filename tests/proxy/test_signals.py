@@ -7,7 +7,7 @@ import asyncio
 import os
 import signal
 
-from router.proxy import signals
+from drain_router.proxy import signals
 from tests.waiting import wait_until
 
 

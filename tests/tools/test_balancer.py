@@ -12,9 +12,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from router.tools import balancer, fake_model, load, realtime, sessions, streams
-from router.tools.fake_model import app as fake_app
-from router.tools.process import wait_until
+from drain_router.tools import balancer, fake_model, load, realtime, sessions, streams
+from drain_router.tools.fake_model import app as fake_app
+from drain_router.tools.process import wait_until
 
 
 class Upstream:

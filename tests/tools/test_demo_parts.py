@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from router.tools import load, realtime, recipes, sessions, streams, timeline
-from router.tools import runs as runs_mod
+from drain_router.tools import load, realtime, recipes, sessions, streams, timeline
+from drain_router.tools import runs as runs_mod
 
 
 def _record(t: float, duration: float, outcome: streams.Outcome, status: int | None = 200) -> load.Record:

@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from router.tools import fake_model
-from router.tools.fake_model import app as fake_app
-from router.tools.fake_model import serve, testing
-from router.tools.process import wait_until
+from drain_router.tools import fake_model
+from drain_router.tools.fake_model import app as fake_app
+from drain_router.tools.fake_model import serve, testing
+from drain_router.tools.process import wait_until
 
 Client = Callable[..., Awaitable[TestClient]]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import itertools
 
-from router.tools import load
-from router.tools.fake_model import testing
-from router.tools.process import wait_until
+from drain_router.tools import load
+from drain_router.tools.fake_model import testing
+from drain_router.tools.process import wait_until
 
 
 async def test_staggered_clients_arrive_spread_over_one_stream() -> None:

@@ -11,10 +11,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from router.tools import realtime, sessions
-from router.tools.fake_model import app as fake_app
-from router.tools.fake_model import openai, serve, testing
-from router.tools.process import free_port, wait_until
+from drain_router.tools import realtime, sessions
+from drain_router.tools.fake_model import app as fake_app
+from drain_router.tools.fake_model import openai, serve, testing
+from drain_router.tools.process import free_port, wait_until
 
 
 async def _wait(predicate: Callable[[], bool], what: str) -> None:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from router import config
-from router.decisions import advisory
+from drain_router import config
+from drain_router.decisions import advisory
 from tests import casefiles
 
 CASES = casefiles.load("advisory/shutdown-drain.yaml")

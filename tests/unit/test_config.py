@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from router import config
+from drain_router import config
 from tests import casefiles
 
 UPSTREAMS = casefiles.load("upstreams.yaml")

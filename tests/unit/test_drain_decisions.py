@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from router.decisions import drain
+from drain_router.decisions import drain
 from tests import casefiles
 
 TRANSITIONS = casefiles.load("drain/transitions.yaml")

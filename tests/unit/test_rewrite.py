@@ -1,4 +1,4 @@
-"""The pure head rewriting of the traffic path (router.proxy.rewrite), by table."""
+"""The pure head rewriting of the traffic path (drain_router.proxy.rewrite), by table."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from router.proxy import rewrite
+from drain_router.proxy import rewrite
 from tests import casefiles
 
 

@@ -1,0 +1,118 @@
+"""The ``drain-router`` command line. It only translates: flags -> :func:`config.build_config` -> run.
+
+Every flag of ``serve`` and ``check`` can also come from ``DRAIN_ROUTER_<FLAG_IN_CAPS>`` (for example
+``DRAIN_ROUTER_SHUTDOWN_DRAIN_SECS=60``). Exit status: 0 clean, 1 deadline aborted requests,
+2 configuration error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from drain_router import config, entry
+
+#: Subcommands that live in other packages, imported only when invoked, so ``serve`` never loads kopf.
+LAZY_COMMANDS = {
+    "controller": ("drain_router.controller.command", "Run the companion controller (needs the 'controller' extra)."),
+    "fake-model": ("drain_router.tools.fake_model", "A stand-in streaming model server, for demos and tests."),
+    "demo": ("drain_router.tools.demo", "Show a rolling restart with and without the drain, on this machine."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose listed subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS:
+            module_name, _ = LAZY_COMMANDS[cmd_name]
+            command = importlib.import_module(module_name).command
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Describe lazy commands without importing them (help must not need kopf).
+        rows = [(name, cmd.get_short_help_str(60)) for name, cmd in self.commands.items()]
+        rows += [(name, help_) for name, (_, help_) in LAZY_COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(sorted(rows))
+
+
+def _env(flag: str) -> str:
+    return "DRAIN_ROUTER_" + flag.upper().replace("-", "_")
+
+
+def _click_option(flag: config.Flag, default: Any) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """A click option generated from a setting: flag, variable, default and help are said once, in
+    :mod:`drain_router.config`. Values stay text here; :func:`config.build_config` parses them."""
+    common: dict[str, Any] = {"envvar": _env(flag.name), "show_envvar": True, "help": flag.help}
+    if flag.boolean:
+        return click.option(f"--{flag.name}/--no-{flag.name}", default=bool(default), show_default=True, **common)
+    if default is dataclasses.MISSING:
+        return click.option(f"--{flag.name}", required=True, metavar=flag.metavar, **common)
+    shown = None if default is None else str(default)
+    kind = click.Choice(flag.choices, case_sensitive=False) if flag.choices else None
+    return click.option(
+        f"--{flag.name}", default=shown, show_default=shown is not None, metavar=flag.metavar, type=kind, **common
+    )
+
+
+ROUTER_OPTIONS = [_click_option(flag, field.default) for _, field, flag in config.settings()]
+
+
+def router_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(ROUTER_OPTIONS):
+        func = option(func)
+    return func
+
+
+def _build(params: dict[str, Any]) -> config.Config:
+    try:
+        return config.build_config(**params)
+    except config.ConfigError as exc:
+        # click prints "Error: Invalid value for '--flag': ..." and exits 2.
+        raise click.BadParameter(
+            f"{exc.value!r}: {exc.reason}", param_hint=f"'{config.flag_name(exc.field)}'"
+        ) from None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="drain-router")
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """drain-router: lossless pod termination for LLM model servers on Kubernetes."""
+    if ctx.invoked_subcommand != "serve":
+        entry.release()  # only serve drains; every other command gets the default signal handling
+
+
+@main.command()
+@router_options
+def serve(**params: Any) -> None:
+    """Run the draining reverse proxy in front of a model server."""
+    # The entry point has recorded terminating signals since the process started (installed again
+    # here for callers that did not come through it); the lifecycle replays them on its loop.
+    entry.install()
+    cfg = _build(params)
+    from drain_router import logs
+    from drain_router.proxy import lifecycle  # the event loop, httptools and aiohttp only when serving
+
+    logs.configure(format=cfg.log.format, level=cfg.log.level)
+    sys.exit(lifecycle.serve(cfg, pending_signals=entry.pending))
+
+
+@main.command()
+@router_options
+def check(**params: Any) -> None:
+    """Print the effective configuration and advisories as JSON; exit 0, or 2 on a hard error."""
+    cfg = _build(params)
+    click.echo(json.dumps(config.effective(cfg), indent=2, sort_keys=True))

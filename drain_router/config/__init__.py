@@ -1,0 +1,146 @@
+"""One frozen configuration tree, built and validated in exactly one place.
+
+:func:`build_config` takes the raw values a user gave (strings from the command line or from
+``DRAIN_ROUTER_*`` variables, or Python values from a test) and returns a :class:`Config` or raises
+:class:`ConfigError` naming the flag, the value and the remedy. ``serve`` and ``check`` share it, so
+``drain-router check`` refuses exactly what ``drain-router serve`` would refuse.
+
+Durations have one representation everywhere: whole seconds in ``int`` fields named ``*_secs``
+(what the flags say and what asyncio's timers take). The user's text becomes seconds in exactly
+one place, :func:`parse_seconds`. Each setting is declared once, as a dataclass field with its flag,
+default, help and parser (:func:`setting`); the CLI generates its options from them.
+
+Modules: ``sections`` (the section dataclasses, :class:`Config`, :func:`settings`) and ``values``
+(:class:`ConfigError`, the upstream address, the Flag machinery and the parsers); this package
+re-exports their public names and builds the tree (:func:`build_config`, :func:`effective`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from drain_router.config.sections import (
+    DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
+    DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS,
+    DEFAULT_MAX_REQUEST_BODY_BYTES,
+    K8S_DEFAULT_GRACE_SECS,
+    LOG_FORMATS,
+    LOG_LEVELS,
+    MAX_SHUTDOWN_DRAIN_SECS,
+    SECTIONS,
+    SHUTDOWN_DEADLINE_MARGIN_SECS,
+    AdminSettings,
+    Config,
+    DrainSettings,
+    HealthSettings,
+    LogSettings,
+    ProxySettings,
+    settings,
+)
+from drain_router.config.values import (
+    ConfigError,
+    Flag,
+    Upstream,
+    flag_name,
+    parse_int,
+    parse_seconds,
+    parse_upstream,
+)
+from drain_router.decisions import advisory
+
+__all__ = [
+    "DEFAULT_CLIENT_HEADER_TIMEOUT_SECS",
+    "DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS",
+    "DEFAULT_MAX_REQUEST_BODY_BYTES",
+    "K8S_DEFAULT_GRACE_SECS",
+    "LOG_FORMATS",
+    "LOG_LEVELS",
+    "MAX_SHUTDOWN_DRAIN_SECS",
+    "SECTIONS",
+    "SHUTDOWN_DEADLINE_MARGIN_SECS",
+    "AdminSettings",
+    "Config",
+    "ConfigError",
+    "DrainSettings",
+    "Flag",
+    "HealthSettings",
+    "LogSettings",
+    "ProxySettings",
+    "Upstream",
+    "advisories",
+    "build_config",
+    "effective",
+    "flag_name",
+    "parse_int",
+    "parse_seconds",
+    "parse_upstream",
+    "settings",
+]
+
+
+def build_config(**raw: object) -> Config:
+    """Validate raw values into a :class:`Config`: keywords are the flags' names with underscores
+    (``shutdown_drain_secs=30``); what is not given takes its default. Raises :class:`ConfigError`
+    on the first bad value, naming its flag."""
+    values: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
+    given_raw = dict(raw)  # as the user wrote them, for the messages of the checks across settings
+    for section, field, flag in settings():
+        if flag.key in raw:
+            given = raw.pop(flag.key)
+        elif field.default is dataclasses.MISSING:
+            given = None
+        else:
+            values[section][field.name] = field.default
+            continue
+        values[section][field.name] = flag.parse(flag.key, given)
+    if raw:
+        raise TypeError(f"build_config() got unknown settings: {', '.join(sorted(raw))}")
+    drain, proxy, admin = values["drain"], values["proxy"], values["admin"]
+
+    if drain["shutdown_drain_secs"] > MAX_SHUTDOWN_DRAIN_SECS:
+        raise ConfigError(
+            "shutdown_drain_secs",
+            given_raw["shutdown_drain_secs"],
+            f"must be at most {MAX_SHUTDOWN_DRAIN_SECS}; past the ceiling a value is a typo rather "
+            "than a drain, and the pod would be SIGKILLed long before the pause elapsed. A long but "
+            "deliberate drain is fine: declare --termination-grace-secs so startup can check it "
+            "against the pod's real budget",
+        )
+    period, threshold = drain["readiness_probe_period_secs"], drain["readiness_probe_failure_threshold"]
+    if (period is None) != (threshold is None):
+        missing = "readiness_probe_failure_threshold" if threshold is None else "readiness_probe_period_secs"
+        given = "readiness_probe_period_secs" if threshold is None else "readiness_probe_failure_threshold"
+        raise ConfigError(
+            missing, None, f"declare it together with {flag_name(given)}: the probe window is their product"
+        )
+    if proxy["port"] == admin["port"] and proxy["port"] != 0:
+        other = 9091 if proxy["port"] != 9091 else 9092
+        raise ConfigError(
+            "admin_port",
+            given_raw.get("admin_port", admin["port"]),
+            f"must differ from --port ({proxy['port']}): probes and metrics need their own listener; "
+            f"pick another port, e.g. {other}",
+        )
+    return Config(
+        proxy=ProxySettings(**proxy),
+        admin=AdminSettings(**admin),
+        drain=DrainSettings(**drain),
+        health=HealthSettings(**values["health"]),
+        log=LogSettings(**values["log"]),
+    )
+
+
+def advisories(cfg: Config) -> tuple[advisory.Advisory, ...]:
+    """The startup advisories for this configuration (pure; see :mod:`drain_router.decisions.advisory`)."""
+    return advisory.advisories(
+        shutdown_drain_secs=cfg.drain.shutdown_drain_secs,
+        termination_grace_secs=cfg.drain.termination_grace_secs,
+        probe_period_secs=cfg.drain.readiness_probe_period_secs,
+        probe_failure_threshold=cfg.drain.readiness_probe_failure_threshold,
+    )
+
+
+def effective(cfg: Config) -> dict[str, Any]:
+    """What ``drain-router check`` prints and /admin/config answers."""
+    return {"config": cfg.as_dict(), "advisories": [a.as_dict() for a in advisories(cfg)]}

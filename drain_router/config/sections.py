@@ -1,0 +1,310 @@
+"""The settings tree: one frozen dataclass per section, each setting declared once as a field with
+its flag, default, help and parser (:func:`setting`), and :class:`Config` holding the sections.
+
+The CLI generates its options from :func:`settings`; :func:`drain_router.config.build_config` validates raw
+values into a :class:`Config`. Durations are whole seconds in ``int`` fields named ``*_secs``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from drain_router.config.values import (
+    Flag,
+    Upstream,
+    boolean,
+    choice,
+    integer,
+    path,
+    port,
+    required_seconds,
+    seconds,
+    setting,
+    text,
+    upstream,
+)
+from drain_router.decisions import advisory
+
+#: The Kubernetes default ``terminationGracePeriodSeconds``, assumed when the operator declares none:
+#: defined once, beside the advisory that compares against it (decisions import nothing of ours).
+K8S_DEFAULT_GRACE_SECS = advisory.K8S_DEFAULT_GRACE_SECS
+
+#: Hard ceiling for ``--shutdown-drain-secs``. A longer value is a typo (an extra digit, or
+#: milliseconds for seconds), not a drain: no grace period rescues it.
+MAX_SHUTDOWN_DRAIN_SECS = 1800
+
+#: The deadline fires this many seconds before the declared grace ends, so the router can abort,
+#: count and log what is left and exit 1 before the kubelet's SIGKILL takes the choice away.
+SHUTDOWN_DEADLINE_MARGIN_SECS = 2
+
+DEFAULT_MAX_REQUEST_BODY_BYTES = 100 * 1024 * 1024
+
+#: Behind a gateway a request head arrives in one packet; a client that takes longer is either
+#: broken or a slowloris. nginx's client_header_timeout is 60 s for clients on the open internet.
+DEFAULT_CLIENT_HEADER_TIMEOUT_SECS = 10
+
+#: Above every common load balancer's own pool idle timeout (AWS ALB 60 s, nginx 60 s, GCP's 600 s),
+#: so the balancer closes an idle pooled connection before the router does and no request races the
+#: close. nginx's keepalive_timeout is 75 s; Envoy's idle_timeout is 1 h.
+DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS = 650
+
+LOG_FORMATS = ("json", "console")
+WEBSOCKET_CLOSE_AT = ("deadline", "closing")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ProxySettings:
+    upstream: Upstream = setting(
+        dataclasses.MISSING,
+        Flag(
+            name="upstream",
+            metavar="URL",
+            parse=upstream,
+            help="The model server: http://HOST:PORT or unix:/path/to.sock. Requests are forwarded with "
+            "their path and query unchanged.",
+        ),
+    )
+    host: str = setting(
+        "0.0.0.0", Flag(name="host", metavar="ADDRESS", parse=text, help="Main (traffic) listener address.")
+    )
+    port: int = setting(
+        8080,
+        Flag(
+            name="port",
+            metavar="PORT",
+            parse=port,
+            help="Main (traffic) listener port; point the Service here. 0 picks a free port (logged).",
+        ),
+    )
+    upstream_connect_timeout_secs: int = setting(
+        5,
+        Flag(
+            name="upstream-connect-timeout-secs",
+            metavar="SECS",
+            parse=required_seconds(minimum=1),
+            help="Connect timeout to the model server (answered 504). There is no read timeout: "
+            "completions stream for minutes and prefill can be silent.",
+        ),
+    )
+    upstream_max_connections: int = setting(
+        0,
+        Flag(
+            name="upstream-max-connections",
+            metavar="N",
+            parse=integer(minimum=0),
+            help="Pooled keep-alive connections to the model server; 0 = no limit. A limit caps "
+            "concurrent streams (excess requests queue).",
+        ),
+    )
+    max_request_body_bytes: int = setting(
+        DEFAULT_MAX_REQUEST_BODY_BYTES,
+        Flag(
+            name="max-request-body-bytes",
+            metavar="BYTES",
+            parse=integer(minimum=0),
+            help="Larger request bodies are answered 413.",
+        ),
+    )
+    client_header_timeout_secs: int = setting(
+        DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
+        Flag(
+            name="client-header-timeout-secs",
+            metavar="SECS",
+            parse=required_seconds(minimum=1),
+            help="A client's request head must arrive whole within this long (from the connection opening, "
+            "or from its first byte on a reused connection), else the connection is closed: bounds "
+            "slowloris clients. Never applies to request bodies or streaming responses.",
+        ),
+    )
+    client_keepalive_timeout_secs: int = setting(
+        DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS,
+        Flag(
+            name="client-keepalive-timeout-secs",
+            metavar="SECS",
+            parse=required_seconds(minimum=1),
+            help="Close a client's keep-alive connection after this long with no request. Keep it above "
+            "your load balancer's own idle timeout for pooled connections (AWS ALB 60, GCP 600), so "
+            "the balancer always closes first and no pooled request races the close.",
+        ),
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AdminSettings:
+    host: str = setting(
+        "0.0.0.0", Flag(name="admin-host", metavar="ADDRESS", parse=text, help="Admin listener address.")
+    )
+    port: int = setting(
+        9091,
+        Flag(
+            name="admin-port",
+            metavar="PORT",
+            parse=port,
+            help="Admin listener port: /livez, /readyz, /metrics, /admin/*. The model server's preStop "
+            "hook calls /admin/drain-wait here. Must differ from --port.",
+        ),
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class DrainSettings:
+    shutdown_drain_secs: int = setting(
+        30,
+        Flag(
+            name="shutdown-drain-secs",
+            metavar="SECS",
+            parse=required_seconds(),
+            help="After SIGTERM, keep serving this long with /readyz answering 503, so endpoint removal "
+            "reaches kube-proxy and gateways before the listener closes. If a probe-driven load "
+            "balancer removes the pod, size it above failureThreshold * periodSeconds. It must "
+            "leave room under terminationGracePeriodSeconds for in-flight streams: the default "
+            "equals the Kubernetes default grace, so startup warns until you declare a larger "
+            "--termination-grace-secs. 0 disables the pause. At most 1800.",
+        ),
+    )
+    termination_grace_secs: int | None = setting(
+        None,
+        Flag(
+            name="termination-grace-secs",
+            metavar="SECS",
+            parse=seconds(minimum=1, optional=True),
+            help="The pod's real terminationGracePeriodSeconds (feed both from one value). Enables the "
+            "deadline: at SIGTERM + grace - 2 s, remaining requests are aborted, counted and the "
+            "router exits 1. Unset: the advisory assumes the Kubernetes default 30, and the router "
+            "waits for in-flight work until it is killed.",
+        ),
+    )
+    readiness_probe_period_secs: int | None = setting(
+        None,
+        Flag(
+            name="readiness-probe-period-secs",
+            metavar="SECS",
+            parse=seconds(minimum=1, optional=True),
+            help="The load balancer's readiness probe period, declared so startup can check the drain "
+            "window against failureThreshold * periodSeconds.",
+        ),
+    )
+    readiness_probe_failure_threshold: int | None = setting(
+        None,
+        Flag(
+            name="readiness-probe-failure-threshold",
+            metavar="N",
+            parse=integer(minimum=1, optional=True),
+            help="The load balancer's readiness probe failure threshold (with the period above).",
+        ),
+    )
+    websocket_close_at: Literal["deadline", "closing"] = setting(
+        "deadline",
+        Flag(
+            name="websocket-close-at",
+            parse=choice(WEBSOCKET_CLOSE_AT),
+            choices=WEBSOCKET_CLOSE_AT,
+            help="When open WebSocket sessions are sent Close 1001 (Going Away): at the in-flight "
+            "deadline (a session lives as long as the pod may, its client reconnects only then), or at "
+            "the start of closing (sessions end sooner, so clients reconnect to a new replica faster, "
+            "but a session that could have finished is cut short).",
+        ),
+    )
+
+    def deadline_secs(self) -> int | None:
+        """Seconds from the first SIGTERM at which in-flight work is aborted; ``None`` without a
+        declared grace."""
+        if self.termination_grace_secs is None:
+            return None
+        return max(self.termination_grace_secs - SHUTDOWN_DEADLINE_MARGIN_SECS, 0)
+
+    def drain_wait_cap_secs(self) -> int:
+        """Longest /admin/drain-wait hold: the declared grace, else the longest drain there can be."""
+        grace = self.termination_grace_secs
+        return MAX_SHUTDOWN_DRAIN_SECS if grace is None else grace
+
+    def drain_wait_timeout_secs(self) -> int:
+        """Default timeout of /admin/drain-wait: the declared grace, else the Kubernetes default."""
+        grace = self.termination_grace_secs
+        return K8S_DEFAULT_GRACE_SECS if grace is None else grace
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class HealthSettings:
+    upstream_health_path: str | None = setting(
+        None,
+        Flag(
+            name="upstream-health-path",
+            metavar="PATH",
+            parse=path,
+            help="When set (e.g. /health), /readyz also needs the model server to answer 2xx there; the "
+            "router stays 'starting' until it first does.",
+        ),
+    )
+    upstream_health_interval_secs: int = setting(
+        2,
+        Flag(
+            name="upstream-health-interval-secs",
+            metavar="SECS",
+            parse=required_seconds(minimum=1),
+            help="How often the upstream health path is polled.",
+        ),
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class LogSettings:
+    format: Literal["json", "console"] = setting(
+        "json",
+        Flag(
+            name="log-format",
+            parse=choice(LOG_FORMATS),
+            choices=LOG_FORMATS,
+            help="json: one object a line on stdout, for aggregators. console: for a terminal.",
+        ),
+    )
+    level: str = setting(
+        "info", Flag(name="log-level", parse=choice(LOG_LEVELS), choices=LOG_LEVELS, help="Minimum level logged.")
+    )
+    access_log: bool = setting(
+        False,
+        Flag(
+            name="access-log",
+            parse=boolean,
+            boolean=True,
+            help="One structured line per proxied request. Off by default: at thousands of streams it is noise.",
+        ),
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """Everything the router needs, validated. Build it with :func:`build_config`."""
+
+    proxy: ProxySettings
+    admin: AdminSettings = AdminSettings()
+    drain: DrainSettings = DrainSettings()
+    health: HealthSettings = HealthSettings()
+    log: LogSettings = LogSettings()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The effective configuration as plain JSON-able data (for ``check`` and /admin/config)."""
+        data = dataclasses.asdict(self)
+        data["proxy"]["upstream"] = self.proxy.upstream.url
+        data["drain"]["deadline_secs"] = self.drain.deadline_secs()
+        return data
+
+
+#: The sections of :class:`Config`, in the order their flags are listed.
+SECTIONS: dict[str, type[Any]] = {
+    "proxy": ProxySettings,
+    "admin": AdminSettings,
+    "drain": DrainSettings,
+    "health": HealthSettings,
+    "log": LogSettings,
+}
+
+
+def settings() -> Iterator[tuple[str, dataclasses.Field[Any], Flag]]:
+    """Every setting: (section, dataclass field, flag), in the order the CLI lists them."""
+    for section, cls in SECTIONS.items():
+        for field in dataclasses.fields(cls):
+            yield section, field, field.metadata["flag"]

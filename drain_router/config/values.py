@@ -1,0 +1,205 @@
+"""The pieces of the configuration: its error type, the upstream address, and the settings
+machinery (a :class:`Flag` per setting, and the parsers that turn a user's text into values).
+
+The user's text becomes seconds in exactly one place, :func:`parse_seconds`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot work. Names the flag, the value and the remedy."""
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        self.field = field
+        self.value = value
+        self.reason = reason
+        super().__init__(f"{flag_name(field)}={value!r}: {reason}")
+
+
+def flag_name(field: str) -> str:
+    """``shutdown_drain_secs`` -> ``--shutdown-drain-secs``."""
+    return "--" + field.replace("_", "-")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Upstream:
+    """Where the model server listens: TCP ``http://host:port`` or a Unix socket path."""
+
+    url: str
+    """The upstream exactly as given."""
+    base_url: str
+    """The URL requests are sent to (for a Unix socket, a placeholder host; the socket is the path)."""
+    host: str
+    """Host name for TCP upstreams; ``localhost`` for a Unix socket."""
+    port: int | None
+    """TCP port, ``None`` for a Unix socket."""
+    unix_path: str | None = None
+    """Socket path when the upstream is ``unix:/path``."""
+
+
+def parse_upstream(value: object) -> Upstream:
+    """``http://host:port`` or ``unix:/path/to.sock``; anything else is an error, never a guess."""
+    remedy = "give http://HOST:PORT (e.g. http://127.0.0.1:8000) or unix:/path/to.sock"
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError("upstream", value, f"the model server address is required; {remedy}")
+    text = value.strip()
+    if text.startswith("unix:"):
+        path = text[len("unix:") :]
+        if path.startswith("//"):
+            path = path[2:]
+        if not path.startswith("/"):
+            raise ConfigError("upstream", value, f"a Unix socket path must be absolute; {remedy}")
+        return Upstream(url=text, base_url="http://localhost", host="localhost", port=None, unix_path=path)
+    parsed = urllib.parse.urlsplit(text)
+    if parsed.scheme != "http":
+        raise ConfigError("upstream", value, f"only plain http upstreams are supported; {remedy}")
+    try:
+        port = parsed.port
+    except ValueError:
+        raise ConfigError("upstream", value, f"the port is not a number; {remedy}") from None
+    if not parsed.hostname or port is None:
+        raise ConfigError("upstream", value, f"host and port are both required; {remedy}")
+    if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
+        raise ConfigError("upstream", value, f"no path, query or fragment: paths are forwarded as requested; {remedy}")
+    host = parsed.hostname
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return Upstream(url=text, base_url=f"http://{netloc}", host=host, port=port)
+
+
+# --------------------------------------------------------------------------------------------------
+# Settings: each field of the configuration tree says once its flag, its default, its help and its
+# parser. The CLI generates its options from them (drain_router.cli), build_config() parses with them.
+
+Parser = Callable[[str, object], Any]
+"""``parse(key, raw) -> value``: raw is a string (flag or variable) or a Python value (tests)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Flag:
+    """How one setting is given: ``--<name>`` and ``DRAIN_ROUTER_<NAME>``."""
+
+    name: str
+    help: str
+    parse: Parser
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    boolean: bool = False
+
+    @property
+    def key(self) -> str:
+        """The keyword of :func:`build_config` and the ``field`` of a :class:`ConfigError`."""
+        return self.name.replace("-", "_")
+
+
+def setting(default: Any, flag: Flag) -> Any:
+    """A dataclass field with its flag (``dataclasses.MISSING`` as default: the flag is required)."""
+    if default is dataclasses.MISSING:
+        return dataclasses.field(metadata={"flag": flag})
+    return dataclasses.field(default=default, metadata={"flag": flag})
+
+
+def _plural(n: int, unit: str) -> str:
+    return f"{n} {unit}" if n == 1 else f"{n} {unit}s"
+
+
+def parse_seconds(key: str, value: object, *, minimum: int = 0, optional: bool = False) -> int | None:
+    """Whole seconds, at least ``minimum``. Rejects negatives, fractions and words, naming the flag.
+    The only place a user's text becomes a duration."""
+    if value is None or value == "":
+        if optional:
+            return None
+        raise ConfigError(key, value, "a whole number of seconds is required")
+    if isinstance(value, bool):
+        raise ConfigError(key, value, "must be a whole number of seconds")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        seconds = int(value.strip())
+    else:
+        raise ConfigError(key, value, "must be a whole number of seconds (no fractions or units), e.g. 30")
+    if seconds < minimum:
+        raise ConfigError(key, value, f"must be at least {_plural(minimum, 'second')}")
+    return seconds
+
+
+def parse_int(key: str, value: object, *, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(key, value, "must be a whole number")
+    try:
+        number = int(value) if isinstance(value, int) else int(str(value).strip())
+    except ValueError:
+        raise ConfigError(key, value, "must be a whole number") from None
+    if number < minimum or (maximum is not None and number > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise ConfigError(key, value, f"must be {bound}")
+    return number
+
+
+def seconds(*, minimum: int = 0, optional: bool = False) -> Parser:
+    return lambda key, value: parse_seconds(key, value, minimum=minimum, optional=optional)
+
+
+def required_seconds(*, minimum: int = 0) -> Parser:
+    def parse(key: str, value: object) -> int:
+        seconds = parse_seconds(key, value, minimum=minimum)
+        assert seconds is not None  # not optional: parse_seconds raised instead
+        return seconds
+
+    return parse
+
+
+def integer(*, minimum: int, maximum: int | None = None, optional: bool = False) -> Parser:
+    def parse(key: str, value: object) -> int | None:
+        if optional and value in (None, ""):
+            return None
+        return parse_int(key, value, minimum=minimum, maximum=maximum)
+
+    return parse
+
+
+def text(key: str, value: object) -> str:
+    return str(value)
+
+
+def choice(choices: tuple[str, ...]) -> Parser:
+    def parse(key: str, value: object) -> str:
+        text = str(value).lower()
+        if text not in choices:
+            raise ConfigError(key, value, f"must be one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+def path(key: str, value: object) -> str | None:
+    if value in (None, ""):
+        return None
+    text = str(value)
+    if not text.startswith("/"):
+        raise ConfigError(key, value, "must start with '/', e.g. /health")
+    return text
+
+
+def boolean(key: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(key, value, "must be true or false")
+
+
+def upstream(key: str, value: object) -> Upstream:
+    return parse_upstream(value)
+
+
+def port(key: str, value: object) -> int:
+    return parse_int(key, value, minimum=0, maximum=65535)

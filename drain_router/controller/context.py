@@ -1,0 +1,48 @@
+"""What the controller's handlers and daemon share for one operator run, and kopf's view of a body."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+import aiohttp
+import kopf
+
+from drain_router.controller import kube as kube_
+from drain_router.controller import metrics as metrics_
+from drain_router.controller import settings as settings_
+from drain_router.decisions import deletion, objects
+
+
+def body(obj: Mapping[str, Any]) -> kopf.Body:
+    """A resource as kopf's event API types it (it reads only ``metadata`` and ``kind``)."""
+    return cast(kopf.Body, obj)
+
+
+def post(obj: Mapping[str, Any], event: objects.Event) -> None:
+    """Post a decision's event on ``obj`` (kopf posts it in the background)."""
+    kopf.event(body(obj), type=event.type, reason=str(event.reason), message=event.message)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Context:
+    """What the handlers share for one operator run."""
+
+    settings: settings_.ControllerSettings
+    kube: kube_.Kube
+    metrics: metrics_.ControllerMetrics
+    connection: kopf.ConnectionInfo | None = None
+    """Credentials for kopf's own client; ``None``: kopf's in-cluster / kubeconfig login."""
+    clock: Callable[[], float] = time.time
+    """Wall clock (Unix seconds): status timestamps must survive a restart on another machine."""
+    warned: set[tuple[str, str, str]] = dataclasses.field(default_factory=set)
+    """(uid, key, value) of invalid knobs already warned about, so a 5 s requeue does not repeat them."""
+    failed_actions: dict[str, tuple[deletion.ApiFailure, ...]] = dataclasses.field(default_factory=dict)
+    """uid -> the actions of its last pass that failed, fed to the next pass as observations (lost on
+    a restart: the next pass then tries again and fails again, which is observed the same way)."""
+    session: aiohttp.ClientSession | None = None
+    """The idle probe's HTTP client (one per run; ``None``: the daemon opens its own)."""
+    invalid_rules_warned: set[tuple[str, int]] = dataclasses.field(default_factory=set)
+    """(uid, generation) already warned about with ``InvalidLifecycleRules``: once per spec generation."""

@@ -1,0 +1,74 @@
+"""Recycling and lifecycle rules: one ``@kopf.daemon`` loop per ModelService that has either.
+
+Each turn is a recycling pass, then a lifecycle pass, then a sleep until the earlier of their requeue
+times (at most ``max_sleep_secs``). The daemon does nothing while ``spec.suspend`` or a
+deletionTimestamp is set and never raises into kopf: every expected API answer is data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from drain_router.controller import context, lifecycle_pass, observe, recycle_pass
+from drain_router.controller import kube as kube_
+from drain_router.controller import workload as workload_
+
+MIN_SLEEP_SECS = 0.05
+"""The daemon's shortest sleep, so a requeue time already past never spins the loop."""
+
+#: Kubernetes API failures a daemon pass survives (logged, retried after the standard requeue).
+_API_FAILURES = (ApiException, kube_.CallFailed, aiohttp.ClientError, asyncio.TimeoutError)
+
+
+async def service_loop(ctx: context.Context, namespace: str, name: str, stopped: Any, logger: Any) -> None:
+    """Pass, sleep until the pass's requeue time (``stopped.wait``: returns at once on deletion or
+    operator exit), repeat. Never raises into kopf: an unexpected error is logged and retried after
+    the standard requeue."""
+    while not stopped:
+        try:
+            delay = await service_pass(ctx, namespace, name, logger)
+        except _API_FAILURES as exc:
+            logger.warning(f"recycling/lifecycle pass failed, retried in {ctx.settings.requeue_secs:g}s: {exc}")
+            delay = ctx.settings.requeue_secs
+        except Exception as exc:
+            logger.exception(f"recycling/lifecycle pass crashed, retried in {ctx.settings.requeue_secs:g}s: {exc}")
+            delay = ctx.settings.requeue_secs
+        if delay is None:
+            return
+        await stopped.wait(min(max(delay, MIN_SLEEP_SECS), ctx.settings.max_sleep_secs))
+
+
+async def service_pass(ctx: context.Context, namespace: str, name: str, logger: Any) -> float | None:
+    """One recycling pass, then one lifecycle pass. Returns the seconds to sleep, ``None`` when the
+    ModelService is gone."""
+    fresh: Mapping[str, Any] | None = await ctx.kube.get_modelservice(namespace, name)
+    if fresh is None:
+        with contextlib.suppress(KeyError):  # no series left behind for a ModelService that is gone
+            ctx.metrics.recycle_held_pods.remove(namespace, name)
+        return None
+    if fresh["metadata"].get("deletionTimestamp") or (fresh.get("spec") or {}).get("suspend"):
+        return ctx.settings.max_sleep_secs  # the staged deletion owns it now, or a person said hold
+    spec = observe.service_spec(fresh.get("spec") or {})
+    workload = await workload_.observe_workload(ctx.kube, fresh, spec)
+    for failure in workload.failures:
+        logger.warning(f"read failed, recycling and lifecycle rules wait for the next pass: {failure}")
+    requeues: list[float] = []
+    session = ctx.session
+    owned = session is None
+    if session is None:
+        session = aiohttp.ClientSession()
+    try:
+        fresh, at = await recycle_pass.run(ctx, fresh, workload, session, logger)
+        requeues.append(at)
+        fresh, at = await lifecycle_pass.run(ctx, fresh, workload, session, logger)
+        requeues.append(at)
+    finally:
+        if owned:
+            await session.close()
+    return min(requeues) - ctx.clock()

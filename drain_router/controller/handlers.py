@@ -1,0 +1,78 @@
+"""The kopf registrations: the staged deletion (``on.delete``) and one daemon per ModelService with rules.
+
+The staged deletion is an ``on.delete`` handler (:mod:`drain_router.controller.deleting`). Recycling and
+lifecycle rules are one ``@kopf.daemon`` per ModelService that has either
+(:mod:`drain_router.controller.daemon`).
+
+Handlers are registered on a registry passed in (never kopf's global one), so every operator run,
+including the ones tests start and stop, gets its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from drain_router.controller import context, crd, daemon, deleting
+
+PREFIX = "drainrouter.dev"
+HANDLER_ID = "staged_delete"
+DAEMON_ID = "recycle_and_lifecycle"
+
+
+class _QuietRequeue(logging.Filter):
+    """kopf logs every TemporaryError at ERROR ("failed temporarily"). Our requeues are the normal
+    way a staged deletion waits, so they are logged at DEBUG instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and f"failed temporarily: {deleting.REQUEUE_MARK}" in record.getMessage():
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def register(registry: kopf.OperatorRegistry, ctx: context.Context) -> None:
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.persistence.finalizer = ctx.settings.finalizer
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=PREFIX, key="last-handled-configuration"
+        )
+        settings.posting.loggers = False  # only the events we post on purpose, not log lines
+        # Namespaces are exact names (or the whole cluster): no namespace or CRD watching at runtime,
+        # so the RBAC needs no cluster-wide list on namespaces or CRDs.
+        settings.scanning.disabled = True
+        logging.getLogger("kopf.objects").addFilter(_QuietRequeue())
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if ctx.connection is not None:
+            return ctx.connection
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.delete(crd.group(), crd.version(), crd.plural(), id=HANDLER_ID, registry=registry)
+    async def staged_delete(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+        await deleting.run_pass(ctx, body, logger)
+
+    @kopf.daemon(
+        crd.group(),
+        crd.version(),
+        crd.plural(),
+        id=DAEMON_ID,
+        registry=registry,
+        cancellation_timeout=10.0,
+        when=has_rules,
+    )
+    async def recycle_and_lifecycle(
+        stopped: kopf.DaemonStopped, body: kopf.Body, logger: kopf.Logger, **_: Any
+    ) -> None:
+        await daemon.service_loop(ctx, body["metadata"]["namespace"], body["metadata"]["name"], stopped, logger)
+
+
+def has_rules(spec: Mapping[str, Any], **_: Any) -> bool:
+    """The daemon runs only for ModelServices with ``spec.recycling`` or ``spec.lifecycle``."""
+    return spec.get("recycling") is not None or spec.get("lifecycle") is not None

@@ -1,0 +1,146 @@
+"""The daemon's lifecycle pass: validate -> probe every active pod -> ``idle_clock`` -> ``next_rule`` ->
+status -> act -> events."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import kopf
+
+from drain_router.controller import context, deleting, probe
+from drain_router.controller import kube as kube_
+from drain_router.controller import status as status_
+from drain_router.controller import workload as workload_
+from drain_router.decisions import deletion, lifecycle, objects
+
+CONDITION_TYPE = "LifecycleRulesValid"
+
+
+async def run(
+    ctx: context.Context,
+    fresh: Mapping[str, Any],
+    workload: workload_.Workload,
+    session: aiohttp.ClientSession,
+    logger: Any,
+) -> tuple[Mapping[str, Any], float]:
+    """Validate -> probe every active pod -> ``idle_clock`` -> ``next_rule`` -> status -> act ->
+    events. Returns (the object as stored, when to look again)."""
+    settings = ctx.settings
+    standard = ctx.clock() + settings.requeue_secs
+    raw = (fresh.get("spec") or {}).get("lifecycle")
+    if raw is None:
+        return fresh, ctx.clock() + settings.max_sleep_secs
+    rules, fresh = await _rules(ctx, fresh, raw.get("rules") or [], logger)
+    if rules is None:
+        return fresh, ctx.clock() + settings.max_sleep_secs
+    if workload.failures:
+        return fresh, standard
+    reports = await _probe_all(ctx, fresh, workload, session, logger)
+    status = fresh.get("status") or {}
+    stored = status_.lifecycle_status(status.get("lifecycle"))
+    exists, being_deleted, replicas = workload.deployment_state()
+    clock = lifecycle.idle_clock(reports, replicas if exists and not being_deleted else 0, stored, ctx.clock())
+    stage = (status.get("deletion") or {}).get("stage")
+    done = lifecycle.done_from(
+        deployment_exists=exists, deployment_deleting=being_deleted, deployment_replicas=replicas, deletion_stage=stage
+    )
+    now = ctx.clock()
+    decision = lifecycle.next_rule(rules, clock, done, stored, now, buffer_secs=settings.lifecycle_buffer_secs)
+    valid = objects.Condition(type=CONDITION_TYPE, status="True", reason="Valid", message="lifecycle rules are valid")
+    build = status_.record_patch({"lifecycle": status_.lifecycle_dict(decision.status)}, valid, now)
+
+    # 1. Status first: a crash after this line repeats the action, never loses the record of it.
+    fresh, written = await status_.write_status(ctx, fresh, build, logger)
+    if not written:
+        return fresh, standard
+    requeue_at = standard if decision.requeue_at is None else decision.requeue_at
+    if decision.action is None:
+        return fresh, requeue_at
+    # 2. Act (one action per pass), 3. events.
+    return await _act(ctx, fresh, decision, workload, stored, stage is None, requeue_at, logger)
+
+
+async def _rules(
+    ctx: context.Context, fresh: Mapping[str, Any], raw: Any, logger: Any
+) -> tuple[tuple[lifecycle.Rule, ...] | None, Mapping[str, Any]]:
+    """The parsed rules, or ``None`` after recording why they are invalid: the condition False with
+    every problem, one ``InvalidLifecycleRules`` Warning per spec generation."""
+    errors = lifecycle.validate(raw)
+    if not errors:
+        return lifecycle.parse(raw), fresh
+    meta = fresh["metadata"]
+    message = "; ".join(str(e) for e in errors)
+    key = (meta.get("uid", ""), int(meta.get("generation") or 0))
+    if key not in ctx.invalid_rules_warned:
+        ctx.invalid_rules_warned.add(key)
+        kopf.warn(context.body(fresh), reason="InvalidLifecycleRules", message=f"lifecycle rules ignored: {message}")
+    invalid = objects.Condition(type=CONDITION_TYPE, status="False", reason="InvalidRules", message=message)
+    build = status_.record_patch({}, invalid, ctx.clock(), compare_message=True)
+    fresh, _ = await status_.write_status(ctx, fresh, build, logger)
+    return None, fresh
+
+
+async def _probe_all(
+    ctx: context.Context,
+    fresh: Mapping[str, Any],
+    workload: workload_.Workload,
+    session: aiohttp.ClientSession,
+    logger: Any,
+) -> list[lifecycle.RouterReport | lifecycle.ProbeFailure]:
+    """Ask every active pod's router whether it is idle; a failed probe is logged and reported."""
+    pods = workload.active_pods
+    port = workload_.admin_port(fresh.get("spec") or {})
+    timeout = ctx.settings.idle_probe_timeout_secs
+    answers = await asyncio.gather(*(probe.probe(session, p.pod_ip, port, timeout=timeout) for p in pods))
+    reports = [probe.for_lifecycle(a, p.name) for p, a in zip(pods, answers)]
+    for report in reports:
+        if isinstance(report, lifecycle.ProbeFailure):
+            logger.info(f"idle probe of pod {report.pod} failed, the idle clock is kept: {report.error}")
+    return reports
+
+
+async def _act(
+    ctx: context.Context,
+    fresh: Mapping[str, Any],
+    decision: lifecycle.RuleDecision,
+    workload: workload_.Workload,
+    stored: lifecycle.LifecycleStatus,
+    teardown_starts: bool,
+    requeue_at: float,
+    logger: Any,
+) -> tuple[Mapping[str, Any], float]:
+    """Carry out ``decision.action``, then count it and post its events (a DeleteWorkload teardown
+    only when it starts, not on every pass it runs)."""
+    assert decision.action is not None
+    meta = fresh["metadata"]
+    standard = ctx.clock() + ctx.settings.requeue_secs
+    first = True
+    try:
+        if decision.action is lifecycle.Policy.SCALE_TO_ZERO:
+            assert workload.deployment_ref is not None
+            await ctx.kube.scale(workload.deployment_ref, meta["namespace"], 0)
+        elif decision.action is lifecycle.Policy.DELETE_WORKLOAD:
+            first = teardown_starts
+            step = await deleting.deletion_step(ctx, fresh, logger)
+            if step.verdict is not deletion.Verdict.RELEASE:
+                requeue_at = min(requeue_at, standard if step.requeue_at is None else step.requeue_at)
+        else:
+            await ctx.kube.delete_modelservice(meta["namespace"], meta["name"])
+    except kube_.CallFailed as exc:
+        logger.warning(f"lifecycle {decision.action.value} failed, retried next pass: {exc.failure}")
+        ctx.metrics.action_errors.labels(f"Lifecycle{decision.action.value}").inc()
+        if decision.action is lifecycle.Policy.SCALE_TO_ZERO:  # not scaled: the record must not say so
+            unscaled = dataclasses.replace(decision.status, scaled_to_zero_at=stored.scaled_to_zero_at)
+            fresh, _ = await status_.write_status(
+                ctx, fresh, lambda _: {"lifecycle": status_.lifecycle_dict(unscaled)}, logger
+            )
+        return fresh, standard
+    if first:
+        ctx.metrics.lifecycle_actions.labels(decision.action.value).inc()
+        for event in decision.events:
+            context.post(fresh, event)
+    return fresh, requeue_at

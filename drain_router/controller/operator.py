@@ -1,0 +1,259 @@
+"""Running the operator: one kopf registry, one API client, one metrics registry per run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import aiohttp.web
+import kopf
+import structlog
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio import config as k8s_config
+from prometheus_client import CollectorRegistry, start_http_server
+
+from drain_router import logs
+from drain_router.controller import context as context_
+from drain_router.controller import handlers, leader
+from drain_router.controller import kube as kube_
+from drain_router.controller import metrics as metrics_
+from drain_router.controller import settings as settings_
+
+
+def connection_from(configuration: client.Configuration) -> kopf.ConnectionInfo:
+    """kopf's credentials from the same Configuration our own client uses."""
+    token = None
+    for key in ("authorization", "BearerToken"):
+        value = (configuration.api_key or {}).get(key)
+        if value:
+            token = value.removeprefix("Bearer ").strip()
+    if not configuration.host:
+        raise RuntimeError("the Kubernetes client configuration names no API server")
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        token=token,
+        scheme="Bearer" if token else None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+    )
+
+
+EXIT_NO_CLUSTER = 2
+"""The exit status when there is no cluster to talk to: a configuration error, 2 as for ``serve``."""
+
+NO_CLUSTER_REMEDY = (
+    "run it in the cluster (the chart's controller Deployment and its service account), "
+    "or point KUBECONFIG at a kubeconfig for the cluster"
+)
+
+
+EXIT_LEADERSHIP_LOST = 3
+"""The exit status of a leader that lost the Lease (not renewed within the renew deadline, or taken
+by another replica): it stops acting at once by exiting, and Kubernetes restarts it as a standby."""
+
+
+class NoCluster(Exception):
+    """Neither an in-cluster service account nor a usable kubeconfig: no API server to talk to."""
+
+
+def kubeconfig_paths() -> list[Path]:
+    """Where a kubeconfig is looked for: every path in ``KUBECONFIG``, else ``~/.kube/config``."""
+    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    return [Path(p).expanduser() for p in listed or ["~/.kube/config"]]
+
+
+async def load_configuration() -> client.Configuration:
+    """The in-cluster configuration, else the kubeconfig's; ``NoCluster`` naming why neither loads."""
+    configuration = client.Configuration()
+    try:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+        return configuration
+    except k8s_config.ConfigException as exc:
+        in_cluster = str(exc)
+    paths = kubeconfig_paths()
+    if not any(p.is_file() for p in paths):  # the client would log a warning, then fail vaguely
+        where = ", ".join(str(p) for p in paths)
+        raise NoCluster(f"not in a cluster ({in_cluster}) and no kubeconfig at {where}")
+    try:
+        await k8s_config.load_kube_config(client_configuration=configuration)
+    except (k8s_config.ConfigException, yaml.YAMLError, OSError) as exc:
+        detail = " ".join(str(exc).split())
+        raise NoCluster(f"not in a cluster ({in_cluster}) and the kubeconfig is unusable: {detail}") from None
+    return configuration
+
+
+@contextlib.asynccontextmanager
+async def context(
+    settings: settings_.ControllerSettings,
+    *,
+    configuration: client.Configuration | None = None,
+    registry: CollectorRegistry | None = None,
+) -> AsyncIterator[context_.Context]:
+    """The shared state of one run. With an explicit ``configuration`` (tests), kopf logs in with it
+    too; otherwise kopf does its own in-cluster or kubeconfig login."""
+    explicit = configuration is not None
+    configuration = configuration or await load_configuration()
+    async with client.ApiClient(configuration) as api, aiohttp.ClientSession() as session:
+        yield context_.Context(
+            settings=settings,
+            kube=kube_.Kube(api),
+            session=session,
+            metrics=metrics_.ControllerMetrics(registry or CollectorRegistry()),
+            connection=connection_from(configuration) if explicit else None,
+        )
+
+
+async def operate(
+    ctx: context_.Context, *, stop_flag: asyncio.Event | None = None, ready_flag: asyncio.Event | None = None
+) -> None:
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, ctx)
+    await kopf.operator(
+        registry=registry,
+        standalone=True,
+        clusterwide=ctx.settings.all_namespaces,
+        liveness_endpoint=(
+            f"http://0.0.0.0:{ctx.settings.liveness_port}/healthz" if ctx.settings.liveness_port else None
+        ),
+        namespaces=list(ctx.settings.namespaces),
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )
+
+
+def run(settings: settings_.ControllerSettings) -> int:
+    """Log as the router does (JSON lines on stdout; kopf's records through the same renderer), then
+    run until kopf stops (with leader election: stand by until this replica holds the Lease first).
+    The exit status: 0, ``EXIT_NO_CLUSTER`` (one line with the remedy), or ``EXIT_LEADERSHIP_LOST``."""
+    logs.configure(
+        format=settings.log_format,
+        level=settings.log_level,
+        stdlib_level=settings.log_level,
+        foreign=(object_fields, structlog.processors.format_exc_info),
+    )
+    registry = CollectorRegistry()
+
+    async def main() -> None:
+        async with context(settings, registry=registry) as ctx:
+            if settings.metrics_port:
+                start_http_server(settings.metrics_port, registry=registry)
+            if settings.leader_election:
+                await lead(ctx)
+            else:
+                await operate(ctx)
+
+    try:
+        asyncio.run(main())
+    except NoCluster as exc:
+        logs.get("drain_router.controller").error("controller.no_cluster", error=str(exc), remedy=NO_CLUSTER_REMEDY)
+        return EXIT_NO_CLUSTER
+    return 0
+
+
+async def lead(ctx: context_.Context, *, lost: Callable[[], None] | None = None) -> None:
+    """Stand by until this replica holds the Lease, then run the operator while renewing it. A
+    SIGTERM or SIGINT while standing by returns at once; while leading, kopf stops gracefully and the
+    Lease is released after it has stopped, so a standby takes over on its next look. Losing the
+    Lease calls ``lost`` (default: :func:`leadership_lost`, which ends the process)."""
+    settings = ctx.settings
+    log = logs.get("drain_router.controller")
+    elector = leader.Elector(
+        api=ctx.kube.api,
+        namespace=settings.lease_namespace,
+        name=settings.lease_name,
+        identity=settings.identity,
+        lease_duration=settings.lease_duration_secs,
+        renew_deadline=settings.renew_deadline_secs,
+        retry_period=settings.retry_period_secs,
+        log=log,
+    )
+    on_lost = lost or (lambda: leadership_lost(log, settings.lease_name))
+    ctx.metrics.leader.set(0)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not in the main thread (tests)
+            loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "leader.standing_by",
+        lease=settings.lease_name,
+        namespace=settings.lease_namespace,
+        identity=settings.identity,
+        takeover_bound_secs=settings.takeover_bound_secs,
+    )
+    async with standby_health(settings.liveness_port):
+        acquired = await elector.acquire(stop)
+    if not acquired:
+        return
+    watchdog = leader.Watchdog(elector, on_lost)
+    watchdog.start()
+    keeper = asyncio.create_task(elector.keep(), name="leader lease renewal")  # before kopf: kopf leaves it be
+
+    def keeper_done(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and isinstance(task.exception(), leader.LeadershipLost):
+            on_lost()
+
+    keeper.add_done_callback(keeper_done)
+    ctx.metrics.leader.set(1)
+    try:
+        await operate(ctx, stop_flag=stop)
+    finally:
+        keeper.remove_done_callback(keeper_done)
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError, leader.LeadershipLost):
+            await keeper
+        watchdog.stop()
+        ctx.metrics.leader.set(0)
+        await elector.release()
+
+
+def leadership_lost(log: Any, lease: str) -> None:
+    """Stop acting now: log one line and end the process with ``EXIT_LEADERSHIP_LOST`` (no cleanup,
+    no kopf shutdown: those would act, and a standby may hold the Lease in a moment)."""
+    log.error("leader.lost", lease=lease, exit_status=EXIT_LEADERSHIP_LOST)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(EXIT_LEADERSHIP_LOST)
+
+
+@contextlib.asynccontextmanager
+async def standby_health(port: int) -> AsyncIterator[None]:
+    """``GET /healthz`` answering 200 while this replica stands by (kopf serves it while leading), so
+    the livenessProbe does not restart a healthy standby. Nothing when ``port`` is 0."""
+    if not port:
+        yield
+        return
+    app = aiohttp.web.Application()
+
+    async def healthz(_: aiohttp.web.Request) -> aiohttp.web.Response:
+        return aiohttp.web.json_response({"standby": True})
+
+    app.router.add_get("/healthz", healthz)
+    runner = aiohttp.web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await aiohttp.web.TCPSite(runner, "0.0.0.0", port).start()
+    try:
+        yield
+    finally:
+        await runner.cleanup()
+
+
+def object_fields(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """kopf's per-object records -> ``namespace`` and ``name`` fields (kopf's own formatter prefixes
+    the message with them instead)."""
+    ref = getattr(event_dict.get("_record"), "k8s_ref", None)
+    if isinstance(ref, dict):
+        event_dict.setdefault("namespace", ref.get("namespace"))
+        event_dict.setdefault("name", ref.get("name"))
+    return event_dict

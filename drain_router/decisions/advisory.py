@@ -1,0 +1,103 @@
+"""Startup advisories: a drain configuration that works but is probably not what the operator meant.
+
+Purely computational, no side effects. An advisory is a value with a stable ``code``, a static
+``message`` and the compared numbers as separate fields, so a log aggregator can group and dedupe it
+(a message with the seconds interpolated cannot be grouped).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+#: The Kubernetes default ``terminationGracePeriodSeconds``, assumed when none is declared
+#: (``drain_router.config`` re-exports it).
+K8S_DEFAULT_GRACE_SECS = 30
+
+
+class Code(str, enum.Enum):
+    DRAIN_CONSUMES_GRACE = "DRAIN_CONSUMES_GRACE"
+    DRAIN_SHORTER_THAN_PROBE_WINDOW = "DRAIN_SHORTER_THAN_PROBE_WINDOW"
+
+
+MESSAGES: dict[Code, str] = {
+    Code.DRAIN_CONSUMES_GRACE: (
+        "shutdown drain leaves no time for in-flight requests within the termination grace period; "
+        "raise terminationGracePeriodSeconds and declare it with --termination-grace-secs, "
+        "or shorten --shutdown-drain-secs"
+    ),
+    Code.DRAIN_SHORTER_THAN_PROBE_WINDOW: (
+        "shutdown drain ends before a probe-driven load balancer can see /readyz fail "
+        "(failureThreshold * periodSeconds); new requests may reach a closed listener. "
+        "Raise --shutdown-drain-secs above the probe window"
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Advisory:
+    code: Code
+    fields: tuple[tuple[str, Any], ...]
+
+    @property
+    def message(self) -> str:
+        return MESSAGES[self.code]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code.value, "message": self.message, **dict(self.fields)}
+
+
+def drain_consumes_grace(shutdown_drain_secs: int, termination_grace_secs: int | None) -> Advisory | None:
+    """Warn when the drain window uses up the grace period.
+
+    ``>=`` and not ``>``: a drain equal to the grace leaves nothing for the in-flight drain. An
+    undeclared grace falls back to the Kubernetes default, because the router cannot read its own pod
+    spec; declaring the real grace, not shortening a correct drain, is how to silence it.
+    """
+    grace = K8S_DEFAULT_GRACE_SECS if termination_grace_secs is None else termination_grace_secs
+    if shutdown_drain_secs < grace:
+        return None
+    return Advisory(
+        Code.DRAIN_CONSUMES_GRACE,
+        (
+            ("shutdown_drain_secs", shutdown_drain_secs),
+            ("termination_grace_secs", grace),
+            ("grace_declared", termination_grace_secs is not None),
+        ),
+    )
+
+
+def drain_shorter_than_probe_window(
+    shutdown_drain_secs: int, probe_period_secs: int | None, probe_failure_threshold: int | None
+) -> Advisory | None:
+    """Warn when a declared probe-driven LB would still route to the pod after the window closes."""
+    if probe_period_secs is None or probe_failure_threshold is None:
+        return None
+    window = probe_period_secs * probe_failure_threshold
+    if shutdown_drain_secs > window:
+        return None
+    return Advisory(
+        Code.DRAIN_SHORTER_THAN_PROBE_WINDOW,
+        (
+            ("shutdown_drain_secs", shutdown_drain_secs),
+            ("probe_period_secs", probe_period_secs),
+            ("probe_failure_threshold", probe_failure_threshold),
+            ("probe_window_secs", window),
+        ),
+    )
+
+
+def advisories(
+    *,
+    shutdown_drain_secs: int,
+    termination_grace_secs: int | None,
+    probe_period_secs: int | None = None,
+    probe_failure_threshold: int | None = None,
+) -> tuple[Advisory, ...]:
+    """Every advisory that applies, in a stable order."""
+    found = (
+        drain_consumes_grace(shutdown_drain_secs, termination_grace_secs),
+        drain_shorter_than_probe_window(shutdown_drain_secs, probe_period_secs, probe_failure_threshold),
+    )
+    return tuple(a for a in found if a is not None)

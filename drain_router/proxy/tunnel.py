@@ -1,0 +1,221 @@
+"""A WebSocket tunnel: after the upstream's 101, the client and upstream connections relay bytes.
+
+Both transports get a :class:`_Side` as their protocol (ordinary requests never pay for it). Bytes
+go through as they arrive, one write per read, with back-pressure both ways: a side whose peer's
+write buffer is above its high-water mark is not read. A :class:`~drain_router.proxy.websocket.FrameTracker`
+per direction follows frame headers only (payloads are never parsed or buffered), so the router can
+end a session with Close 1001 at a frame boundary (:meth:`Tunnel.going_away`), and a frame length
+with its top bit set closes the tunnel. The upstream connection never returns to the pool.
+
+The tunnel is one request in flight, from the handshake until either side closes: ``completed``
+once a Close frame went either way, else ``client_aborted`` or ``upstream_error`` for the side that
+vanished; ``deadline_aborted`` when the deadline ended it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import TYPE_CHECKING, Any
+
+from drain_router import logs
+from drain_router.proxy import websocket
+
+if TYPE_CHECKING:
+    from drain_router.proxy.exchange import Exchange
+    from drain_router.proxy.upstream import UpstreamConnection
+
+log = logs.get("drain_router.proxy")
+
+#: How long the router waits, once it sent Close 1001 both ways (or waits for a frame boundary to
+#: send it), for the closing handshakes before it closes both connections.
+WEBSOCKET_CLOSE_SECS = 2.0
+
+
+class _Side(asyncio.Protocol):
+    """One connection of a tunnel; ``tracker`` follows the frames read from it."""
+
+    __slots__ = ("close_frame", "close_sent", "other", "tracker", "transport", "tunnel")
+
+    def __init__(self, tunnel: Tunnel, transport: Any, close_frame: bytes) -> None:
+        self.tunnel = tunnel
+        self.transport = transport
+        self.tracker = websocket.FrameTracker()
+        self.close_frame = close_frame
+        """The router's Close 1001 to this side (masked when this side is the upstream)."""
+        self.other: _Side = self
+        self.close_sent = False
+        """The router's Close went to this side: nothing more is relayed to it."""
+
+    def data_received(self, data: bytes) -> None:
+        tunnel = self.tunnel
+        other = self.other
+        if tunnel.going or tunnel.ending or other.close_sent:
+            tunnel.relay(self, data)
+            return
+        # The hot path of an open session, inlined: follow the frames, pass the bytes on.
+        tracker = self.tracker
+        tracker.feed(data)
+        if tracker.error:
+            tunnel.protocol_error(self)
+        elif other.transport is not None:
+            other.transport.write(data)
+
+    def eof_received(self) -> bool | None:
+        return None  # a half-close ends the tunnel
+
+    def pause_writing(self) -> None:  # this side reads slower than the other sends
+        if self.other.transport is not None:
+            self.other.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.other.transport is not None:
+            self.other.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.tunnel.lost(self, exc)
+
+
+class Tunnel:
+    __slots__ = ("client", "ending", "exchange", "going", "outcome", "timer", "up", "upstream")
+
+    def __init__(self, exchange: Exchange, up: UpstreamConnection, early_down: bytes) -> None:
+        """Take over both connections after the 101 was written to the client. ``early_down``: what
+        the upstream sent after its 101 in the same read; the bytes the client sent after its
+        handshake (held, one read at most) are ``exchange.ws_early``."""
+        self.exchange = exchange
+        self.up = up
+        self.outcome: str | None = None
+        self.ending = False
+        self.going = False
+        self.timer: asyncio.TimerHandle | None = None
+        conn = exchange.client
+        client = self.client = _Side(self, conn.transport, websocket.close_frame(websocket.GOING_AWAY))
+        upstream = self.upstream = _Side(self, up.transport, websocket.close_frame(websocket.GOING_AWAY, os.urandom(4)))
+        client.other, upstream.other = upstream, client
+        up.exchange = None
+        # Neither connection parses HTTP again: their parsers (and the request's parsed head) go,
+        # which is most of what an idle session would otherwise hold.
+        del conn.parser, up.parser
+        conn.headers = up.headers = []
+        conn.deadline = None  # no header or keep-alive timeout applies to a tunnel
+        conn.paused_for = 0
+        client.transport.set_protocol(client)
+        upstream.transport.set_protocol(upstream)
+        listener = conn.listener
+        listener.tunnels.add(self)
+        listener.metrics.websocket_sessions.inc()
+        if conn.write_paused:
+            upstream.transport.pause_reading()
+        early_up, exchange.ws_early = exchange.ws_early, b""
+        if early_up:
+            self.relay(client, early_up)
+        if early_down:
+            self.relay(upstream, early_down)
+        if client.transport is not None:
+            client.transport.resume_reading()
+        if listener.state.websocket_close_now:
+            self.going_away(None)
+
+    def relay(self, side: _Side, data: bytes) -> None:
+        """Bytes read from ``side``: to the other side, unless the router's Close went there."""
+        if self.ending:
+            return
+        tracker = side.tracker
+        other = side.other
+        if other.close_sent:  # dropped; only the peer's Close (the closing handshake) is watched
+            tracker.feed(data)
+            if tracker.closed and side.close_sent and other.tracker.closed:
+                self._close_both()
+            return
+        if self.going:  # a Close 1001 waits for this direction's frame to end
+            taken = tracker.feed_to_boundary(data)
+        else:
+            taken = len(data)
+            tracker.feed(data)
+        if tracker.error:
+            self.protocol_error(side)
+            return
+        if other.transport is not None:
+            other.transport.write(data if taken == len(data) else data[:taken])
+        if self.going and tracker.at_boundary:
+            self._send_close(other)
+            if taken < len(data):
+                self.relay(side, data[taken:])
+
+    def protocol_error(self, side: _Side) -> None:
+        log.warning("proxy.websocket_frame_too_long", side="client" if side is self.client else "upstream")
+        if self.outcome is None:
+            self.outcome = "client_aborted" if side is self.client else "upstream_error"
+        self._close_both(abort=True)
+
+    def going_away(self, outcome: str | None) -> None:
+        """End the session with Close 1001 both ways, each at a frame boundary, then wait up to
+        :data:`WEBSOCKET_CLOSE_SECS` for the closing handshakes. ``outcome``: what it counts as
+        (``deadline_aborted``), or None to count it by how it ends."""
+        if outcome is not None:
+            self.outcome = outcome
+        if self.going or self.ending:
+            return
+        self.going = True
+        for side in (self.client, self.upstream):
+            if side.tracker.at_boundary:
+                self._send_close(side.other)
+        self.timer = self.exchange.client.listener.loop.call_later(WEBSOCKET_CLOSE_SECS, self._close_both)
+
+    def _send_close(self, to: _Side) -> None:
+        """The direction towards ``to`` is at a frame boundary: the router's Close goes there, and
+        nothing more is relayed to it. Its own Close frame is watched for from here on."""
+        if to.close_sent:
+            return
+        to.close_sent = True
+        if to.transport is not None:
+            to.transport.write(to.close_frame)
+
+    def lost(self, side: _Side, exc: Exception | None) -> None:
+        if side is self.upstream:
+            self.up.connection_lost(exc)  # the pool's count
+        else:
+            conn = self.exchange.client
+            conn.transport = None
+            conn.listener.clients.discard(conn)
+        if self.ending:
+            return
+        if self.outcome is None:
+            if self.client.tracker.closed or self.upstream.tracker.closed or self.going:
+                self.outcome = "completed"
+            else:
+                self.outcome = "client_aborted" if side is self.client else "upstream_error"
+        if self.outcome == "upstream_error":
+            self._bad_gateway()
+        self._close_both()
+
+    def _bad_gateway(self) -> None:
+        """The model server's connection was lost without a Close: tell the client with a Close 1014
+        (Bad Gateway) when its direction is at a frame boundary, so it sees a failed upstream rather
+        than a lost connection (1006)."""
+        client = self.client
+        if client.transport is not None and not client.close_sent and self.upstream.tracker.at_boundary:
+            client.close_sent = True
+            client.transport.write(websocket.close_frame(websocket.BAD_GATEWAY))
+
+    def _close_both(self, abort: bool = False) -> None:
+        if self.ending:
+            return
+        self.ending = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        for side in (self.client, self.upstream):
+            if side.transport is not None:
+                if abort:
+                    side.transport.abort()
+                else:
+                    side.transport.close()
+        listener = self.exchange.client.listener
+        listener.tunnels.discard(self)
+        listener.metrics.websocket_sessions.dec()
+        self.exchange.finish(self.outcome or "completed")
+        if not listener.tunnels and listener.tunnels_gone is not None:
+            listener.tunnels_gone.set()

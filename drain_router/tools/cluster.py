@@ -1,0 +1,197 @@
+"""Real processes on this machine: the fake model server and router replicas, for the demo and e2e.
+
+The router is driven only as a user drives it: ``python -m drain_router serve ...`` with flags, and
+signals. Starting, waiting for and stopping the processes is :mod:`drain_router.tools.process`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from drain_router.tools import process as process_
+
+
+async def get_json(session: aiohttp.ClientSession, url: str, *, timeout: float = 2.0) -> tuple[int, Any]:
+    """GET ``url``; ``(status, json or None)``. Raises aiohttp/OS errors for no answer."""
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+        try:
+            return resp.status, await resp.json(content_type=None)
+        except ValueError:
+            return resp.status, None
+
+
+def python_m_router(*args: str) -> list[str]:
+    return [sys.executable, "-m", "drain_router", *args]
+
+
+@dataclasses.dataclass(slots=True)
+class FakeModel:
+    """``drain-router fake-model`` on a loopback port."""
+
+    log_dir: Path
+    port: int = dataclasses.field(default_factory=process_.free_port)
+    chunks: int = 10
+    interval_ms: int = 30
+    exit_on_sigterm: bool = False
+    shutdown_timeout_secs: float | None = None
+    """The model server's ``--shutdown-timeout-secs`` (its own default when ``None``)."""
+    name: str = "fake-model"
+    process: process_.Process = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        argv = python_m_router(
+            "fake-model",
+            "--host",
+            process_.LOOPBACK,
+            "--port",
+            str(self.port),
+            "--chunks",
+            str(self.chunks),
+            "--interval-ms",
+            str(self.interval_ms),
+        )
+        if self.exit_on_sigterm:
+            argv.append("--exit-on-sigterm")
+        if self.shutdown_timeout_secs is not None:
+            argv += ["--shutdown-timeout-secs", str(self.shutdown_timeout_secs)]
+        self.process = process_.Process(self.name, argv, self.log_dir / f"{self.name}.log")
+
+    @property
+    def url(self) -> str:
+        return f"http://{process_.LOOPBACK}:{self.port}"
+
+    async def start(self, session: aiohttp.ClientSession, timeout: float = 15.0) -> None:
+        self.process.start()
+        await _wait_http_ok(session, self.process, f"{self.url}/health", timeout)
+
+    async def stats(self, session: aiohttp.ClientSession) -> dict[str, int]:
+        _, body = await get_json(session, f"{self.url}/stats")
+        return dict(body)
+
+
+@dataclasses.dataclass(slots=True)
+class Replica:
+    """One ``drain-router serve`` process in front of ``upstream``, on fixed loopback ports.
+
+    The ports stay the same across restarts, like a pod's address behind a load balancer's server line.
+    """
+
+    name: str
+    upstream: str
+    log_dir: Path
+    shutdown_drain_secs: int = 1
+    termination_grace_secs: int | None = None
+    upstream_health_path: str | None = "/health"
+    port: int = dataclasses.field(default_factory=process_.free_port)
+    admin_port: int = dataclasses.field(default_factory=process_.free_port)
+    extra_args: tuple[str, ...] = ()
+    process: process_.Process = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        argv = python_m_router(
+            "serve",
+            "--upstream",
+            self.upstream,
+            "--host",
+            process_.LOOPBACK,
+            "--port",
+            str(self.port),
+            "--admin-host",
+            process_.LOOPBACK,
+            "--admin-port",
+            str(self.admin_port),
+            "--shutdown-drain-secs",
+            str(self.shutdown_drain_secs),
+            "--upstream-health-interval-secs",
+            "1",
+        )
+        if self.termination_grace_secs is not None:
+            argv += ["--termination-grace-secs", str(self.termination_grace_secs)]
+        if self.upstream_health_path:
+            argv += ["--upstream-health-path", self.upstream_health_path]
+        argv += list(self.extra_args)
+        self.process = process_.Process(self.name, argv, self.log_dir / f"{self.name}.log")
+
+    @property
+    def url(self) -> str:
+        return f"http://{process_.LOOPBACK}:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{process_.LOOPBACK}:{self.admin_port}"
+
+    async def start(self, session: aiohttp.ClientSession, timeout: float = 20.0) -> None:
+        """Start the router and wait until its /readyz answers 200."""
+        self.process.start()
+        await _wait_http_ok(session, self.process, f"{self.admin_url}/readyz", timeout)
+
+    def sigterm(self) -> None:
+        self.process.signal(signal.SIGTERM)
+
+    async def inflight(self, session: aiohttp.ClientSession) -> dict[str, Any]:
+        _, body = await get_json(session, f"{self.admin_url}/admin/inflight")
+        return dict(body)
+
+    async def readyz(self, session: aiohttp.ClientSession) -> tuple[int, Any]:
+        return await get_json(session, f"{self.admin_url}/readyz")
+
+    async def metrics(self, session: aiohttp.ClientSession, *, timeout: float = 2.0) -> Scrape:
+        """One ``/metrics`` scrape (a consistent snapshot: the router renders it in one go)."""
+        async with session.get(f"{self.admin_url}/metrics", timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            resp.raise_for_status()
+            return parse_metrics(await resp.text())
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Scrape:
+    """What a router's ``/metrics`` said: requests by outcome, in flight, and its state."""
+
+    outcomes: dict[str, int]
+    """``drain_router_requests_total`` summed over ``code``, by ``outcome``."""
+    inflight: int
+    state: str | None
+    sessions: int = 0
+    """``drain_router_websocket_sessions``: open WebSocket tunnels (each also one of ``inflight``)."""
+
+
+def parse_metrics(text: str) -> Scrape:
+    """The parts of a router's Prometheus exposition the e2e reconciles. Pure."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    outcomes: dict[str, int] = {}
+    inflight = sessions = 0
+    state: str | None = None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "drain_router_requests_total":
+                outcome = sample.labels["outcome"]
+                outcomes[outcome] = outcomes.get(outcome, 0) + int(sample.value)
+            elif sample.name == "drain_router_inflight_requests":
+                inflight = int(sample.value)
+            elif sample.name == "drain_router_websocket_sessions":
+                sessions = int(sample.value)
+            elif sample.name == "drain_router_state" and sample.value == 1:
+                state = sample.labels["state"]
+    return Scrape(outcomes=outcomes, inflight=inflight, state=state, sessions=sessions)
+
+
+async def _wait_http_ok(session: aiohttp.ClientSession, process: process_.Process, url: str, timeout: float) -> None:
+    async def ok() -> bool:
+        if not process.alive:
+            raise process.failed(f"exited before {url} answered 200")
+        try:
+            status, _ = await get_json(session, url, timeout=1.0)
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return False
+        return status == 200
+
+    try:
+        await process_.wait_until(ok, timeout=timeout, what=f"{url} to answer 200")
+    except TimeoutError as exc:
+        raise process.failed(str(exc)) from None

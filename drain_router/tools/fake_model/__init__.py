@@ -1,0 +1,27 @@
+"""``drain-router fake-model``: a stand-in OpenAI-compatible streaming model server, and a testing kit.
+
+A demo and test tool, not a model: it "generates" ``chunks`` tokens, one every ``interval_ms``,
+after an optional ``first_token_ms`` of silent "prefill". Every streamed chunk carries a sequence
+number (``seq``, from 0, and ``total``), so a client can tell a complete stream from one that lost
+chunks; a complete stream ends with ``data: [DONE]``.
+
+- :mod:`.openai`: the answer shapes and per-request overrides (pure);
+- :mod:`.realtime`: the realtime session's events (pure);
+- :mod:`.app`: the one aiohttp application (:func:`make_app`) and its :class:`State`;
+- :mod:`.serve`: the CLI process, with vLLM's ``--shutdown-timeout`` semantics on SIGTERM;
+- :mod:`.testing`: the same application in a test's event loop (:func:`testing.running`).
+
+Endpoints: ``POST /v1/completions`` and ``/v1/chat/completions`` (``"stream": true`` answers
+server-sent events; the query parameters or JSON fields ``chunks`` (or ``max_tokens``),
+``interval_ms`` and ``first_token_ms`` override the defaults), ``GET /health`` (200 while serving),
+``GET /stats`` (``started``, ``finished``, ``cancelled``, ``active``, and the realtime ``sessions``
+open now, ``sessions_opened``, ``sessions_closed``), ``GET /v1/models``; ``GET /v1/realtime``, a
+WebSocket session with OpenAI-Realtime-shaped events (:mod:`.realtime`); and, for
+proxy tests, ``/sse``, ``/echo``, ``/cut``, ``/short``, ``/lowercase-hops``, ``/status/{code}``.
+"""
+
+from drain_router.tools.fake_model.app import State, make_app
+from drain_router.tools.fake_model.openai import Settings
+from drain_router.tools.fake_model.serve import command
+
+__all__ = ["Settings", "State", "command", "make_app"]

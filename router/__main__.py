@@ -1,5 +1,0 @@
-"""``python -m router`` is ``drain-router``."""
-
-from router.entry import main
-
-main()
