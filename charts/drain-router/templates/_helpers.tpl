@@ -102,6 +102,28 @@ helm.sh/resource-policy: keep
 {{- if and (gt $drain 0) (ge $drain $grace) -}}
 {{- fail (printf "shutdownDrainSecs (%d) must be below terminationGraceSecs (%d): the router's deadline (grace - 2 s) would abort every in-flight stream before the drain even ends. Raise terminationGraceSecs to the drain plus your longest completion" $drain $grace) -}}
 {{- end -}}
+{{- $names := list "router" .Values.modelServer.name -}}
+{{- range .Values.workload.extraContainers -}}
+{{- if has .name $names -}}
+{{- fail (printf "workload.extraContainers: a container named %q is already in the pod (router, modelServer.name %q)" .name $.Values.modelServer.name) -}}
+{{- end -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- $volumes := list -}}
+{{- if .Values.modelServer.shmSize -}}
+{{- $volumes = append $volumes "dshm" -}}
+{{- end -}}
+{{- range .Values.workload.volumes -}}
+{{- $volumes = append $volumes .name -}}
+{{- end -}}
+{{- range (list (dict "where" "router.volumeMounts" "mounts" .Values.router.volumeMounts) (dict "where" "modelServer.volumeMounts" "mounts" .Values.modelServer.volumeMounts)) -}}
+{{- $where := .where -}}
+{{- range .mounts -}}
+{{- if not (has .name $volumes) -}}
+{{- fail (printf "%s mounts volume %q, which is not in workload.volumes" $where .name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The engine preset, as YAML: image, port, health path, command, args (the model and the
