@@ -109,7 +109,8 @@ POOL_WITHOUT_ROUTE: dict[str, Any] = {
 }
 
 PLATFORM: dict[str, Any] = {
-    # A platform team's release: every escape hatch of the pod.
+    # A platform team's release: the HorizontalPodAutoscaler, and every escape hatch of the pod.
+    "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 8, "targetInflightPerPod": 24},
     "monitoring": {"podMonitor": {"enabled": True}},
     "workload": {
         "podAnnotations": {"example.com/cost-center": "llm"},
@@ -155,6 +156,14 @@ PLATFORM: dict[str, Any] = {
     "service": {"annotations": {"example.com/lb": "internal"}, "labels": {"exposure": "internal"}},
 }
 
+KEDA: dict[str, Any] = {
+    # The same autoscaling through KEDA, which queries Prometheus itself.
+    "autoscaling": {
+        "enabled": True,
+        "keda": {"enabled": True, "serverAddress": "http://prometheus-operated.monitoring.svc:9090"},
+    },
+}
+
 #: Model chart sets (every one renders a model server Deployment).
 WITH_WORKLOAD = [
     pytest.param({}, id="defaults"),
@@ -164,6 +173,7 @@ WITH_WORKLOAD = [
     pytest.param(INFERENCE_POOL, id="inference-pool"),
     pytest.param(POOL_WITHOUT_ROUTE, id="pool-without-route"),
     pytest.param(PLATFORM, id="platform"),
+    pytest.param(KEDA, id="keda"),
 ]
 ALL = WITH_WORKLOAD
 
