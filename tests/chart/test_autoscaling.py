@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from drain_router import metrics
 from tests.chart import values_sets
-from tests.chart.helm import RELEASE, Helm, find, model_deployment, one
+from tests.chart.helm import CHART, NAMESPACE, RELEASE, Helm, find, model_deployment, one
 
 FULLNAME = f"{RELEASE}-drain-router"
 HPA = values_sets.PLATFORM
@@ -181,3 +181,20 @@ def test_scale_to_zero_with_the_hpa_is_allowed(helm: Helm) -> None:
         }
     )
     one(docs, "HorizontalPodAutoscaler"), one(docs, "ModelService")
+
+
+def notes(helm: Helm, *sets: str) -> str:
+    args = [arg for s in sets for arg in ("--set", s)]
+    done = helm.run("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client", *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split("NOTES:", 1)[1]
+
+
+def test_notes_name_the_autoscaler_and_warn_when_nothing_scrapes_the_routers(helm: Helm) -> None:
+    hpa = notes(helm, "autoscaling.enabled=true")
+    assert "HorizontalPodAutoscaler llama-drain-router, 1-4 pods at 16 in-flight requests per pod" in hpa
+    assert "/apis/custom.metrics.k8s.io/v1beta1/namespaces/models/pods/*/drain_router_inflight_requests" in hpa
+    assert "WARNING: monitoring.podMonitor.enabled is false" in hpa
+    scraped = notes(helm, "autoscaling.enabled=true", "monitoring.podMonitor.enabled=true")
+    assert "HorizontalPodAutoscaler" in scraped and "WARNING" not in scraped
+    assert "Autoscaling" not in notes(helm)
