@@ -66,11 +66,12 @@ mutate: $(STAMP)
 chart-readme: $(STAMP)
 	$(BIN)/python scripts/chart_readme.py
 
-## make dist: wheel, sdist and the packaged chart in dist/ (DIST_IMAGE=1 adds the image, needs root)
+## make dist: wheel, sdist and both packaged charts (drain-router, drain-router-controller) in dist/
+## (DIST_IMAGE=1 adds the image, needs root)
 dist: $(STAMP)
 	PYTHON=$(BIN)/python bash scripts/dist.sh
 
-## make dist-check: the wheel installs into a fresh venv and runs; the packaged chart lints and renders
+## make dist-check: the wheel installs into a fresh venv and runs; both packaged charts lint and render
 dist-check: dist
 	bash scripts/dist-check.sh
 

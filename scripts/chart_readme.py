@@ -22,12 +22,36 @@ CHART = CHARTS / "drain-router"
 CONTROLLER_CHART = CHARTS / "drain-router-controller"
 KEY = re.compile(r"^(\s*)([A-Za-z0-9_]+):")
 
+#: Each chart's install line, from the archive `make dist` packages (dist/<chart>-<version>.tgz).
+INSTALL = {
+    "drain-router": "helm install llama {archive} -n models --create-namespace -f values.yaml",
+    "drain-router-controller": (
+        "helm install drain-router-controller {archive} -n drain-router-system --create-namespace \\\n"
+        "  --set watch.allNamespaces=true"
+    ),
+}
+PURPOSE = {
+    "drain-router": "One release per model: the model server pod with the draining router in front of it.",
+    "drain-router-controller": (
+        "Once per cluster (or once per watched namespace): the ModelService CRD and the companion controller."
+    ),
+}
+
 HEADER = """\
 # {name} chart
 
+```sh
+{install}
+```
+
+{purpose}
+`make dist` packages it as `dist/{archive}`;
+from a checkout, `charts/{name}` installs the same chart.
+The repository's README explains the chart as a whole (section Kubernetes), and
+[docs/kubernetes.md](../../docs/kubernetes.md) the budget, autoscaling and the pod's escape hatches.
+
 Generated from the `# --` comments of [values.yaml](values.yaml) by `scripts/chart_readme.py`; do
-not edit by hand (`make chart-readme` rewrites it, and a test fails when it is stale). The
-repository's README explains the chart as a whole (section Kubernetes).
+not edit by hand (`make chart-readme` rewrites it, and a test fails when it is stale).
 
 | key | default | description |
 | --- | --- | --- |
@@ -69,6 +93,8 @@ def _lookup(values: Any, dotted: str) -> Any:
 
 
 def render(text: str, name: str = "drain-router") -> str:
+    version = yaml.safe_load((CHARTS / name / "Chart.yaml").read_text())["version"]
+    archive = f"{name}-{version}.tgz"
     values = yaml.safe_load(text)
     keys = dict(documented(text))
     rows = []
@@ -81,7 +107,10 @@ def render(text: str, name: str = "drain-router") -> str:
         cell = description.replace("|", "\\|")
         shown = default if default == "see below" else f"`{default}`"
         rows.append(f"| `{key}` | {shown} | {cell} |")
-    return HEADER.format(name=name) + "\n".join(rows) + "\n"
+    header = HEADER.format(
+        name=name, archive=archive, install=INSTALL[name].format(archive=archive), purpose=PURPOSE[name]
+    )
+    return header + "\n".join(rows) + "\n"
 
 
 def main(argv: list[str]) -> int:

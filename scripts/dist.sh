@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make dist: the release artifacts of one version, in dist/:
 #   drain_router-<v>-py3-none-any.whl, drain_router-<v>.tar.gz   (python -m build)
-#   drain-router-<v>.tgz                                           (helm package)
+#   drain-router-<v>.tgz, drain-router-controller-<v>.tgz        (helm package: the two charts)
 #   drain-router-<v>.oci.tar   only with DIST_IMAGE=1: the image as an OCI archive (needs root and
 #                              buildah; built by scripts/build-image.sh)
 # The version is pyproject.toml's; the chart's version and appVersion must equal it (a test checks).

@@ -49,7 +49,8 @@ def render(helm: Helm, values: dict[str, Any] | None = None) -> list[dict[str, A
 
 
 def controller_args(docs: list[dict[str, Any]]) -> list[str]:
-    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["name"] == "controller"
     return container["args"]
 
 
@@ -163,7 +164,9 @@ def test_two_replicas_elect_a_leader_with_a_liveness_probe_on_healthz(helm: Helm
     assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = dep["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
-    (container,) = pod["containers"]
+    container, *extra = pod["containers"]
+    assert container["name"] == "controller"
+    assert extra == merged["extraContainers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert flag(container["args"], "--liveness-port") == str(ports["health"]) == str(merged["health"]["port"])
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}

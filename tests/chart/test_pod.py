@@ -68,12 +68,13 @@ def test_model_server_prestop_holds_on_the_routers_drain_wait(rendered: tuple[di
 
 def test_router_is_a_regular_container_not_a_native_sidecar(rendered: tuple[dict[str, Any], list[Any]]) -> None:
     """Native sidecars are signalled after the main containers exit: the drain would start too late."""
-    _, docs = rendered
+    values, docs = rendered
     pod = model_deployment(docs)["spec"]["template"]["spec"]
     for init in pod.get("initContainers", []):
         assert init["name"] != "router" and "restartPolicy" not in init
-    assert next(c["name"] for c in pod["containers"]) == "router"
-    assert len(pod["containers"]) == 2
+    names = [c["name"] for c in pod["containers"]]
+    assert names[:2] == ["router", values["modelServer"]["name"]]
+    assert names[2:] == [c["name"] for c in values["workload"]["extraContainers"]]
 
 
 def test_router_probes(rendered: tuple[dict[str, Any], list[Any]]) -> None:

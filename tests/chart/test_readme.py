@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.chart.helm import CHART, CONTROLLER_CHART, REPO
 
@@ -33,3 +35,26 @@ def test_every_documented_key_exists_with_its_default() -> None:
     rendered = generator.render(text)
     assert "| `networkPolicy.enabled` | `true` |" in rendered
     assert Path(CHART / "README.md").exists()
+
+
+@pytest.mark.parametrize("chart", [CHART, CONTROLLER_CHART], ids=lambda c: c.name)
+def test_chart_readme_starts_with_its_install_line(chart: Path) -> None:
+    """The first thing under the title installs the archive `make dist` packages."""
+    version = yaml.safe_load((chart / "Chart.yaml").read_text())["version"]
+    lines = (chart / "README.md").read_text().splitlines()
+    assert lines[0] == f"# {chart.name} chart"
+    body = [line for line in lines[1:] if line]
+    assert body[0] == "```sh"
+    assert body[1].startswith("helm install ")
+    assert f" {chart.name}-{version}.tgz " in body[1]
+
+
+def test_make_dist_packages_both_charts() -> None:
+    """scripts/dist.sh packages every chart in charts/ (two), and dist-check checks each archive."""
+    charts = sorted(path.parent.name for path in (REPO / "charts").glob("*/Chart.yaml"))
+    assert charts == ["drain-router", "drain-router-controller"]
+    dist = (REPO / "scripts" / "dist.sh").read_text()
+    assert sorted(re.findall(r'^"\$HELM" package charts/(\S+) ', dist, re.MULTILINE)) == charts
+    check = (REPO / "scripts" / "dist-check.sh").read_text()
+    for name in charts:
+        assert f'"dist/{name}-$VERSION.tgz"' in check

@@ -108,6 +108,62 @@ POOL_WITHOUT_ROUTE: dict[str, Any] = {
     "modelServer": {"engine": "llamacpp", "model": "Qwen/Qwen2.5-0.5B-Instruct-GGUF"},
 }
 
+PLATFORM: dict[str, Any] = {
+    # A platform team's release: the HorizontalPodAutoscaler, and every escape hatch of the pod.
+    "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 8, "targetInflightPerPod": 24},
+    "monitoring": {"podMonitor": {"enabled": True}},
+    "workload": {
+        "podAnnotations": {"example.com/cost-center": "llm"},
+        "podLabels": {"team": "inference"},
+        "podSecurityContext": {"fsGroup": 2000},
+        "priorityClassName": "serving",
+        "nodeSelector": {"cloud.example.com/gpu": "h100"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "initContainers": [{"name": "warm-cache", "image": "registry.example.com/warm:1"}],
+        "extraContainers": [
+            {
+                "name": "log-shipper",
+                "image": "registry.example.com/shipper:2",
+                "volumeMounts": [{"name": "spool", "mountPath": "/spool"}],
+            }
+        ],
+        "volumes": [
+            {"name": "ca", "configMap": {"name": "corporate-ca"}},
+            {"name": "spool", "emptyDir": {}},
+        ],
+    },
+    "router": {
+        "volumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/corporate", "readOnly": True}],
+        "securityContext": {"seLinuxOptions": {"level": "s0:c123,c456"}},
+    },
+    "modelServer": {
+        "volumeMounts": [{"name": "spool", "mountPath": "/var/log/model"}],
+        "securityContext": {"allowPrivilegeEscalation": False},
+    },
+    "service": {"annotations": {"example.com/lb": "internal"}, "labels": {"exposure": "internal"}},
+}
+
+KEDA: dict[str, Any] = {
+    # The same autoscaling through KEDA, which queries Prometheus itself.
+    "autoscaling": {
+        "enabled": True,
+        "keda": {"enabled": True, "serverAddress": "http://prometheus-operated.monitoring.svc:9090"},
+    },
+}
+
 #: Model chart sets (every one renders a model server Deployment).
 WITH_WORKLOAD = [
     pytest.param({}, id="defaults"),
@@ -116,6 +172,8 @@ WITH_WORKLOAD = [
     pytest.param(CUSTOM_SERVER, id="custom-server"),
     pytest.param(INFERENCE_POOL, id="inference-pool"),
     pytest.param(POOL_WITHOUT_ROUTE, id="pool-without-route"),
+    pytest.param(PLATFORM, id="platform"),
+    pytest.param(KEDA, id="keda"),
 ]
 ALL = WITH_WORKLOAD
 
@@ -134,11 +192,31 @@ CONTROLLER_MINIMAL: dict[str, Any] = {
     "features": {"httpRoutes": False, "recycling": False, "lifecycleRules": False},
     "metricsPort": 0,
 }
+CONTROLLER_EXTRAS: dict[str, Any] = {
+    # The controller pod's escape hatches.
+    "podLabels": {"team": "platform"},
+    "podSecurityContext": {"fsGroup": 10001},
+    "initContainers": [{"name": "wait-for-api", "image": "registry.example.com/wait:1"}],
+    "extraContainers": [{"name": "api-proxy", "image": "registry.example.com/proxy:1"}],
+    "volumes": [{"name": "ca", "configMap": {"name": "corporate-ca"}}],
+    "volumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/corporate", "readOnly": True}],
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "platform", "effect": "NoSchedule"}],
+    "nodeSelector": {"node-role.example.com/platform": "true"},
+    "priorityClassName": "platform-critical",
+    "monitoring": {
+        "serviceMonitor": {
+            "enabled": True,
+            "serviceLabels": {"exposure": "internal"},
+            "serviceAnnotations": {"example.com/scrape": "true"},
+        }
+    },
+}
 CONTROLLER_SETS = [
     pytest.param({}, id="controller-defaults"),
     pytest.param(CONTROLLER_CLUSTER, id="controller-cluster"),
     pytest.param(CONTROLLER_NAMESPACES, id="controller-namespaces"),
     pytest.param(CONTROLLER_MINIMAL, id="controller-minimal"),
+    pytest.param(CONTROLLER_EXTRAS, id="controller-extras"),
 ]
 
 

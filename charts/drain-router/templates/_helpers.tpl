@@ -102,6 +102,46 @@ helm.sh/resource-policy: keep
 {{- if and (gt $drain 0) (ge $drain $grace) -}}
 {{- fail (printf "shutdownDrainSecs (%d) must be below terminationGraceSecs (%d): the router's deadline (grace - 2 s) would abort every in-flight stream before the drain even ends. Raise terminationGraceSecs to the drain plus your longest completion" $drain $grace) -}}
 {{- end -}}
+{{- $a := .Values.autoscaling -}}
+{{- if $a.enabled -}}
+{{- if gt (int $a.minReplicas) (int $a.maxReplicas) -}}
+{{- fail (printf "autoscaling.minReplicas (%v) is above autoscaling.maxReplicas (%v)" $a.minReplicas $a.maxReplicas) -}}
+{{- end -}}
+{{- if and $a.keda.enabled (not $a.keda.serverAddress) -}}
+{{- fail "autoscaling.keda.enabled needs autoscaling.keda.serverAddress: the Prometheus KEDA queries for drain_router_inflight_requests" -}}
+{{- end -}}
+{{- if and $a.keda.enabled .Values.modelService.enabled -}}
+{{- range .Values.modelService.lifecycleRules -}}
+{{- if eq .policy "ScaleToZero" -}}
+{{- fail "autoscaling.keda.enabled with a ScaleToZero lifecycle rule: KEDA scales a Deployment below minReplicaCount straight back up, undoing the rule (the HorizontalPodAutoscaler leaves a Deployment at 0 alone: use it instead)" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- else if $a.keda.enabled -}}
+{{- fail "autoscaling.keda.enabled needs autoscaling.enabled: the ScaledObject is one of the two autoscalers it chooses between" -}}
+{{- end -}}
+{{- $names := list "router" .Values.modelServer.name -}}
+{{- range .Values.workload.extraContainers -}}
+{{- if has .name $names -}}
+{{- fail (printf "workload.extraContainers: a container named %q is already in the pod (router, modelServer.name %q)" .name $.Values.modelServer.name) -}}
+{{- end -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- $volumes := list -}}
+{{- if .Values.modelServer.shmSize -}}
+{{- $volumes = append $volumes "dshm" -}}
+{{- end -}}
+{{- range .Values.workload.volumes -}}
+{{- $volumes = append $volumes .name -}}
+{{- end -}}
+{{- range (list (dict "where" "router.volumeMounts" "mounts" .Values.router.volumeMounts) (dict "where" "modelServer.volumeMounts" "mounts" .Values.modelServer.volumeMounts)) -}}
+{{- $where := .where -}}
+{{- range .mounts -}}
+{{- if not (has .name $volumes) -}}
+{{- fail (printf "%s mounts volume %q, which is not in workload.volumes" $where .name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The engine preset, as YAML: image, port, health path, command, args (the model and the
