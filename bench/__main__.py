@@ -19,24 +19,23 @@ from bench import report, runner, targets
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "bench.md"
 CHART = ROOT / "docs" / "img" / "bench.png"
-README = ROOT / "README.md"
 
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def publish(results: dict, results_path: Path, *, docs: bool, chart_path: Path | None, readme: bool = True) -> None:
+def publish(results: dict, results_path: Path, *, docs: Path | None, chart_path: Path | None) -> None:
+    """Print the table; write it between the bench markers of ``docs`` (docs/bench.md, the one page
+    that carries it) and draw the chart, unless either is None."""
     derived = report.summarize(results)
     table = report.markdown(results, derived)
     print(table)
     if chart_path is not None:
         drawn = report.chart(results, derived, chart_path)
         _log(f"chart: {chart_path}" if drawn else "chart skipped: matplotlib not installed (the 'plot' extra)")
-    if docs:
-        for path in (DOCS, README) if readme else (DOCS,):
-            if report.inject(path, table):
-                _log(f"table written into {path.relative_to(ROOT)}")
+    if docs is not None and report.inject(docs, table):
+        _log(f"table written into {docs}")
     _log(f"results: {results_path}")
 
 
@@ -64,13 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-docs",
         dest="docs",
         action="store_false",
-        help="do not write the table into docs/bench.md and README.md, nor the chart into docs/img",
-    )
-    parser.add_argument(
-        "--no-readme",
-        dest="readme",
-        action="store_false",
-        help="write docs/bench.md and the chart, but leave README.md alone",
+        help="do not write the table into docs/bench.md, nor the chart into docs/img",
     )
     args = parser.parse_args(argv)
     plan = runner.plan_for(args.mode or "full", args.rounds, args.seconds)
@@ -85,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     results["derived"] = report.summarize(results)
     path = runner.write_results(results, args.results)
     chart_path = CHART if args.docs else args.results / (path.stem + ".png")
-    publish(results, path, docs=args.docs, chart_path=chart_path, readme=args.readme)
+    publish(results, path, docs=DOCS if args.docs else None, chart_path=chart_path)
     return 0
 
 
@@ -93,14 +86,13 @@ def cmd_report(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench report")
     parser.add_argument("file", nargs="?", type=Path, help="results JSON (default: latest full run)")
     parser.add_argument("--no-docs", dest="docs", action="store_false")
-    parser.add_argument("--no-readme", dest="readme", action="store_false")
     args = parser.parse_args(argv)
     path = args.file or report.latest(runner.RESULTS_DIR)
     if path is None:
         _log("no results yet: run `make bench` first")
         return 1
     results = json.loads(path.read_text())
-    publish(results, path, docs=args.docs, chart_path=CHART if args.docs else None, readme=args.readme)
+    publish(results, path, docs=DOCS if args.docs else None, chart_path=CHART if args.docs else None)
     return 0
 
 

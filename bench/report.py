@@ -391,7 +391,7 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
         f"{' (the machine was shared with other work: read single cells with care, ratios of the same round less so)' if shared > 0.1 else ''}."
     )
     lines.append("")
-    lines.append("| goal (issues 11, 22) | target | measured: median (min–max) | |")
+    lines.append("| goal | target | measured: median (min–max) | |")
     lines.append("| --- | --- | --- | --- |")
     for goal in derived["goals"]:
         unit = goal["unit"]

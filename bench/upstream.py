@@ -3,7 +3,7 @@ bottleneck of a proxy measurement.
 
 Kept apart from ``drain-router fake-model`` on purpose: the fake model is an aiohttp application
 (counters, overrides, a vLLM-like shutdown) whose own per-request cost (~50 µs in aiohttp's server
-alone, see the README) would be measured along with the proxy; this one writes prebuilt bytes.
+alone) would be measured along with the proxy; this one writes prebuilt bytes.
 
 Routes (HTTP/1.1, keep-alive, request bodies by Content-Length or chunked):
 

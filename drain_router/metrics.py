@@ -1,4 +1,4 @@
-"""Every metric the router exports, in one place. Names are part of the contract (README, "Metrics and logs").
+"""Every metric the router exports, in one place. Names are part of the contract (docs/metrics.md).
 
 ``Metrics(registry)`` takes a :class:`prometheus_client.CollectorRegistry` so tests build a fresh one.
 """

@@ -82,3 +82,23 @@ def test_table_goes_between_the_markers_only(tmp_path: Path) -> None:
     plain.write_text("no markers\n")
     assert not report.inject(plain, "| new |\n")
     assert plain.read_text() == "no markers\n"
+
+
+def test_the_table_is_published_into_the_docs_page_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """1. publish the committed full run into a copy of docs/bench.md 2. look at the README.
+    Result: the table lands between the page's markers; the README carries no bench markers, so the
+    generator writes one page, the one that holds the table."""
+    from bench import __main__ as cli
+
+    results_path = report.latest(ROOT / "bench" / "results")
+    assert results_path is not None
+    page = tmp_path / "bench.md"
+    page.write_text((ROOT / "docs" / "bench.md").read_text())
+    cli.publish(json.loads(results_path.read_text()), results_path, docs=page, chart_path=None)
+    text = page.read_text()
+    assert text.count(report.BEGIN) == text.count(report.END) == 1
+    table = capsys.readouterr().out.removesuffix("\n")  # print() added the newline
+    assert "| workload |" in table
+    assert f"{report.BEGIN}\n{table}{report.END}" in text
+    readme = (ROOT / "README.md").read_text()
+    assert report.BEGIN not in readme and report.END not in readme

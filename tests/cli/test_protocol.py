@@ -279,7 +279,7 @@ async def test_an_oversized_head_is_431_json_and_closed(start_process, raw, requ
 
 
 async def test_too_many_headers_are_431_json_and_closed(start_process, raw):
-    """More than 128 header fields: 431 with the JSON error body (the README's limits), the connection
+    """More than 128 header fields: 431 with the JSON error body (docs/proxying.md, limits), the connection
     closed, counted ``rejected``, nothing proxied."""
     p = await start_process()
     many = b"".join(b"X-H%d: v\r\n" % i for i in range(200))

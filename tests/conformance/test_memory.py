@@ -92,7 +92,7 @@ async def flood(p: RouterProcess, up: wire.Upstream, connections: int, pipelined
         for c in clients:
             # Leave with a reset: a FIN queued behind unsent pipelined bytes (the router is not
             # reading them, as SPEC asks) cannot reach the router until they are read, so only a
-            # reset is a departure TCP can show it (README: Proxying).
+            # reset is a departure TCP can show it (docs/proxying.md).
             reset(c.writer)
     await wire.wait_idle(admin_port, timeout=10)
 
