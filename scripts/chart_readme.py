@@ -47,7 +47,7 @@ HEADER = """\
 {purpose}
 `make dist` packages it as `dist/{archive}`;
 from a checkout, `charts/{name}` installs the same chart.
-The repository's README explains the chart as a whole (section Kubernetes), and
+The repository's README explains the chart as a whole and
 [docs/kubernetes.md](../../docs/kubernetes.md) the budget, autoscaling and the pod's escape hatches.
 
 Generated from the `# --` comments of [values.yaml](values.yaml) by `scripts/chart_readme.py`; do
