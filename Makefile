@@ -97,5 +97,12 @@ constraints:
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 	rm -rf $(CONSTRAINTS_VENV)
 
+## make clean: every build output and cache this checkout makes (the environments, dist/, the helm
+## binary and the image's base rootfs under .cache/, the tools' caches, __pycache__), never a tracked
+## file; CI checks that nothing untracked is left after it.
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) build dist *.egg-info .pytest_cache
+	rm -rf $(VENV) $(DEMO_VENV) $(CONSTRAINTS_VENV) build dist *.egg-info .cache \
+	    .pytest_cache .hypothesis .mypy_cache .ruff_cache .import_linter_cache \
+	    bench/results/tmp drain-router-demo.png
+	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} + \
+	    -o -name '*.pyc' -type f -exec rm -f {} +
