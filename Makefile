@@ -70,11 +70,13 @@ mutate: $(STAMP)
 chart-readme: $(STAMP)
 	$(BIN)/python scripts/chart_readme.py
 
-## make dist: wheel, sdist and the packaged chart in dist/ (DIST_IMAGE=1 adds the image, needs root)
+## make dist: wheel, sdist, both packaged charts, the tested versions and INSTALL.txt (the command that
+## installs each) in dist/ (DIST_IMAGE=1 adds the image archive, needs root); docs/install.md
 dist: $(STAMP)
 	PYTHON=$(BIN)/python bash scripts/dist.sh
 
-## make dist-check: the wheel installs into a fresh venv and runs; the packaged chart lints and renders
+## make dist-check: the wheel with the controller extra installs (tested versions) into a fresh venv and
+## runs; the packaged charts lint and render; INSTALL.txt names every artifact
 dist-check: dist
 	bash scripts/dist-check.sh
 
