@@ -4,12 +4,16 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test unit e2e lint demo bench soak image dist dist-check chart-readme mutate clean
+.PHONY: test unit e2e lint demo bench soak image dist dist-check chart-readme mutate constraints clean
 
-$(STAMP): pyproject.toml
+# The tested versions: every install here is constrained by constraints.txt (pyproject.toml only
+# declares ranges). The dev tools are the `dev` dependency group, which needs pip >= 25.1.
+CONSTRAINTS := constraints.txt
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[controller,test,demo]'
+	$(BIN)/pip install --quiet --upgrade 'pip>=25.1'
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[controller,demo]' --group dev
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -18,10 +22,10 @@ venv: $(STAMP)
 DEMO_VENV  := .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
-$(DEMO_STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/pip install --quiet --upgrade pip
-	$(DEMO_VENV)/bin/pip install --quiet -e '.[demo]'
+	$(DEMO_VENV)/bin/pip install --quiet -c $(CONSTRAINTS) -e '.[demo]'
 	touch $(DEMO_STAMP)
 
 ## make test: lint (import layers, ruff rules and format, mypy: strict on decisions and config) + every test, e2e last
@@ -66,12 +70,13 @@ mutate: $(STAMP)
 chart-readme: $(STAMP)
 	$(BIN)/python scripts/chart_readme.py
 
-## make dist: wheel, sdist and both packaged charts (drain-router, drain-router-controller) in dist/
-## (DIST_IMAGE=1 adds the image, needs root)
+## make dist: wheel, sdist, both packaged charts, the tested versions and INSTALL.txt (the command that
+## installs each) in dist/ (DIST_IMAGE=1 adds the image archive, needs root); docs/install.md
 dist: $(STAMP)
 	PYTHON=$(BIN)/python bash scripts/dist.sh
 
-## make dist-check: the wheel installs into a fresh venv and runs; both packaged charts lint and render
+## make dist-check: the wheel with the controller extra installs (tested versions) into a fresh venv and
+## runs; both packaged charts lint and render; INSTALL.txt names every artifact
 dist-check: dist
 	bash scripts/dist-check.sh
 
@@ -81,5 +86,25 @@ image:
 	bash scripts/build-image.sh
 	python3 scripts/image-smoke.py
 
+## make constraints: regenerate constraints.txt: a fresh environment gets the newest versions the
+## ranges in pyproject.toml allow (every extra and the dev group), and its freeze is the new set.
+## Run the tests on it before committing it.
+CONSTRAINTS_VENV := .venv-constraints
+constraints:
+	rm -rf $(CONSTRAINTS_VENV)
+	$(PYTHON) -m venv $(CONSTRAINTS_VENV)
+	$(CONSTRAINTS_VENV)/bin/pip install --quiet --upgrade 'pip>=25.1'
+	$(CONSTRAINTS_VENV)/bin/pip install --quiet '.[controller,demo,plot]' --group dev
+	{ sed -n '/^#/p' $(CONSTRAINTS); $(CONSTRAINTS_VENV)/bin/pip freeze --exclude drain-router; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+	rm -rf $(CONSTRAINTS_VENV)
+
+## make clean: every build output and cache this checkout makes (the environments, dist/, the helm
+## binary and the image's base rootfs under .cache/, the tools' caches, __pycache__), never a tracked
+## file; CI checks that nothing untracked is left after it.
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) build dist *.egg-info .pytest_cache
+	rm -rf $(VENV) $(DEMO_VENV) $(CONSTRAINTS_VENV) build dist *.egg-info .cache \
+	    .pytest_cache .hypothesis .mypy_cache .ruff_cache .import_linter_cache \
+	    bench/results/tmp drain-router-demo.png
+	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} + \
+	    -o -name '*.pyc' -type f -exec rm -f {} +

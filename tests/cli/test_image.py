@@ -8,6 +8,7 @@ router drains only because it installs its own handlers.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import re
 import shutil
@@ -54,14 +55,65 @@ def test_dockerfile_stages_share_one_pinned_base():
     assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", default)
     assert re.findall(r"^FROM\s+(\S+)", text, re.M) == ["${BASE}", "${BASE}"]
     assert text.index("ARG BASE=") < text.index("\nFROM "), "a global ARG, before the first FROM"
-    final_stage = text.split("\nFROM ")[-1]
-    assert "python3 -m venv /opt/drain-router" in final_stage
+    build_stage, final_stage = text.split("\nFROM ")[1:]
+    assert "python3 -m venv /opt/drain-router" in build_stage
+    assert "COPY --from=build /opt/drain-router /opt/drain-router" in final_stage, "the same path: its links hold"
     assert re.search(r"PATH=/opt/drain-router/bin:\$PATH", final_stage)
 
 
 def test_dockerfile_installs_this_version():
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert f"drain-router[controller]=={version}" in DOCKERFILE.read_text()
+
+
+def test_dockerfile_ships_the_router_and_the_controller_only():
+    """The controller extra only, at the tested versions (constraints.txt), and no pip or setuptools
+    left in the virtualenv; the final stage copies that virtualenv and installs nothing itself."""
+    text = DOCKERFILE.read_text()
+    build_stage, final_stage = text.split("\nFROM ")[1:]
+    pip_lines = " ".join(re.findall(r"\bpip (?:wheel|install) [^\n]*", build_stage))
+    assert set(re.findall(r"\[([\w,-]+)\]", pip_lines)) == {"controller"}, pip_lines
+    assert "pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt '.[controller]'" in build_stage
+    assert re.search(r"^COPY [^\n]*\bconstraints\.txt\b", build_stage, re.M)
+    assert re.search(r"pip uninstall [^\n]*\bpip setuptools\b", build_stage)
+    assert "pip " not in final_stage and "/wheels" not in final_stage
+
+
+def load_image_smoke():
+    spec = importlib.util.spec_from_file_location("image_smoke", ROOT / "scripts" / "image-smoke.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake_venv(root: Path, dists: dict[str, str]) -> Path:
+    site = root / "lib" / "python3.11" / "site-packages"
+    for name, version in dists.items():
+        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.4\nName: {name}\nVersion: {version}\n\nbody: no\n")
+    return root
+
+
+def test_image_contents_check_names_what_must_not_ship(tmp_path):
+    """The image smoke run's contents check (scripts/image-smoke.py) passes the router and the controller
+    at the tested versions, and names a development tool, pip, a demo dependency or a version drift."""
+    smoke = load_image_smoke()
+    constraints = "# header\naiohttp==3.14.5\nkopf==1.45.2\nPyYAML==6.0.3\n"
+    good = {"drain-router": "0.1.0", "aiohttp": "3.14.5", "kopf": "1.45.2", "PyYAML": "6.0.3"}
+    assert smoke.contents_problems(fake_venv(tmp_path / "good", good), constraints) == []
+    bad = {**good, "pytest": "9.2.0", "rich": "15.0.0", "pip": "23.0.1", "PyYAML": "6.0.4"}
+    problems = smoke.contents_problems(fake_venv(tmp_path / "bad", bad), constraints)
+    assert problems == [
+        "pytest 9.2.0 is installed",
+        "rich 15.0.0 is installed",
+        "pip 23.0.1 is installed",
+        "pyyaml 6.0.4 is not the tested version (constraints.txt: 6.0.3)",
+    ]
+    assert smoke.contents_problems(fake_venv(tmp_path / "none", {"aiohttp": "3.14.5"}), constraints) == [
+        "drain-router is not installed"
+    ]
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare (util-linux) not installed")
