@@ -19,10 +19,17 @@ import click
 from drain_router import config, entry
 
 #: Subcommands that live in other packages, imported only when invoked, so ``serve`` never loads kopf.
+#: Each description is the first line of the command's own help (a test keeps them equal).
 LAZY_COMMANDS = {
-    "controller": ("drain_router.controller.command", "Run the companion controller (needs the 'controller' extra)."),
-    "fake-model": ("drain_router.tools.fake_model", "A stand-in streaming model server, for demos and tests."),
-    "demo": ("drain_router.tools.demo", "Show a rolling restart with and without the drain, on this machine."),
+    "controller": (
+        "drain_router.controller.command",
+        "Run the companion controller: staged deletion of ModelServices (needs the 'controller' extra).",
+    ),
+    "fake-model": (
+        "drain_router.tools.fake_model",
+        "A stand-in OpenAI-compatible streaming model server, for demos and tests.",
+    ),
+    "demo": ("drain_router.tools.demo", "Show a rolling restart under three shutdown recipes, on this machine."),
 }
 
 

@@ -1,0 +1,50 @@
+"""What a user reads: help, usage and configuration errors of a real ``python -m drain_router``
+process (exit code, stdout and stderr), with no ``DRAIN_ROUTER_*`` variable inherited."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+UPSTREAM = ["--upstream", "http://127.0.0.1:8000"]
+
+
+def drain_router(
+    *args: str, env: dict[str, str] | None = None, code: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m drain_router ARGS`` (or ``python -c CODE ARGS``) with only ``env`` as its
+    ``DRAIN_ROUTER_*`` variables."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DRAIN_ROUTER_")}
+    entry = ["-c", code] if code is not None else ["-m", "drain_router"]
+    return subprocess.run(
+        [sys.executable, *entry, *args],
+        env={**clean, **(env or {}), "COLUMNS": "100"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def first_paragraph(help_text: str) -> str:
+    """The paragraph under ``Usage:`` in a command's own help."""
+    return words(help_text.split("\n\n")[1])
+
+
+@pytest.mark.parametrize("name", ["controller", "fake-model", "demo"])
+def test_top_level_help_describes_a_lazy_command_as_its_own_help_does(name: str) -> None:
+    """``drain-router --help`` lists the lazy commands without importing them, so their lines are
+    written twice; they must say what each command's own help says (the demo's said "with and
+    without the drain" while it ran three recipes)."""
+    own = drain_router(name, "--help")
+    assert own.returncode == 0, own.stderr
+    top = drain_router("--help")
+    assert top.returncode == 0, top.stderr
+    assert words(f"{name} {first_paragraph(own.stdout)}") in words(top.stdout)
