@@ -88,9 +88,8 @@ def _build(params: dict[str, Any]) -> config.Config:
         return config.build_config(**params)
     except config.ConfigError as exc:
         # click prints "Error: Invalid value for '--flag': ..." and exits 2.
-        raise click.BadParameter(
-            f"{exc.value!r}: {exc.reason}", param_hint=f"'{config.flag_name(exc.field)}'"
-        ) from None
+        value = "not given" if exc.value is None else repr(exc.value)
+        raise click.BadParameter(f"{value}: {exc.reason}", param_hint=f"'{config.flag_name(exc.field)}'") from None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

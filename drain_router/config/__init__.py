@@ -109,10 +109,14 @@ def build_config(**raw: object) -> Config:
         )
     period, threshold = drain["readiness_probe_period_secs"], drain["readiness_probe_failure_threshold"]
     if (period is None) != (threshold is None):
-        missing = "readiness_probe_failure_threshold" if threshold is None else "readiness_probe_period_secs"
+        # Named by the one given (with its value), the remedy by the one missing.
         given = "readiness_probe_period_secs" if threshold is None else "readiness_probe_failure_threshold"
+        missing = "readiness_probe_failure_threshold" if threshold is None else "readiness_probe_period_secs"
         raise ConfigError(
-            missing, None, f"declare it together with {flag_name(given)}: the probe window is their product"
+            given,
+            given_raw[given],
+            f"declare {flag_name(missing)} with it: the probe window (failureThreshold * periodSeconds) "
+            "is their product, and one alone says nothing",
         )
     if proxy["port"] == admin["port"] and proxy["port"] != 0:
         other = 9091 if proxy["port"] != 9091 else 9092

@@ -48,3 +48,24 @@ def test_top_level_help_describes_a_lazy_command_as_its_own_help_does(name: str)
     top = drain_router("--help")
     assert top.returncode == 0, top.stderr
     assert words(f"{name} {first_paragraph(own.stdout)}") in words(top.stdout)
+
+
+@pytest.mark.parametrize(
+    ("given", "missing"),
+    [
+        (["--readiness-probe-period-secs", "5"], "--readiness-probe-failure-threshold"),
+        (["--readiness-probe-failure-threshold", "3"], "--readiness-probe-period-secs"),
+    ],
+)
+@pytest.mark.parametrize("command", ["serve", "check"])
+def test_half_a_probe_pair_names_the_flag_given_its_value_and_the_one_missing(
+    command: str, given: list[str], missing: str
+) -> None:
+    """A probe period without its threshold (or the reverse) is refused, exit 2, naming the flag
+    that was given with its value and the one to add; the message printed ``None`` as the value."""
+    result = drain_router(command, *UPSTREAM, *given)
+    assert result.returncode == 2, result.stderr
+    flag, value = given
+    assert f"Invalid value for '{flag}': '{value}': declare {missing} with it" in words(result.stderr)
+    assert "None" not in result.stderr
+    assert result.stdout == ""
