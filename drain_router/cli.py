@@ -87,9 +87,14 @@ def _build(params: dict[str, Any]) -> config.Config:
     try:
         return config.build_config(**params)
     except config.ConfigError as exc:
-        # click prints "Error: Invalid value for '--flag': ..." and exits 2.
+        # click prints "Error: Invalid value for '--flag': ..." and exits 2. A value that came from
+        # the environment is named by its variable, the one the user has to change.
+        flag = config.flag_name(exc.field)
+        hint = f"'{flag}'"
+        if click.get_current_context().get_parameter_source(exc.field) is click.core.ParameterSource.ENVIRONMENT:
+            hint = f"'{_env(flag[2:])}' (the variable of {hint})"
         value = "not given" if exc.value is None else repr(exc.value)
-        raise click.BadParameter(f"{value}: {exc.reason}", param_hint=f"'{config.flag_name(exc.field)}'") from None
+        raise click.BadParameter(f"{value}: {exc.reason}", param_hint=hint) from None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

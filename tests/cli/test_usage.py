@@ -69,3 +69,38 @@ def test_half_a_probe_pair_names_the_flag_given_its_value_and_the_one_missing(
     assert f"Invalid value for '{flag}': '{value}': declare {missing} with it" in words(result.stderr)
     assert "None" not in result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("DRAIN_ROUTER_SHUTDOWN_DRAIN_SECS", "abc", "must be a whole number of seconds"),
+        ("DRAIN_ROUTER_TERMINATION_GRACE_SECS", "0", "must be at least 1 second"),
+        ("DRAIN_ROUTER_ADMIN_PORT", "8080", "must differ from --port (8080)"),
+        ("DRAIN_ROUTER_READINESS_PROBE_PERIOD_SECS", "5", "declare --readiness-probe-failure-threshold"),
+    ],
+)
+def test_a_bad_environment_variable_is_named_by_the_variable(variable: str, value: str, says: str) -> None:
+    """A value from ``DRAIN_ROUTER_*`` is refused naming that variable, the one to change (the
+    message named only the flag, which the user never typed), then its flag, value and remedy."""
+    flag = "--" + variable.removeprefix("DRAIN_ROUTER_").lower().replace("_", "-")
+    result = drain_router("serve", *UPSTREAM, env={variable: value})
+    assert result.returncode == 2, result.stderr
+    text = words(result.stderr)
+    assert f"Invalid value for '{variable}' (the variable of '{flag}'): '{value}': {says}" in text
+
+
+def test_a_bad_upstream_variable_is_named_by_the_variable() -> None:
+    result = drain_router("serve", env={"DRAIN_ROUTER_UPSTREAM": "localhost:8000"})
+    assert result.returncode == 2, result.stderr
+    assert "Invalid value for 'DRAIN_ROUTER_UPSTREAM' (the variable of '--upstream'): 'localhost:8000'" in result.stderr
+
+
+def test_a_bad_flag_is_named_by_the_flag_even_with_the_variable_set() -> None:
+    """The flag wins over the variable, so the error names the flag alone."""
+    result = drain_router(
+        "check", *UPSTREAM, "--shutdown-drain-secs", "abc", env={"DRAIN_ROUTER_SHUTDOWN_DRAIN_SECS": "5"}
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Invalid value for '--shutdown-drain-secs': 'abc'" in result.stderr
+    assert "DRAIN_ROUTER_SHUTDOWN_DRAIN_SECS" not in result.stderr
