@@ -102,10 +102,9 @@ def build_config(**raw: object) -> Config:
         raise ConfigError(
             "shutdown_drain_secs",
             given_raw["shutdown_drain_secs"],
-            f"must be at most {MAX_SHUTDOWN_DRAIN_SECS}; past the ceiling a value is a typo rather "
-            "than a drain, and the pod would be SIGKILLed long before the pause elapsed. A long but "
-            "deliberate drain is fine: declare --termination-grace-secs so startup can check it "
-            "against the pod's real budget",
+            f"must be at most {MAX_SHUTDOWN_DRAIN_SECS}, whatever --termination-grace-secs says: past "
+            "that a value is a typo (an extra digit, or milliseconds for seconds), not a drain; the "
+            "flag takes whole seconds",
         )
     period, threshold = drain["readiness_probe_period_secs"], drain["readiness_probe_failure_threshold"]
     if (period is None) != (threshold is None):

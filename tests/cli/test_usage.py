@@ -104,3 +104,15 @@ def test_a_bad_flag_is_named_by_the_flag_even_with_the_variable_set() -> None:
     assert result.returncode == 2, result.stderr
     assert "Invalid value for '--shutdown-drain-secs': 'abc'" in result.stderr
     assert "DRAIN_ROUTER_SHUTDOWN_DRAIN_SECS" not in result.stderr
+
+
+@pytest.mark.parametrize("grace", [[], ["--termination-grace-secs", "36000"]])
+def test_a_drain_past_the_ceiling_is_refused_without_suggesting_a_grace(grace: list[str]) -> None:
+    """18000 (an extra digit) is refused, exit 2, with or without a grace to match; the message
+    says the 1800 ceiling holds whatever the grace is (it suggested declaring a grace, which
+    changes nothing)."""
+    result = drain_router("serve", *UPSTREAM, "--shutdown-drain-secs", "18000", *grace)
+    assert result.returncode == 2, result.stderr
+    text = words(result.stderr)
+    assert "Invalid value for '--shutdown-drain-secs': '18000': must be at most 1800, whatever" in text
+    assert "declare --termination-grace-secs" not in text
