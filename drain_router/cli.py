@@ -76,6 +76,23 @@ def _click_option(flag: config.Flag, default: Any) -> Callable[[click.decorators
 
 ROUTER_OPTIONS = [_click_option(flag, field.default) for _, field, flag in config.settings()]
 
+#: The heading each option of ``serve`` and ``check`` is listed under, by parameter name.
+OPTION_TITLES = {flag.key: config.help_title(section, flag) for section, _, flag in config.settings()}
+
+
+class SettingsCommand(click.Command):
+    """A command whose options are listed under headings: the ones needed first, then by section."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                groups.setdefault(OPTION_TITLES.get(param.name or "", "Other options"), []).append(record)
+        for title, records in groups.items():
+            with formatter.section(title):
+                formatter.write_dl(records)
+
 
 def router_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(ROUTER_OPTIONS):
@@ -106,7 +123,7 @@ def main(ctx: click.Context) -> None:
         entry.release()  # only serve drains; every other command gets the default signal handling
 
 
-@main.command()
+@main.command(cls=SettingsCommand)
 @router_options
 def serve(**params: Any) -> None:
     """Run the draining reverse proxy in front of a model server."""
@@ -121,7 +138,7 @@ def serve(**params: Any) -> None:
     sys.exit(lifecycle.serve(cfg, pending_signals=entry.pending))
 
 
-@main.command()
+@main.command(cls=SettingsCommand)
 @router_options
 def check(**params: Any) -> None:
     """Print the effective configuration and advisories as JSON; exit 0, or 2 on a hard error."""

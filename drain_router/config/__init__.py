@@ -36,6 +36,7 @@ from drain_router.config.sections import (
     HealthSettings,
     LogSettings,
     ProxySettings,
+    help_title,
     settings,
 )
 from drain_router.config.values import (
@@ -72,6 +73,7 @@ __all__ = [
     "build_config",
     "effective",
     "flag_name",
+    "help_title",
     "parse_int",
     "parse_seconds",
     "parse_upstream",

@@ -4,6 +4,7 @@ process (exit code, stdout and stderr), with no ``DRAIN_ROUTER_*`` variable inhe
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -116,3 +117,28 @@ def test_a_drain_past_the_ceiling_is_refused_without_suggesting_a_grace(grace: l
     text = words(result.stderr)
     assert "Invalid value for '--shutdown-drain-secs': '18000': must be at most 1800, whatever" in text
     assert "declare --termination-grace-secs" not in text
+
+
+@pytest.mark.parametrize("command", ["serve", "check"])
+def test_help_lists_the_flags_needed_first_first_then_by_section(command: str) -> None:
+    """``--upstream``, ``--shutdown-drain-secs`` and ``--termination-grace-secs`` come first, under
+    their own heading (they were 1st, 11th and 12th); the rest follow under one heading per
+    section, the drain's probe settings next; every flag is listed once."""
+    result = drain_router(command, "--help")
+    assert result.returncode == 0, result.stderr
+    flags = re.findall(r"^  (--[a-z-]+)", result.stdout, flags=re.MULTILINE)
+    headings = re.findall(r"^(\S[^\n]*):$", result.stdout, flags=re.MULTILINE)
+    assert flags[:3] == ["--upstream", "--shutdown-drain-secs", "--termination-grace-secs"], flags
+    assert flags[3:5] == ["--readiness-probe-period-secs", "--readiness-probe-failure-threshold"], flags
+    assert len(flags) == len(set(flags)) and {"--port", "--admin-port", "--log-level"} <= set(flags), flags
+    assert headings == [
+        "Set these first",
+        "Drain",
+        "Traffic listener and model server",
+        "Admin listener",
+        "Model server health",
+        "Logging",
+        "Other options",
+    ], result.stdout
+    first_section = result.stdout.split("Set these first:\n", 1)[1].split("\n\n", 1)[0]
+    assert re.findall(r"^  (--[a-z-]+)", first_section, flags=re.MULTILINE) == flags[:3]
