@@ -19,10 +19,17 @@ import click
 from drain_router import config, entry
 
 #: Subcommands that live in other packages, imported only when invoked, so ``serve`` never loads kopf.
+#: Each description is the first line of the command's own help (a test keeps them equal).
 LAZY_COMMANDS = {
-    "controller": ("drain_router.controller.command", "Run the companion controller (needs the 'controller' extra)."),
-    "fake-model": ("drain_router.tools.fake_model", "A stand-in streaming model server, for demos and tests."),
-    "demo": ("drain_router.tools.demo", "Show a rolling restart with and without the drain, on this machine."),
+    "controller": (
+        "drain_router.controller.command",
+        "Run the companion controller: staged deletion of ModelServices (needs the 'controller' extra).",
+    ),
+    "fake-model": (
+        "drain_router.tools.fake_model",
+        "A stand-in OpenAI-compatible streaming model server, for demos and tests.",
+    ),
+    "demo": ("drain_router.tools.demo", "Show a rolling restart under three shutdown recipes, on this machine."),
 }
 
 
@@ -69,6 +76,23 @@ def _click_option(flag: config.Flag, default: Any) -> Callable[[click.decorators
 
 ROUTER_OPTIONS = [_click_option(flag, field.default) for _, field, flag in config.settings()]
 
+#: The heading each option of ``serve`` and ``check`` is listed under, by parameter name.
+OPTION_TITLES = {flag.key: config.help_title(section, flag) for section, _, flag in config.settings()}
+
+
+class SettingsCommand(click.Command):
+    """A command whose options are listed under headings: the ones needed first, then by section."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                groups.setdefault(OPTION_TITLES.get(param.name or "", "Other options"), []).append(record)
+        for title, records in groups.items():
+            with formatter.section(title):
+                formatter.write_dl(records)
+
 
 def router_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(ROUTER_OPTIONS):
@@ -80,10 +104,14 @@ def _build(params: dict[str, Any]) -> config.Config:
     try:
         return config.build_config(**params)
     except config.ConfigError as exc:
-        # click prints "Error: Invalid value for '--flag': ..." and exits 2.
-        raise click.BadParameter(
-            f"{exc.value!r}: {exc.reason}", param_hint=f"'{config.flag_name(exc.field)}'"
-        ) from None
+        # click prints "Error: Invalid value for '--flag': ..." and exits 2. A value that came from
+        # the environment is named by its variable, the one the user has to change.
+        flag = config.flag_name(exc.field)
+        hint = f"'{flag}'"
+        if click.get_current_context().get_parameter_source(exc.field) is click.core.ParameterSource.ENVIRONMENT:
+            hint = f"'{_env(flag[2:])}' (the variable of {hint})"
+        value = "not given" if exc.value is None else repr(exc.value)
+        raise click.BadParameter(f"{value}: {exc.reason}", param_hint=hint) from None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -95,7 +123,7 @@ def main(ctx: click.Context) -> None:
         entry.release()  # only serve drains; every other command gets the default signal handling
 
 
-@main.command()
+@main.command(cls=SettingsCommand)
 @router_options
 def serve(**params: Any) -> None:
     """Run the draining reverse proxy in front of a model server."""
@@ -110,7 +138,7 @@ def serve(**params: Any) -> None:
     sys.exit(lifecycle.serve(cfg, pending_signals=entry.pending))
 
 
-@main.command()
+@main.command(cls=SettingsCommand)
 @router_options
 def check(**params: Any) -> None:
     """Print the effective configuration and advisories as JSON; exit 0, or 2 on a hard error."""

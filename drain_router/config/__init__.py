@@ -36,6 +36,7 @@ from drain_router.config.sections import (
     HealthSettings,
     LogSettings,
     ProxySettings,
+    help_title,
     settings,
 )
 from drain_router.config.values import (
@@ -72,6 +73,7 @@ __all__ = [
     "build_config",
     "effective",
     "flag_name",
+    "help_title",
     "parse_int",
     "parse_seconds",
     "parse_upstream",
@@ -102,17 +104,20 @@ def build_config(**raw: object) -> Config:
         raise ConfigError(
             "shutdown_drain_secs",
             given_raw["shutdown_drain_secs"],
-            f"must be at most {MAX_SHUTDOWN_DRAIN_SECS}; past the ceiling a value is a typo rather "
-            "than a drain, and the pod would be SIGKILLed long before the pause elapsed. A long but "
-            "deliberate drain is fine: declare --termination-grace-secs so startup can check it "
-            "against the pod's real budget",
+            f"must be at most {MAX_SHUTDOWN_DRAIN_SECS}, whatever --termination-grace-secs says: past "
+            "that a value is a typo (an extra digit, or milliseconds for seconds), not a drain; the "
+            "flag takes whole seconds",
         )
     period, threshold = drain["readiness_probe_period_secs"], drain["readiness_probe_failure_threshold"]
     if (period is None) != (threshold is None):
-        missing = "readiness_probe_failure_threshold" if threshold is None else "readiness_probe_period_secs"
+        # Named by the one given (with its value), the remedy by the one missing.
         given = "readiness_probe_period_secs" if threshold is None else "readiness_probe_failure_threshold"
+        missing = "readiness_probe_failure_threshold" if threshold is None else "readiness_probe_period_secs"
         raise ConfigError(
-            missing, None, f"declare it together with {flag_name(given)}: the probe window is their product"
+            given,
+            given_raw[given],
+            f"declare {flag_name(missing)} with it: the probe window (failureThreshold * periodSeconds) "
+            "is their product, and one alone says nothing",
         )
     if proxy["port"] == admin["port"] and proxy["port"] != 0:
         other = 9091 if proxy["port"] != 9091 else 9092

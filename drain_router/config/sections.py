@@ -293,18 +293,41 @@ class Config:
         return data
 
 
-#: The sections of :class:`Config`, in the order their flags are listed.
+#: The sections of :class:`Config`, in the order their flags are listed (the drain's probe settings
+#: next to the first ones), and their headings in ``serve --help``.
 SECTIONS: dict[str, type[Any]] = {
+    "drain": DrainSettings,
     "proxy": ProxySettings,
     "admin": AdminSettings,
-    "drain": DrainSettings,
     "health": HealthSettings,
     "log": LogSettings,
 }
+TITLES = {
+    "drain": "Drain",
+    "proxy": "Traffic listener and model server",
+    "admin": "Admin listener",
+    "health": "Model server health",
+    "log": "Logging",
+}
+
+#: The flags every deployment sets first, listed before their sections: where the model server
+#: is, how long to keep serving after SIGTERM, and the pod's grace that bounds both.
+FIRST_NEEDED = ("upstream", "shutdown-drain-secs", "termination-grace-secs")
+FIRST_NEEDED_TITLE = "Set these first"
 
 
 def settings() -> Iterator[tuple[str, dataclasses.Field[Any], Flag]]:
-    """Every setting: (section, dataclass field, flag), in the order the CLI lists them."""
-    for section, cls in SECTIONS.items():
-        for field in dataclasses.fields(cls):
-            yield section, field, field.metadata["flag"]
+    """Every setting: (section, dataclass field, flag), in the order the CLI lists them: the
+    :data:`FIRST_NEEDED` ones, then the others by section."""
+    every = [
+        (section, field, field.metadata["flag"])
+        for section, cls in SECTIONS.items()
+        for field in dataclasses.fields(cls)
+    ]
+    yield from sorted((s for s in every if s[2].name in FIRST_NEEDED), key=lambda s: FIRST_NEEDED.index(s[2].name))
+    yield from (s for s in every if s[2].name not in FIRST_NEEDED)
+
+
+def help_title(section: str, flag: Flag) -> str:
+    """The heading a flag is listed under in ``serve --help``."""
+    return FIRST_NEEDED_TITLE if flag.name in FIRST_NEEDED else TITLES[section]

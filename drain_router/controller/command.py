@@ -195,11 +195,17 @@ def command(
     except ModuleNotFoundError as exc:
         if exc.name not in ("kopf", "kubernetes_asyncio"):
             raise
-        raise click.ClickException(
+        raise MissingExtra(
             f"the controller needs {exc.name}, which is not installed: pip install 'drain-router[controller]'"
         ) from None
 
     sys.exit(operator.run(cfg))
+
+
+class MissingExtra(click.ClickException):
+    """An extra to install before the command can run: exit 2, as for a configuration error."""
+
+    exit_code = 2
 
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -3,7 +3,8 @@
 The whole story with nothing but the package: clients stream completions through a small
 probe-driven balancer (:mod:`drain_router.tools.balancer`) to two pods, and the pods are restarted one at
 a time, once per recipe (:mod:`drain_router.tools.recipes`): drain-router, preStop sleep + engine drain
-(KServe's recipe, its windows scaled as the drain is), and no drain. A live view shows each pod's
+(KServe's recipe, its windows scaled as the drain is) behind a balancer told of the pod's deletion
+and again behind one that probes only the engine, and no drain. A live view shows each pod's
 state and in-flight count (with rich, from the ``demo`` extra); at the end a table compares the
 runs, and with matplotlib (the same extra) a PNG timeline is written.
 """
@@ -48,8 +49,10 @@ class Options:
     interval_ms: int = 50
     """Milliseconds between chunks: 20 x 50 ms, 1 s streams, stand for completions of about 30 s, so
     streams are still running when the sleep recipe's engine gets SIGTERM, as they are in production."""
-    warmup_secs: float = 2.0
-    """Load before the first restart, and after the last pod is back."""
+    warmup_secs: float = 1.0
+    """Load before the first restart, and after the last pod is back: one stream's length, by which
+    every staggered client is streaming (the load stops by letting each stream finish, so the end
+    needs no more). Four runs then take under a minute."""
     realtime_clients: int = 4
     """Realtime (WebSocket) sessions held open beside the streams, each asking for one response
     after another; only when the router tunnels WebSocket (probed once at the start)."""
@@ -73,6 +76,7 @@ class Scenario:
         log_dir: Path,
         index: int,
         *,
+        of: int,
         with_sessions: bool = False,
     ) -> None:
         self.opts, self.session, self.view = opts, session, view
@@ -81,7 +85,7 @@ class Scenario:
             if with_sessions and opts.realtime_clients
             else None
         )
-        self.recipe, self.run_index = recipe, index
+        self.recipe, self.run_index, self.run_count = recipe, index, of
         self.pods = recipe.pods(log_dir / recipe.label.replace(" ", "-").replace("+", "and"))
         self.result = runs.RunResult(
             label=recipe.label,
@@ -139,7 +143,7 @@ class Scenario:
     async def _renderer(self) -> None:
         while True:
             within = min(0.95, (time.monotonic() - self._step_started) / self._estimates[self._step])
-            self.view.progress = (self.run_index + (self._step + within) / len(self.steps)) / 3
+            self.view.progress = (self.run_index + (self._step + within) / len(self.steps)) / self.run_count
             self.view.draw()
             await asyncio.sleep(RENDER_SECS)
 
@@ -165,7 +169,9 @@ class Scenario:
 
     async def run(self) -> runs.RunResult:
         opts, view = self.opts, self.view
-        title = f"drain-router demo, run {self.run_index + 1}/3: {self.recipe.label} ({self.recipe.setting})"
+        title = (
+            f"drain-router demo, run {self.run_index + 1}/{self.run_count}: {self.recipe.label} ({self.recipe.setting})"
+        )
         view.start_run(title, self.result.replicas, self.started)
         background: list[asyncio.Task[None]] = []
         try:
@@ -229,7 +235,7 @@ class Scenario:
         view.done, view.lost = len(result.records), len(result.lost)
         for rv in view.replicas.values():
             rv.state, rv.inflight, rv.in_rotation = "stopped", 0, False
-        view.progress, view.step = (self.run_index + 1) / 3, "done"
+        view.progress, view.step = (self.run_index + 1) / self.run_count, "done"
         view.event(f"done: {len(result.records)} requests, {len(result.lost)} lost; pods and balancer stopped")
         view.end_run()
         return result
@@ -251,24 +257,26 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
             try:
                 out.write(
                     f"Streaming completions ({opts.chunks} chunks every {opts.interval_ms} ms) through a "
-                    f"balancer to {opts.replicas} pods on 127.0.0.1, restarted under three recipes...\n"
+                    f"balancer to {opts.replicas} pods on 127.0.0.1, restarted under three recipes (the sleep "
+                    "recipe behind two balancers)...\n"
                 )
                 out.flush()
                 await model.start(session)
                 with_sessions = opts.realtime_clients > 0
                 grace = opts.drain_secs + REALTIME_GRACE_EXTRA_SECS if with_sessions else None
+                compared = recipes.compared(
+                    model.url,
+                    replicas=opts.replicas,
+                    drain_secs=opts.drain_secs,
+                    chunks=opts.chunks,
+                    interval_ms=opts.interval_ms,
+                    termination_grace_secs=grace,
+                )
                 results = [
-                    await Scenario(recipe, opts, session, view, log_dir, i, with_sessions=with_sessions).run()
-                    for i, recipe in enumerate(
-                        recipes.three(
-                            model.url,
-                            replicas=opts.replicas,
-                            drain_secs=opts.drain_secs,
-                            chunks=opts.chunks,
-                            interval_ms=opts.interval_ms,
-                            termination_grace_secs=grace,
-                        )
-                    )
+                    await Scenario(
+                        recipe, opts, session, view, log_dir, i, of=len(compared), with_sessions=with_sessions
+                    ).run()
+                    for i, recipe in enumerate(compared)
                 ]
             except (ProcessFailed, TimeoutError) as exc:
                 view.close()
@@ -337,9 +345,10 @@ def command(png: Path, no_png: bool, live: bool | None, **params: int) -> None:
 
     Streams completions through a probe-driven balancer to two pods on 127.0.0.1 and restarts them
     one at a time: with drain-router (--shutdown-drain-secs DRAIN_SECS); with KServe's preStop sleep
-    and the engine's own drain (vLLM's --shutdown-timeout; 15 s and 45 s scaled by DRAIN_SECS/30);
-    and with no drain. When the router tunnels WebSocket, realtime sessions run beside the streams
-    and the table says how each ended. Prints a comparison, writes a PNG timeline. Exits 1 if
+    and the engine's own drain (vLLM's --shutdown-timeout; 15 s and 45 s scaled by DRAIN_SECS/30),
+    once with the balancer told of the pod's deletion and once with a balancer that probes only the
+    engine; and with no drain. Realtime sessions run beside the streams and the table says how each
+    ended. Prints a comparison and what each run lost, writes a PNG timeline. Exits 1 if
     drain-router lost a request or cut a session.
     """
     opts = Options(**params)

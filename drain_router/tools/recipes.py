@@ -258,7 +258,11 @@ class Recipe:
     probe_name: str = "router /readyz"
 
 
-def three(
+#: The label of the sleep recipe behind a balancer that probes only the engine.
+PROBE_ONLY_LABEL = "sleep (probe-only LB)"
+
+
+def compared(
     model_url: str,
     *,
     replicas: int,
@@ -267,9 +271,11 @@ def three(
     interval_ms: int,
     termination_grace_secs: int | None = None,
 ) -> list[Recipe]:
-    """drain-router, sleep + engine drain and no drain, each on ``replicas`` pods; the router pods
-    share the model server at ``model_url``, each engine pod runs its own. ``termination_grace_secs``
-    is declared on the routers (their in-flight deadline: where realtime sessions get 1001)."""
+    """The runs the demo compares, each on ``replicas`` pods: drain-router, sleep + engine drain,
+    the same sleep recipe behind a balancer that probes only the engine (the e2e's case where
+    drain-router wins against it), and no drain. The router pods share the model server at
+    ``model_url``, each engine pod runs its own. ``termination_grace_secs`` is declared on the
+    routers (their in-flight deadline: where realtime sessions get 1001)."""
     sleep = scaled_sleep_recipe(drain_secs)
     names = [f"pod-{i}" for i in range(replicas)]
 
@@ -283,21 +289,38 @@ def three(
             for n in names
         ]
 
-    def engines(logs: Path) -> list[Pod]:
-        return [EnginePod(n, logs, sleep, chunks=chunks, interval_ms=interval_ms) for n in names]
+    def engines(sees_deletion: bool) -> Callable[[Path], list[Pod]]:
+        return lambda logs: [
+            EnginePod(n, logs, sleep, chunks=chunks, interval_ms=interval_ms, balancer_sees_deletion=sees_deletion)
+            for n in names
+        ]
 
+    sleep_setting = (
+        f"preStop sleep {sleep.prestop_sleep_secs:g} s, --shutdown-timeout {sleep.shutdown_timeout_secs:g} s"
+    )
+    engine_marks = {"t0_name": "pod deleted: preStop sleep", "closing_name": "engine SIGTERM"}
     return [
         Recipe("drain-router", f"--shutdown-drain-secs {drain_secs}", drain_secs, routers(drain_secs)),
         Recipe(
             "sleep + engine drain",
-            f"preStop sleep {sleep.prestop_sleep_secs:g} s, --shutdown-timeout {sleep.shutdown_timeout_secs:g} s",
+            sleep_setting,
             sleep.prestop_sleep_secs,
-            engines,
-            note=f"KServe's sleep 15 s and timeout 60 - 15 s, scaled by {drain_secs}/30; no router; "
-            "SIGTERM to exit counts from the sleep's start (the pod's deletion)",
-            t0_name="pod deleted: preStop sleep",
-            closing_name="engine SIGTERM",
+            engines(True),
+            note=f"KServe's sleep 15 s and timeout 60 - 15 s, scaled by {drain_secs}/30; no router; the "
+            "balancer is told of the pod's deletion; SIGTERM to exit counts from the sleep's start",
             probe_name="pod readiness",
+            **engine_marks,
+        ),
+        Recipe(
+            PROBE_ONLY_LABEL,
+            sleep_setting,
+            sleep.prestop_sleep_secs,
+            engines(False),
+            note="the same recipe behind a balancer that probes only the engine's /health, as one that "
+            "health-checks pod addresses without watching the API does: nothing tells it of the deletion, "
+            "so it keeps sending until the engine's SIGTERM closes the listener and its probe fails",
+            probe_name="engine /health",
+            **engine_marks,
         ),
         Recipe("no drain", "--shutdown-drain-secs 0", 0, routers(0)),
     ]

@@ -8,6 +8,7 @@ import dataclasses
 import datetime
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from drain_router.tools import load, realtime
@@ -32,7 +33,7 @@ class Mark:
 @dataclasses.dataclass(slots=True)
 class RunResult:
     label: str
-    """The recipe: ``drain-router``, ``sleep + engine drain``, ``no drain``."""
+    """The recipe: ``drain-router``, ``sleep + engine drain``, ``sleep (probe-only LB)``, ``no drain``."""
     setting: str
     """Its windows, e.g. ``--shutdown-drain-secs 2`` or ``preStop sleep 1 s, --shutdown-timeout 3 s``."""
     replicas: list[str]
@@ -105,9 +106,8 @@ def comparison_table(runs: list[RunResult]) -> str:
     ]
     notes: list[str] = []
     for run in runs:
-        kinds = Counter(f"{x.status}" if x.outcome.value == "http_error" else x.outcome.value for x in run.lost)
-        if kinds:
-            why = ", ".join(f"{k} x{n}" for k, n in kinds.most_common())
+        why = _lost_kinds(run)
+        if why:
             if run.balancer_errors:
                 why += " (balancer: " + ", ".join(f"{k} x{n}" for k, n in run.balancer_errors.most_common()) + ")"
             notes.append(f"lost in {run.label}: {why}")
@@ -119,6 +119,17 @@ def comparison_table(runs: list[RunResult]) -> str:
     rule = "  ".join("-" * w for w in widths)
     settings = [f"{run.label}: {run.setting}" + (f" ({run.note})" if run.note else "") for run in runs]
     return "\n".join([fmt(headers), rule, *[fmt(r) for r in rows], "", *settings, *(["", *notes] if notes else [])])
+
+
+def _lost_kinds(run: RunResult) -> str:
+    """How the run's requests were lost, e.g. ``502 x30, cut x1``; empty when none was. Pure."""
+    kinds = Counter(f"{x.status}" if x.outcome.value == "http_error" else x.outcome.value for x in run.lost)
+    return ", ".join(f"{k} x{n}" for k, n in kinds.most_common())
+
+
+def _cut(run: RunResult) -> int:
+    """Realtime sessions that ended neither 1000 nor 1001."""
+    return sum(1 for s in run.sessions if not s.end.clean)
 
 
 def _session_rows(runs: list[RunResult]) -> list[list[str]]:
@@ -150,20 +161,50 @@ def _exit(run: RunResult) -> float | None:
 
 
 def summary(results: list[RunResult]) -> str:
-    """What the runs showed, the first (drain-router) against the others, in words: each figure on
-    which another recipe did as well or better is said. Pure."""
+    """What the runs showed, the first (drain-router) against the others, in words: what each run
+    lost, each run that lost more than the first (requests, or realtime sessions cut), then each
+    figure on which others did as well or better, with theirs. Pure."""
     first, others = results[0], results[1:]
-    lines = [f"{run.label}: {len(run.lost)} of {len(run.records)} requests lost." for run in results]
+    lines = []
+    for run in results:
+        line = f"{run.label}: {len(run.lost)} of {len(run.records)} requests lost"
+        if run.lost:
+            line += f" ({_lost_kinds(run)})"
+        if run.sessions:
+            line += f"; {_cut(run)} of {len(run.sessions)} realtime sessions cut"
+        lines.append(line + ".")
     for other in others:
-        if len(other.lost) <= len(first.lost):
-            lines.append(f"{other.label} lost no more than {first.label} ({len(other.lost)}) in this run.")
-        mine, theirs = _p99(first), _p99(other)
-        if mine is not None and theirs is not None and theirs <= mine * SAME:
-            lines.append(f"{other.label}: p99 completion {_secs(theirs)}, as good: {first.label} {_secs(mine)}.")
-        mine, theirs = _exit(first), _exit(other)
-        if mine is not None and theirs is not None and theirs <= mine * SAME:
+        if len(other.lost) > len(first.lost):
             lines.append(
-                f"{other.label} ended its pods as soon or sooner: {_secs(theirs)} from SIGTERM to exit, "
-                f"{first.label} {_secs(mine)} (drain-router holds each pod for its whole drain window)."
+                f"{first.label} lost fewer requests than {other.label}: {len(first.lost)} against {len(other.lost)}."
             )
+        if first.sessions and other.sessions and _cut(other) > _cut(first):
+            lines.append(
+                f"{first.label} cut fewer realtime sessions than {other.label}: {_cut(first)} against {_cut(other)}."
+            )
+    # Each figure on which another run did as well or better, on one line with every such run.
+    as_good = [
+        (f"lost no more requests ({len(first.lost)})", [o.label for o in others if len(o.lost) <= len(first.lost)]),
+        (f"p99 completion ({first.label} {_secs(_p99(first))})", _no_worse(first, others, _p99)),
+        (
+            f"SIGTERM to exit ({first.label} {_secs(_exit(first))}: it holds each pod for its whole drain window)",
+            _no_worse(first, others, _exit),
+        ),
+    ]
+    if any(runs for _, runs in as_good):
+        lines.append(f"As good as {first.label} or better in this run:")
+        lines += [f"  {figure}: {', '.join(runs)}." for figure, runs in as_good if runs]
     return "\n".join(lines)
+
+
+def _no_worse(first: RunResult, others: list[RunResult], figure: Callable[[RunResult], float | None]) -> list[str]:
+    """``label figure`` of each other run whose figure is within :data:`SAME` of the first's or lower."""
+    mine = figure(first)
+    if mine is None:
+        return []
+    found = []
+    for other in others:
+        theirs = figure(other)
+        if theirs is not None and theirs <= mine * SAME:
+            found.append(f"{other.label} {_secs(theirs)}")
+    return found

@@ -101,7 +101,7 @@ def figure(results: list[runs.RunResult]) -> Any:
             axis.tick_params(labelbottom=False)
     first.set_xlim(0, xmax)
     fig.suptitle(
-        "drain-router demo: the same rolling restart under three recipes, behind a probe-driven balancer",
+        "drain-router demo: the same rolling restart under each recipe, behind a probe-driven balancer",
         fontsize=12,
         y=0.995,
     )

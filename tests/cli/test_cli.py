@@ -171,7 +171,8 @@ def test_top_level_help_lists_lazy_commands_without_importing_them() -> None:
 
 
 def test_controller_without_the_extra_says_how_to_install_it():
-    """Without kopf installed, `drain-router controller` names the missing extra (exit 1), no traceback."""
+    """Without kopf installed, `drain-router controller` names the missing extra and exits 2 (a usage
+    error: nothing ran; 1 is a drain that aborted requests), no traceback."""
     import subprocess
     import sys
 
@@ -179,6 +180,6 @@ def test_controller_without_the_extra_says_how_to_install_it():
     result = subprocess.run(
         [sys.executable, "-c", code, "controller", "--namespace", "models"], capture_output=True, text=True, timeout=60
     )
-    assert result.returncode == 1
+    assert result.returncode == 2, result.stderr
     assert "pip install 'drain-router[controller]'" in result.stderr
     assert "Traceback" not in result.stderr

@@ -140,13 +140,37 @@ def test_summary_says_where_another_recipe_did_as_well_or_better() -> None:
     """drain-router loses nothing but holds its pods longer: the summary says both, and no more."""
     on, off = _runs()
     text = runs_mod.summary([on, off])
-    assert "drain-router: 0 of 10 requests lost." in text and "no drain: 3 of 11 requests lost." in text
-    assert "no drain ended its pods as soon or sooner: 0.40 s from SIGTERM to exit, drain-router 2.30 s" in text
-    assert "lost no more than" not in text
+    assert (
+        "drain-router: 0 of 10 requests lost." in text and "no drain: 3 of 11 requests lost (502 x2, cut x1)." in text
+    )
+    assert "As good as drain-router or better in this run:" in text
+    assert (
+        "  SIGTERM to exit (drain-router 2.30 s: it holds each pod for its whole drain window): no drain 0.40 s."
+        in text
+    )
+    assert "lost no more" not in text
     same = runs_mod.RunResult("sleep", "x", ["r"], drain_durations=[9.0], records=list(on.records))
     text = runs_mod.summary([on, same])
-    assert "sleep lost no more than drain-router (0)" in text and "p99 completion 0.50 s, as good" in text
-    assert "sooner" not in text
+    assert (
+        "  lost no more requests (0): sleep." in text
+        and "  p99 completion (drain-router 0.50 s): sleep 0.50 s." in text
+    )
+    assert "SIGTERM to exit" not in text
+
+
+def test_summary_says_what_each_run_lost_and_where_drain_router_lost_fewer() -> None:
+    """Each run's losses and their kinds; a line for each run that lost more requests, or cut more
+    realtime sessions, than drain-router, with both figures."""
+    on, off = _runs()
+    on.sessions = [_session(sessions.End.GOING_AWAY, 1001)] * 2
+    off.sessions = [_session(sessions.End.GOING_AWAY, 1001), _session(sessions.End.ABNORMAL, None)]
+    text = runs_mod.summary([on, off])
+    assert "drain-router: 0 of 10 requests lost; 0 of 2 realtime sessions cut." in text
+    assert "no drain: 3 of 11 requests lost (502 x2, cut x1); 1 of 2 realtime sessions cut." in text
+    assert "drain-router lost fewer requests than no drain: 0 against 3." in text
+    assert "drain-router cut fewer realtime sessions than no drain: 0 against 1." in text
+    same = runs_mod.RunResult("sleep", "x", ["r"], drain_durations=[9.0], records=list(on.records))
+    assert "fewer" not in runs_mod.summary([on, same])
 
 
 def test_loss_dots_one_per_request_stacked_in_time_bins() -> None:
@@ -162,7 +186,12 @@ def test_sleep_recipe_scaled_as_kserve_sizes_it() -> None:
     assert scaled.prestop_sleep_secs == pytest.approx(1.0) and scaled.shutdown_timeout_secs == pytest.approx(3.0)
 
 
-def test_three_recipes_in_order() -> None:
-    three = recipes.three("http://127.0.0.1:1", replicas=2, drain_secs=2, chunks=3, interval_ms=1)
-    assert [r.label for r in three] == ["drain-router", "sleep + engine drain", "no drain"]
-    assert three[1].setting == "preStop sleep 1 s, --shutdown-timeout 3 s"
+def test_compared_runs_in_order(tmp_path: Path) -> None:
+    """Three recipes, the sleep recipe twice: behind a balancer told of the deletion, and behind
+    one that probes only the engine (whose readiness never says the pod is going)."""
+    compared = recipes.compared("http://127.0.0.1:1", replicas=2, drain_secs=2, chunks=3, interval_ms=1)
+    labels = [r.label for r in compared]
+    assert labels == ["drain-router", "sleep + engine drain", "sleep (probe-only LB)", "no drain"]
+    assert compared[1].setting == compared[2].setting == "preStop sleep 1 s, --shutdown-timeout 3 s"
+    sees = [[p.readiness.sees_deletion for p in r.pods(tmp_path / str(i))] for i, r in enumerate(compared[1:3])]  # type: ignore[attr-defined]
+    assert sees == [[True, True], [False, False]]
