@@ -164,14 +164,15 @@ class Tunnel:
                 self._send_close(side.other)
         self.timer = self.exchange.client.listener.loop.call_later(WEBSOCKET_CLOSE_SECS, self._close_both)
 
-    def _send_close(self, to: _Side) -> None:
-        """The direction towards ``to`` is at a frame boundary: the router's Close goes there, and
-        nothing more is relayed to it. Its own Close frame is watched for from here on."""
+    def _send_close(self, to: _Side, frame: bytes | None = None) -> None:
+        """The direction towards ``to`` is at a frame boundary: the router's Close (``frame``, else
+        its 1001) goes there, and nothing more is relayed to it. Its own Close frame is watched for
+        from here on."""
         if to.close_sent:
             return
         to.close_sent = True
         if to.transport is not None:
-            to.transport.write(to.close_frame)
+            to.transport.write(frame or to.close_frame)
 
     def lost(self, side: _Side, exc: Exception | None) -> None:
         if side is self.upstream:
@@ -195,10 +196,8 @@ class Tunnel:
         """The model server's connection was lost without a Close: tell the client with a Close 1014
         (Bad Gateway) when its direction is at a frame boundary, so it sees a failed upstream rather
         than a lost connection (1006)."""
-        client = self.client
-        if client.transport is not None and not client.close_sent and self.upstream.tracker.at_boundary:
-            client.close_sent = True
-            client.transport.write(websocket.close_frame(websocket.BAD_GATEWAY))
+        if self.upstream.tracker.at_boundary:
+            self._send_close(self.client, websocket.close_frame(websocket.BAD_GATEWAY))
 
     def _close_both(self, abort: bool = False) -> None:
         if self.ending:

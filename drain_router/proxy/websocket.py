@@ -74,12 +74,11 @@ def close_frame(code: int, mask: bytes | None = None) -> bytes:
     return b"\x88\x82" + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
-def _header_length(head: bytes) -> int | None:
-    """How long the frame header starting ``head`` is, or None before its second byte."""
-    if len(head) < 2:
-        return None
-    short = head[1] & 0x7F
-    return (2 if short < 126 else 4 if short == 126 else 10) + (4 if head[1] & 0x80 else 0)
+def _header_length(b1: int) -> int:
+    """How long a frame header is, from its second byte (§5.2: the payload length's form, and the
+    4-byte mask when the mask bit is set)."""
+    short = b1 & 0x7F
+    return (2 if short < 126 else 4 if short == 126 else 10) + (4 if b1 & 0x80 else 0)
 
 
 class FrameTracker:
@@ -120,20 +119,18 @@ class FrameTracker:
         if not self._head and not self._remaining and end >= 2 and data[1] & 0x7F < 126:
             # The common case, one whole small frame in the chunk: no loop.
             b1 = data[1]
-            if (6 if b1 & 0x80 else 2) + (b1 & 0x7F) == end:
+            if _header_length(b1) + (b1 & 0x7F) == end:
                 if data[0] & 0x0F == 0x8:
                     self.closed = True
                 return
         pos = 0
         if self._head:  # a header split across reads: complete it first
             head = self._head + data[:14]
-            need = _header_length(head)
-            if need is None or len(head) < need:
+            if len(head) < 2 or len(head) < (need := _header_length(head[1])):
                 self._head = head  # all of data: it ends before the header does
                 return
             pos = need - len(self._head)
             self._head = b""
-            self._remaining = 0
             if not self._frame(head, 0, need):
                 return
         remaining = self._remaining
@@ -149,9 +146,7 @@ class FrameTracker:
                 self._head = data[pos:]
                 self._remaining = 0
                 return
-            b1 = data[pos + 1]
-            short = b1 & 0x7F
-            need = (2 if short < 126 else 4 if short == 126 else 10) + (4 if b1 & 0x80 else 0)
+            need = _header_length(data[pos + 1])
             if left < need:
                 self._head = data[pos:]
                 self._remaining = 0
