@@ -73,6 +73,15 @@ class HeadTooLarge(Exception):
     """Raised from the parser's callback to stop parsing a head past the limits."""
 
 
+def _feed(parser: Any, chunk: bytes | memoryview, at: int) -> None:
+    """Feed ``chunk``, which starts ``at`` bytes into the read: an upgrade's offset (where what
+    follows the handshake starts) is reported from the start of the read, as a whole read's is."""
+    try:
+        parser.feed_data(chunk)
+    except httptools.HttpParserUpgrade as exc:
+        raise httptools.HttpParserUpgrade(at + exc.args[0]) from None
+
+
 class ClientConnection(asyncio.Protocol):
     __slots__ = (
         "active",
@@ -315,15 +324,9 @@ class ClientConnection(asyncio.Protocol):
                 self.pause_reading(PIPELINE)
                 return
             if cut < 4 or cut >= end:  # no head ends before the end of this read
-                try:
-                    parser.feed_data(memoryview(data)[at:] if at else data)
-                except httptools.HttpParserUpgrade as exc:
-                    raise httptools.HttpParserUpgrade(at + exc.args[0]) from None
+                _feed(parser, memoryview(data)[at:] if at else data, at)
                 return
-            try:
-                parser.feed_data(memoryview(data)[at:cut])
-            except httptools.HttpParserUpgrade as exc:
-                raise httptools.HttpParserUpgrade(at + exc.args[0]) from None
+            _feed(parser, memoryview(data)[at:cut], at)
             at = cut
             if self.input_closed:
                 self.dropped = True

@@ -283,6 +283,24 @@ async def test_frames_pipelined_before_the_101_are_forwarded_after_it(start_proc
     await _inflight_zero(p)
 
 
+async def test_a_handshake_pipelined_after_a_request_keeps_its_early_frames(start_process):
+    """The handshake is the second head of one read: what follows it is found from the start of the
+    read, not of the handshake's own chunk."""
+    p = await start_process()
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    writer.write(b"GET /nothing HTTP/1.1\r\nHost: model\r\n\r\n" + _handshake() + _masked(1, b"early"))
+    first = await _read_head(reader)
+    assert first.startswith(b"HTTP/1.1 404 "), first
+    length = next(
+        int(line.split(b":")[1]) for line in first.split(b"\r\n") if line.lower().startswith(b"content-length:")
+    )
+    await asyncio.wait_for(reader.readexactly(length), 5)
+    assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
+    assert await _read_frame(reader) == (1, b"echo:early")
+    writer.close()
+    await _inflight_zero(p)
+
+
 async def test_a_frame_length_with_its_top_bit_set_closes_the_tunnel(start_process):
     p = await start_process()
     reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
