@@ -272,6 +272,32 @@ async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return b0 & 0x0F, await asyncio.wait_for(reader.readexactly(n), 5)
 
 
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        pytest.param(
+            b"GET /v1/realtime HTTP/1.1\r\nHost: model\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            b"Sec-WebSocket-Version: 13\r\n\r\n",
+            id="no-key",
+        ),
+        pytest.param(_handshake().replace(b"GET ", b"POST ", 1), id="post"),
+        pytest.param(_handshake().replace(b"HTTP/1.1", b"HTTP/1.0", 1), id="http-1.0"),
+    ],
+)
+async def test_a_bad_handshake_is_a_400_and_never_reaches_the_model_server(start_process, ws_upstream, request_bytes):
+    p = await start_process()
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    writer.write(request_bytes)
+    head = await _read_head(reader)
+    assert head.startswith(b"HTTP/1.1 400 "), head
+    body = await asyncio.wait_for(reader.read(), 5)
+    assert b"bad_websocket_handshake" in body
+    writer.close()
+    await _inflight_zero(p)
+    assert ws_upstream.sessions == 0
+    assert (await _outcomes(p)) == {"rejected": 1.0}
+
+
 async def test_frames_pipelined_before_the_101_are_forwarded_after_it(start_process):
     p = await start_process()
     reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
