@@ -63,7 +63,8 @@ class Kube:
         body: Any = None,
         query: list[tuple[str, str]] | None = None,
         content_type: str | None = None,
-    ) -> Any:
+    ) -> object:
+        """The answer's JSON value as the untyped client decoded it: :func:`_as_object` types it."""
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
@@ -83,7 +84,7 @@ class Kube:
     async def get(self, ref: deletion.ObjectRef, namespace: str) -> dict[str, Any] | None:
         """The object, ``None`` for NotFound; :class:`CallFailed` for any other failure."""
         try:
-            return await self._call(await self._discovery.path(ref, namespace), "GET")
+            return _as_object(await self._call(await self._discovery.path(ref, namespace), "GET"))
         except _FAILURES as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return None
@@ -118,16 +119,18 @@ class Kube:
 
     async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         try:
-            listing = await self._call(
-                f"/api/v1/namespaces/{namespace}/pods", "GET", query=[("labelSelector", label_selector)]
+            listing = _as_object(
+                await self._call(
+                    f"/api/v1/namespaces/{namespace}/pods", "GET", query=[("labelSelector", label_selector)]
+                )
             )
         except _FAILURES as exc:
             raise CallFailed(failure(f"LIST v1 pods labelSelector={label_selector}", exc)) from exc
-        return list(listing.get("items") or [])
+        return list((listing or {}).get("items") or [])
 
     async def get_node(self, name: str) -> dict[str, Any] | None:
         try:
-            return await self._call(f"/api/v1/nodes/{name}", "GET")
+            return _as_object(await self._call(f"/api/v1/nodes/{name}", "GET"))
         except _FAILURES as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return None
@@ -138,7 +141,7 @@ class Kube:
 
     async def get_modelservice(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return await self._call(self._modelservice_path(namespace, name), "GET")
+            return _as_object(await self._call(self._modelservice_path(namespace, name), "GET"))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -160,7 +163,7 @@ class Kube:
             if exc.status == 409:
                 raise Conflict(failure(f"PATCH {crd.plural()}/{name}/status", exc)) from exc
             raise
-        return dict(answer or {})
+        return dict(_as_object(answer) or {})
 
     async def delete_modelservice(self, namespace: str, name: str) -> int:
         """Delete the ModelService (its finalizer then runs the staged teardown). 404 counts as done."""
@@ -202,11 +205,17 @@ class Kube:
             return evict_answer(int(exc.status or 0), _json(exc.body))
         except (TimeoutError, aiohttp.ClientError) as exc:
             return recycling.EvictAnswer(code=0, message=f"no answer ({type(exc).__name__}: {exc})")
-        return evict_answer(201, answer if isinstance(answer, dict) else {})
+        return evict_answer(201, _as_object(answer) or {})
 
 
 class Conflict(CallFailed):
     """409 on a conditional write: the object changed since it was read."""
+
+
+def _as_object(answer: object) -> dict[str, Any] | None:
+    """A JSON value -> the object it is, ``None`` when it is none (an empty body). The one place an
+    answer of the untyped client becomes typed: every call whose answer we read expects an object."""
+    return answer if isinstance(answer, dict) else None
 
 
 def _json(text: Any) -> dict[str, Any]:
@@ -214,7 +223,7 @@ def _json(text: Any) -> dict[str, Any]:
         data = json.loads(text or "{}")
     except (ValueError, TypeError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return _as_object(data) or {}
 
 
 def evict_answer(code: int, body: dict[str, Any]) -> recycling.EvictAnswer:
