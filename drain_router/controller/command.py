@@ -3,191 +3,60 @@ inside the command body, so ``drain-router --help`` and the sidecar never load i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
-from drain_router import config
 from drain_router.controller import crd
 from drain_router.controller import settings as settings_
 
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def _click_option(field: dataclasses.Field[Any], option: settings_.Option) -> Decorator:
+    """The click option of a setting: flag, variable, type, default and help are said once, in
+    :mod:`drain_router.controller.settings`. The parameter is the field's name."""
+    default = field.default if option.cli_default is None else option.cli_default
+    flags = f"--{option.flag}/--no-{option.flag}" if option.kind == "switch" else f"--{option.flag}"
+    extra: dict[str, Any] = {"flag": {"is_flag": True}, "repeated": {"multiple": True}}.get(option.kind, {})
+    return click.option(
+        flags,
+        field.name,
+        type=option.type,
+        default=default,
+        show_default=option.show_default and option.kind in ("value", "switch"),
+        envvar=option.envvar,
+        show_envvar=True,
+        metavar=option.metavar,
+        help=option.help,
+        **extra,
+    )
+
+
+def _settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    for field, option in reversed(list(settings_.options())):
+        func = _click_option(field, option)(func)
+    return func
+
 
 @click.command("controller", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option(
-    "--namespace",
-    "namespaces",
-    multiple=True,
-    envvar="DRAIN_ROUTER_CONTROLLER_NAMESPACE",
-    show_envvar=True,
-    metavar="NS",
-    help="Watch ModelServices in this namespace; repeat for several (the environment variable "
-    "takes a space-separated list). Needs only a namespaced Role.",
-)
-@click.option(
-    "--all-namespaces",
-    is_flag=True,
-    envvar="DRAIN_ROUTER_CONTROLLER_ALL_NAMESPACES",
-    show_envvar=True,
-    help="Watch every namespace (needs a ClusterRole).",
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=settings_.DEFAULT_METRICS_PORT,
-    show_default=True,
-    envvar="DRAIN_ROUTER_CONTROLLER_METRICS_PORT",
-    show_envvar=True,
-    help="Prometheus /metrics port for drain_router_controller_*; 0 disables it.",
-)
-@click.option(
-    "--liveness-port",
-    type=click.IntRange(0, 65535),
-    default=0,
-    show_default=True,
-    envvar="DRAIN_ROUTER_CONTROLLER_LIVENESS_PORT",
-    show_envvar=True,
-    help="Serve kopf's liveness endpoint GET /healthz on this port (for a livenessProbe); 0: none.",
-)
-@click.option(
-    "--node-reads/--no-node-reads",
-    default=True,
-    show_default=True,
-    envvar="DRAIN_ROUTER_CONTROLLER_NODE_READS",
-    show_envvar=True,
-    help="Read the node of a pod stuck terminating (needs get on nodes, cluster-scoped). "
-    "--no-node-reads for a namespaced install without a ClusterRole: nodes then count as Ready.",
-)
-@click.option(
-    "--requeue-secs",
-    type=click.FloatRange(min=0, min_open=True),
-    default=settings_.DEFAULT_REQUEUE_SECS,
-    show_default=True,
-    envvar="DRAIN_ROUTER_CONTROLLER_REQUEUE_SECS",
-    show_envvar=True,
-    help="Every wait of a staged deletion is a requeue after this long (the route settle "
-    "requeues for its exact remainder).",
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(config.LOG_FORMATS),
-    default="json",
-    show_default=True,
-    envvar="DRAIN_ROUTER_CONTROLLER_LOG_FORMAT",
-    show_envvar=True,
-    help="json: one object a line on stdout, as the router logs. console: for a terminal.",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-    default="info",
-    show_default=True,
-    envvar="DRAIN_ROUTER_CONTROLLER_LOG_LEVEL",
-    show_envvar=True,
-)
-@click.option(
-    "--leader-election/--no-leader-election",
-    default=True,
-    show_default=True,
-    envvar="DRAIN_ROUTER_CONTROLLER_LEADER_ELECTION",
-    show_envvar=True,
-    help="Act only while holding a coordination.k8s.io/v1 Lease, so that of several replicas exactly "
-    "one acts and a standby takes over within --leader-election-lease-duration plus "
-    "--leader-election-retry-period of the leader's last renewal. --no-leader-election: act at "
-    "once (then run exactly one replica).",
-)
-@click.option(
-    "--leader-election-lease",
-    default=settings_.DEFAULT_LEASE_NAME,
-    show_default=True,
-    envvar="DRAIN_ROUTER_CONTROLLER_LEADER_ELECTION_LEASE",
-    show_envvar=True,
-    metavar="NAME",
-    help="The Lease the replicas of one install compete for (one per install).",
-)
-@click.option(
-    "--leader-election-namespace",
-    default="",
-    envvar="DRAIN_ROUTER_CONTROLLER_LEADER_ELECTION_NAMESPACE",
-    show_envvar=True,
-    metavar="NS",
-    help="The Lease's namespace. Default: the pod's own (its service account's namespace), else the "
-    "one --namespace watched.",
-)
-@click.option(
-    "--leader-election-lease-duration",
-    type=click.IntRange(min=1),
-    default=settings_.DEFAULT_LEASE_DURATION_SECS,
-    show_default=True,
-    envvar="DRAIN_ROUTER_CONTROLLER_LEADER_ELECTION_LEASE_DURATION",
-    show_envvar=True,
-    metavar="SECS",
-    help="A standby takes the Lease from a leader that has not renewed it for this long (whole seconds).",
-)
-@click.option(
-    "--leader-election-renew-deadline",
-    type=click.FloatRange(min=0, min_open=True),
-    default=settings_.DEFAULT_RENEW_DEADLINE_SECS,
-    show_default=True,
-    envvar="DRAIN_ROUTER_CONTROLLER_LEADER_ELECTION_RENEW_DEADLINE",
-    show_envvar=True,
-    metavar="SECS",
-    help="A leader that cannot renew for this long stops acting: it exits with status 3 and restarts "
-    "as a standby. Less than the lease duration (the rest is the safety margin).",
-)
-@click.option(
-    "--leader-election-retry-period",
-    type=click.FloatRange(min=0, min_open=True),
-    default=settings_.DEFAULT_RETRY_PERIOD_SECS,
-    show_default=True,
-    envvar="DRAIN_ROUTER_CONTROLLER_LEADER_ELECTION_RETRY_PERIOD",
-    show_envvar=True,
-    metavar="SECS",
-    help="The leader renews, and a standby looks at the Lease, this often. At most half the renew deadline.",
-)
+@_settings_options
 @click.option("--print-crd", is_flag=True, help="Print the ModelService CRD (what the chart ships) and exit.")
-def command(
-    namespaces: tuple[str, ...],
-    all_namespaces: bool,
-    metrics_port: int,
-    liveness_port: int,
-    node_reads: bool,
-    requeue_secs: float,
-    log_format: str,
-    log_level: str,
-    leader_election: bool,
-    leader_election_lease: str,
-    leader_election_namespace: str,
-    leader_election_lease_duration: int,
-    leader_election_renew_deadline: float,
-    leader_election_retry_period: float,
-    print_crd: bool,
-) -> None:
+def command(print_crd: bool, **given: Any) -> None:
     """Run the companion controller: staged deletion of ModelServices (needs the 'controller' extra)."""
     if print_crd:
         click.echo(crd.text(), nl=False)
         return
+    given["lease_namespace"] = given["lease_namespace"] or own_namespace() or _single(given["namespaces"])
     try:
-        cfg = settings_.ControllerSettings(
-            namespaces=namespaces,
-            all_namespaces=all_namespaces,
-            metrics_port=metrics_port,
-            liveness_port=liveness_port,
-            read_nodes=node_reads,
-            requeue_secs=requeue_secs,
-            log_format=log_format,
-            log_level=log_level.lower(),
-            leader_election=leader_election,
-            lease_name=leader_election_lease,
-            lease_namespace=leader_election_namespace or own_namespace() or _single(namespaces),
-            identity=identity(),
-            lease_duration_secs=leader_election_lease_duration,
-            renew_deadline_secs=leader_election_renew_deadline,
-            retry_period_secs=leader_election_retry_period,
-        )
+        cfg = settings_.ControllerSettings(**given, identity=identity())
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     try:

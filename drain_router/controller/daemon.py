@@ -17,6 +17,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_router.controller import context, lifecycle_pass, observe, recycle_pass
 from drain_router.controller import kube as kube_
+from drain_router.controller import turn as turn_
 from drain_router.controller import workload as workload_
 
 MIN_SLEEP_SECS = 0.05
@@ -64,9 +65,10 @@ async def service_pass(ctx: context.Context, namespace: str, name: str, logger: 
     if session is None:
         session = aiohttp.ClientSession()
     try:
-        fresh, at = await recycle_pass.run(ctx, fresh, workload, session, logger)
+        turn = turn_.Turn(ctx=ctx, workload=workload, session=session, logger=logger)
+        fresh, at = await recycle_pass.run(turn, fresh)
         requeues.append(at)
-        fresh, at = await lifecycle_pass.run(ctx, fresh, workload, session, logger)
+        fresh, at = await lifecycle_pass.run(turn, fresh)
         requeues.append(at)
     finally:
         if owned:

@@ -1,7 +1,7 @@
 """The staged deletion's pass: observe -> ``deletion.next_stage`` -> write status -> act -> events -> requeue.
 
-A pass returns to release the finalizer and raises ``kopf.TemporaryError`` to requeue; the lifecycle
-rule DeleteWorkload runs the same step from the daemon.
+A pass returns to release the finalizer and raises :class:`Requeue` (a ``kopf.TemporaryError``) to
+requeue; the lifecycle rule DeleteWorkload runs the same step from the daemon.
 """
 
 from __future__ import annotations
@@ -17,12 +17,19 @@ from drain_router.controller import kube as kube_
 from drain_router.controller import status as status_
 from drain_router.decisions import deletion, objects
 
-REQUEUE_MARK = "requeue: "
-"""Starts every requeue's message, so the log filter can tell a requeue from a failure."""
+
+class Requeue(kopf.TemporaryError):
+    """The staged deletion waiting, not failing: run the pass again after ``delay`` seconds. A type
+    of its own, so the log filter (:mod:`drain_router.controller.handlers`) tells a requeue from a
+    failure by the exception kopf is handling, not by the words kopf logs it with. The message
+    starts with ``requeue:`` for whoever reads it in the log or in kopf's progress annotation."""
+
+    def __init__(self, message: str, *, delay: float) -> None:
+        super().__init__(f"requeue: {message}", delay=delay)
 
 
 async def run_pass(ctx: context.Context, body: Mapping[str, Any], logger: Any) -> None:
-    """One pass. Returns to release the finalizer, raises ``kopf.TemporaryError`` to requeue."""
+    """One pass. Returns to release the finalizer, raises :class:`Requeue` to requeue."""
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     fresh = await ctx.kube.get_modelservice(namespace, name)  # annotations and status as of now
     if fresh is None:
@@ -40,7 +47,7 @@ async def run_pass(ctx: context.Context, body: Mapping[str, Any], logger: Any) -
             if decision.verdict is deletion.Verdict.HOLD
             else (decision.status.message if decision.status else "")
         )
-        raise kopf.TemporaryError(f"{REQUEUE_MARK}{message}", delay=delay)
+        raise Requeue(message, delay=delay)
     outcome = (
         str(decision.events[0].reason)
         if decision.verdict is deletion.Verdict.SKIP and decision.events

@@ -11,6 +11,7 @@ including the ones tests start and stop, gets its own.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,11 +25,16 @@ DAEMON_ID = "recycle_and_lifecycle"
 
 
 class _QuietRequeue(logging.Filter):
-    """kopf logs every TemporaryError at ERROR ("failed temporarily"). Our requeues are the normal
-    way a staged deletion waits, so they are logged at DEBUG instead."""
+    """kopf logs every TemporaryError at ERROR. Our requeues are the normal way a staged deletion
+    waits, so they are logged at DEBUG instead.
+
+    kopf logs the error from inside its ``except TemporaryError`` block and passes neither
+    ``exc_info`` nor arguments, but a logger's filters run synchronously in that call, so the
+    exception being handled is the :class:`deleting.Requeue` itself: the filter matches our own type,
+    never kopf's wording."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno == logging.ERROR and f"failed temporarily: {deleting.REQUEUE_MARK}" in record.getMessage():
+        if record.levelno == logging.ERROR and isinstance(sys.exc_info()[1], deleting.Requeue):
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
             return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
         return True

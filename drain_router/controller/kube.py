@@ -1,11 +1,8 @@
 """The few Kubernetes API calls the controller makes, over one ``kubernetes_asyncio`` ApiClient.
 
-Objects named by ``apiVersion``/``kind`` (the route, the workload) are resolved to their URL through
-kubernetes_asyncio's own API discovery (its ``DynamicClient`` with the lazy discoverer: ``/version``
-and ``/apis`` once, then one group version's resource list when first asked for; a kind it does not
-find makes it discover again, so a CRD installed later is found), so any kind works (Deployment,
-Service, HTTPRoute, ...). Its cache stays in memory: the library's file cache (a file per API server
-host in the temp directory, shared between processes and kept across restarts) is not used.
+Objects named by ``apiVersion``/``kind`` (the route, the workload) are resolved to their URL by
+:mod:`drain_router.controller.discovery`, so any kind works. Every answer is a plain dict, ``None``
+for NotFound; a failure is :class:`CallFailed`, which names the call.
 """
 
 from __future__ import annotations
@@ -17,22 +14,11 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.dynamic import DynamicClient
-from kubernetes_asyncio.dynamic import discovery as dynamic_discovery
-from kubernetes_asyncio.dynamic.exceptions import ResourceNotFoundError
 
-from drain_router.controller import crd
+from drain_router.controller import crd, discovery
 from drain_router.decisions import deletion, recycling
 
 MERGE_PATCH = "application/merge-patch+json"
-
-
-class DiscoveryError(LookupError):
-    """A kind that the API server does not serve (CRD not installed, typo in ``spec.workload``)."""
-
-    def __init__(self, code: int | None, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
 
 
 class CallFailed(Exception):
@@ -44,13 +30,13 @@ class CallFailed(Exception):
 
 
 #: What a call can fail with: an error answer, a kind not served, no answer at all.
-_FAILURES = (ApiException, DiscoveryError, aiohttp.ClientError, asyncio.TimeoutError)
+_FAILURES = (ApiException, discovery.DiscoveryError, aiohttp.ClientError, asyncio.TimeoutError)
 
 
 def failure(call: str, exc: BaseException) -> deletion.ApiFailure:
     """An exception from one of :data:`_FAILURES` -> the failure, with the API server's ``Status``
     message when the answer carried one."""
-    if isinstance(exc, DiscoveryError):
+    if isinstance(exc, discovery.DiscoveryError):
         return deletion.ApiFailure(call=call, code=exc.code, message=exc.message)
     if isinstance(exc, ApiException):
         message = exc.reason or ""
@@ -62,36 +48,12 @@ def failure(call: str, exc: BaseException) -> deletion.ApiFailure:
     return deletion.ApiFailure(call=call, code=None, message=f"no answer ({type(exc).__name__}: {exc})")
 
 
-def guess_plural(kind: str) -> str:
-    """The resource name kubectl would guess for a kind (``HTTPRoute`` -> ``httproutes``), used only
-    to name a call when discovery itself failed."""
-    lower = kind.lower()
-    if lower.endswith("s"):
-        return lower + "es"
-    if lower.endswith("y") and lower[-2:-1] not in "aeiou":
-        return lower[:-1] + "ies"
-    return lower + "s"
-
-
-#: A cache file that is never there: the discoverer then starts from the API server.
-_NO_CACHE_FILE = "/nonexistent/drain-router-discovery.json"
-
-
-class _MemoryDiscoverer(dynamic_discovery.LazyDiscoverer):
-    """The library's lazy discoverer with its cache in memory only (never written to a file)."""
-
-    def _write_cache(self) -> None:
-        pass
-
-
 class Kube:
     """Thin async wrapper; every method returns plain dicts, ``None`` for NotFound."""
 
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
-        self._plurals: dict[tuple[str, str], tuple[str, bool]] = {}
-        self._dynamic: DynamicClient | None = None
-        self._discovering = asyncio.Lock()
+        self._discovery = discovery.Discovery(api)
 
     async def _call(
         self,
@@ -101,7 +63,8 @@ class Kube:
         body: Any = None,
         query: list[tuple[str, str]] | None = None,
         content_type: str | None = None,
-    ) -> Any:
+    ) -> object:
+        """The answer's JSON value as the untyped client decoded it: :func:`_as_object` types it."""
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
@@ -118,47 +81,14 @@ class Kube:
             _return_http_data_only=True,
         )
 
-    async def _resource(self, api_version: str, kind: str) -> tuple[str, bool]:
-        """(plural, namespaced) of a kind, from the library's discovery. A kind or group version the
-        API server does not serve is :class:`DiscoveryError` 404; a failed discovery call is
-        :class:`DiscoveryError` with its status."""
-        key = (api_version, kind)
-        if key not in self._plurals:
-            try:
-                async with self._discovering:  # one discovery at a time: its cache is shared state
-                    if self._dynamic is None:
-                        self._dynamic = await DynamicClient(
-                            self.api, cache_file=_NO_CACHE_FILE, discoverer=_MemoryDiscoverer
-                        )
-                    found = await self._dynamic.resources.get(api_version=api_version, kind=kind)
-            except ResourceNotFoundError:
-                raise DiscoveryError(404, f"{kind} is not served in {api_version} by the API server") from None
-            except ApiException as exc:
-                raise DiscoveryError(
-                    exc.status, f"API discovery failed for {api_version} {kind}: {exc.status} {exc.reason}"
-                ) from None
-            self._plurals[key] = (str(found.name), bool(found.namespaced))
-        return self._plurals[key]
-
-    async def _path(self, ref: deletion.ObjectRef, namespace: str) -> str:
-        plural, namespaced = await self._resource(ref.api_version, ref.kind)
-        base = "/api/v1" if ref.api_version == "v1" else f"/apis/{ref.api_version}"
-        scope = f"/namespaces/{namespace}" if namespaced else ""
-        return f"{base}{scope}/{plural}/{ref.name}"
-
-    def _name(self, verb: str, ref: deletion.ObjectRef) -> str:
-        """``GET gateway.networking.k8s.io/v1 httproutes/llama``: the call as an operator looks it up."""
-        known = self._plurals.get((ref.api_version, ref.kind))
-        return f"{verb} {ref.api_version} {known[0] if known else guess_plural(ref.kind)}/{ref.name}"
-
     async def get(self, ref: deletion.ObjectRef, namespace: str) -> dict[str, Any] | None:
         """The object, ``None`` for NotFound; :class:`CallFailed` for any other failure."""
         try:
-            return await self._call(await self._path(ref, namespace), "GET")
+            return _as_object(await self._call(await self._discovery.path(ref, namespace), "GET"))
         except _FAILURES as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return None
-            raise CallFailed(failure(self._name("GET", ref), exc)) from exc
+            raise CallFailed(failure(self._discovery.call_name("GET", ref), exc)) from exc
 
     async def delete(self, ref: deletion.ObjectRef, namespace: str) -> int:
         """Background propagation, like ``kubectl delete``: dependents (ReplicaSets, pods) are
@@ -166,9 +96,9 @@ class Kube:
         :class:`CallFailed` for a refusal (403, 500) or no answer."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         try:
-            return await self._delete(await self._path(ref, namespace), body)
+            return await self._delete(await self._discovery.path(ref, namespace), body)
         except _FAILURES as exc:
-            raise CallFailed(failure(self._name("DELETE", ref), exc)) from exc
+            raise CallFailed(failure(self._discovery.call_name("DELETE", ref), exc)) from exc
 
     async def force_delete_pod(self, namespace: str, name: str, uid: str) -> int:
         """Grace 0 with a UID precondition: a replacement pod that reuses the name answers 409."""
@@ -189,16 +119,18 @@ class Kube:
 
     async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         try:
-            listing = await self._call(
-                f"/api/v1/namespaces/{namespace}/pods", "GET", query=[("labelSelector", label_selector)]
+            listing = _as_object(
+                await self._call(
+                    f"/api/v1/namespaces/{namespace}/pods", "GET", query=[("labelSelector", label_selector)]
+                )
             )
         except _FAILURES as exc:
             raise CallFailed(failure(f"LIST v1 pods labelSelector={label_selector}", exc)) from exc
-        return list(listing.get("items") or [])
+        return list((listing or {}).get("items") or [])
 
     async def get_node(self, name: str) -> dict[str, Any] | None:
         try:
-            return await self._call(f"/api/v1/nodes/{name}", "GET")
+            return _as_object(await self._call(f"/api/v1/nodes/{name}", "GET"))
         except _FAILURES as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return None
@@ -209,7 +141,7 @@ class Kube:
 
     async def get_modelservice(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return await self._call(self._modelservice_path(namespace, name), "GET")
+            return _as_object(await self._call(self._modelservice_path(namespace, name), "GET"))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -231,7 +163,7 @@ class Kube:
             if exc.status == 409:
                 raise Conflict(failure(f"PATCH {crd.plural()}/{name}/status", exc)) from exc
             raise
-        return dict(answer or {})
+        return dict(_as_object(answer) or {})
 
     async def delete_modelservice(self, namespace: str, name: str) -> int:
         """Delete the ModelService (its finalizer then runs the staged teardown). 404 counts as done."""
@@ -246,13 +178,15 @@ class Kube:
         RBAC is one ``patch`` on deployments)."""
         try:
             await self._call(
-                await self._path(ref, namespace),
+                await self._discovery.path(ref, namespace),
                 "PATCH",
                 body={"spec": {"replicas": replicas}},
                 content_type=MERGE_PATCH,
             )
         except _FAILURES as exc:
-            raise CallFailed(failure(self._name("PATCH", ref) + f" spec.replicas={replicas}", exc)) from exc
+            raise CallFailed(
+                failure(self._discovery.call_name("PATCH", ref) + f" spec.replicas={replicas}", exc)
+            ) from exc
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> recycling.EvictAnswer:
         """``policy/v1`` Eviction with a UID precondition and the pod's own grace (no
@@ -271,11 +205,17 @@ class Kube:
             return evict_answer(int(exc.status or 0), _json(exc.body))
         except (TimeoutError, aiohttp.ClientError) as exc:
             return recycling.EvictAnswer(code=0, message=f"no answer ({type(exc).__name__}: {exc})")
-        return evict_answer(201, answer if isinstance(answer, dict) else {})
+        return evict_answer(201, _as_object(answer) or {})
 
 
 class Conflict(CallFailed):
     """409 on a conditional write: the object changed since it was read."""
+
+
+def _as_object(answer: object) -> dict[str, Any] | None:
+    """A JSON value -> the object it is, ``None`` when it is none (an empty body). The one place an
+    answer of the untyped client becomes typed: every call whose answer we read expects an object."""
+    return answer if isinstance(answer, dict) else None
 
 
 def _json(text: Any) -> dict[str, Any]:
@@ -283,7 +223,7 @@ def _json(text: Any) -> dict[str, Any]:
         data = json.loads(text or "{}")
     except (ValueError, TypeError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return _as_object(data) or {}
 
 
 def evict_answer(code: int, body: dict[str, Any]) -> recycling.EvictAnswer:

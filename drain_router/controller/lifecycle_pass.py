@@ -8,38 +8,32 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
 import kopf
 
 from drain_router.controller import context, deleting, probe
 from drain_router.controller import kube as kube_
 from drain_router.controller import status as status_
+from drain_router.controller import turn as turn_
 from drain_router.controller import workload as workload_
 from drain_router.decisions import deletion, lifecycle, objects
 
 CONDITION_TYPE = "LifecycleRulesValid"
 
 
-async def run(
-    ctx: context.Context,
-    fresh: Mapping[str, Any],
-    workload: workload_.Workload,
-    session: aiohttp.ClientSession,
-    logger: Any,
-) -> tuple[Mapping[str, Any], float]:
+async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, Any], float]:
     """Validate -> probe every active pod -> ``idle_clock`` -> ``next_rule`` -> status -> act ->
     events. Returns (the object as stored, when to look again)."""
-    settings = ctx.settings
-    standard = ctx.clock() + settings.requeue_secs
+    ctx, workload, logger = turn.ctx, turn.workload, turn.logger
+    standard = turn.standard_requeue()
     raw = (fresh.get("spec") or {}).get("lifecycle")
     if raw is None:
-        return fresh, ctx.clock() + settings.max_sleep_secs
+        return fresh, turn.idle_requeue()
     rules, fresh = await _rules(ctx, fresh, raw.get("rules") or [], logger)
     if rules is None:
-        return fresh, ctx.clock() + settings.max_sleep_secs
+        return fresh, turn.idle_requeue()
     if workload.failures:
         return fresh, standard
-    reports = await _probe_all(ctx, fresh, workload, session, logger)
+    reports = await _probe_all(turn, fresh)
     status = fresh.get("status") or {}
     stored = status_.lifecycle_status(status.get("lifecycle"))
     exists, being_deleted, replicas = workload.deployment_state()
@@ -49,7 +43,7 @@ async def run(
         deployment_exists=exists, deployment_deleting=being_deleted, deployment_replicas=replicas, deletion_stage=stage
     )
     now = ctx.clock()
-    decision = lifecycle.next_rule(rules, clock, done, stored, now, buffer_secs=settings.lifecycle_buffer_secs)
+    decision = lifecycle.next_rule(rules, clock, done, stored, now, buffer_secs=ctx.settings.lifecycle_buffer_secs)
     valid = objects.Condition(type=CONDITION_TYPE, status="True", reason="Valid", message="lifecycle rules are valid")
     build = status_.record_patch({"lifecycle": status_.lifecycle_dict(decision.status)}, valid, now)
 
@@ -61,7 +55,7 @@ async def run(
     if decision.action is None:
         return fresh, requeue_at
     # 2. Act (one action per pass), 3. events.
-    return await _act(ctx, fresh, decision, workload, stored, stage is None, requeue_at, logger)
+    return await _act(turn, fresh, decision, stored, stage is None, requeue_at)
 
 
 async def _rules(
@@ -85,39 +79,34 @@ async def _rules(
 
 
 async def _probe_all(
-    ctx: context.Context,
-    fresh: Mapping[str, Any],
-    workload: workload_.Workload,
-    session: aiohttp.ClientSession,
-    logger: Any,
+    turn: turn_.Turn, fresh: Mapping[str, Any]
 ) -> list[lifecycle.RouterReport | lifecycle.ProbeFailure]:
     """Ask every active pod's router whether it is idle; a failed probe is logged and reported."""
-    pods = workload.active_pods
+    pods = turn.workload.active_pods
     port = workload_.admin_port(fresh.get("spec") or {})
-    timeout = ctx.settings.idle_probe_timeout_secs
-    answers = await asyncio.gather(*(probe.probe(session, p.pod_ip, port, timeout=timeout) for p in pods))
+    timeout = turn.ctx.settings.idle_probe_timeout_secs
+    answers = await asyncio.gather(*(probe.probe(turn.session, p.pod_ip, port, timeout=timeout) for p in pods))
     reports = [probe.for_lifecycle(a, p.name) for p, a in zip(pods, answers)]
     for report in reports:
         if isinstance(report, lifecycle.ProbeFailure):
-            logger.info(f"idle probe of pod {report.pod} failed, the idle clock is kept: {report.error}")
+            turn.logger.info(f"idle probe of pod {report.pod} failed, the idle clock is kept: {report.error}")
     return reports
 
 
 async def _act(
-    ctx: context.Context,
+    turn: turn_.Turn,
     fresh: Mapping[str, Any],
     decision: lifecycle.RuleDecision,
-    workload: workload_.Workload,
     stored: lifecycle.LifecycleStatus,
     teardown_starts: bool,
     requeue_at: float,
-    logger: Any,
 ) -> tuple[Mapping[str, Any], float]:
     """Carry out ``decision.action``, then count it and post its events (a DeleteWorkload teardown
     only when it starts, not on every pass it runs)."""
     assert decision.action is not None
+    ctx, workload, logger = turn.ctx, turn.workload, turn.logger
     meta = fresh["metadata"]
-    standard = ctx.clock() + ctx.settings.requeue_secs
+    standard = turn.standard_requeue()
     first = True
     try:
         if decision.action is lifecycle.Policy.SCALE_TO_ZERO:

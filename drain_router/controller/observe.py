@@ -115,7 +115,8 @@ async def selected_pods(
 def node_ready(node: Mapping[str, Any]) -> bool:
     for cond in (node.get("status") or {}).get("conditions") or ():
         if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
+            status: object = cond.get("status")
+            return status == "True"
     return False
 
 

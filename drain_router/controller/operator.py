@@ -9,7 +9,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import aiohttp.web
@@ -72,11 +72,19 @@ def kubeconfig_paths() -> list[Path]:
     return [Path(p).expanduser() for p in listed or ["~/.kube/config"]]
 
 
+class _ConfigurationLoader(Protocol):
+    def __call__(self, *, client_configuration: client.Configuration) -> None: ...
+
+
+#: kubernetes_asyncio's in-cluster loader carries no annotations: the one way we call it, typed here.
+_load_incluster_config: _ConfigurationLoader = k8s_config.load_incluster_config
+
+
 async def load_configuration() -> client.Configuration:
     """The in-cluster configuration, else the kubeconfig's; ``NoCluster`` naming why neither loads."""
     configuration = client.Configuration()
     try:
-        k8s_config.load_incluster_config(client_configuration=configuration)
+        _load_incluster_config(client_configuration=configuration)
         return configuration
     except k8s_config.ConfigException as exc:
         in_cluster = str(exc)

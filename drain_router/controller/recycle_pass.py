@@ -7,30 +7,24 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
-
 from drain_router.controller import context, probe
 from drain_router.controller import status as status_
+from drain_router.controller import turn as turn_
 from drain_router.controller import workload as workload_
 from drain_router.decisions import recycling
 
 
-async def run(
-    ctx: context.Context,
-    fresh: Mapping[str, Any],
-    workload: workload_.Workload,
-    session: aiohttp.ClientSession,
-    logger: Any,
-) -> tuple[Mapping[str, Any], float]:
+async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, Any], float]:
     """Observe -> ``next_recycle`` (probe if asked, decide again) -> evict if decided -> status ->
     events. Returns (the object as stored, when to look again)."""
+    ctx, workload, logger = turn.ctx, turn.workload, turn.logger
     namespace, name = fresh["metadata"]["namespace"], fresh["metadata"]["name"]
     raw_spec = fresh.get("spec") or {}
     spec = workload_.recycling_spec(raw_spec.get("recycling"))
-    standard = ctx.clock() + ctx.settings.requeue_secs
+    standard = turn.standard_requeue()
     if spec is None:
         ctx.metrics.recycle_held_pods.labels(namespace, name).set(0)
-        return fresh, ctx.clock() + ctx.settings.max_sleep_secs
+        return fresh, turn.idle_requeue()
     if workload.failures:
         return fresh, standard
     status = fresh.get("status") or {}
@@ -51,7 +45,7 @@ async def run(
     if decision.kind is recycling.Kind.PROBE:
         assert decision.pod is not None
         answer = await probe.probe(
-            session, decision.pod.pod_ip, workload_.admin_port(raw_spec), timeout=s.idle_probe_timeout_secs
+            turn.session, decision.pod.pod_ip, workload_.admin_port(raw_spec), timeout=s.idle_probe_timeout_secs
         )
         now = ctx.clock()
         result = probe.for_recycling(answer, decision.pod.uid)

@@ -1,45 +1,205 @@
-"""The controller's settings: one frozen object built by the ``controller`` subcommand. No kopf here."""
+"""The controller's settings: one frozen object built by the ``controller`` subcommand. No kopf here.
+
+Each setting a user gives is declared once, as a field with its default and its :class:`Option` (flag,
+click type, help); ``drain-router controller`` generates its options, and their
+``DRAIN_ROUTER_CONTROLLER_*`` variables, from them (:func:`options`). The other fields are for tests
+and for the command itself (``identity``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
+from typing import Any, Literal
 
+import click
+
+from drain_router import config
 from drain_router.decisions import lifecycle, recycling
 
-DEFAULT_REQUEUE_SECS = 5.0
-DEFAULT_MAX_SLEEP_SECS = 60.0
-DEFAULT_METRICS_PORT = 9092
-DEFAULT_LEASE_NAME = "drain-router-controller"
-DEFAULT_LEASE_DURATION_SECS = 15
-DEFAULT_RENEW_DEADLINE_SECS = 10.0
-DEFAULT_RETRY_PERIOD_SECS = 2.0
+_PORT = click.IntRange(0, 65535)
+_POSITIVE_SECS = click.FloatRange(min=0, min_open=True)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Option:
+    """How a setting is given to ``drain-router controller``: ``--<flag>`` (``--<flag>/--no-<flag>``
+    for a ``switch``) or ``DRAIN_ROUTER_CONTROLLER_<FLAG>``."""
+
+    flag: str
+    help: str | None = None
+    type: click.ParamType[Any] | None = None
+    metavar: str | None = None
+    kind: Literal["value", "switch", "flag", "repeated"] = "value"
+    """``switch``: a boolean with its ``--no-`` form; ``flag``: a boolean given by the flag alone;
+    ``repeated``: given once per value (its variable takes a space-separated list)."""
+    cli_default: bool | None = None
+    """The command's default where it differs from the field's (which library callers and tests get)."""
+    show_default: bool = True
+    """``--help`` shows the default (never for a ``flag`` or a ``repeated`` option)."""
+
+    @property
+    def envvar(self) -> str:
+        return "DRAIN_ROUTER_CONTROLLER_" + self.flag.upper().replace("-", "_")
+
+
+def setting(default: Any, option: Option) -> Any:
+    """A dataclass field that the command line sets, through ``option``."""
+    return dataclasses.field(default=default, metadata={"option": option})
+
+
+def options() -> Iterator[tuple[dataclasses.Field[Any], Option]]:
+    """The fields the command line sets, in the order ``--help`` lists them."""
+    for field in dataclasses.fields(ControllerSettings):
+        if "option" in field.metadata:
+            yield field, field.metadata["option"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ControllerSettings:
-    namespaces: tuple[str, ...] = ()
-    """Namespaces to watch ModelServices in. Empty only together with ``all_namespaces``."""
-    all_namespaces: bool = False
-    """Watch the whole cluster (needs a ClusterRole instead of a Role)."""
-    metrics_port: int = DEFAULT_METRICS_PORT
-    """Prometheus ``/metrics`` port; 0 disables the listener. 9092: next to the router's 9091."""
-    requeue_secs: float = DEFAULT_REQUEUE_SECS
-    """Every wait of the staged deletion is a requeue after this many seconds (the route settle waits
-    for its exact remainder instead). 5 s: short against a 60 s settle and a 30 s pod grace, cheap in
-    API calls (a handful of GETs per ModelService being deleted)."""
-    log_format: str = "json"
-    """``json`` (one object a line on stdout, as the router logs) or ``console`` (for a terminal)."""
-    log_level: str = "info"
+    namespaces: tuple[str, ...] = setting(
+        (),
+        Option(
+            flag="namespace",
+            kind="repeated",
+            metavar="NS",
+            help="Watch ModelServices in this namespace; repeat for several (the environment variable "
+            "takes a space-separated list). Needs only a namespaced Role.",
+        ),
+    )
+    """Empty only together with ``all_namespaces``."""
+    all_namespaces: bool = setting(
+        False,
+        Option(flag="all-namespaces", kind="flag", help="Watch every namespace (needs a ClusterRole)."),
+    )
+    metrics_port: int = setting(
+        9092,
+        Option(
+            flag="metrics-port",
+            type=_PORT,
+            help="Prometheus /metrics port for drain_router_controller_*; 0 disables it.",
+        ),
+    )
+    """9092: next to the router's 9091."""
+    liveness_port: int = setting(
+        0,
+        Option(
+            flag="liveness-port",
+            type=_PORT,
+            help="Serve kopf's liveness endpoint GET /healthz on this port (for a livenessProbe); 0: none.",
+        ),
+    )
+    """kopf serves it on 0.0.0.0."""
+    read_nodes: bool = setting(
+        True,
+        Option(
+            flag="node-reads",
+            kind="switch",
+            help="Read the node of a pod stuck terminating (needs get on nodes, cluster-scoped). "
+            "--no-node-reads for a namespaced install without a ClusterRole: nodes then count as Ready.",
+        ),
+    )
+    """Off, every pod's node counts as Ready: a pod past its grace counts until grace + 5 min instead
+    of being let go at once when its node is NotReady or gone."""
+    requeue_secs: float = setting(
+        5.0,
+        Option(
+            flag="requeue-secs",
+            type=_POSITIVE_SECS,
+            help="Every wait of a staged deletion is a requeue after this long (the route settle "
+            "requeues for its exact remainder).",
+        ),
+    )
+    """5 s: short against a 60 s settle and a 30 s pod grace, cheap in API calls (a handful of GETs
+    per ModelService being deleted)."""
+    log_format: str = setting(
+        "json",
+        Option(
+            flag="log-format",
+            type=click.Choice(config.LOG_FORMATS),
+            help="json: one object a line on stdout, as the router logs. console: for a terminal.",
+        ),
+    )
+    log_level: str = setting(
+        "info", Option(flag="log-level", type=click.Choice(config.LOG_LEVELS, case_sensitive=False))
+    )
     """kopf's and the controller's log level."""
-    liveness_port: int = 0
-    """Port of kopf's liveness endpoint ``/healthz`` (on 0.0.0.0), for the pod's livenessProbe; 0: none."""
-    read_nodes: bool = True
-    """Read the node of a pod stuck terminating (nodes are cluster-scoped: needs a ClusterRole). Off, in
-    a namespaced install without one, every pod's node counts as Ready: a pod past its grace counts
-    until grace + 5 min instead of being let go at once when its node is NotReady or gone."""
+    leader_election: bool = setting(
+        False,
+        Option(
+            flag="leader-election",
+            kind="switch",
+            cli_default=True,
+            help="Act only while holding a coordination.k8s.io/v1 Lease, so that of several replicas "
+            "exactly one acts and a standby takes over within --leader-election-lease-duration plus "
+            "--leader-election-retry-period of the leader's last renewal. --no-leader-election: act at "
+            "once (then run exactly one replica).",
+        ),
+    )
+    """Run the operator only while holding the Lease ``lease_name`` in ``lease_namespace``. Off (the
+    field's default, for tests): this process acts at once, and must be the only one."""
+    lease_name: str = setting(
+        "drain-router-controller",
+        Option(
+            flag="leader-election-lease",
+            metavar="NAME",
+            help="The Lease the replicas of one install compete for (one per install).",
+        ),
+    )
+    """The chart passes the release's full name."""
+    lease_namespace: str = setting(
+        "",
+        Option(
+            flag="leader-election-namespace",
+            metavar="NS",
+            show_default=False,
+            help="The Lease's namespace. Default: the pod's own (its service account's namespace), else "
+            "the one --namespace watched.",
+        ),
+    )
+    """The chart passes the controller's own from the downward API; the command fills in the default."""
+    lease_duration_secs: int = setting(
+        15,
+        Option(
+            flag="leader-election-lease-duration",
+            type=click.IntRange(min=1),
+            metavar="SECS",
+            help="A standby takes the Lease from a leader that has not renewed it for this long (whole seconds).",
+        ),
+    )
+    """Counted by a standby from the moment it sees a renewal (the Lease's ``leaseDurationSeconds``;
+    whole seconds, as the API stores it). A dead leader is replaced within ``lease_duration_secs +
+    retry_period_secs``. 15 s as in client-go: long against API server hiccups, short against a pod
+    rescheduling."""
+    renew_deadline_secs: float = setting(
+        10.0,
+        Option(
+            flag="leader-election-renew-deadline",
+            type=_POSITIVE_SECS,
+            metavar="SECS",
+            help="A leader that cannot renew for this long stops acting: it exits with status 3 and "
+            "restarts as a standby. Less than the lease duration (the rest is the safety margin).",
+        ),
+    )
+    """Counted from the moment the leader sent its last successful renewal; the exit status is
+    ``EXIT_LEADERSHIP_LOST``. Strictly less than ``lease_duration_secs``: the difference is the margin
+    for a request already sent to land and for the two replicas' clocks running at different rates
+    (only durations are compared, never two clocks' readings). 10 s as in client-go."""
+    retry_period_secs: float = setting(
+        2.0,
+        Option(
+            flag="leader-election-retry-period",
+            type=_POSITIVE_SECS,
+            metavar="SECS",
+            help="The leader renews, and a standby looks at the Lease, this often. At most half the renew deadline.",
+        ),
+    )
+    """2 s as in client-go."""
+    identity: str = ""
+    """This process's ``holderIdentity``: the pod name plus a per-process suffix (set by the CLI)."""
     finalizer: str = "drainrouter.dev/staged-deletion"
     """The finalizer that holds a ModelService until its teardown is over."""
-    max_sleep_secs: float = DEFAULT_MAX_SLEEP_SECS
+    max_sleep_secs: float = 60.0
     """The recycling/lifecycle loop of a ModelService sleeps until its decisions' earliest requeue
     time, but never longer than this: a spec change or a person scaling the Deployment back up
     (which wakes a scaled-to-zero service) is noticed within it. 60 s: a few cheap reads and one
@@ -57,29 +217,6 @@ class ControllerSettings:
     tests."""
     lifecycle_buffer_secs: float = lifecycle.LIFECYCLE_REQUEUE_BUFFER_SECS
     """Look again this long after a lifecycle rule's due time. Shortened only by tests."""
-    leader_election: bool = False
-    """Run the operator only while holding the ``coordination.k8s.io/v1`` Lease ``lease_name`` in
-    ``lease_namespace``, so that of several replicas exactly one acts (the CLI turns it on by
-    default; off: this process acts at once, and must be the only one)."""
-    lease_name: str = DEFAULT_LEASE_NAME
-    """The Lease every replica of one install competes for (the chart: the release's full name)."""
-    lease_namespace: str = ""
-    """The Lease's namespace: the controller's own (the chart passes it from the downward API)."""
-    identity: str = ""
-    """This process's ``holderIdentity``: the pod name plus a per-process suffix (set by the CLI)."""
-    lease_duration_secs: int = DEFAULT_LEASE_DURATION_SECS
-    """How long a standby waits, from the moment it sees a renewal, before it takes the Lease from a
-    holder that stopped renewing (the Lease's ``leaseDurationSeconds``; whole seconds, as the API
-    stores it). A dead leader is replaced within ``lease_duration_secs + retry_period_secs``. 15 s
-    as in client-go: long against API server hiccups, short against a pod rescheduling."""
-    renew_deadline_secs: float = DEFAULT_RENEW_DEADLINE_SECS
-    """A leader that has not renewed for this long (counted from the moment it sent its last
-    successful renewal) stops acting: the process exits with ``EXIT_LEADERSHIP_LOST`` so Kubernetes
-    restarts it as a standby. Strictly less than ``lease_duration_secs``: the difference is the
-    margin for a request already sent to land and for the two replicas' clocks running at different
-    rates (only durations are compared, never two clocks' readings). 10 s as in client-go."""
-    retry_period_secs: float = DEFAULT_RETRY_PERIOD_SECS
-    """A leader renews, and a standby looks at the Lease, this often. 2 s as in client-go."""
 
     def __post_init__(self) -> None:
         if bool(self.namespaces) == self.all_namespaces:
