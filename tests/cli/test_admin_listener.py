@@ -25,9 +25,9 @@ import pytest
 from drain_router.proxy import tuning
 from drain_router.proxy.health import MAX_DRAIN_WAITERS
 from drain_router.tools import streams
+from drain_router.tools.process import wait_until
 from tests.blackbox import Response, raw_exchange, read_response, reset, status_of
 from tests.process import RouterProcess, Start, router_starter
-from tests.waiting import wait_until
 
 #: A caller that left must free its slot well within this (before the fix: only at its timeout).
 SLOT_FREED_WITHIN_SECS = 2.0

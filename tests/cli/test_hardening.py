@@ -17,7 +17,7 @@ import aiohttp
 import psutil
 import pytest
 
-from drain_router.tools.process import free_port
+from drain_router.tools.process import free_port, wait_until
 from tests.blackbox import (
     Canary,
     by_outcome,
@@ -30,7 +30,6 @@ from tests.blackbox import (
     status_of,
 )
 from tests.process import Start, router_starter
-from tests.waiting import wait_until
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from drain_router.tools.process import wait_until
 from tests import process
-from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -152,7 +152,7 @@ async def test_router_as_pid_1_drains_on_sigterm(fake_upstream):
                     return await resp.read()
 
             holder = asyncio.ensure_future(stream())
-            await wait_until(lambda: fake_upstream.started == 1, 5)
+            await wait_until(lambda: fake_upstream.started == 1, 5, "1 started upstream")
             subprocess.run(["kill", "-TERM", router_pid], check=True)
             for _ in range(200):  # poll with a deadline: the signal is handled asynchronously
                 async with s.get(f"http://127.0.0.1:{ports[1]}/readyz") as resp:

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 import psutil
 import pytest
 
+from drain_router.tools.process import wait_until
 from tests import rawupstream
 from tests.blackbox import (
     by_outcome,
@@ -36,7 +37,6 @@ from tests.blackbox import (
     status_of,
 )
 from tests.process import RouterProcess, Start, router_starter
-from tests.waiting import wait_until
 
 
 @pytest.fixture

@@ -26,9 +26,9 @@ import pytest
 from aiohttp import WSMsgType, web
 from prometheus_client.parser import text_string_to_metric_families
 
+from drain_router.tools.process import wait_until
 from tests.blackbox import by_outcome, inflight, requests_total
 from tests.process import RouterProcess, Start, router_starter
-from tests.waiting import wait_until
 
 KEY = base64.b64encode(b"0123456789abcdef").decode()
 
@@ -158,7 +158,7 @@ async def test_messages_both_ways_ping_and_close_codes(start_process, ws_upstrea
             pong = await ws.receive(timeout=5)
             assert (pong.type, pong.data) == (WSMsgType.PONG, b"are you there")
             await ws.close(code=4000)
-        await wait_until(lambda: ws_upstream.closes == [4000], what="the upstream saw 4000")
+        await wait_until(lambda: ws_upstream.closes == [4000], timeout=5, what="the upstream saw 4000")
         # Closed by the upstream, with its code.
         async with s.ws_connect(f"http://127.0.0.1:{p.port}/v1/realtime") as ws:
             await ws.send_str("close:4001")
@@ -401,7 +401,7 @@ async def test_at_the_deadline_the_session_gets_1001_both_ways(start_process, ws
         assert (await ws.receive(timeout=5)).data == "echo:still here"
         msg = await ws.receive(timeout=10)
         assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1001)
-        await wait_until(lambda: ws_upstream.closes == [1001], what="the upstream saw a masked 1001")
+        await wait_until(lambda: ws_upstream.closes == [1001], timeout=5, what="the upstream saw a masked 1001")
         assert await p.wait(10) == 1
         deadline = await p.wait_event("drain.deadline")
         assert deadline["aborted"] == 1
@@ -426,7 +426,7 @@ async def test_with_close_at_closing_the_1001_comes_at_closing(start_process, ws
         msg = await ws.receive(timeout=10)
         assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1001)
         assert "drain.closing" in p.names()
-        await wait_until(lambda: ws_upstream.closes == [1001], what="the upstream saw a masked 1001")
+        await wait_until(lambda: ws_upstream.closes == [1001], timeout=5, what="the upstream saw a masked 1001")
         assert await p.wait(10) == 0
         assert [e["outcome"] for e in p.events if e.get("event") == "request"] == ["completed"]
     finally:
@@ -457,7 +457,7 @@ async def test_the_deadline_close_waits_for_the_frame_in_flight_to_end(start_pro
     p.signal(signal.SIGTERM)
     assert await _read_frame(reader) == (8, struct.pack("!H", 1001))
     writer.write(frame[9:] + _masked(8, struct.pack("!H", 1001)))
-    await wait_until(lambda: ws_upstream.closes == [1001], what="the upstream saw the frame, then 1001")
+    await wait_until(lambda: ws_upstream.closes == [1001], timeout=5, what="the upstream saw the frame, then 1001")
     assert ws_upstream.received == ["finished after the deadline"]
     assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
@@ -470,7 +470,7 @@ async def test_a_client_that_vanishes_is_client_aborted(start_process, ws_upstre
     writer.write(_handshake())
     assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
     writer.transport.abort()  # no Close frame
-    await wait_until(lambda: len(ws_upstream.closes) == 1, what="the upstream connection closed")
+    await wait_until(lambda: len(ws_upstream.closes) == 1, timeout=5, what="the upstream connection closed")
     await _inflight_zero(p)
     assert (await _outcomes(p)).get("client_aborted") == 1
 
@@ -539,7 +539,7 @@ async def test_the_upstream_gets_a_masked_1001_at_the_deadline(ws_upstream):
             p.signal(signal.SIGTERM)
             msg = await ws.receive(timeout=10)
             assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1001)
-        await wait_until(lambda: len(frames) == 2, what="the upstream read a Close")
+        await wait_until(lambda: len(frames) == 2, timeout=5, what="the upstream read a Close")
         assert frames == [(1, True, b"before"), (8, True, struct.pack("!H", 1001))]
         assert await p.wait(10) == 1
 
