@@ -49,27 +49,33 @@ def free_port(host: str = LOOPBACK) -> int:
 
 
 @overload
-async def wait_until(predicate: Callable[[], Awaitable[T]], timeout: float | None, what: str) -> T: ...
+async def wait_until(
+    check: Callable[[], Awaitable[T]], timeout: float | None, what: str, *, until: Callable[[T], object] = ...
+) -> T: ...
 @overload
-async def wait_until(predicate: Callable[[], T], timeout: float | None, what: str) -> T: ...
-async def wait_until(predicate: Callable[[], Any], timeout: float | None, what: str) -> Any:
-    """Call ``predicate`` (a plain function or a coroutine function) every :data:`POLL_SECS` until it
-    returns something truthy, and return that. After ``timeout`` s (``None``: no deadline),
-    ``TimeoutError`` naming ``what`` and the last value seen (unless a bare ``False``). The one polling
-    loop of the tools, the tests and e2e.
+async def wait_until(
+    check: Callable[[], T], timeout: float | None, what: str, *, until: Callable[[T], object] = ...
+) -> T: ...
+async def wait_until(
+    check: Callable[[], Any], timeout: float | None, what: str, *, until: Callable[[Any], object] = bool
+) -> Any:
+    """Call ``check`` (a plain function or a coroutine function) every :data:`POLL_SECS` until
+    ``until`` holds for what it returns (by default: until that is truthy), and return that. After
+    ``timeout`` s (``None``: no deadline), ``TimeoutError`` naming ``what`` and the last value seen
+    (unless a bool: ``False`` says nothing more). The one polling loop of the tools, the tests and e2e.
 
-    An exception from ``predicate`` propagates at once, not retried: a predicate that expects a
-    transient error (a refused connection while a server starts) catches it and returns false, so a
-    broken check fails on its first call instead of after the whole timeout."""
+    An exception from ``check`` propagates at once, not retried: a check that expects a transient
+    error (a refused connection while a server starts) catches it and returns false, so a broken
+    check fails on its first call instead of after the whole timeout."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        value = predicate()
+        value = check()
         if inspect.isawaitable(value):
             value = await value
-        if value:
+        if until(value):
             return value
         if deadline is not None and time.monotonic() >= deadline:
-            seen = "" if isinstance(value, bool) else f"; last seen: {value!r}"  # False says nothing more
+            seen = "" if isinstance(value, bool) else f"; last seen: {value!r}"
             raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}{seen}")
         await asyncio.sleep(POLL_SECS)
 

@@ -66,3 +66,12 @@ async def test_an_exception_in_the_predicate_propagates_at_once() -> None:
     with pytest.raises(KeyError, match="state"):
         await wait_until(broken, 30, "never reached")
     assert calls == 1 and time.monotonic() - t0 < 1.0
+
+
+async def test_until_decides_and_its_value_comes_back_even_if_falsy() -> None:
+    """``until`` tests the value instead of its truthiness: waiting for a count to reach 0 returns
+    that 0, and a timeout names the count last seen."""
+    counts = iter([3, 1, 0])
+    assert await wait_until(lambda: next(counts), 5, "in-flight 0", until=lambda n: n == 0) == 0
+    with pytest.raises(TimeoutError, match=r"waiting for in-flight 0; last seen: 2$"):
+        await wait_until(lambda: 2, 0.05, "in-flight 0", until=lambda n: n == 0)
