@@ -13,6 +13,8 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from drain_router.tools.process import wait_until
+
 
 def _complete(answer: bytes) -> bool:
     """One whole response with a Content-Length has arrived."""
@@ -79,6 +81,15 @@ async def requests_total(admin_port: int) -> dict[tuple[str, str], float]:
 async def inflight(admin_port: int) -> dict[str, object]:
     async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{admin_port}/admin/inflight") as resp:
         return await resp.json()
+
+
+async def wait_idle(admin_port: int, timeout: float = 5.0) -> None:
+    """Until ``/admin/inflight`` reads 0; the timeout names the count last read."""
+
+    async def count() -> object:
+        return (await inflight(admin_port))["inflight"]
+
+    await wait_until(count, timeout, "in-flight 0", until=lambda now: now == 0)
 
 
 def by_outcome(totals: dict[tuple[str, str], float]) -> dict[str, float]:

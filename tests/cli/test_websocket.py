@@ -27,7 +27,7 @@ from aiohttp import WSMsgType, web
 from prometheus_client.parser import text_string_to_metric_families
 
 from drain_router.tools.process import wait_until
-from tests.blackbox import by_outcome, inflight, requests_total
+from tests.blackbox import by_outcome, inflight, requests_total, wait_idle
 from tests.process import RouterProcess, Start, router_starter
 
 KEY = base64.b64encode(b"0123456789abcdef").decode()
@@ -121,13 +121,6 @@ async def start_process(ws_upstream) -> AsyncIterator[Start]:
         yield start
 
 
-async def _inflight_zero(p: RouterProcess, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while (now := (await inflight(p.admin_port))["inflight"]) != 0:
-        assert time.monotonic() < deadline, f"in-flight still {now}"
-        await asyncio.sleep(0.02)
-
-
 async def _outcomes(p: RouterProcess) -> dict[str, float]:
     return by_outcome(await requests_total(p.admin_port))
 
@@ -164,7 +157,7 @@ async def test_messages_both_ways_ping_and_close_codes(start_process, ws_upstrea
             await ws.send_str("close:4001")
             msg = await ws.receive(timeout=5)
             assert (msg.type, msg.data) == (WSMsgType.CLOSE, 4001)
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
     assert (await _outcomes(p)).get("completed") == 2
     assert await _sessions_gauge(p) == 0
 
@@ -178,7 +171,7 @@ async def test_a_16_mib_message_both_ways(start_process, ws_upstream):
     ):
         await ws.send_bytes(big)
         assert (await ws.receive(timeout=30)).data == big
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
 
 
 def _peak_rss(p: RouterProcess) -> int:
@@ -240,7 +233,7 @@ async def test_a_stalled_reader_costs_bounded_router_memory(start_process, ws_up
             got += 1
     grown = _peak_rss(p) - peak
     assert grown < MEMORY_BOUND, f"router peak RSS grew {grown} bytes"
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
 
 
 # -- raw sockets -------------------------------------------------------------------------------
@@ -293,7 +286,7 @@ async def test_a_bad_handshake_is_a_400_and_never_reaches_the_model_server(start
     body = await asyncio.wait_for(reader.read(), 5)
     assert b"bad_websocket_handshake" in body
     writer.close()
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
     assert ws_upstream.sessions == 0
     assert (await _outcomes(p)) == {"rejected": 1.0}
 
@@ -306,7 +299,7 @@ async def test_frames_pipelined_before_the_101_are_forwarded_after_it(start_proc
     assert head.startswith(b"HTTP/1.1 101 ")
     assert await _read_frame(reader) == (1, b"echo:early")
     writer.close()
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
 
 
 async def test_a_handshake_pipelined_after_a_request_keeps_its_early_frames(start_process):
@@ -324,7 +317,7 @@ async def test_a_handshake_pipelined_after_a_request_keeps_its_early_frames(star
     assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
     assert await _read_frame(reader) == (1, b"echo:early")
     writer.close()
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
 
 
 async def test_a_frame_length_with_its_top_bit_set_closes_the_tunnel(start_process):
@@ -335,7 +328,7 @@ async def test_a_frame_length_with_its_top_bit_set_closes_the_tunnel(start_proce
     writer.write(b"\x82\xff" + struct.pack("!Q", 1 << 63) + b"\x00\x00\x00\x00")
     assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
     assert (await _outcomes(p)).get("client_aborted") == 1
 
 
@@ -366,7 +359,7 @@ async def test_a_101_without_the_right_accept_is_a_502(ws_upstream, accept):
         writer.write(_handshake())
         assert (await _read_head(reader)).startswith(b"HTTP/1.1 502 ")
         writer.close()
-        await _inflight_zero(p)
+        await wait_idle(p.admin_port)
         assert (await _outcomes(p)).get("upstream_error") == 1
 
 
@@ -379,7 +372,7 @@ async def test_an_answer_other_than_101_is_relayed_as_a_response(ws_upstream):
         assert (await _read_head(reader)).startswith(b"HTTP/1.1 403 ")
         assert await asyncio.wait_for(reader.read(), 5) == b"no"
         writer.close()
-        await _inflight_zero(p)
+        await wait_idle(p.admin_port)
 
 
 # -- the drain ---------------------------------------------------------------------------------
@@ -441,7 +434,7 @@ async def test_a_handshake_with_a_body_is_a_400(start_process, ws_upstream):
     writer.write(_handshake("Content-Length: 5\r\n") + b"hello")
     assert (await _read_head(reader)).startswith(b"HTTP/1.1 400 ")
     writer.close()
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
     assert ws_upstream.sessions == 0
 
 
@@ -471,7 +464,7 @@ async def test_a_client_that_vanishes_is_client_aborted(start_process, ws_upstre
     assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
     writer.transport.abort()  # no Close frame
     await wait_until(lambda: len(ws_upstream.closes) == 1, timeout=5, what="the upstream connection closed")
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
     assert (await _outcomes(p)).get("client_aborted") == 1
 
 
@@ -503,7 +496,7 @@ async def test_an_upstream_that_vanishes_is_upstream_error_and_the_client_gets_1
         assert await _read_frame(reader) == (8, struct.pack("!H", 1014))  # Close, Bad Gateway
         assert await asyncio.wait_for(reader.read(), 5) == b""
         writer.close()
-        await _inflight_zero(p)
+        await wait_idle(p.admin_port)
         assert (await _outcomes(p)).get("upstream_error") == 1
 
 
@@ -553,7 +546,7 @@ async def test_the_duration_histogram_covers_the_whole_session(start_process, ws
                 await ws.send_str(str(i))
                 assert (await ws.receive(timeout=5)).data == f"echo:{i}"
             lived = time.monotonic() - opened
-        await _inflight_zero(p)
+        await wait_idle(p.admin_port)
         async with s.get(f"http://127.0.0.1:{p.admin_port}/metrics") as resp:
             text = await resp.text()
     family = next(f for f in text_string_to_metric_families(text) if f.name == "drain_router_request_duration_seconds")
@@ -590,4 +583,4 @@ async def test_a_model_server_that_stops_reading_costs_bounded_router_memory(sta
         assert (await ws.receive(timeout=30)).data == "got all"
     grown = _peak_rss(p) - peak
     assert grown < MEMORY_BOUND, f"router peak RSS grew {grown} bytes"
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)

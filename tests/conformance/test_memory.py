@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from tests.blackbox import inflight, reset
+from tests.blackbox import inflight, reset, wait_idle
 from tests.conformance import wire
 from tests.process import RouterProcess
 from tests.rawupstream import pattern
@@ -94,7 +94,7 @@ async def flood(p: RouterProcess, up: wire.Upstream, connections: int, pipelined
             # reading them, as SPEC asks) cannot reach the router until they are read, so only a
             # reset is a departure TCP can show it (docs/proxying.md).
             reset(c.writer)
-    await wire.wait_idle(admin_port, timeout=10)
+    await wait_idle(admin_port, timeout=10)
 
 
 def test_pipelined_floods_behind_a_silent_request_cost_bounded_memory_and_inflight(world):
