@@ -27,6 +27,7 @@ from tests.blackbox import (
     raw_exchange,
     requests_total,
     reset,
+    settled_rss,
     status_of,
 )
 from tests.process import Start, router_starter
@@ -213,14 +214,7 @@ async def test_a_stalled_reader_costs_bounded_memory(start_process, fake_upstrea
         held.append(writer)
     await wait_until(lambda: fake_upstream.started == 40, 10, "40 stalled streams")
     # Let each relay fill every buffer it is allowed to: until the RSS stops growing.
-    last, stable_since = proc.memory_info().rss, time.monotonic()
-    deadline = time.monotonic() + 10
-    while time.monotonic() - stable_since < 1.0 and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-        now = proc.memory_info().rss
-        if now > last + 64 * 1024:
-            last, stable_since = now, time.monotonic()
-    per_stream = (proc.memory_info().rss - before) / 40
+    per_stream = (await settled_rss(proc.pid) - before) / 40
     print(f"stalled reader: {per_stream / 1024:.0f} KiB per stream")
     assert per_stream < 256 * 1024, f"{per_stream / 1024:.0f} KiB per stalled stream"
     assert fake_upstream.finished == 0, "the streams are held back, not buffered whole"

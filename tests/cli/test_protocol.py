@@ -21,7 +21,6 @@ import re
 import time
 from collections.abc import AsyncIterator
 
-import psutil
 import pytest
 
 from drain_router.tools.process import wait_until
@@ -34,6 +33,8 @@ from tests.blackbox import (
     read_response,
     requests_total,
     reset,
+    settled,
+    settled_rss,
     status_of,
     wait_idle,
 )
@@ -449,22 +450,6 @@ async def test_a_stale_pooled_connection_is_not_retried_for_a_post(start_process
 # -- back-pressure and memory ----------------------------------------------------------------------
 
 
-def _rss(p: RouterProcess) -> int:
-    return psutil.Process(p.proc.pid).memory_info().rss
-
-
-async def _settled_rss(p: RouterProcess, settle: float = 1.0, timeout: float = 10.0) -> int:
-    """The router's RSS once it has stopped growing for ``settle`` seconds."""
-    last, stable_since = _rss(p), time.monotonic()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() - stable_since < settle and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-        now = _rss(p)
-        if now > last + 64 * 1024:
-            last, stable_since = now, time.monotonic()
-    return _rss(p)
-
-
 UPLOAD_BYTES = 64 * 1024 * 1024
 
 
@@ -476,7 +461,7 @@ async def test_an_upload_to_a_stalled_model_server_is_held_back(start_process, r
     p = await start_process("--max-request-body-bytes", str(2 * UPLOAD_BYTES))
     answer, _ = await raw_exchange(p.port, _get("/cl?size=100000"), whole=True)  # warm up the path
     assert status_of(answer) == 200
-    before = await _settled_rss(p, settle=0.5)
+    before = await settled_rss(p.proc.pid, settle=0.5)
     reader, writer = await _connect(p)
     writer.transport.set_write_buffer_limits(high=256 * 1024)
     writer.write(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % UPLOAD_BYTES)
@@ -493,14 +478,8 @@ async def test_an_upload_to_a_stalled_model_server_is_held_back(start_process, r
     uploading = asyncio.ensure_future(upload())
     await asyncio.wait_for(raw.upload_started.wait(), 5)
     # Wait until the client can send no more: everything between it and the model server is full.
-    last, stable_since = sent, time.monotonic()
-    deadline = time.monotonic() + 20
-    while time.monotonic() - stable_since < 1.0:
-        assert time.monotonic() < deadline, f"the upload never stalled ({sent} bytes sent)"
-        await asyncio.sleep(0.1)
-        if sent != last:
-            last, stable_since = sent, time.monotonic()
-    grew = await _settled_rss(p) - before
+    await settled(lambda: sent, settle=1.0, timeout=20, what="the bytes the upload sent")
+    grew = await settled_rss(p.proc.pid) - before
     assert not uploading.done(), "the upload was accepted whole while the model server read nothing"
     assert sent < UPLOAD_BYTES // 2, f"{sent} bytes accepted from the client while stalled"
     assert grew < 8 * 1024 * 1024, f"router RSS grew {grew / 2**20:.1f} MiB holding a stalled upload"
@@ -527,7 +506,7 @@ async def test_clients_that_stop_reading_a_64mib_body_cost_bounded_memory(start_
     p = await start_process()
     answer, _ = await raw_exchange(p.port, _get("/cl?size=100000"), whole=True)  # warm up the path
     assert status_of(answer) == 200
-    before = await _settled_rss(p, settle=0.5)
+    before = await settled_rss(p.proc.pid, settle=0.5)
     held = []
     for _ in range(STALLED_STREAMS):
         reader, writer = await asyncio.open_connection("127.0.0.1", p.port, limit=1024)
@@ -537,7 +516,7 @@ async def test_clients_that_stop_reading_a_64mib_body_cost_bounded_memory(start_
         writer.transport.pause_reading()
         held.append(writer)
     await wait_until(lambda: len(raw.seen) == STALLED_STREAMS + 1, 10, "every stream reached the upstream")
-    per_stream = (await _settled_rss(p) - before) / STALLED_STREAMS
+    per_stream = (await settled_rss(p.proc.pid) - before) / STALLED_STREAMS
     assert per_stream < 256 * 1024, f"{per_stream / 1024:.0f} KiB per stalled stream"
     assert not any(s.answered for s in raw.seen[1:]), "the bodies were held back, not buffered whole"
     assert (await inflight(p.admin_port))["inflight"] == STALLED_STREAMS
