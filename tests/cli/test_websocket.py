@@ -190,16 +190,21 @@ async def _blocked(
     progress after three round trips through the router's event loop (its admin listener runs on
     the same loop), each a turn in which a router that read regardless would take more. Returns at
     once when the whole flood was sent."""
-    deadline = time.monotonic() + 30
-    while not done():
+
+    async def blocked_or_done() -> tuple[bool, int]:
+        if done():
+            return True, progress()
         if paused():
             before = progress()
             for _ in range(3):
                 await inflight(p.admin_port)
             if paused() and progress() == before:
-                return
-        assert time.monotonic() < deadline, f"the flood neither blocked nor finished ({progress()} sent)"
-        await asyncio.sleep(0.005)
+                return True, before
+        return False, progress()
+
+    await wait_until(
+        blocked_or_done, 30, "the flood to block or finish (blocked?, bytes sent)", until=lambda seen: seen[0]
+    )
 
 
 FLOOD = 2048
