@@ -9,12 +9,12 @@ upstream stays silent.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 
 import psutil
 import pytest
 
+from drain_router.tools.process import wait_until
 from tests.blackbox import inflight, reset, wait_idle
 from tests.conformance import wire
 from tests.process import RouterProcess
@@ -64,13 +64,15 @@ async def flood(p: RouterProcess, up: wire.Upstream, connections: int, pipelined
         )
         for c, rid in zip(clients, slow)
     ]
+
+    async def arrived() -> int:
+        await sample()
+        return sum(1 for rid in slow if up.by_id(rid))
+
     try:
         # Until every slow request is at the upstream and every client's write went into the
         # kernel or the router (or 5 s: a router that stopped reading holds the rest back).
-        deadline = time.monotonic() + 10
-        while not all(up.by_id(rid) for rid in slow):
-            assert time.monotonic() < deadline, f"{sum(1 for r in slow if up.by_id(r))} slow requests arrived"
-            await sample()
+        await wait_until(arrived, 10, "every slow request at the upstream", until=lambda n: n == len(slow))
         await asyncio.wait(sends, timeout=5)
         for _ in range(20):
             await sample()
