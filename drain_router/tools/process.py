@@ -76,7 +76,7 @@ async def wait_until(
             return value
         if deadline is not None and time.monotonic() >= deadline:
             seen = "" if isinstance(value, bool) else f"; last seen: {value!r}"
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}{seen}")
+            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}{seen}")
         await asyncio.sleep(POLL_SECS)
 
 

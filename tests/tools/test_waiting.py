@@ -49,8 +49,8 @@ async def test_times_out_naming_what_and_the_last_value_seen() -> None:
         await wait_until(count, 0.2, "the count")
     assert 0.2 <= time.monotonic() - t0 < 1.0
     assert calls >= 0.2 / POLL_SECS / 2
-    with pytest.raises(TimeoutError, match=r"^timed out after 0.05s waiting for never$"):
-        await wait_until(lambda: False, timeout=0.05, what="never")
+    with pytest.raises(TimeoutError, match=r"^timed out after 0.1s waiting for never$"):
+        await wait_until(lambda: False, timeout=0.1, what="never")
 
 
 async def test_an_exception_in_the_predicate_propagates_at_once() -> None:
