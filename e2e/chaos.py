@@ -30,8 +30,8 @@ Everything runs on 127.0.0.1; every wait polls with a deadline.
 
 from __future__ import annotations
 
-import asyncio
 import collections
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -46,7 +46,7 @@ import aiohttp
 import psutil
 
 from drain_router.tools import cluster, load, realtime, sessions, streams
-from drain_router.tools.process import POLL_SECS, Process, wait_until
+from drain_router.tools.process import Process, wait_until
 from e2e import balancers, reconcile
 
 DRAIN_SECS = 1
@@ -392,45 +392,41 @@ class Fleet:
         """Scrape until the router is draining or closing with nothing in flight (its final count),
         or closing with only WebSocket sessions in flight (its final count but for those, which the
         deadline ends), or until it is gone; the last scrape taken (``last`` if none succeeded)."""
-        deadline = time.monotonic() + GRACE_SECS + WAIT_SECS
-        while time.monotonic() < deadline:
+        box = [last]
+
+        async def final() -> bool:
             try:
-                last = await replica.metrics(self.session, timeout=1.0)
+                box[0] = await replica.metrics(self.session, timeout=1.0)
             except (TimeoutError, aiohttp.ClientError, OSError):
-                if not replica.process.alive:
-                    break
-                continue
-            if (last.state in ("draining", "closing") and last.inflight == 0) or _sessions_only(last):
-                return last
-            await asyncio.sleep(POLL_SECS)
-        return last
+                return not replica.process.alive  # gone: the last scrape taken is its final count
+            return (box[0].state in ("draining", "closing") and box[0].inflight == 0) or _sessions_only(box[0])
+
+        with contextlib.suppress(TimeoutError):  # the last scrape taken, whatever it says
+            await wait_until(final, GRACE_SECS + WAIT_SECS, f"{replica.name}'s final count")
+        return box[0]
 
     async def _wait_scrape(
         self, replica: cluster.Replica, done: Callable[[cluster.Scrape], bool], what: str
     ) -> cluster.Scrape:
-        box: list[cluster.Scrape] = []
-
-        async def ok() -> bool:
+        async def scrape() -> cluster.Scrape | None:
             try:
-                box[:] = [await replica.metrics(self.session)]
+                return await replica.metrics(self.session)
             except (TimeoutError, aiohttp.ClientError, OSError):
                 if not replica.process.alive:
                     raise replica.process.failed(f"exited while waiting for it to be {what}") from None
-                return False
-            return done(box[0])
+                return None
 
-        await wait_until(ok, timeout=WAIT_SECS, what=f"{replica.name} {what}")
-        return box[0]
+        found = await wait_until(scrape, WAIT_SECS, f"{replica.name} {what}", until=lambda s: s is not None and done(s))
+        assert found is not None
+        return found
 
     async def _wait_model_idle(self, model: cluster.FakeModel) -> dict[str, int]:
-        box: list[dict[str, int]] = []
-
-        async def idle() -> bool:
-            box[:] = [await model.stats(self.session)]
-            return box[0]["active"] == 0 and box[0]["sessions"] == 0
-
-        await wait_until(idle, timeout=WAIT_SECS, what=f"{model.name} to have no stream or session open")
-        return box[0]
+        return await wait_until(
+            lambda: model.stats(self.session),
+            WAIT_SECS,
+            f"{model.name} to have no stream or session open",
+            until=lambda stats: stats["active"] == 0 and stats["sessions"] == 0,
+        )
 
     async def _wait_ready(self, replica: cluster.Replica, status: int, body_status: str) -> None:
         async def reached() -> bool:

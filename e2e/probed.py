@@ -56,9 +56,10 @@ class ProbedBalancer:
 
     async def wait_status(self, name: str, want: str, timeout: float = 10.0) -> None:
         """Poll until the balancer reports server ``name`` as ``want`` (``UP`` or ``DOWN``; HAProxy
-        may add a count, as in ``UP 1/2``)."""
-
-        async def reached() -> bool:
-            return (await self.server_status()).get(name, "").startswith(want)
-
-        await wait_until(reached, timeout=timeout, what=f"{self.NAME} to see {name} {want}")
+        may add a count, as in ``UP 1/2``); a timeout names every server's status last read."""
+        await wait_until(
+            self.server_status,
+            timeout,
+            f"{self.NAME} to see {name} {want}",
+            until=lambda status: status.get(name, "").startswith(want),
+        )

@@ -37,10 +37,9 @@ async def _run(
     fleet = chaos.Fleet(tmp_path, kind, session, processes.append, drain_secs=drain_secs, seed=15)
     await fleet.start()
 
-    async def warm() -> bool:
-        return len(fleet.load.records) >= chaos.CLIENTS
-
-    await wait_until(warm, timeout=20, what="the first streams to finish")
+    await wait_until(
+        lambda: len(fleet.load.records), 20, "the first streams to finish", until=lambda n: n >= chaos.CLIENTS
+    )
     for number in range(1, cycles + 1):
         report.append(chaos.format_row(await fleet.cycle(number, fault)))
         if until_loss and fleet.load.lost:

@@ -77,10 +77,7 @@ def reconnects(records: list[realtime.Record]) -> tuple[int, list[str]]:
 
 
 async def _wait_open(holder: realtime.Sessions, count: int) -> None:
-    async def reached() -> bool:
-        return holder.open >= count
-
-    await wait_until(reached, timeout=WAIT_SECS, what=f"{count} realtime sessions open")
+    await wait_until(lambda: holder.open, WAIT_SECS, f"{count} realtime sessions open", until=lambda n: n >= count)
 
 
 @pytest.mark.timeout(180)

@@ -71,7 +71,8 @@ async def _rolling_restarts(
     exit_codes: list[int] = []
     await stream_load.start()
     try:
-        await _wait_records(stream_load, 2 * CLIENTS)
+        want = 2 * CLIENTS
+        await wait_until(lambda: len(stream_load.records), 20, f"{want} finished requests", until=lambda n: n >= want)
         assert not stream_load.lost, f"{label}: lost before any restart"
         for _cycle in range(CYCLES):
             for pod in pods:
@@ -80,7 +81,8 @@ async def _rolling_restarts(
                 terminations.append(time.monotonic() - t0)
                 await pod.start(session)
                 await lb.wait_status(pod.name, "UP")
-        await _wait_records(stream_load, len(stream_load.records) + 2 * CLIENTS)
+        want = len(stream_load.records) + 2 * CLIENTS
+        await wait_until(lambda: len(stream_load.records), 20, f"{want} finished requests", until=lambda n: n >= want)
     finally:
         records = await stream_load.stop()
         for pod in pods:
@@ -100,13 +102,6 @@ def _check_port(probe_url: str, url: str) -> int | None:
     """The pod's health-check port when its probe is not on its traffic port."""
     probe_port, port = int(probe_url.split(":")[2].split("/")[0]), int(url.rsplit(":", 1)[1])
     return None if probe_port == port else probe_port
-
-
-async def _wait_records(stream_load: load.Load, count: int, timeout: float = 20.0) -> None:
-    async def enough() -> bool:
-        return len(stream_load.records) >= count
-
-    await wait_until(enough, timeout=timeout, what=f"{count} finished requests")
 
 
 def _kinds(lost: list[load.Record]) -> str:

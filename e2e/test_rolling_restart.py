@@ -27,13 +27,6 @@ PROBE_INTER_MS = 200
 DRAIN_SECS = 1  # five probe intervals: HAProxy has long marked the replica down when it closes
 
 
-async def _wait_records(stream_load: load.Load, count: int, timeout: float = 20.0) -> None:
-    async def enough() -> bool:
-        return len(stream_load.records) >= count
-
-    await wait_until(enough, timeout=timeout, what=f"{count} finished requests")
-
-
 def _describe(lost: list[load.Record]) -> str:
     outcomes = collections.Counter(r.outcome.value for r in lost)
     errors = collections.Counter(f"{r.status} {r.error}" for r in lost)
@@ -63,7 +56,8 @@ async def test_rolling_restarts_through_balancer(
     started = time.monotonic()
     await stream_load.start()
     try:
-        await _wait_records(stream_load, 2 * CLIENTS)
+        want = 2 * CLIENTS
+        await wait_until(lambda: len(stream_load.records), 20, f"{want} finished requests", until=lambda n: n >= want)
         assert not stream_load.lost, f"lost before any restart: {_describe(stream_load.lost)}"
         for _cycle in range(CYCLES):
             for replica in replicas:
@@ -71,7 +65,8 @@ async def test_rolling_restarts_through_balancer(
                 exit_codes.append(await replica.process.wait_exit(timeout=20))
                 await replica.start(session)
                 await lb.wait_status(replica.name, "UP")
-        await _wait_records(stream_load, len(stream_load.records) + 2 * CLIENTS)
+        want = len(stream_load.records) + 2 * CLIENTS
+        await wait_until(lambda: len(stream_load.records), 20, f"{want} finished requests", until=lambda n: n >= want)
     finally:
         records = await stream_load.stop()
     elapsed = time.monotonic() - started

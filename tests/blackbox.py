@@ -6,12 +6,16 @@ import asyncio
 import contextlib
 import socket
 import struct
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
+
+from drain_router.tools.process import wait_until
 
 
 def _complete(answer: bytes) -> bool:
@@ -79,6 +83,42 @@ async def requests_total(admin_port: int) -> dict[tuple[str, str], float]:
 async def inflight(admin_port: int) -> dict[str, object]:
     async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{admin_port}/admin/inflight") as resp:
         return await resp.json()
+
+
+async def wait_idle(admin_port: int, timeout: float = 5.0) -> None:
+    """Until ``/admin/inflight`` reads 0; the timeout names the count last read."""
+
+    async def count() -> object:
+        return (await inflight(admin_port))["inflight"]
+
+    await wait_until(count, timeout, "in-flight 0", until=lambda now: now == 0)
+
+
+async def settled(sample: Callable[[], int], *, settle: float, timeout: float, what: str, slack: int = 0) -> int:
+    """``sample()`` once it has grown by no more than ``slack`` for ``settle`` s in a row: a figure that
+    grows in bursts (a process's memory, bytes accepted until back-pressure holds them)."""
+    last, since = sample(), time.monotonic()
+
+    def steady(now: int) -> bool:
+        nonlocal last, since
+        if now > last + slack:
+            last, since = now, time.monotonic()
+        return time.monotonic() - since >= settle
+
+    return await wait_until(sample, timeout, f"{what} to settle for {settle:g}s", until=steady)
+
+
+async def settled_rss(pid: int, settle: float = 1.0, timeout: float = 10.0) -> int:
+    """The process's RSS once it has stopped growing (by more than 64 KiB) for ``settle`` s; after
+    ``timeout`` s, as it is then."""
+    process = psutil.Process(pid)
+
+    def rss() -> int:
+        return int(process.memory_info().rss)
+
+    with contextlib.suppress(TimeoutError):
+        await settled(rss, settle=settle, timeout=timeout, what="the RSS", slack=64 * 1024)
+    return rss()
 
 
 def by_outcome(totals: dict[tuple[str, str], float]) -> dict[str, float]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import inspect
 import os
 import signal
 import socket
@@ -17,10 +18,13 @@ import subprocess
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 LOOPBACK = "127.0.0.1"
 POLL_SECS = 0.02
+"""How often :func:`wait_until` looks again."""
+
+T = TypeVar("T")
 
 
 class ProcessFailed(RuntimeError):
@@ -44,18 +48,36 @@ def free_port(host: str = LOOPBACK) -> int:
     raise RuntimeError("no fresh free port after 100 tries")
 
 
+@overload
 async def wait_until(
-    predicate: Callable[[], Awaitable[bool]], *, timeout: float | None, what: str, interval: float = POLL_SECS
-) -> None:
-    """Poll ``predicate`` until it is true; ``TimeoutError`` naming ``what`` after ``timeout`` s
-    (``None``: no deadline)."""
+    check: Callable[[], Awaitable[T]], timeout: float | None, what: str, *, until: Callable[[T], object] = ...
+) -> T: ...
+@overload
+async def wait_until(
+    check: Callable[[], T], timeout: float | None, what: str, *, until: Callable[[T], object] = ...
+) -> T: ...
+async def wait_until(
+    check: Callable[[], Any], timeout: float | None, what: str, *, until: Callable[[Any], object] = bool
+) -> Any:
+    """Call ``check`` (a plain function or a coroutine function) every :data:`POLL_SECS` until
+    ``until`` holds for what it returns (by default: until that is truthy), and return that. After
+    ``timeout`` s (``None``: no deadline), ``TimeoutError`` naming ``what`` and the last value seen
+    (unless a bool: ``False`` says nothing more). The one polling loop of the tools, the tests and e2e.
+
+    An exception from ``check`` propagates at once, not retried: a check that expects a transient
+    error (a refused connection while a server starts) catches it and returns false, so a broken
+    check fails on its first call instead of after the whole timeout."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        if await predicate():
-            return
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if until(value):
+            return value
         if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}")
-        await asyncio.sleep(interval)
+            seen = "" if isinstance(value, bool) else f"; last seen: {value!r}"
+            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}{seen}")
+        await asyncio.sleep(POLL_SECS)
 
 
 @dataclasses.dataclass(slots=True)

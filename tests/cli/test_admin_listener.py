@@ -25,9 +25,9 @@ import pytest
 from drain_router.proxy import tuning
 from drain_router.proxy.health import MAX_DRAIN_WAITERS
 from drain_router.tools import streams
+from drain_router.tools.process import wait_until
 from tests.blackbox import Response, raw_exchange, read_response, reset, status_of
 from tests.process import RouterProcess, Start, router_starter
-from tests.waiting import wait_until
 
 #: A caller that left must free its slot well within this (before the fix: only at its timeout).
 SLOT_FREED_WITHIN_SECS = 2.0
@@ -59,11 +59,14 @@ async def _hold(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
 async def _wait_full(admin_port: int, full: bool, timeout: float = 10.0) -> None:
     """Until every drain-wait slot is taken (``full``) or one is free: a ``timeout=0`` call is answered
     at once, 503 ``too_many_waiters`` when no slot is free, else 200 ``drained: false``."""
+
+    async def status() -> int:
+        answer = await _status(admin_port, "/admin/drain-wait?timeout=0")
+        assert answer in (200, 503), answer
+        return answer
+
     want = 503 if full else 200
-    deadline = time.monotonic() + timeout
-    while (status := await _status(admin_port, "/admin/drain-wait?timeout=0")) != want:
-        assert status in (200, 503), status
-        assert time.monotonic() < deadline, f"drain-wait slots not {'full' if full else 'free'} after {timeout} s"
+    await wait_until(status, timeout, f"drain-wait slots {'full' if full else 'free'}", until=lambda s: s == want)
 
 
 async def test_a_drain_wait_caller_that_leaves_frees_its_slot_at_once(start_process):
@@ -149,9 +152,7 @@ async def test_protocol_errors_get_a_static_body_and_one_rate_limited_log_line(s
 
 
 async def _wait_status(port: int, path: str, status: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while await _status(port, path) != status:
-        assert time.monotonic() < deadline, f"{path} never answered {status}"
+    await wait_until(lambda: _status(port, path), timeout, f"{path} to answer {status}", until=lambda s: s == status)
 
 
 def _tight_nofile() -> None:

@@ -13,8 +13,8 @@ import aiohttp
 
 from drain_router.proxy import tuning
 from drain_router.tools import streams
+from drain_router.tools.process import wait_until
 from tests.process import RouterProcess
-from tests.waiting import wait_until
 
 NOFILE = 208  # soft = hard, so the router's own raise to the hard limit cannot lift it
 LIMIT = tuning.traffic_connection_limit(NOFILE)  # 48 client connections

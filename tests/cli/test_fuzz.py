@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from drain_router.tools.fake_model import testing as fake_model_testing
+from drain_router.tools.process import wait_until
 from tests import process
 from tests.blackbox import Canary, canary, status_of
 
@@ -349,12 +350,11 @@ def test_every_exchange_ends_and_nothing_escapes(world: World, data: bytes) -> N
         assert status_of(answer) not in (500, 502, 503, 504), (data[:200], answer[:300])
 
 
-def test_after_the_fuzz_nothing_is_blamed_on_the_model_server_and_it_still_serves(world: World) -> None:
+async def test_after_the_fuzz_nothing_is_blamed_on_the_model_server_and_it_still_serves(world: World) -> None:
     """Runs after the fuzz (same module, same router): counts and in-flight are sane."""
-    deadline = time.monotonic() + 5
-    while _admin_json(world, "/admin/inflight")["inflight"] != 0:
-        assert time.monotonic() < deadline, "in-flight never returned to 0"
-        time.sleep(0.05)
+    await wait_until(
+        lambda: _admin_json(world, "/admin/inflight")["inflight"], 5, "in-flight 0", until=lambda now: now == 0
+    )
     outcomes = _requests_by_outcome(world)
     assert outcomes.get("upstream_error", 0) == 0, outcomes
     assert outcomes.get("rejected", 0) > 0, outcomes

@@ -17,7 +17,7 @@ import aiohttp
 import psutil
 import pytest
 
-from drain_router.tools.process import free_port
+from drain_router.tools.process import free_port, wait_until
 from tests.blackbox import (
     Canary,
     by_outcome,
@@ -27,10 +27,10 @@ from tests.blackbox import (
     raw_exchange,
     requests_total,
     reset,
+    settled_rss,
     status_of,
 )
 from tests.process import Start, router_starter
-from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -113,10 +113,13 @@ async def test_clients_that_reset_mid_stream_are_client_aborted(start_process, f
 
     await asyncio.gather(*(one(i) for i in range(50)))
     await wait_until(lambda: fake_upstream.cancelled + fake_upstream.finished == 50, 10, "every stream ended")
-    deadline = time.monotonic() + 10
-    while (outcomes := by_outcome(await requests_total(p.admin_port))).get("client_aborted", 0) < 50:
-        assert time.monotonic() < deadline, outcomes
-        await asyncio.sleep(0.05)
+
+    async def outcomes_now() -> dict[str, float]:
+        return by_outcome(await requests_total(p.admin_port))
+
+    outcomes = await wait_until(
+        outcomes_now, 10, "50 client_aborted", until=lambda now: now.get("client_aborted", 0) >= 50
+    )
     assert outcomes == {"client_aborted": 50}, outcomes
     assert (await inflight(p.admin_port))["inflight"] == 0
     assert not [e for e in p.events if e.get("level") == "error"], "a client leaving is not an error"
@@ -214,14 +217,7 @@ async def test_a_stalled_reader_costs_bounded_memory(start_process, fake_upstrea
         held.append(writer)
     await wait_until(lambda: fake_upstream.started == 40, 10, "40 stalled streams")
     # Let each relay fill every buffer it is allowed to: until the RSS stops growing.
-    last, stable_since = proc.memory_info().rss, time.monotonic()
-    deadline = time.monotonic() + 10
-    while time.monotonic() - stable_since < 1.0 and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-        now = proc.memory_info().rss
-        if now > last + 64 * 1024:
-            last, stable_since = now, time.monotonic()
-    per_stream = (proc.memory_info().rss - before) / 40
+    per_stream = (await settled_rss(proc.pid) - before) / 40
     print(f"stalled reader: {per_stream / 1024:.0f} KiB per stream")
     assert per_stream < 256 * 1024, f"{per_stream / 1024:.0f} KiB per stalled stream"
     assert fake_upstream.finished == 0, "the streams are held back, not buffered whole"

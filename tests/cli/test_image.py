@@ -21,8 +21,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from drain_router.tools.process import wait_until
 from tests import process
-from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -152,15 +152,15 @@ async def test_router_as_pid_1_drains_on_sigterm(fake_upstream):
                     return await resp.read()
 
             holder = asyncio.ensure_future(stream())
-            await wait_until(lambda: fake_upstream.started == 1, 5)
+            await wait_until(lambda: fake_upstream.started == 1, 5, "1 started upstream")
             subprocess.run(["kill", "-TERM", router_pid], check=True)
-            for _ in range(200):  # poll with a deadline: the signal is handled asynchronously
+
+            async def readyz() -> int:
                 async with s.get(f"http://127.0.0.1:{ports[1]}/readyz") as resp:
-                    if resp.status == 503:
-                        break
-                await asyncio.sleep(0.01)
-            else:
-                raise AssertionError("readyz never turned 503 after SIGTERM to PID 1")
+                    return resp.status
+
+            # the signal is handled asynchronously
+            await wait_until(readyz, 2, "readyz to turn 503 after SIGTERM to PID 1", until=lambda status: status == 503)
             assert (await holder).endswith(b"data: [DONE]\n\n")
         assert await asyncio.wait_for(proc.wait(), 10) == 0
     finally:

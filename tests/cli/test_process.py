@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 
 from drain_router.tools import streams
+from drain_router.tools.process import wait_until
 from tests.process import RouterProcess, held_entry
-from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ async def test_clean_drain_exits_0_with_streams_completed(fake_upstream, spawn):
     p = await spawn("--upstream", fake_upstream.url, "--shutdown-drain-secs", "1", "--termination-grace-secs", "30")
     await p.wait_event("startup.listening")
     streams = [asyncio.ensure_future(_stream(f"http://127.0.0.1:{p.port}/sse?n=30&iv=0.05")) for _ in range(5)]
-    await wait_until(lambda: fake_upstream.started == 5, 5)
+    await wait_until(lambda: fake_upstream.started == 5, 5, "5 started upstream")
     p.signal(signal.SIGTERM)
     await p.wait_event("drain.start")
     async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{p.admin_port}/readyz") as resp:
@@ -59,7 +59,7 @@ async def test_deadline_abort_exits_1(fake_upstream, spawn):
     p = await spawn("--upstream", fake_upstream.url, "--shutdown-drain-secs", "1", "--termination-grace-secs", "3")
     await p.wait_event("startup.listening")
     stream = asyncio.ensure_future(_stream(f"http://127.0.0.1:{p.port}/sse?n=100000&iv=0.05"))
-    await wait_until(lambda: fake_upstream.started == 1, 5)
+    await wait_until(lambda: fake_upstream.started == 1, 5, "1 started upstream")
     t0 = time.monotonic()
     p.signal(signal.SIGTERM)
     assert await p.wait(10) == 1
@@ -115,7 +115,7 @@ async def test_second_sigterm_expedites_the_window(fake_upstream, spawn):
     p = await spawn("--upstream", fake_upstream.url, "--shutdown-drain-secs", "60")
     await p.wait_event("startup.listening")
     stream = asyncio.ensure_future(_stream(f"http://127.0.0.1:{p.port}/sse?n=20&iv=0.05"))
-    await wait_until(lambda: fake_upstream.started == 1, 5)
+    await wait_until(lambda: fake_upstream.started == 1, 5, "1 started upstream")
     p.signal(signal.SIGTERM)
     await p.wait_event("drain.start")
     t0 = time.monotonic()
@@ -131,7 +131,7 @@ async def test_sigint_twice_aborts_and_exits_1(fake_upstream, spawn):
     p = await spawn("--upstream", fake_upstream.url, "--shutdown-drain-secs", "60")
     await p.wait_event("startup.listening")
     stream = asyncio.ensure_future(_stream(f"http://127.0.0.1:{p.port}/sse?n=100000&iv=0.05"))
-    await wait_until(lambda: fake_upstream.started == 1, 5)
+    await wait_until(lambda: fake_upstream.started == 1, 5, "1 started upstream")
     p.signal(signal.SIGINT)
     await p.wait_event("drain.closing")
     p.signal(signal.SIGINT)

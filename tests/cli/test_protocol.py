@@ -21,9 +21,9 @@ import re
 import time
 from collections.abc import AsyncIterator
 
-import psutil
 import pytest
 
+from drain_router.tools.process import wait_until
 from tests import rawupstream
 from tests.blackbox import (
     by_outcome,
@@ -33,10 +33,12 @@ from tests.blackbox import (
     read_response,
     requests_total,
     reset,
+    settled,
+    settled_rss,
     status_of,
+    wait_idle,
 )
 from tests.process import RouterProcess, Start, router_starter
-from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -50,13 +52,6 @@ async def start_process(raw) -> AsyncIterator[Start]:
     """Factory for a router process in front of the raw upstream (or ``upstream=``)."""
     async with router_starter(raw.url) as start:
         yield start
-
-
-async def _inflight_back_to_zero(p: RouterProcess, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while (now := (await inflight(p.admin_port))["inflight"]) != 0:
-        assert time.monotonic() < deadline, f"in-flight still {now} after {timeout}s"
-        await asyncio.sleep(0.02)
 
 
 async def _connect(p: RouterProcess) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -98,7 +93,7 @@ async def test_pipelined_requests_are_answered_in_order_and_complete(start_proce
     assert (await read_response(reader)).body == rawupstream.pattern(10)
     writer.close()
     assert raw.paths() == ["/cl", "/echo", "/chunked", "/cl"]
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)
 
 
 async def test_a_pipelined_probe_is_answered_in_its_place(start_process, raw):
@@ -118,7 +113,7 @@ async def test_a_pipelined_probe_is_answered_in_its_place(start_process, raw):
     assert alive.status == 200 and json.loads(alive.body) == {"status": "alive"}
     assert last.status == 200 and last.body == rawupstream.CHUNKED_BODY
     assert raw.paths() == ["/cl", "/chunked"]
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)
     assert by_outcome(await requests_total(p.admin_port)) == {"completed": 2}
 
 
@@ -154,7 +149,7 @@ async def test_head_keeps_the_pooled_upstream_connection_in_sync(start_process, 
         ("GET", "/cl", 1),
     ]
     assert raw.accepted == 1
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)
 
 
 # -- HTTP/1.0 clients and Host ---------------------------------------------------------------------
@@ -173,7 +168,7 @@ async def test_http10_client_gets_a_chunked_upstream_body_without_chunk_framing(
     assert response.body == rawupstream.CHUNKED_BODY
     assert await closed_within(reader, 2.0), "an HTTP/1.0 connection without keep-alive is closed"
     writer.close()
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)
 
 
 async def test_http10_client_gets_no_interim_response(start_process, raw):
@@ -186,7 +181,7 @@ async def test_http10_client_gets_no_interim_response(start_process, raw):
     assert answer.startswith(b"HTTP/1.") and status_of(answer) == 200, answer[:200]
     assert b" 100 " not in answer.split(b"\r\n", 1)[0]
     assert _echoed(answer.split(b"\r\n\r\n", 1)[1])["size"] == 3
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)
 
 
 async def test_a_request_without_host(start_process, raw):
@@ -204,7 +199,7 @@ async def test_a_request_without_host(start_process, raw):
     assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["type"] == "bad_request"
     assert closed
     assert raw.paths() == ["/echo"], "the 1.1 request without Host was not proxied"
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)
     assert by_outcome(await requests_total(p.admin_port)) == {"completed": 1, "rejected": 1}
 
 
@@ -311,7 +306,7 @@ async def test_header_timeout_applies_to_each_head_never_to_a_body(start_process
     assert 0.8 <= took < 2.5, took
     writer.close()
     assert raw.paths() == ["/echo"]
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)
 
 
 async def test_keepalive_idle_timeout_closes_idle_connections_only(start_process, raw):
@@ -328,7 +323,7 @@ async def test_keepalive_idle_timeout_closes_idle_connections_only(start_process
     assert await closed_within(reader, 4.0), "an idle keep-alive connection is closed"
     assert 0.8 <= time.monotonic() - idle_from < 2.5
     writer.close()
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)
 
 
 # -- every framing of the upstream's response ------------------------------------------------------
@@ -366,7 +361,7 @@ async def test_every_upstream_framing_reaches_the_client_intact(start_process, r
     writer.close()
     assert raw.accepted == (1 if reusable else 3), [(s.path, s.conn) for s in raw.seen]
     assert all(s.answered for s in raw.seen)
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)
     assert by_outcome(await requests_total(p.admin_port)) == {"completed": 3}
 
 
@@ -391,7 +386,7 @@ async def test_expect_100_continue_gets_one_interim_answer_before_the_body(start
     writer.write(_get("/cl?size=7"))
     assert (await read_response(reader)).body == rawupstream.pattern(7)
     writer.close()
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)
 
 
 # -- stale pooled connections ----------------------------------------------------------------------
@@ -412,7 +407,7 @@ async def test_a_pooled_connection_closed_while_idle_is_not_used(start_process, 
     assert status_of(answer) == 200, answer[:200]
     assert [s.path for s in raw.seen] == ["/idle-close", "/echo", "/echo"]
     assert all(s.answered for s in raw.seen)
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)
 
 
 async def test_a_stale_pooled_connection_is_retried_once_for_a_get(start_process, raw):
@@ -428,7 +423,7 @@ async def test_a_stale_pooled_connection_is_retried_once_for_a_get(start_process
         ("/echo", 1, False),
         ("/echo", 2, True),
     ]
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)
     assert by_outcome(await requests_total(p.admin_port)) == {"completed": 2}
 
 
@@ -448,27 +443,11 @@ async def test_a_stale_pooled_connection_is_not_retried_for_a_post(start_process
         ("POST", "/echo", 1, False),
     ]
     assert raw.accepted == 1, "no second connection was opened to send it again"
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)
     assert by_outcome(await requests_total(p.admin_port)) == {"completed": 1, "upstream_error": 1}
 
 
 # -- back-pressure and memory ----------------------------------------------------------------------
-
-
-def _rss(p: RouterProcess) -> int:
-    return psutil.Process(p.proc.pid).memory_info().rss
-
-
-async def _settled_rss(p: RouterProcess, settle: float = 1.0, timeout: float = 10.0) -> int:
-    """The router's RSS once it has stopped growing for ``settle`` seconds."""
-    last, stable_since = _rss(p), time.monotonic()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() - stable_since < settle and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-        now = _rss(p)
-        if now > last + 64 * 1024:
-            last, stable_since = now, time.monotonic()
-    return _rss(p)
 
 
 UPLOAD_BYTES = 64 * 1024 * 1024
@@ -482,7 +461,7 @@ async def test_an_upload_to_a_stalled_model_server_is_held_back(start_process, r
     p = await start_process("--max-request-body-bytes", str(2 * UPLOAD_BYTES))
     answer, _ = await raw_exchange(p.port, _get("/cl?size=100000"), whole=True)  # warm up the path
     assert status_of(answer) == 200
-    before = await _settled_rss(p, settle=0.5)
+    before = await settled_rss(p.proc.pid, settle=0.5)
     reader, writer = await _connect(p)
     writer.transport.set_write_buffer_limits(high=256 * 1024)
     writer.write(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % UPLOAD_BYTES)
@@ -499,14 +478,8 @@ async def test_an_upload_to_a_stalled_model_server_is_held_back(start_process, r
     uploading = asyncio.ensure_future(upload())
     await asyncio.wait_for(raw.upload_started.wait(), 5)
     # Wait until the client can send no more: everything between it and the model server is full.
-    last, stable_since = sent, time.monotonic()
-    deadline = time.monotonic() + 20
-    while time.monotonic() - stable_since < 1.0:
-        assert time.monotonic() < deadline, f"the upload never stalled ({sent} bytes sent)"
-        await asyncio.sleep(0.1)
-        if sent != last:
-            last, stable_since = sent, time.monotonic()
-    grew = await _settled_rss(p) - before
+    await settled(lambda: sent, settle=1.0, timeout=20, what="the bytes the upload sent")
+    grew = await settled_rss(p.proc.pid) - before
     assert not uploading.done(), "the upload was accepted whole while the model server read nothing"
     assert sent < UPLOAD_BYTES // 2, f"{sent} bytes accepted from the client while stalled"
     assert grew < 8 * 1024 * 1024, f"router RSS grew {grew / 2**20:.1f} MiB holding a stalled upload"
@@ -517,7 +490,7 @@ async def test_an_upload_to_a_stalled_model_server_is_held_back(start_process, r
     echoed = _echoed(answer.body)
     assert echoed["size"] == UPLOAD_BYTES
     assert echoed["sha256"] == hashlib.sha256(rawupstream.pattern(256 * 1024) * 256).hexdigest()
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)
 
 
 STALLED_STREAMS = 20
@@ -533,7 +506,7 @@ async def test_clients_that_stop_reading_a_64mib_body_cost_bounded_memory(start_
     p = await start_process()
     answer, _ = await raw_exchange(p.port, _get("/cl?size=100000"), whole=True)  # warm up the path
     assert status_of(answer) == 200
-    before = await _settled_rss(p, settle=0.5)
+    before = await settled_rss(p.proc.pid, settle=0.5)
     held = []
     for _ in range(STALLED_STREAMS):
         reader, writer = await asyncio.open_connection("127.0.0.1", p.port, limit=1024)
@@ -543,13 +516,13 @@ async def test_clients_that_stop_reading_a_64mib_body_cost_bounded_memory(start_
         writer.transport.pause_reading()
         held.append(writer)
     await wait_until(lambda: len(raw.seen) == STALLED_STREAMS + 1, 10, "every stream reached the upstream")
-    per_stream = (await _settled_rss(p) - before) / STALLED_STREAMS
+    per_stream = (await settled_rss(p.proc.pid) - before) / STALLED_STREAMS
     assert per_stream < 256 * 1024, f"{per_stream / 1024:.0f} KiB per stalled stream"
     assert not any(s.answered for s in raw.seen[1:]), "the bodies were held back, not buffered whole"
     assert (await inflight(p.admin_port))["inflight"] == STALLED_STREAMS
     for writer in held:
         writer.transport.abort()
-    await _inflight_back_to_zero(p, timeout=10)
+    await wait_idle(p.admin_port, timeout=10)
     outcomes = by_outcome(await requests_total(p.admin_port))
     assert outcomes == {"completed": 1, "client_aborted": STALLED_STREAMS}, outcomes
 
@@ -574,7 +547,7 @@ async def test_a_client_that_leaves_while_the_model_server_is_silent_closes_the_
         writer.close()
     await asyncio.wait_for(raw.peer_closed_event.wait(), 1.0)
     assert time.monotonic() - left < 1.0
-    await _inflight_back_to_zero(p, timeout=1.0)
+    await wait_idle(p.admin_port, timeout=1.0)
     assert by_outcome(await requests_total(p.admin_port)) == {"client_aborted": 1}
 
 
@@ -599,4 +572,4 @@ async def test_draining_answers_carry_connection_close_and_end_the_connection(st
     answer, _ = await raw_exchange(p.port, _get("/readyz"), whole=True)
     assert status_of(answer) == 503 and b"\r\nConnection: close\r\n" in answer, answer[:300]
     assert raw.paths() == ["/cl", "/chunked"]
-    await _inflight_back_to_zero(p)
+    await wait_idle(p.admin_port)

@@ -26,9 +26,9 @@ import pytest
 from aiohttp import WSMsgType, web
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.blackbox import by_outcome, inflight, requests_total
+from drain_router.tools.process import wait_until
+from tests.blackbox import by_outcome, inflight, requests_total, wait_idle
 from tests.process import RouterProcess, Start, router_starter
-from tests.waiting import wait_until
 
 KEY = base64.b64encode(b"0123456789abcdef").decode()
 
@@ -121,13 +121,6 @@ async def start_process(ws_upstream) -> AsyncIterator[Start]:
         yield start
 
 
-async def _inflight_zero(p: RouterProcess, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while (now := (await inflight(p.admin_port))["inflight"]) != 0:
-        assert time.monotonic() < deadline, f"in-flight still {now}"
-        await asyncio.sleep(0.02)
-
-
 async def _outcomes(p: RouterProcess) -> dict[str, float]:
     return by_outcome(await requests_total(p.admin_port))
 
@@ -158,13 +151,13 @@ async def test_messages_both_ways_ping_and_close_codes(start_process, ws_upstrea
             pong = await ws.receive(timeout=5)
             assert (pong.type, pong.data) == (WSMsgType.PONG, b"are you there")
             await ws.close(code=4000)
-        await wait_until(lambda: ws_upstream.closes == [4000], what="the upstream saw 4000")
+        await wait_until(lambda: ws_upstream.closes == [4000], timeout=5, what="the upstream saw 4000")
         # Closed by the upstream, with its code.
         async with s.ws_connect(f"http://127.0.0.1:{p.port}/v1/realtime") as ws:
             await ws.send_str("close:4001")
             msg = await ws.receive(timeout=5)
             assert (msg.type, msg.data) == (WSMsgType.CLOSE, 4001)
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
     assert (await _outcomes(p)).get("completed") == 2
     assert await _sessions_gauge(p) == 0
 
@@ -178,7 +171,7 @@ async def test_a_16_mib_message_both_ways(start_process, ws_upstream):
     ):
         await ws.send_bytes(big)
         assert (await ws.receive(timeout=30)).data == big
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
 
 
 def _peak_rss(p: RouterProcess) -> int:
@@ -197,16 +190,21 @@ async def _blocked(
     progress after three round trips through the router's event loop (its admin listener runs on
     the same loop), each a turn in which a router that read regardless would take more. Returns at
     once when the whole flood was sent."""
-    deadline = time.monotonic() + 30
-    while not done():
+
+    async def blocked_or_done() -> tuple[bool, int]:
+        if done():
+            return True, progress()
         if paused():
             before = progress()
             for _ in range(3):
                 await inflight(p.admin_port)
             if paused() and progress() == before:
-                return
-        assert time.monotonic() < deadline, f"the flood neither blocked nor finished ({progress()} sent)"
-        await asyncio.sleep(0.005)
+                return True, before
+        return False, progress()
+
+    await wait_until(
+        blocked_or_done, 30, "the flood to block or finish (blocked?, bytes sent)", until=lambda seen: seen[0]
+    )
 
 
 FLOOD = 2048
@@ -240,7 +238,7 @@ async def test_a_stalled_reader_costs_bounded_router_memory(start_process, ws_up
             got += 1
     grown = _peak_rss(p) - peak
     assert grown < MEMORY_BOUND, f"router peak RSS grew {grown} bytes"
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
 
 
 # -- raw sockets -------------------------------------------------------------------------------
@@ -293,7 +291,7 @@ async def test_a_bad_handshake_is_a_400_and_never_reaches_the_model_server(start
     body = await asyncio.wait_for(reader.read(), 5)
     assert b"bad_websocket_handshake" in body
     writer.close()
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
     assert ws_upstream.sessions == 0
     assert (await _outcomes(p)) == {"rejected": 1.0}
 
@@ -306,7 +304,7 @@ async def test_frames_pipelined_before_the_101_are_forwarded_after_it(start_proc
     assert head.startswith(b"HTTP/1.1 101 ")
     assert await _read_frame(reader) == (1, b"echo:early")
     writer.close()
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
 
 
 async def test_a_handshake_pipelined_after_a_request_keeps_its_early_frames(start_process):
@@ -324,7 +322,7 @@ async def test_a_handshake_pipelined_after_a_request_keeps_its_early_frames(star
     assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
     assert await _read_frame(reader) == (1, b"echo:early")
     writer.close()
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
 
 
 async def test_a_frame_length_with_its_top_bit_set_closes_the_tunnel(start_process):
@@ -335,7 +333,7 @@ async def test_a_frame_length_with_its_top_bit_set_closes_the_tunnel(start_proce
     writer.write(b"\x82\xff" + struct.pack("!Q", 1 << 63) + b"\x00\x00\x00\x00")
     assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
     assert (await _outcomes(p)).get("client_aborted") == 1
 
 
@@ -366,7 +364,7 @@ async def test_a_101_without_the_right_accept_is_a_502(ws_upstream, accept):
         writer.write(_handshake())
         assert (await _read_head(reader)).startswith(b"HTTP/1.1 502 ")
         writer.close()
-        await _inflight_zero(p)
+        await wait_idle(p.admin_port)
         assert (await _outcomes(p)).get("upstream_error") == 1
 
 
@@ -379,7 +377,7 @@ async def test_an_answer_other_than_101_is_relayed_as_a_response(ws_upstream):
         assert (await _read_head(reader)).startswith(b"HTTP/1.1 403 ")
         assert await asyncio.wait_for(reader.read(), 5) == b"no"
         writer.close()
-        await _inflight_zero(p)
+        await wait_idle(p.admin_port)
 
 
 # -- the drain ---------------------------------------------------------------------------------
@@ -401,7 +399,7 @@ async def test_at_the_deadline_the_session_gets_1001_both_ways(start_process, ws
         assert (await ws.receive(timeout=5)).data == "echo:still here"
         msg = await ws.receive(timeout=10)
         assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1001)
-        await wait_until(lambda: ws_upstream.closes == [1001], what="the upstream saw a masked 1001")
+        await wait_until(lambda: ws_upstream.closes == [1001], timeout=5, what="the upstream saw a masked 1001")
         assert await p.wait(10) == 1
         deadline = await p.wait_event("drain.deadline")
         assert deadline["aborted"] == 1
@@ -426,7 +424,7 @@ async def test_with_close_at_closing_the_1001_comes_at_closing(start_process, ws
         msg = await ws.receive(timeout=10)
         assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1001)
         assert "drain.closing" in p.names()
-        await wait_until(lambda: ws_upstream.closes == [1001], what="the upstream saw a masked 1001")
+        await wait_until(lambda: ws_upstream.closes == [1001], timeout=5, what="the upstream saw a masked 1001")
         assert await p.wait(10) == 0
         assert [e["outcome"] for e in p.events if e.get("event") == "request"] == ["completed"]
     finally:
@@ -441,7 +439,7 @@ async def test_a_handshake_with_a_body_is_a_400(start_process, ws_upstream):
     writer.write(_handshake("Content-Length: 5\r\n") + b"hello")
     assert (await _read_head(reader)).startswith(b"HTTP/1.1 400 ")
     writer.close()
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)
     assert ws_upstream.sessions == 0
 
 
@@ -457,7 +455,7 @@ async def test_the_deadline_close_waits_for_the_frame_in_flight_to_end(start_pro
     p.signal(signal.SIGTERM)
     assert await _read_frame(reader) == (8, struct.pack("!H", 1001))
     writer.write(frame[9:] + _masked(8, struct.pack("!H", 1001)))
-    await wait_until(lambda: ws_upstream.closes == [1001], what="the upstream saw the frame, then 1001")
+    await wait_until(lambda: ws_upstream.closes == [1001], timeout=5, what="the upstream saw the frame, then 1001")
     assert ws_upstream.received == ["finished after the deadline"]
     assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
@@ -470,8 +468,8 @@ async def test_a_client_that_vanishes_is_client_aborted(start_process, ws_upstre
     writer.write(_handshake())
     assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
     writer.transport.abort()  # no Close frame
-    await wait_until(lambda: len(ws_upstream.closes) == 1, what="the upstream connection closed")
-    await _inflight_zero(p)
+    await wait_until(lambda: len(ws_upstream.closes) == 1, timeout=5, what="the upstream connection closed")
+    await wait_idle(p.admin_port)
     assert (await _outcomes(p)).get("client_aborted") == 1
 
 
@@ -503,7 +501,7 @@ async def test_an_upstream_that_vanishes_is_upstream_error_and_the_client_gets_1
         assert await _read_frame(reader) == (8, struct.pack("!H", 1014))  # Close, Bad Gateway
         assert await asyncio.wait_for(reader.read(), 5) == b""
         writer.close()
-        await _inflight_zero(p)
+        await wait_idle(p.admin_port)
         assert (await _outcomes(p)).get("upstream_error") == 1
 
 
@@ -539,7 +537,7 @@ async def test_the_upstream_gets_a_masked_1001_at_the_deadline(ws_upstream):
             p.signal(signal.SIGTERM)
             msg = await ws.receive(timeout=10)
             assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1001)
-        await wait_until(lambda: len(frames) == 2, what="the upstream read a Close")
+        await wait_until(lambda: len(frames) == 2, timeout=5, what="the upstream read a Close")
         assert frames == [(1, True, b"before"), (8, True, struct.pack("!H", 1001))]
         assert await p.wait(10) == 1
 
@@ -553,7 +551,7 @@ async def test_the_duration_histogram_covers_the_whole_session(start_process, ws
                 await ws.send_str(str(i))
                 assert (await ws.receive(timeout=5)).data == f"echo:{i}"
             lived = time.monotonic() - opened
-        await _inflight_zero(p)
+        await wait_idle(p.admin_port)
         async with s.get(f"http://127.0.0.1:{p.admin_port}/metrics") as resp:
             text = await resp.text()
     family = next(f for f in text_string_to_metric_families(text) if f.name == "drain_router_request_duration_seconds")
@@ -590,4 +588,4 @@ async def test_a_model_server_that_stops_reading_costs_bounded_router_memory(sta
         assert (await ws.receive(timeout=30)).data == "got all"
     grown = _peak_rss(p) - peak
     assert grown < MEMORY_BOUND, f"router peak RSS grew {grown} bytes"
-    await _inflight_zero(p)
+    await wait_idle(p.admin_port)

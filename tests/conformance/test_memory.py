@@ -9,13 +9,13 @@ upstream stays silent.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 
 import psutil
 import pytest
 
-from tests.blackbox import inflight, reset
+from drain_router.tools.process import wait_until
+from tests.blackbox import inflight, reset, wait_idle
 from tests.conformance import wire
 from tests.process import RouterProcess
 from tests.rawupstream import pattern
@@ -64,13 +64,15 @@ async def flood(p: RouterProcess, up: wire.Upstream, connections: int, pipelined
         )
         for c, rid in zip(clients, slow)
     ]
+
+    async def arrived() -> int:
+        await sample()
+        return sum(1 for rid in slow if up.by_id(rid))
+
     try:
         # Until every slow request is at the upstream and every client's write went into the
         # kernel or the router (or 5 s: a router that stopped reading holds the rest back).
-        deadline = time.monotonic() + 10
-        while not all(up.by_id(rid) for rid in slow):
-            assert time.monotonic() < deadline, f"{sum(1 for r in slow if up.by_id(r))} slow requests arrived"
-            await sample()
+        await wait_until(arrived, 10, "every slow request at the upstream", until=lambda n: n == len(slow))
         await asyncio.wait(sends, timeout=5)
         for _ in range(20):
             await sample()
@@ -94,7 +96,7 @@ async def flood(p: RouterProcess, up: wire.Upstream, connections: int, pipelined
             # reading them, as SPEC asks) cannot reach the router until they are read, so only a
             # reset is a departure TCP can show it (docs/proxying.md).
             reset(c.writer)
-    await wire.wait_idle(admin_port, timeout=10)
+    await wait_idle(admin_port, timeout=10)
 
 
 def test_pipelined_floods_behind_a_silent_request_cost_bounded_memory_and_inflight(world):

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.blackbox import by_outcome
+from tests.blackbox import by_outcome, wait_idle
 from tests.conformance import wire
 from tests.conformance.test_memory import flood
 from tests.process import RouterProcess, Start, router_starter
@@ -58,7 +58,7 @@ async def _counted(p: RouterProcess) -> dict[tuple[str, str], float]:
 
 async def _idle(p: RouterProcess, timeout: float = 5.0) -> None:
     assert p.admin_port is not None
-    await wire.wait_idle(p.admin_port, timeout)
+    await wait_idle(p.admin_port, timeout)
 
 
 async def _open(p: RouterProcess) -> wire.Client:

@@ -28,6 +28,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.blackbox import wait_idle
 from tests.conformance import wire
 
 ACCEPT, REJECT, EITHER, EITHER_CLOSE = "accept", "reject", "either", "either_close"
@@ -244,7 +245,7 @@ async def _exchange(
             accepted.append(Req(probe, "GET", "none", b"", None, False, b"", ACCEPT))
     finally:
         client.close()
-    await wire.wait_idle(w.admin_port)
+    await wait_idle(w.admin_port)
     ours = up.seen[first_seen:]
     assert not up.violations, up.violations
     assert [s.id for s in ours] == [r.id for r in accepted], "the upstream got other requests than were accepted"

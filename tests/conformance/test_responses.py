@@ -25,6 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.blackbox import wait_idle
 from tests.conformance import wire
 
 INTERIM = {
@@ -198,7 +199,7 @@ async def _exchange(w: wire.World, resp: Resp, cuts: list[int]) -> None:
             )
     finally:
         client.close()
-    await wire.wait_idle(w.admin_port)
+    await wait_idle(w.admin_port)
     assert not up.violations, up.violations
     got = Counter(wire.delta(before, await wire.counted(w.admin_port)))
     want = Counter({(str(answer.status), "upstream_error" if resp.bad else "completed"): 1.0})

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import h11
 from hypothesis import HealthCheck, Phase, settings
 
-from tests.blackbox import inflight, requests_total
+from tests.blackbox import requests_total
 from tests.process import RouterProcess
 
 #: Hypothesis against real processes: a fixed derandomized run, no shrinking (each failing example
@@ -383,18 +383,6 @@ def framing_faults(answer: Answer, *, method: str = "GET", http10: bool = False)
 
 
 # -- the router's admin endpoints -------------------------------------------------------------------
-
-
-async def wait_idle(admin_port: int, timeout: float = 5.0) -> None:
-    """Wait until ``/admin/inflight`` reads 0, failing after ``timeout`` seconds with the last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        now = (await inflight(admin_port))["inflight"]
-        if now == 0:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"in-flight still {now} {timeout}s after the clients left")
-        await asyncio.sleep(0.01)
 
 
 def delta(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:

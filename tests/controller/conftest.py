@@ -7,9 +7,8 @@ import asyncio
 import contextlib
 import os
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import kmock
 import pytest
@@ -17,6 +16,7 @@ from kubernetes_asyncio import client
 
 from drain_router.controller import context, crd
 from drain_router.controller import settings as settings_
+from drain_router.tools import process as process_
 from tests.chart import conftest as chart_fixtures
 from tests.chart import helm as chart
 
@@ -26,19 +26,13 @@ NAMESPACE = "ns"
 MSVC = f"{crd.group()}/{crd.version()}/{crd.plural()}"
 REQUEUE = 0.2
 
+T = TypeVar("T")
 
-async def eventually(
-    check: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"
-) -> Any:
-    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(interval)
+
+async def eventually(check: Callable[[], T], *, timeout: float = 30.0, what: str) -> T:
+    """:func:`~drain_router.tools.process.wait_until` with this suite's default: 30 s, room for many of
+    the operator's passes (``REQUEUE`` apart) on a loaded machine."""
+    return await process_.wait_until(check, timeout, what)
 
 
 RBAC_ENV = "CONTROLLER_TEST_RBAC"

@@ -6,7 +6,6 @@ with a deadline."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import sys
@@ -223,8 +222,8 @@ async def test_sigterm_releases_the_lease_so_the_standby_takes_over_at_once(
     released = next(w for w in emu.lease_writes if not w.holder)
     assert 0 <= taken.at - released.at <= RETRY + SLACK, taken.at - released.at
     async with aiohttp.ClientSession() as session:
-        await eventually_async(lambda: leader_gauge(session, metrics), what="b's leader gauge at 1")
-        await eventually_async(lambda: kopf_health(session, port), what="kopf's /healthz on b's liveness port")
+        await process_.wait_until(lambda: leader_gauge(session, metrics), 10, "b's leader gauge at 1")
+        await process_.wait_until(lambda: kopf_health(session, port), 10, "kopf's /healthz on b's liveness port")
         assert b.acted() and not c.acted()
 
 
@@ -242,14 +241,6 @@ async def leader_gauge(session: aiohttp.ClientSession, port: int) -> float:
         text = await response.text()
     (line,) = [line for line in text.splitlines() if line.startswith("drain_router_controller_leader ")]
     return float(line.split()[1])
-
-
-async def eventually_async(check: Callable[[], Any], *, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def test_leader_election_flags_reach_the_settings_and_bad_values_are_refused(

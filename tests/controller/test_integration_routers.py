@@ -270,10 +270,7 @@ async def test_the_kubelet_sigkills_a_router_still_running_at_the_end_of_grace(c
         async def busy() -> bool:
             return (await probe.probe(session, a.ip, kubelet.admin_port)).inflight == 1
 
-        deadline = time.monotonic() + 10
-        while not await busy():
-            assert time.monotonic() < deadline, "the stream never reached the router"
-            await asyncio.sleep(0.05)
+        await process_.wait_until(busy, 10, "the stream to reach the router")
     response = await server.client.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{a.name}", json={})
     assert response.status == 200
     await eventually(lambda: a.exit_code is not None, what="the router killed at the end of grace", timeout=10)

@@ -4,7 +4,6 @@ namespaced install without access to nodes (--no-node-reads), and kopf's livenes
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from typing import Any
 
@@ -12,6 +11,7 @@ import aiohttp
 import kmock
 import pytest
 
+from drain_router.tools import process as process_
 from tests.chart import helm as chart
 
 from .conftest import ClusterEmulator, Operator, eventually
@@ -137,12 +137,8 @@ async def test_liveness_endpoint_answers_while_the_operator_runs(start_operator:
             except aiohttp.ClientError:
                 return False
 
-        for _ in range(100):  # kopf starts the endpoint with the operator, not before ready_flag
-            if await alive():
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("kopf's /healthz never answered 200")
+        # kopf starts the endpoint with the operator, not before ready_flag
+        await process_.wait_until(alive, 10, "kopf's /healthz to answer 200")
         await op.stop()
         assert not await alive(), "a stopped operator must fail the liveness probe"
 

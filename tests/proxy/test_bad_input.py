@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from drain_router.tools import streams
-from tests.waiting import wait_until
+from drain_router.tools.process import wait_until
 
 
 async def _raw(port: int, data: bytes, timeout: float = 3.0) -> bytes:
@@ -74,7 +74,7 @@ async def test_slow_reader_is_back_pressured_and_others_served(fake_upstream, st
     await writer.drain()
     await reader.readuntil(b"data: 0")
     writer.transport.pause_reading()  # stop reading
-    await wait_until(lambda: len(r.state.inflight) == 1)
+    await wait_until(lambda: len(r.state.inflight) == 1, 5, "1 in flight")
     await _still_serving_with_one_held(r, http)
     assert fake_upstream.started - fake_upstream.finished == 1, "the held stream is back-pressured, not buffered"
     writer.close()

@@ -11,8 +11,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from drain_router.tools import streams
+from drain_router.tools.process import wait_until
 from tests.blackbox import outcomes_in
-from tests.waiting import wait_until
 
 
 async def _stream(session: aiohttp.ClientSession, url: str) -> tuple[int, list[str]]:
@@ -41,7 +41,7 @@ async def test_draining_keeps_serving_with_readyz_503_and_connection_close(fake_
     its request proxied with Connection: close; after the window new connections are refused."""
     r = await start_router(upstream=fake_upstream.url, shutdown_drain_secs=2)
     holder = asyncio.ensure_future(_stream(http, f"{r.url}/sse?n=60&iv=0.05"))
-    await wait_until(lambda: len(r.state.inflight) == 1)
+    await wait_until(lambda: len(r.state.inflight) == 1, 5, "1 in flight")
     r.sigterm()
     async with aiohttp.ClientSession() as fresh:  # a new TCP connection, not a pooled one
         for base in (r.url, r.admin):
@@ -89,7 +89,7 @@ async def test_pooled_keepalive_connection_is_closed_when_idle_at_closing(fake_u
     await reader.readuntil(b'{"status": "alive"}')
     async with aiohttp.ClientSession() as s:
         holder = asyncio.ensure_future(_stream(s, f"{r.url}/sse?n=40&iv=0.05"))
-        await wait_until(lambda: len(r.state.inflight) == 1)
+        await wait_until(lambda: len(r.state.inflight) == 1, 5, "1 in flight")
         r.sigterm()
         assert await asyncio.wait_for(reader.read(100), 1.0) == b"", "idle connection closed"
         assert len(r.state.inflight) == 1 and r.state.phase.value == "closing"
@@ -120,7 +120,7 @@ async def test_deadline_aborts_the_rest_counts_and_exits_1(fake_upstream, start_
     Result: at the deadline all 3 are aborted, counted in metrics and the log, exit 1."""
     r = await start_router(upstream=fake_upstream.url, shutdown_drain_secs=1, termination_grace_secs=3)
     tasks = [asyncio.ensure_future(_stream(http, f"{r.url}/sse?n=100000&iv=0.05")) for _ in range(3)]
-    await wait_until(lambda: len(r.state.inflight) == 3)
+    await wait_until(lambda: len(r.state.inflight) == 3, 5, "3 in flight")
     with capture_logs() as logs:
         t0 = time.monotonic()
         r.sigterm()
@@ -159,14 +159,14 @@ async def test_drain_wait_answers_only_after_the_drain(fake_upstream, start_rout
     r = await start_router(upstream=fake_upstream.url, shutdown_drain_secs=1)
     r.state.drain_finished = finished = _WatchedEvent()
     stream = asyncio.ensure_future(_stream(http, f"{r.url}/sse?n=30&iv=0.05"))  # ~1.5 s
-    await wait_until(lambda: len(r.state.inflight) == 1)
+    await wait_until(lambda: len(r.state.inflight) == 1, 5, "1 in flight")
     async with aiohttp.ClientSession() as admin:
         wait = asyncio.ensure_future(admin.get(f"{r.admin}/admin/drain-wait?timeout=20"))
         await wait_until(lambda: finished.awaited.is_set() or wait.done(), 5, "drain-wait to be held")
         assert not wait.done(), "drain-wait answered before any SIGTERM"
         assert r.state.phase.value == "serving"
         r.sigterm()
-        await wait_until(lambda: r.state.phase.value == "closing", 3)
+        await wait_until(lambda: r.state.phase.value == "closing", 3, "phase closing")
         assert not wait.done(), "drain-wait answered before the drain finished"
         resp = await asyncio.wait_for(wait, 5)
         assert stream.done() and (await stream)[1][-1] == "[DONE]"
@@ -189,7 +189,7 @@ async def test_drain_wait_times_out_with_drained_false(fake_upstream, start_rout
 async def test_second_sigterm_expedites_to_closing(fake_upstream, start_router, http):
     r = await start_router(upstream=fake_upstream.url, shutdown_drain_secs=30)
     stream = asyncio.ensure_future(_stream(http, f"{r.url}/sse?n=10&iv=0.05"))
-    await wait_until(lambda: len(r.state.inflight) == 1)
+    await wait_until(lambda: len(r.state.inflight) == 1, 5, "1 in flight")
     r.sigterm()
     assert r.state.phase.value == "draining"
     r.sigterm()
@@ -201,7 +201,7 @@ async def test_second_sigterm_expedites_to_closing(fake_upstream, start_router, 
 async def test_sigterm_while_closing_is_logged_and_ignored(fake_upstream, start_router, http):
     r = await start_router(upstream=fake_upstream.url, shutdown_drain_secs=0)
     stream = asyncio.ensure_future(_stream(http, f"{r.url}/sse?n=10&iv=0.05"))
-    await wait_until(lambda: len(r.state.inflight) == 1)
+    await wait_until(lambda: len(r.state.inflight) == 1, 5, "1 in flight")
     r.sigterm()
     with capture_logs() as logs:
         r.sigterm()
@@ -215,7 +215,7 @@ async def test_sigterm_while_closing_is_logged_and_ignored(fake_upstream, start_
 async def test_second_sigint_aborts_at_once_exit_1(fake_upstream, start_router, http):
     r = await start_router(upstream=fake_upstream.url, shutdown_drain_secs=30)
     stream = asyncio.ensure_future(_stream(http, f"{r.url}/sse?n=100000&iv=0.05"))
-    await wait_until(lambda: len(r.state.inflight) == 1)
+    await wait_until(lambda: len(r.state.inflight) == 1, 5, "1 in flight")
     r.router.handle_exit(2)
     assert r.state.phase.value == "closing"
     r.router.handle_exit(2)
@@ -227,7 +227,7 @@ async def test_second_sigint_aborts_at_once_exit_1(fake_upstream, start_router, 
 async def test_drain_log_events_carry_the_timeline(fake_upstream, start_router, http):
     r = await start_router(upstream=fake_upstream.url, shutdown_drain_secs=1, termination_grace_secs=20)
     stream = asyncio.ensure_future(_stream(http, f"{r.url}/sse?n=30&iv=0.05"))
-    await wait_until(lambda: len(r.state.inflight) == 1)
+    await wait_until(lambda: len(r.state.inflight) == 1, 5, "1 in flight")
     with capture_logs() as logs:
         r.sigterm()
         await stream
@@ -262,11 +262,11 @@ async def test_upstream_health_gates_readiness(fake_upstream, start_router, http
     async with http.get(f"{r.admin}/readyz") as resp:
         assert resp.status == 503 and (await resp.json())["status"] == "starting"
     fake_upstream.healthy = True
-    await wait_until(lambda: r.state.phase.value == "serving", 3)
+    await wait_until(lambda: r.state.phase.value == "serving", 3, "phase serving")
     async with http.get(f"{r.admin}/readyz") as resp:
         assert resp.status == 200
     fake_upstream.healthy = False
-    await wait_until(lambda: r.state.upstream_up is False, 3)
+    await wait_until(lambda: r.state.upstream_up is False, 3, "the upstream seen down")
     async with http.get(f"{r.url}/readyz") as resp:
         assert resp.status == 503 and (await resp.json())["status"] == "upstream_unavailable"
 

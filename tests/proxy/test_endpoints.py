@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from drain_router.tools.fake_model import testing as fake_model_testing
-from tests.waiting import wait_until
+from drain_router.tools.process import wait_until
 
 
 async def test_probes_on_both_listeners_metrics_admin_only(fake_upstream, start_router, http):
@@ -50,7 +50,7 @@ async def test_admin_inflight_matches_open_streams_and_ignores_probes(fake_upstr
             await resp.read()
 
     tasks = [asyncio.ensure_future(stream()) for _ in range(7)]
-    await wait_until(lambda: fake_upstream.started == 7)
+    await wait_until(lambda: fake_upstream.started == 7, 5, "7 started upstream")
     for _ in range(3):  # probes and admin calls while busy do not add to the count
         async with http.get(f"{r.url}/readyz") as resp:
             assert (await resp.json())["inflight"] == 7

@@ -16,9 +16,8 @@ import pytest
 
 from drain_router.tools import streams
 from drain_router.tools.fake_model import testing as fake_model_testing
-from drain_router.tools.process import free_port
+from drain_router.tools.process import free_port, wait_until
 from tests.blackbox import outcomes_in
-from tests.waiting import wait_until
 
 
 async def test_sse_reaches_client_chunk_by_chunk(fake_upstream, start_router, http):
@@ -181,7 +180,7 @@ async def test_oversized_body_is_413(fake_upstream, start_router, http):
         assert resp.status == 413
     async with http.post(f"{r.url}/echo", data=b"z" * 1000) as resp:
         assert resp.status == 200
-    await wait_until(lambda: len(r.state.inflight) == 0)
+    await wait_until(lambda: len(r.state.inflight) == 0, 5, "0 in flight")
 
 
 @pytest.mark.parametrize(
@@ -203,7 +202,7 @@ async def test_upgrade_refusals(fake_upstream, start_router, http, headers, stat
     async with http.get(f"{r.url}/ws", headers=headers) as resp:
         assert resp.status == status
         assert (await resp.json())["error"]["type"] == kind
-    await wait_until(lambda: len(r.state.inflight) == 0)
+    await wait_until(lambda: len(r.state.inflight) == 0, 5, "0 in flight")
 
 
 async def test_upstream_dies_after_headers_closes_client_connection(fake_upstream, start_router, http):
@@ -212,7 +211,7 @@ async def test_upstream_dies_after_headers_closes_client_connection(fake_upstrea
         assert resp.status == 200
         with pytest.raises(aiohttp.ClientPayloadError):
             await resp.read()
-    await wait_until(lambda: len(r.state.inflight) == 0)
+    await wait_until(lambda: len(r.state.inflight) == 0, 5, "0 in flight")
     # and the router keeps serving others
     async with http.get(f"{r.url}/sse?n=2&iv=0") as resp:
         assert streams.events_of(await resp.read())[-1] == "[DONE]"
@@ -223,7 +222,7 @@ async def test_upstream_dies_inside_a_small_body_is_502(fake_upstream, start_rou
     async with http.get(f"{r.url}/short") as resp:
         assert resp.status == 502
         assert (await resp.json())["error"]["type"] == "upstream_unavailable"
-    await wait_until(lambda: len(r.state.inflight) == 0)
+    await wait_until(lambda: len(r.state.inflight) == 0, 5, "0 in flight")
 
 
 @pytest.mark.parametrize("first", [0.0, 30.0], ids=["mid-stream", "silent-prefill"])

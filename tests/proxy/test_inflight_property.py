@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry
 from drain_router import config
 from drain_router.proxy import lifecycle
 from drain_router.tools.fake_model import testing as fake_model_testing
+from drain_router.tools.process import wait_until
 from tests.blackbox import outcomes_in
-from tests.waiting import wait_until
 
 KINDS = ("completed", "slow", "abort_mid_stream", "abort_in_prefill", "upstream_cut", "oversized", "upgrade")
 EXPECTED_OUTCOME = {

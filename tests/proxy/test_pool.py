@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from drain_router.proxy import upstream as upstream_mod
+from drain_router.tools.process import wait_until
 from tests import rawupstream
-from tests.waiting import wait_until
 
 
 async def test_idle_pooled_connections_are_reused_then_closed_before_the_upstream_would(

@@ -163,10 +163,7 @@ async def test_websocket_end_from_the_backend_reaches_the_client(cluster: Any, h
     )
     states = [u.app[fake_app.STATE] for u in ups]
 
-    async def opened() -> bool:
-        return any(s.sessions for s in states)
-
-    await wait_until(opened, timeout=5, what="the session to reach a backend")
+    await wait_until(lambda: any(s.sessions for s in states), 5, "the session to reach a backend")
     state = next(s for s in states if s.sessions)
     if how == "going-away":
         await fake_app.close_sessions(state)

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from drain_router.tools import fake_model, streams
 from drain_router.tools.fake_model import app as fake_app
 from drain_router.tools.fake_model import serve
+from drain_router.tools.process import wait_until
 
 Client = Callable[..., Awaitable[TestClient]]
 
@@ -136,14 +137,6 @@ async def _stats(client: TestClient) -> dict[str, int]:
         return dict(await resp.json())
 
 
-async def _poll(client: TestClient, predicate: Callable[[dict[str, int]], bool]) -> dict[str, int]:
-    deadline = time.monotonic() + 5
-    while not predicate(stats := await _stats(client)):
-        assert time.monotonic() < deadline, stats
-        await asyncio.sleep(0.01)
-    return stats
-
-
 @pytest.mark.parametrize("first_token_ms", [0, 10_000], ids=["mid-stream", "during-prefill"])
 async def test_client_disconnect_counts_cancelled(client: TestClient, first_token_ms: int) -> None:
     """1. a stream starts 2. the client leaves (mid-stream, or during a silent prefill).
@@ -154,7 +147,7 @@ async def test_client_disconnect_counts_cancelled(client: TestClient, first_toke
             json={"stream": True, "chunks": 1000, "interval_ms": 10, "first_token_ms": first_token_ms},
         )
     )
-    await _poll(client, lambda s: s["active"] == 1)
+    await wait_until(lambda: _stats(client), 5, "one active stream", until=lambda s: s["active"] == 1)
     if first_token_ms:
         request.cancel()  # no headers yet: the client gives up waiting, its connection closes
         with pytest.raises(asyncio.CancelledError):
@@ -163,7 +156,7 @@ async def test_client_disconnect_counts_cancelled(client: TestClient, first_toke
         resp = await request
         await resp.content.readuntil(b"\n\n")
         resp.close()  # drops the connection mid-stream
-    stats = await _poll(client, lambda s: s["active"] == 0)
+    stats = await wait_until(lambda: _stats(client), 5, "no active stream", until=lambda s: s["active"] == 0)
     assert _http(stats) == {"started": 1, "finished": 0, "cancelled": 1, "active": 0}
 
 

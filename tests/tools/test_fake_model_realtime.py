@@ -51,15 +51,6 @@ async def _response(ws: aiohttp.ClientWebSocketResponse, **response: Any) -> lis
     return events
 
 
-async def _wait_state(client: TestClient, predicate: Callable[[fake_app.State], bool], what: str) -> None:
-    state = _state(client)
-
-    async def reached() -> bool:
-        return predicate(state)
-
-    await wait_until(reached, timeout=5, what=what)
-
-
 async def test_session_created_then_numbered_deltas_then_done(client: TestClient) -> None:
     async with client.ws_connect("/v1/realtime") as ws:
         created = await _event(ws)
@@ -165,7 +156,7 @@ async def test_client_close_code_is_recorded(client: TestClient, code: int) -> N
     async with client.ws_connect("/v1/realtime") as ws:
         await _event(ws)
         await ws.close(code=code)
-    await _wait_state(client, lambda s: not s.sessions, "the session to end")
+    await wait_until(lambda: not _state(client).sessions, 5, "the session to end")
     assert dict(_state(client).session_ends) == {f"client_{code}": 1}
 
 
@@ -175,7 +166,7 @@ async def test_client_that_vanishes_is_abnormal(client: TestClient) -> None:
     await ws.send_json({"type": "response.create", "response": {"deltas": 1000, "interval_ms": 10}})
     assert (await _event(ws))["type"] == "response.created"
     ws._response.connection.transport.abort()  # type: ignore[union-attr]  # no Close frame: a crash
-    await _wait_state(client, lambda s: not s.sessions, "the session to end")
+    await wait_until(lambda: not _state(client).sessions, 5, "the session to end")
     assert dict(_state(client).session_ends) == {"abnormal": 1}
     await ws.close()
 
@@ -192,7 +183,7 @@ async def test_stats_count_open_sessions(client: TestClient) -> None:
     got = await stats()
     assert (got["sessions"], got["sessions_opened"], got["sessions_closed"]) == (2, 2, 0)
     await first.close()
-    await _wait_state(client, lambda s: len(s.sessions) == 1, "one session left")
+    await wait_until(lambda: len(_state(client).sessions) == 1, 5, "one session left")
     got = await stats()
     assert (got["sessions"], got["sessions_opened"], got["sessions_closed"]) == (1, 2, 1)
     assert got["started"] == 0, "a session is not a completion"

@@ -16,11 +16,8 @@ async def test_staggered_clients_arrive_spread_over_one_stream() -> None:
         stream_load = load.Load(model.url, clients=4, chunks=5, interval_ms=50, stagger=True)
         await stream_load.start()
 
-        async def enough() -> bool:
-            return len(stream_load.records) >= 8
-
         try:
-            await wait_until(enough, timeout=5, what="eight finished streams")
+            await wait_until(lambda: len(stream_load.records), 5, "eight finished streams", until=lambda n: n >= 8)
         finally:
             records = await stream_load.stop()
     firsts = sorted(r.started for r in records)[:4]

@@ -17,13 +17,6 @@ from drain_router.tools.fake_model import openai, serve, testing
 from drain_router.tools.process import free_port, wait_until
 
 
-async def _wait(predicate: Callable[[], bool], what: str) -> None:
-    async def reached() -> bool:
-        return predicate()
-
-    await wait_until(reached, timeout=5, what=what)
-
-
 @pytest.fixture
 async def small_server() -> AsyncIterator[
     Callable[[Callable[[web.Request], Awaitable[web.StreamResponse]]], Awaitable[str]]
@@ -53,11 +46,13 @@ async def test_sessions_exchange_until_stopped_then_close_1000() -> None:
         load = realtime.Sessions(model.url, clients=2, deltas=3, interval_ms=1)
         await load.start()
         try:
-            await _wait(lambda: load.open == 2, "two sessions open")
-            await _wait(lambda: sum(s.responding is not None for s in model.sessions) == 2, "two responses asked for")
+            await wait_until(lambda: load.open == 2, 5, "two sessions open")
+            await wait_until(
+                lambda: sum(s.responding is not None for s in model.sessions) == 2, 5, "two responses asked for"
+            )
         finally:
             records = await load.stop()
-        await _wait(lambda: not model.sessions, "the server to see both sessions end")
+        await wait_until(lambda: not model.sessions, 5, "the server to see both sessions end")
     assert len(records) == 2
     assert {(r.end, r.result.client_closed, r.server) for r in records} == {(sessions.End.NORMAL, True, os.getpid())}
     assert all(r.responses >= 1 for r in records)
@@ -74,7 +69,7 @@ async def test_sessions_close_after_max_responses_and_reopen() -> None:
         load = realtime.Sessions(model.url, clients=1, deltas=2, interval_ms=1, max_responses=2)
         await load.start()
         try:
-            await _wait(lambda: len(load.records) >= 3, "three sessions ended")
+            await wait_until(lambda: len(load.records) >= 3, 5, "three sessions ended")
         finally:
             records = await load.stop()
     done = records[:3]
@@ -94,9 +89,9 @@ async def test_going_away_then_reconnect() -> None:
     load = realtime.Sessions(f"http://127.0.0.1:{port}", clients=2, deltas=1000, interval_ms=10)
     await load.start()
     try:
-        await _wait(lambda: len(state.sessions) == 2, "two sessions open")
+        await wait_until(lambda: len(state.sessions) == 2, 5, "two sessions open")
         await serve.shut_down(runner, state, 0)
-        await _wait(lambda: len(load.records) >= 4, "both clients to try again")
+        await wait_until(lambda: len(load.records) >= 4, 5, "both clients to try again")
     finally:
         records = await load.stop()
     by_worker = {w: [r.end for r in records if r.worker == w] for w in (0, 1)}
