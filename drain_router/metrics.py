@@ -6,17 +6,31 @@
 from __future__ import annotations
 
 import bisect
+import enum
 from collections.abc import Callable, Iterable, Iterator
+from typing import cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
+from prometheus_client.utils import floatToGoString as _float_to_go_string
 
 PREFIX = "drain_router_"
 
-#: Outcomes of a proxied request, the ``outcome`` label of ``requests_total``.
-OUTCOMES = ("completed", "client_aborted", "upstream_error", "deadline_aborted", "rejected")
+# prometheus_client leaves its exposition helper unannotated: typed once, here.
+float_to_go_string = cast(Callable[[float], str], _float_to_go_string)
+
+
+class Outcome(enum.StrEnum):
+    """How a proxied request (or WebSocket session) ended: the ``outcome`` label of ``requests_total``.
+    The side that failed is named: never ``upstream_error`` for a client's mistake."""
+
+    COMPLETED = "completed"
+    CLIENT_ABORTED = "client_aborted"
+    UPSTREAM_ERROR = "upstream_error"
+    DEADLINE_ABORTED = "deadline_aborted"
+    REJECTED = "rejected"
+
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 TTFB_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -45,7 +59,7 @@ class HotHistogram:
         running = 0
         for bound, count in zip([*self.bounds, float("inf")], self.counts, strict=True):
             running += count
-            buckets.append((floatToGoString(bound), running))
+            buckets.append((float_to_go_string(bound), running))
         return HistogramMetricFamily(self.name, self.doc, buckets=buckets, sum_value=self.total)
 
 
@@ -59,7 +73,7 @@ class _HotPath(Collector):
         m = self._metrics
         requests = CounterMetricFamily(PREFIX + "requests", m.REQUESTS_DOC, labels=["code", "outcome"])
         for (code, outcome), count in sorted(m.request_counts.items()):
-            requests.add_metric([str(code), outcome], count)
+            requests.add_metric([str(code), outcome.value], count)
         yield requests
         yield m.duration.family()
         yield m.ttfb.family()
@@ -77,7 +91,7 @@ class Metrics:
             "Proxied requests between headers parsed and last byte written (probes and admin excluded).",
             registry=registry,
         )
-        self.request_counts: dict[tuple[int, str], int] = {}
+        self.request_counts: dict[tuple[int, Outcome], int] = {}
         """Proxied requests by (status code, outcome): ``requests_total``."""
         self.duration = HotHistogram(
             PREFIX + "request_duration_seconds",
@@ -128,7 +142,7 @@ class Metrics:
         """Read the in-flight count at scrape time: nothing to update on the hot path."""
         self.inflight.set_function(count)
 
-    def count_request(self, code: int, outcome: str, duration: float) -> None:
+    def count_request(self, code: int, outcome: Outcome, duration: float) -> None:
         counts = self.request_counts
         key = (code, outcome)
         counts[key] = counts.get(key, 0) + 1

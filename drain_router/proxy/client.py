@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import httptools
 
 from drain_router import logs
+from drain_router.metrics import Outcome
 from drain_router.proxy import health, responses, websocket
 from drain_router.proxy.exchange import Exchange
 from drain_router.proxy.rewrite import BadFraming, BadTarget, RequestHead, check_target, forwarded_node, request_head
@@ -65,6 +66,8 @@ _WS_VERSIONS = {"1.0": (1, 0), "1.1": (1, 1)}
 NO_HOST = (400, "bad_request", "an HTTP/1.1 request needs exactly one Host header")
 NOMINATED = (400, "bad_request", "Connection must not name Content-Length, Transfer-Encoding or Host")
 _HEAD_END = b"\r\n\r\n"
+#: Outcomes after which the client got a whole answer, so the connection can go on.
+ANSWERED = frozenset({Outcome.COMPLETED, Outcome.REJECTED, Outcome.UPSTREAM_ERROR})
 
 Queued = Exchange | tuple[bytes, bytes, bool, bool]
 
@@ -146,7 +149,7 @@ class ClientConnection(asyncio.Protocol):
         self.dropped = False
         """Input was dropped unparsed: closing needs a lingering close, or the answer may be reset."""
         self.close_after = False
-        self.lost_outcome = "client_aborted"
+        self.lost_outcome = Outcome.CLIENT_ABORTED
         self.paused_for = 0
         self.write_paused = False
         self.deadline: float | None = None
@@ -229,7 +232,7 @@ class ClientConnection(asyncio.Protocol):
 
     def abort_for_deadline(self) -> None:
         """The in-flight deadline: the connection is cut, and what waits on it counted with it."""
-        self.lost_outcome = "deadline_aborted"
+        self.lost_outcome = Outcome.DEADLINE_ABORTED
         if self.transport is not None:
             self.transport.abort()
 
@@ -375,9 +378,9 @@ class ClientConnection(asyncio.Protocol):
                 current.start()
         elif not current.head_sent:
             current.discard = True
-            current.reply(error, "rejected", close=True)
+            current.reply(error, Outcome.REJECTED, close=True)
         else:  # its response is streaming already: the status can no longer change
-            current.abort("rejected")
+            current.abort(Outcome.REJECTED)
             self.transport.abort()
 
     def on_message_begin(self) -> None:
@@ -501,10 +504,10 @@ class ClientConnection(asyncio.Protocol):
             )
         self._after_response(close)
 
-    def exchange_finished(self, exchange: Exchange, outcome: str) -> None:
+    def exchange_finished(self, exchange: Exchange, outcome: Outcome) -> None:
         if exchange is self.active:
             self.active = None
-            if self.transport is not None and outcome in ("completed", "rejected", "upstream_error"):
+            if self.transport is not None and outcome in ANSWERED:
                 self._after_response(exchange.close, unread_body=not exchange.req_done)
 
     def _after_response(self, close: bool, *, unread_body: bool = False) -> None:

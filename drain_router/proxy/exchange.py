@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from drain_router import logs
+from drain_router.metrics import Outcome
 from drain_router.proxy import responses
 from drain_router.proxy.rewrite import (
     CHUNKED,
@@ -40,6 +41,9 @@ log = logs.get("drain_router.proxy")
 #: Request body bytes buffered while the upstream connection is being opened, before the client is
 #: no longer read.
 PENDING_BODY_BYTES = 64 * 1024
+
+COMPLETED = Outcome.COMPLETED
+"""Bound once for the hot path: a global is read in nanoseconds, an enum member (on 3.11) in ~70."""
 
 
 class Exchange:
@@ -136,7 +140,7 @@ class Exchange:
         request = self.request
         if request is None or self.problem is not None:
             self.discard = True
-            self.reply(self.problem or responses.BAD_REQUEST, "rejected", close=self.client.close_after)
+            self.reply(self.problem or responses.BAD_REQUEST, Outcome.REJECTED, close=self.client.close_after)
             return
         _, length, _, expect_continue, upgrade, _ = request
         if upgrade and self.ws_key is not None:
@@ -144,12 +148,12 @@ class Exchange:
         elif upgrade:
             self.client.close_after = True
             self.discard = True
-            self.reply(responses.UPGRADE, "rejected", close=True)
+            self.reply(responses.UPGRADE, Outcome.REJECTED, close=True)
             return
         limit = listener.max_body
         if length is not None and length > limit:
             self.discard = True
-            self.reply(responses.too_large(limit), "rejected", close=True)
+            self.reply(responses.too_large(limit), Outcome.REJECTED, close=True)
             return
         if expect_continue and not self.http10 and not self.req_done:
             self.client.transport.write(responses.CONTINUE)
@@ -184,9 +188,9 @@ class Exchange:
             if self.head_sent:
                 if self.client.transport is not None:
                     self.client.transport.abort()
-                self.abort("rejected")
+                self.abort(Outcome.REJECTED)
             else:
-                self.reply(responses.too_large(limit), "rejected", close=True)
+                self.reply(responses.too_large(limit), Outcome.REJECTED, close=True)
             return
         framed = b"%x\r\n%s\r\n" % (len(data), data) if self.chunked else data
         self._send(framed)
@@ -240,7 +244,7 @@ class Exchange:
         self.code = 101
         self.up = None
         if client.transport is None:
-            self.finish("client_aborted")
+            self.finish(Outcome.CLIENT_ABORTED)
             up.transport.abort()
             return
         client.transport.write(switching_head(headers))
@@ -275,7 +279,7 @@ class Exchange:
             listener = self.client.listener
             listener.metrics.ttfb.observe(listener.loop.time() - self.t0)
         if self.resp_done:
-            self.finish("completed")
+            self.finish(COMPLETED)
 
     # -- endings -------------------------------------------------------------------------------
 
@@ -298,20 +302,20 @@ class Exchange:
             return
         log.warning("proxy.upstream_invalid" if invalid else "proxy.upstream_cut", error=repr(exc), path=self.path)
         if not self.head_sent:
-            self.reply(responses.BAD_RESPONSE if invalid else responses.CUT, "upstream_error")
+            self.reply(responses.BAD_RESPONSE if invalid else responses.CUT, Outcome.UPSTREAM_ERROR)
             return
         # The status went out and can no longer change: close the client connection without the
         # terminating chunk, so the client sees the stream cut.
         if self.client.transport is not None:
             self.client.transport.abort()
-        self.finish("upstream_error")
+        self.finish(Outcome.UPSTREAM_ERROR)
 
-    def fail(self, error: tuple[int, str, str], outcome: str) -> None:
+    def fail(self, error: tuple[int, str, str], outcome: Outcome) -> None:
         """The upstream connection could not be opened."""
         if not self.finished:
             self.reply(error, outcome)
 
-    def abort(self, outcome: str) -> None:
+    def abort(self, outcome: Outcome) -> None:
         """Stop now: the upstream connection is closed, so the model server sees the request cancelled."""
         if not self.finished:
             self.finish(outcome)
@@ -319,13 +323,13 @@ class Exchange:
     def abort_deadline(self) -> None:
         tunnel = self.client.tunnel
         if tunnel is not None and not self.finished and self.code == 101:
-            tunnel.going_away("deadline_aborted")  # Close 1001 both ways; it finishes when they are done
+            tunnel.going_away(Outcome.DEADLINE_ABORTED)  # Close 1001 both ways; it finishes when they are done
             return
         if not self.finished:
-            self.finish("deadline_aborted")
+            self.finish(Outcome.DEADLINE_ABORTED)
             self.client.abort_for_deadline()
 
-    def reply(self, error: tuple[int, str, str], outcome: str, *, close: bool = False) -> None:
+    def reply(self, error: tuple[int, str, str], outcome: Outcome, *, close: bool = False) -> None:
         """A JSON error of the router's own, written now (in-flight covers it)."""
         status, kind, message = error
         self.code = status
@@ -341,7 +345,7 @@ class Exchange:
         self.head_sent = True
         self.finish(outcome)
 
-    def finish(self, outcome: str) -> None:
+    def finish(self, outcome: Outcome) -> None:
         """Leave the in-flight count (exactly once), release or close the upstream connection, and
         let the client connection go on."""
         if self.finished:
@@ -368,7 +372,7 @@ class Exchange:
         up = self.up
         if up is not None:
             self.up = None
-            reusable = outcome == "completed" and up.keep_alive and self.req_done and not self.until_eof
+            reusable = outcome == COMPLETED and up.keep_alive and self.req_done and not self.until_eof
             if reusable and up.transport is not None and not up.transport.is_closing():
                 if client.write_paused:
                     up.transport.resume_reading()
@@ -378,7 +382,7 @@ class Exchange:
                 if up.transport is not None:
                     # Closing an unfinished response's connection: the model server sees the
                     # request cancelled and stops generating.
-                    if outcome == "completed":
+                    if outcome == COMPLETED:
                         up.transport.close()
                     else:
                         up.transport.abort()

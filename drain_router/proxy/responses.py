@@ -9,21 +9,25 @@ from __future__ import annotations
 import json
 import time
 from email.utils import formatdate
+from http import HTTPStatus
 
-#: Our own ``Server`` header value.
+#: Our own ``Server`` header value, and its line in the heads the router writes or relays.
 SERVER_HEADER = "drain-router"
+SERVER_LINE = b"Server: " + SERVER_HEADER.encode() + b"\r\n"
 
-REASONS = {
-    100: b"Continue",
-    200: b"OK",
-    400: b"Bad Request",
-    413: b"Content Too Large",
-    431: b"Request Header Fields Too Large",
-    501: b"Not Implemented",
-    502: b"Bad Gateway",
-    503: b"Service Unavailable",
-    504: b"Gateway Timeout",
+#: RFC 9110's names where Python 3.11's ``HTTPStatus`` still has RFC 7231's.
+_RFC_9110_PHRASES = {413: "Content Too Large", 422: "Unprocessable Content"}
+_STATUS_LINES = {
+    status.value: b"HTTP/1.1 %d %s\r\n" % (status.value, _RFC_9110_PHRASES.get(status.value, status.phrase).encode())
+    for status in HTTPStatus
 }
+
+
+def status_line(status: int) -> bytes:
+    """``HTTP/1.1 <status> <standard reason phrase>`` and its CRLF, for every status the router
+    writes or relays (RFC 9112 lets a client ignore the phrase; an unregistered code gets "Unknown")."""
+    return _STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status
+
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -48,15 +52,12 @@ def response(status: int, body: bytes, *, close: bool, head_only: bool = False, 
     """A whole JSON response. ``head_only`` for a HEAD request (the length of the body it would
     have had, and no body); ``keep_alive_10`` for an HTTP/1.0 client that asked to keep the connection."""
     connection = b"Connection: close\r\n" if close else (b"Connection: keep-alive\r\n" if keep_alive_10 else b"")
-    head = (
-        b"HTTP/1.1 %d %s\r\nServer: drain-router\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n"
-        % (
-            status,
-            REASONS.get(status, b"Error"),
-            date_header(),
-            len(body),
-            connection,
-        )
+    head = b"%s%s%sContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n" % (
+        status_line(status),
+        SERVER_LINE,
+        date_header(),
+        len(body),
+        connection,
     )
     return head if head_only else head + body
 

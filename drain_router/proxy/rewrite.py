@@ -8,9 +8,9 @@ and ``Forwarded``, ``X-Forwarded-Proto`` and ``X-Forwarded-Host`` are set, ``Hos
 from __future__ import annotations
 
 import functools
-from http import HTTPStatus
 
 from drain_router import headers as headers_mod
+from drain_router.proxy.responses import SERVER_LINE, status_line
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -164,7 +164,6 @@ SMALL_BODY_BYTES = 64 * 1024
 # How a response body is framed to the client.
 NONE, LENGTH, SMALL, CHUNKED, UNTIL_CLOSE = range(5)
 
-_STATUS_LINES = {status.value: b"HTTP/1.1 %d %s\r\n" % (status.value, status.phrase.encode()) for status in HTTPStatus}
 
 #: What :func:`client_head` returns (a plain tuple, as above): ``(head, mode, until_eof, close)``.
 #: ``head``: the status line, headers and blank line for the client; ``mode``: how the body is framed
@@ -190,8 +189,7 @@ def interim_head(status: int, headers: Headers) -> bytes:
     for name, value in headers:
         if name.lower() == b"connection":
             named = _named(value, named)
-    status_line = _STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status
-    return b"".join([status_line, *_end_to_end(headers, named), b"\r\n"])
+    return b"".join([status_line(status), *_end_to_end(headers, named), b"\r\n"])
 
 
 def client_head(status: int, headers: Headers, *, head_request: bool, http10: bool, close: bool) -> ClientHead:
@@ -201,7 +199,7 @@ def client_head(status: int, headers: Headers, *, head_request: bool, http10: bo
     the standard reason phrase. Raises :class:`BadFraming` when ``Connection`` nominates a framing
     header, or when the body cannot be framed for this client (a transfer coding an HTTP/1.0 client
     cannot be told about)."""
-    lines = [_STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status]
+    lines = [status_line(status)]
     named: set[bytes] | None = None
     length = None
     transfer: bytes | None = None
@@ -225,7 +223,7 @@ def client_head(status: int, headers: Headers, *, head_request: bool, http10: bo
         lines = [lines[0], *_end_to_end(headers, named)]
         has_server = has_server and b"server" not in named
     if not has_server:
-        lines.append(b"Server: drain-router\r\n")
+        lines.append(SERVER_LINE)
     until_eof = False
     if head_request or status == 204 or status == 304:
         mode = NONE

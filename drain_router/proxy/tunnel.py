@@ -19,6 +19,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from drain_router import logs
+from drain_router.metrics import Outcome
 from drain_router.proxy import websocket
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class Tunnel:
         handshake (held, one read at most) are ``exchange.ws_early``."""
         self.exchange = exchange
         self.up = up
-        self.outcome: str | None = None
+        self.outcome: Outcome | None = None
         self.ending = False
         self.going = False
         self.timer: asyncio.TimerHandle | None = None
@@ -147,10 +148,10 @@ class Tunnel:
     def protocol_error(self, side: _Side) -> None:
         log.warning("proxy.websocket_frame_too_long", side="client" if side is self.client else "upstream")
         if self.outcome is None:
-            self.outcome = "client_aborted" if side is self.client else "upstream_error"
+            self.outcome = Outcome.CLIENT_ABORTED if side is self.client else Outcome.UPSTREAM_ERROR
         self._close_both(abort=True)
 
-    def going_away(self, outcome: str | None) -> None:
+    def going_away(self, outcome: Outcome | None) -> None:
         """End the session with Close 1001 both ways, each at a frame boundary, then wait up to
         :data:`WEBSOCKET_CLOSE_SECS` for the closing handshakes. ``outcome``: what it counts as
         (``deadline_aborted``), or None to count it by how it ends."""
@@ -185,10 +186,10 @@ class Tunnel:
             return
         if self.outcome is None:
             if self.client.tracker.closed or self.upstream.tracker.closed or self.going:
-                self.outcome = "completed"
+                self.outcome = Outcome.COMPLETED
             else:
-                self.outcome = "client_aborted" if side is self.client else "upstream_error"
-        if self.outcome == "upstream_error":
+                self.outcome = Outcome.CLIENT_ABORTED if side is self.client else Outcome.UPSTREAM_ERROR
+        if self.outcome == Outcome.UPSTREAM_ERROR:
             self._bad_gateway()
         self._close_both()
 
@@ -215,6 +216,6 @@ class Tunnel:
         listener = self.exchange.client.listener
         listener.tunnels.discard(self)
         listener.metrics.websocket_sessions.dec()
-        self.exchange.finish(self.outcome or "completed")
+        self.exchange.finish(self.outcome or Outcome.COMPLETED)
         if not listener.tunnels and listener.tunnels_gone is not None:
             listener.tunnels_gone.set()

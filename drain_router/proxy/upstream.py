@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import httptools
 
 from drain_router import config, logs
+from drain_router.metrics import Outcome
 from drain_router.proxy import responses, websocket
 
 if TYPE_CHECKING:
@@ -383,17 +384,17 @@ class UpstreamPool:
             self._closed_one()
             self.note_connect(False)
             log.warning("proxy.upstream_timeout", path=exchange.path)
-            exchange.fail(responses.CONNECT_TIMEOUT, "upstream_error")
+            exchange.fail(responses.CONNECT_TIMEOUT, Outcome.UPSTREAM_ERROR)
             return
         except OSError as exc:
             self._closed_one()
             if exc.errno in _EMFILE:
                 log.error("proxy.emfile", error=str(exc), inflight=exchange.inflight_count())
-                exchange.fail(responses.OUT_OF_FDS, "upstream_error")
+                exchange.fail(responses.OUT_OF_FDS, Outcome.UPSTREAM_ERROR)
                 return
             self.note_connect(False)
             log.warning("proxy.upstream_error", error=repr(exc), path=exchange.path)
-            exchange.fail(responses.UNREACHABLE, "upstream_error")
+            exchange.fail(responses.UNREACHABLE, Outcome.UPSTREAM_ERROR)
             return
         except BaseException:
             self._closed_one()
