@@ -1,7 +1,7 @@
 """Terminating signals, captured the way uvicorn's ``capture_signals`` does: plain ``signal.signal``
 handlers, installed for the duration of a ``with`` block and restored after it.
 
-The entry point (:mod:`drain_router.entry`) records SIGTERM and SIGINT from the first moment of the
+The entry point (:mod:`drain_router.entry`, through :mod:`drain_router.early_signals`) records SIGTERM and SIGINT from the first moment of the
 process; :func:`capture` takes over from it: it replays what was recorded, dispatches every later
 signal onto the event loop, and on exit puts back whatever handlers were there before.
 """

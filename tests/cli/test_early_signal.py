@@ -43,7 +43,7 @@ beyond what the interpreter has loaded at start and ``signal`` (the recorder's o
 
 def test_the_recorder_is_installed_before_anything_but_the_entry_module() -> None:
     """Imports while SIGTERM still has its default action, through the installed console script (the
-    image's entry point): from the project only ``drain_router`` and ``drain_router.entry``, nothing third-party,
+    image's entry point): from the project only ``drain_router``, ``drain_router.entry`` and its recorder, nothing third-party,
     and none of the slow standard library (asyncio, logging, json, sockets)."""
     script = process.console_script()
     if script is None:
@@ -55,6 +55,7 @@ def test_the_recorder_is_installed_before_anything_but_the_entry_module() -> Non
     assert {m for m in before if m.split(".")[0] not in sys.stdlib_module_names} == {
         "drain_router",
         "drain_router.entry",
+        "drain_router.early_signals",
     }
     slow = {"asyncio", "json", "logging", "socket", "ssl", "subprocess", "email", "importlib.metadata"}
     assert not [m for m in before if m in slow or m.split(".")[0] in slow], before
