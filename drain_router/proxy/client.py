@@ -28,20 +28,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httptools
 
 from drain_router import logs
 from drain_router.metrics import Outcome
 from drain_router.proxy import health, responses, websocket
-from drain_router.proxy.exchange import Exchange
+from drain_router.proxy.backpressure import PIPELINE
+from drain_router.proxy.exchange import Exchange, Site
 from drain_router.proxy.rewrite import BadFraming, BadTarget, RequestHead, check_target, forwarded_node, request_head
-from drain_router.proxy.upstream import PIPELINE
-
-if TYPE_CHECKING:
-    from drain_router.proxy.listener import TrafficListener
-    from drain_router.proxy.tunnel import Tunnel
+from drain_router.proxy.state import RouterState
+from drain_router.proxy.tunnel import Tunnel
+from drain_router.proxy.upstream import UpstreamConnection
 
 log = logs.get("drain_router.proxy")
 
@@ -70,6 +69,29 @@ _HEAD_END = b"\r\n\r\n"
 ANSWERED = frozenset({Outcome.COMPLETED, Outcome.REJECTED, Outcome.UPSTREAM_ERROR})
 
 Queued = Exchange | tuple[bytes, bytes, bool, bool]
+
+
+class Listener(Site, Protocol):
+    """The traffic listener, as its client connections act on it."""
+
+    @property
+    def state(self) -> RouterState: ...
+    @property
+    def clients(self) -> set[ClientConnection]: ...
+    @property
+    def tunnels(self) -> set[Tunnel]: ...
+    @property
+    def tunnels_gone(self) -> asyncio.Event | None: ...
+    @property
+    def header_timeout(self) -> float: ...
+    @property
+    def keepalive_timeout(self) -> float: ...
+    @property
+    def timeout_log(self) -> logs.RateLimited: ...
+    @property
+    def bad_request_log(self) -> logs.RateLimited: ...
+    @property
+    def bad_target_log(self) -> logs.RateLimited: ...
 
 
 class HeadTooLarge(Exception):
@@ -115,9 +137,10 @@ class ClientConnection(asyncio.Protocol):
         "upgrading",
         "url",
         "write_paused",
+        "ws_early",
     )
 
-    def __init__(self, listener: TrafficListener) -> None:
+    def __init__(self, listener: Listener) -> None:
         self.listener = listener
         self.transport: Any = None
         self.parser = httptools.HttpRequestParser(self)
@@ -158,6 +181,8 @@ class ClientConnection(asyncio.Protocol):
         """The WebSocket tunnel this connection became, if it did."""
         self.upgrading: Exchange | None = None
         """The WebSocket handshake just parsed (what follows it in the read is held for it)."""
+        self.ws_early = b""
+        """What the client sent after its WebSocket handshake, before the 101 (one read at most)."""
 
     # -- the connection --------------------------------------------------------------------------
 
@@ -209,6 +234,40 @@ class ClientConnection(asyncio.Protocol):
             self.paused_for &= ~reason
             if not self.paused_for and self.transport is not None:
                 self.transport.resume_reading()
+
+    # -- a WebSocket tunnel ----------------------------------------------------------------------
+
+    def open_tunnel(self, up: UpstreamConnection, early_down: bytes) -> None:
+        """The upstream's 101 went to the client: this connection and ``up`` become a tunnel, which
+        the active exchange (the handshake) stays in flight for. ``early_down``: what the upstream
+        sent after its 101 in the same read."""
+        # No HTTP is parsed here again: the parser (and the parsed head) go, which is most of what an
+        # idle session would otherwise hold; no header or keep-alive timeout applies to a tunnel.
+        del self.parser
+        self.headers = []
+        self.deadline = None
+        self.paused_for = 0
+        listener = self.listener
+        tunnel = self.tunnel = Tunnel(self, self.transport, up)
+        listener.tunnels.add(tunnel)
+        listener.metrics.websocket_sessions.inc()
+        early_up, self.ws_early = self.ws_early, b""
+        tunnel.start(early_up, early_down, client_paused=self.write_paused)
+        if listener.state.websocket_close_now:
+            tunnel.going_away(None)
+
+    def tunnel_client_lost(self) -> None:
+        self.transport = None
+        self.listener.clients.discard(self)
+
+    def tunnel_ended(self, tunnel: Tunnel, outcome: Outcome) -> None:
+        listener = self.listener
+        listener.tunnels.discard(tunnel)
+        listener.metrics.websocket_sessions.dec()
+        if self.active is not None:
+            self.active.finish(outcome)
+        if not listener.tunnels and listener.tunnels_gone is not None:
+            listener.tunnels_gone.set()
 
     def closes_after(self, keep_alive: bool) -> bool:
         """Whether the connection closes after the response being written: the client asked, a
@@ -282,7 +341,7 @@ class ClientConnection(asyncio.Protocol):
             self.input_closed = self.dropped = True
             self.pause_reading(PIPELINE)
             if self.upgrading is not None:
-                self.upgrading.ws_early = data[exc.args[0] :]
+                self.ws_early = data[exc.args[0] :]
                 self.upgrading = None
             if self.current is not None:
                 self.current.req_done = True
@@ -346,7 +405,7 @@ class ClientConnection(asyncio.Protocol):
         if not self.unparsed and not self.queue:
             self.resume_reading(PIPELINE)
 
-    def bad_request(self, error: tuple[int, str, str], reason: str) -> None:
+    def bad_request(self, error: responses.Error, reason: str) -> None:
         """The client sent something llhttp (or the head limit) refuses. The requests before it are
         answered in order, then this error in its turn, and then the connection closes; nothing
         after it is parsed."""
@@ -413,7 +472,7 @@ class ClientConnection(asyncio.Protocol):
         version = parser.get_http_version()
         self.keep_alive = keep_alive = parser.should_keep_alive()
         url = self.url
-        problem: tuple[int, str, str] | None = None
+        problem: responses.Error | None = None
         request: RequestHead | None = None
         ws_key: bytes | None = None
         if version not in _VERSIONS:

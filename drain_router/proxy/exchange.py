@@ -14,11 +14,14 @@ re-chunked for HTTP/1.1 clients and close-delimited for HTTP/1.0 ones.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+from typing import Any, Protocol
 
 from drain_router import logs
-from drain_router.metrics import Outcome
+from drain_router.metrics import Metrics, Outcome
 from drain_router.proxy import responses
+from drain_router.proxy.backpressure import PENDING, Reader
+from drain_router.proxy.pool import UpstreamPool
 from drain_router.proxy.rewrite import (
     CHUNKED,
     NONE,
@@ -30,11 +33,9 @@ from drain_router.proxy.rewrite import (
     switching_head,
     websocket_request,
 )
+from drain_router.proxy.state import InFlight
 from drain_router.proxy.tunnel import Tunnel
-from drain_router.proxy.upstream import PENDING, UpstreamConnection
-
-if TYPE_CHECKING:
-    from drain_router.proxy.client import ClientConnection
+from drain_router.proxy.upstream import UpstreamConnection
 
 log = logs.get("drain_router.proxy")
 
@@ -44,6 +45,46 @@ PENDING_BODY_BYTES = 64 * 1024
 
 COMPLETED = Outcome.COMPLETED
 """Bound once for the hot path: a global is read in nanoseconds, an enum member (on 3.11) in ~70."""
+
+
+class Site(Protocol):
+    """What every request of a listener shares (the traffic listener)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def inflight(self) -> InFlight: ...
+    @property
+    def pool(self) -> UpstreamPool: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def max_body(self) -> int: ...
+    @property
+    def access_log(self) -> bool: ...
+
+
+class Client(Reader, Protocol):
+    """The client connection a request came on, as the request acts on it."""
+
+    transport: Any
+    """None once the connection is gone."""
+    close_after: bool
+    """The connection closes after the response being written."""
+
+    @property
+    def listener(self) -> Site: ...
+    @property
+    def write_paused(self) -> bool: ...
+    @property
+    def peer(self) -> bytes: ...
+    @property
+    def tunnel(self) -> Tunnel | None: ...
+
+    def closes_after(self, keep_alive: bool) -> bool: ...
+    def open_tunnel(self, up: UpstreamConnection, early_down: bytes) -> None: ...
+    def abort_for_deadline(self) -> None: ...
+    def exchange_finished(self, exchange: Exchange, outcome: Outcome) -> None: ...
 
 
 class Exchange:
@@ -74,19 +115,18 @@ class Exchange:
         "target",
         "until_eof",
         "up",
-        "ws_early",
         "ws_key",
     )
 
     def __init__(
         self,
-        client: ClientConnection,
+        client: Client,
         method: bytes,
         target: bytes,
         http10: bool,
         keep_alive: bool,
         request: RequestHead | None,
-        problem: tuple[int, str, str] | None,
+        problem: responses.Error | None,
     ) -> None:
         self.client = client
         self.method = method
@@ -118,8 +158,6 @@ class Exchange:
         self.t0 = 0.0
         self.ws_key: bytes | None = None
         """A WebSocket handshake's ``Sec-WebSocket-Key`` (the 101 must answer it), else None."""
-        self.ws_early = b""
-        """What the client sent after its WebSocket handshake, before the 101 (one read at most)."""
 
     @property
     def path(self) -> str:
@@ -251,7 +289,7 @@ class Exchange:
         self.head_sent = True
         listener = client.listener
         listener.metrics.ttfb.observe(listener.loop.time() - self.t0)
-        client.tunnel = Tunnel(self, up, rest)
+        client.open_tunnel(up, rest)
 
     def response_body(self, body: bytes) -> None:
         if self.mode == CHUNKED:
@@ -310,7 +348,7 @@ class Exchange:
             self.client.transport.abort()
         self.finish(Outcome.UPSTREAM_ERROR)
 
-    def fail(self, error: tuple[int, str, str], outcome: Outcome) -> None:
+    def fail(self, error: responses.Error, outcome: Outcome) -> None:
         """The upstream connection could not be opened."""
         if not self.finished:
             self.reply(error, outcome)
@@ -329,7 +367,7 @@ class Exchange:
             self.finish(Outcome.DEADLINE_ABORTED)
             self.client.abort_for_deadline()
 
-    def reply(self, error: tuple[int, str, str], outcome: Outcome, *, close: bool = False) -> None:
+    def reply(self, error: responses.Error, outcome: Outcome, *, close: bool = False) -> None:
         """A JSON error of the router's own, written now (in-flight covers it)."""
         status, kind, message = error
         self.code = status

@@ -33,9 +33,9 @@ from drain_router import config, logs, metrics
 from drain_router.decisions import drain
 from drain_router.proxy import admin_listener, health, signals, tuning, upstream_health
 from drain_router.proxy.listener import TrafficListener
+from drain_router.proxy.pool import UpstreamPool
 from drain_router.proxy.state import RouterState
 from drain_router.proxy.tunnel import WEBSOCKET_CLOSE_SECS
-from drain_router.proxy.upstream import UpstreamPool
 
 log = logs.get("drain_router.lifecycle")
 

@@ -25,10 +25,10 @@ import select
 from drain_router import logs
 from drain_router.proxy import responses
 from drain_router.proxy.client import ClientConnection
+from drain_router.proxy.pool import UpstreamPool
 from drain_router.proxy.refused import Refusals
 from drain_router.proxy.state import RouterState
 from drain_router.proxy.tunnel import Tunnel
-from drain_router.proxy.upstream import UpstreamPool
 
 log = logs.get("drain_router.proxy")
 

@@ -31,6 +31,9 @@ def status_line(status: int) -> bytes:
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
+Error = tuple[int, str, str]
+"""A router-made error: its status, its ``error.type`` and its message (static text only)."""
+
 
 def error_body(status: int, kind: str, message: str) -> bytes:
     return json.dumps({"error": {"type": kind, "message": message, "code": status}}).encode()
@@ -88,5 +91,5 @@ OUT_OF_FDS = (503, "out_of_file_descriptors", "the router is out of file descrip
 AT_LIMIT = (503, "out_of_file_descriptors", "the router is at its connection limit; retry on another replica")
 
 
-def too_large(limit: int) -> tuple[int, str, str]:
+def too_large(limit: int) -> Error:
     return 413, "request_too_large", f"request body is larger than {limit} bytes"

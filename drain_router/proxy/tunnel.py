@@ -16,21 +16,28 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from drain_router import logs
 from drain_router.metrics import Outcome
 from drain_router.proxy import websocket
-
-if TYPE_CHECKING:
-    from drain_router.proxy.exchange import Exchange
-    from drain_router.proxy.upstream import UpstreamConnection
+from drain_router.proxy.upstream import UpstreamConnection
 
 log = logs.get("drain_router.proxy")
 
 #: How long the router waits, once it sent Close 1001 both ways (or waits for a frame boundary to
 #: send it), for the closing handshakes before it closes both connections.
 WEBSOCKET_CLOSE_SECS = 2.0
+
+
+class Host(Protocol):
+    """The client connection a tunnel took over (it registers the tunnel and counts it in flight)."""
+
+    def tunnel_client_lost(self) -> None:
+        """The client's connection is gone."""
+
+    def tunnel_ended(self, tunnel: Tunnel, outcome: Outcome) -> None:
+        """Both connections are closed: the session ends, counted as ``outcome``."""
 
 
 class _Side(asyncio.Protocol):
@@ -79,45 +86,37 @@ class _Side(asyncio.Protocol):
 
 
 class Tunnel:
-    __slots__ = ("client", "ending", "exchange", "going", "outcome", "timer", "up", "upstream")
+    __slots__ = ("client", "ending", "going", "host", "outcome", "timer", "up", "upstream")
 
-    def __init__(self, exchange: Exchange, up: UpstreamConnection, early_down: bytes) -> None:
-        """Take over both connections after the 101 was written to the client. ``early_down``: what
-        the upstream sent after its 101 in the same read; the bytes the client sent after its
-        handshake (held, one read at most) are ``exchange.ws_early``."""
-        self.exchange = exchange
+    def __init__(self, host: Host, client_transport: Any, up: UpstreamConnection) -> None:
+        """Take over both connections after the 101 was written to the client (their protocols
+        become :class:`_Side` s); :meth:`start` relays what came early."""
+        self.host = host
         self.up = up
         self.outcome: Outcome | None = None
         self.ending = False
         self.going = False
         self.timer: asyncio.TimerHandle | None = None
-        conn = exchange.client
-        client = self.client = _Side(self, conn.transport, websocket.close_frame(websocket.GOING_AWAY))
+        client = self.client = _Side(self, client_transport, websocket.close_frame(websocket.GOING_AWAY))
         upstream = self.upstream = _Side(self, up.transport, websocket.close_frame(websocket.GOING_AWAY, os.urandom(4)))
         client.other, upstream.other = upstream, client
-        up.exchange = None
-        # Neither connection parses HTTP again: their parsers (and the request's parsed head) go,
-        # which is most of what an idle session would otherwise hold.
-        del conn.parser, up.parser
-        conn.headers = up.headers = []
-        conn.deadline = None  # no header or keep-alive timeout applies to a tunnel
-        conn.paused_for = 0
+        up.become_tunnel()
         client.transport.set_protocol(client)
         upstream.transport.set_protocol(upstream)
-        listener = conn.listener
-        listener.tunnels.add(self)
-        listener.metrics.websocket_sessions.inc()
-        if conn.write_paused:
-            upstream.transport.pause_reading()
-        early_up, exchange.ws_early = exchange.ws_early, b""
+
+    def start(self, early_up: bytes, early_down: bytes, *, client_paused: bool) -> None:
+        """Relay what each side sent after the handshake before the tunnel existed (``early_up``:
+        the client's, held for one read at most; ``early_down``: the upstream's, read with its 101)
+        and read the client again. ``client_paused``: the client's writes are above its high-water
+        mark, so the upstream is not read until they drain."""
+        if client_paused and self.upstream.transport is not None:
+            self.upstream.transport.pause_reading()
         if early_up:
-            self.relay(client, early_up)
+            self.relay(self.client, early_up)
         if early_down:
-            self.relay(upstream, early_down)
-        if client.transport is not None:
-            client.transport.resume_reading()
-        if listener.state.websocket_close_now:
-            self.going_away(None)
+            self.relay(self.upstream, early_down)
+        if self.client.transport is not None:
+            self.client.transport.resume_reading()
 
     def relay(self, side: _Side, data: bytes) -> None:
         """Bytes read from ``side``: to the other side, unless the router's Close went there."""
@@ -163,7 +162,7 @@ class Tunnel:
         for side in (self.client, self.upstream):
             if side.tracker.at_boundary:
                 self._send_close(side.other)
-        self.timer = self.exchange.client.listener.loop.call_later(WEBSOCKET_CLOSE_SECS, self._close_both)
+        self.timer = asyncio.get_running_loop().call_later(WEBSOCKET_CLOSE_SECS, self._close_both)
 
     def _send_close(self, to: _Side, frame: bytes | None = None) -> None:
         """The direction towards ``to`` is at a frame boundary: the router's Close (``frame``, else
@@ -179,9 +178,7 @@ class Tunnel:
         if side is self.upstream:
             self.up.connection_lost(exc)  # the pool's count
         else:
-            conn = self.exchange.client
-            conn.transport = None
-            conn.listener.clients.discard(conn)
+            self.host.tunnel_client_lost()
         if self.ending:
             return
         if self.outcome is None:
@@ -213,9 +210,4 @@ class Tunnel:
                     side.transport.abort()
                 else:
                     side.transport.close()
-        listener = self.exchange.client.listener
-        listener.tunnels.discard(self)
-        listener.metrics.websocket_sessions.dec()
-        self.exchange.finish(self.outcome or Outcome.COMPLETED)
-        if not listener.tunnels and listener.tunnels_gone is not None:
-            listener.tunnels_gone.set()
+        self.host.tunnel_ended(self, self.outcome or Outcome.COMPLETED)

@@ -1,45 +1,26 @@
-"""The upstream leg: one pool of keep-alive HTTP/1.1 connections to the model server.
+"""One keep-alive HTTP/1.1 connection to the model server (the pool that holds them: :mod:`.pool`).
 
 Each :class:`UpstreamConnection` is an asyncio Protocol parsing responses with llhttp (httptools).
-Its callbacks only record what arrived on the :class:`~drain_router.proxy.exchange.Exchange` that owns the
-connection; the exchange acts once per read (:meth:`Exchange.flush`), so one upstream read is one
-write to the client. A task is made only to open a new connection.
+Its callbacks only record what arrived on the :class:`Owner` (the request's exchange) that holds the
+connection; the owner acts once per read (``flush``), so one upstream read is one write to the
+client. What the connection needs from the layers above it is declared here, as protocols
+(:class:`Owner`, :class:`Pool`): it imports none of them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
-import socket
-from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httptools
 
-from drain_router import config, logs
-from drain_router.metrics import Outcome
-from drain_router.proxy import responses, websocket
+from drain_router import logs
+from drain_router.proxy import websocket
+from drain_router.proxy.backpressure import UPLOAD, Reader
 
-if TYPE_CHECKING:
-    from drain_router.proxy.exchange import Exchange
-
-log = logs.get("drain_router.proxy")
-
-#: Receive buffer of each upstream socket. The model server is in the same pod (microseconds away),
-#: so a small window costs no throughput, and it bounds what one read can pull in while the client
-#: on the other side has stopped reading (the kernel would otherwise autotune it to megabytes).
-UPSTREAM_RCVBUF_BYTES = 16 * 1024
 #: Request body bytes queued for the model server before the client is no longer read (upload
 #: back-pressure: the transport's high-water mark).
 UPSTREAM_HIGH_WATER_BYTES = 64 * 1024
-
-#: Pooled connections idle longer than this are closed by the router: below the keep-alive timeout
-#: of uvicorn (5 s), which vLLM and SGLang serve with, so the model server never closes a connection
-#: the router is about to reuse (a POST written to it could not be retried).
-UPSTREAM_IDLE_SECS = 4.0
-
-_EMFILE = frozenset({errno.EMFILE, errno.ENFILE})
-
 
 #: The upstream's response head is bounded like a client's request head: its size and header count
 #: (the same limits as requests), and the time from its first byte to its end. Interim (1xx)
@@ -61,6 +42,42 @@ class Surplus(Exception):
     answer). They are never relayed; the connection closes."""
 
 
+Headers = list[tuple[bytes, bytes]]
+
+
+class Owner(Protocol):
+    """The request that holds a connection (an exchange): told what each read brought, then
+    ``flush``-ed once per read."""
+
+    resp_done: bool
+    """Its final response is whole: set here when llhttp ends it."""
+
+    @property
+    def code(self) -> int: ...
+    @property
+    def ws_key(self) -> bytes | None: ...
+    @property
+    def client(self) -> Reader: ...
+
+    def response_interim(self, status: int, headers: Headers) -> None: ...
+    def response_head(self, status: int, headers: Headers) -> None: ...
+    def response_body(self, body: bytes) -> None: ...
+    def flush(self) -> None: ...
+    def switch(self, up: UpstreamConnection, headers: Headers, rest: bytes) -> None: ...
+    def upstream_lost(self, exc: BaseException | None, *, invalid: bool = False) -> None: ...
+
+
+class Pool(Protocol):
+    """The pool a connection belongs to: told when it closes."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def surplus_log(self) -> logs.RateLimited: ...
+
+    def lost(self, up: UpstreamConnection) -> None: ...
+
+
 class UpstreamConnection(asyncio.Protocol):
     """One connection to the model server; owned by at most one exchange at a time."""
 
@@ -80,12 +97,12 @@ class UpstreamConnection(asyncio.Protocol):
         "transport",
     )
 
-    def __init__(self, pool: UpstreamPool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.transport: Any = None
         self.parser = httptools.HttpResponseParser(self)
-        self.exchange: Exchange | None = None
-        self.headers: list[tuple[bytes, bytes]] = []
+        self.exchange: Owner | None = None
+        self.headers: Headers = []
         self.head_bytes = 0
         """Bytes received while the response head is incomplete (bounds a head that never ends)."""
         self.head_timer: asyncio.TimerHandle | None = None
@@ -94,7 +111,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.keep_alive = True
         self.complete = True
         """The parser is between responses (not after a HEAD response's head, say)."""
-        self.switching: list[tuple[bytes, bytes]] | None = None
+        self.switching: Headers | None = None
         """The headers of a valid 101 answering a WebSocket handshake, until the tunnel takes over."""
         self.idle_at: float | None = None
         """When it went back to the pool; None while it is not in the idle list."""
@@ -120,7 +137,7 @@ class UpstreamConnection(asyncio.Protocol):
         if self.exchange is not None:
             self.exchange.client.resume_reading(UPLOAD)
 
-    def start(self, exchange: Exchange, head: bytes) -> None:
+    def start(self, exchange: Owner, head: bytes) -> None:
         """Hand the connection to ``exchange`` and write its request head (and any buffered body)."""
         self.exchange = exchange
         if not self.complete:
@@ -129,6 +146,13 @@ class UpstreamConnection(asyncio.Protocol):
         # (Its headers list is empty: a connection is handed on only after a whole response.)
         self.in_head = True
         self.transport.write(head)
+
+    def become_tunnel(self) -> None:
+        """After a 101, a WebSocket tunnel reads this connection: it parses HTTP no more, so its
+        parser goes (most of what an idle session would otherwise hold), and nobody owns it."""
+        self.exchange = None
+        del self.parser
+        self.headers = []
 
     def data_received(self, data: bytes) -> None:
         exchange = self.exchange
@@ -164,7 +188,7 @@ class UpstreamConnection(asyncio.Protocol):
             self._head_pending(exchange, len(data))
         exchange.flush()
 
-    def _head_pending(self, exchange: Exchange, read: int) -> None:
+    def _head_pending(self, exchange: Owner, read: int) -> None:
         """After a read that left the response head unfinished (or finished one that had its timer):
         bound its bytes (counting the whole read: bytes before a head's end are its) and its time."""
         if not self.in_head:
@@ -176,7 +200,7 @@ class UpstreamConnection(asyncio.Protocol):
         elif self.head_timer is None:
             self.head_timer = self.pool.loop.call_later(RESPONSE_HEAD_SECS, self._head_timed_out)
 
-    def _invalid(self, exchange: Exchange, exc: BaseException) -> None:
+    def _invalid(self, exchange: Owner, exc: BaseException) -> None:
         self.exchange = None
         self.keep_alive = False
         self.transport.abort()  # connection_lost stops the head timer
@@ -257,164 +281,3 @@ class UpstreamConnection(asyncio.Protocol):
         exchange = self.exchange
         if exchange is not None:
             exchange.resp_done = True
-
-
-#: Why a client connection is not being read (a bit each; reading resumes when none is left).
-UPLOAD = 1
-PIPELINE = 2
-PENDING = 4
-
-
-class UpstreamPool:
-    """Idle connections (last in, first out), a connection cap (``--upstream-max-connections``, 0 =
-    none) with a queue of exchanges waiting for one, and the connect with its timeout."""
-
-    def __init__(self, cfg: config.Config, note_connect: Any) -> None:
-        proxy = cfg.proxy
-        self.upstream = proxy.upstream
-        self.host_header = self.upstream.base_url.split("://", 1)[1].encode()
-        """``Host`` for a request that came without one (HTTP/1.0)."""
-        self.connect_timeout = float(proxy.upstream_connect_timeout_secs)
-        self.max_connections = proxy.upstream_max_connections
-        self.note_connect = note_connect
-        self.loop = asyncio.get_running_loop()
-        self.surplus_log = logs.RateLimited(log, "proxy.upstream_surplus", level="warning")
-        self.idle: list[UpstreamConnection] = []
-        self.open = 0
-        self.waiting: deque[Exchange] = deque()
-        self.connections: set[UpstreamConnection] = set()
-        self._connecting: set[asyncio.Task[None]] = set()
-        self._addresses: list[Any] | None = None
-        self._sweeper: asyncio.TimerHandle | None = None
-
-    def acquire(self, exchange: Exchange) -> None:
-        """Give ``exchange`` a connection now, or once one is free (``exchange.attach``)."""
-        idle = self.idle
-        while idle:
-            up = idle.pop()
-            up.idle_at = None
-            if up.transport is not None and not up.transport.is_closing():
-                exchange.attach(up, reused=True)
-                return
-        if self.max_connections and self.open >= self.max_connections:
-            self.waiting.append(exchange)
-            return
-        self._spawn_connect(exchange)
-
-    def _spawn_connect(self, exchange: Exchange) -> None:
-        self.open += 1
-        task = asyncio.ensure_future(self._connect(exchange))
-        self._connecting.add(task)
-        task.add_done_callback(self._connecting.discard)
-
-    def release(self, up: UpstreamConnection) -> None:
-        up.exchange = None
-        while self.waiting:
-            exchange = self.waiting.popleft()
-            if not exchange.finished:
-                exchange.attach(up, reused=True)
-                return
-        up.idle_at = asyncio.get_running_loop().time()
-        self.idle.append(up)
-        if self._sweeper is None:
-            self._sweeper = asyncio.get_running_loop().call_later(UPSTREAM_IDLE_SECS / 2, self._close_stale)
-
-    def _close_stale(self) -> None:
-        """Close the pooled connections idle for longer than :data:`UPSTREAM_IDLE_SECS` (the oldest
-        are first in the list: reuse takes the newest)."""
-        self._sweeper = None
-        idle = self.idle
-        horizon = asyncio.get_running_loop().time() - UPSTREAM_IDLE_SECS
-        stale = 0
-        while stale < len(idle) and (idle[stale].idle_at or 0.0) <= horizon:
-            stale += 1
-        for up in idle[:stale]:
-            up.idle_at = None
-            if up.transport is not None:
-                up.transport.close()
-        del idle[:stale]
-        if idle:
-            self._sweeper = asyncio.get_running_loop().call_later(UPSTREAM_IDLE_SECS / 2, self._close_stale)
-
-    def lost(self, up: UpstreamConnection) -> None:
-        self.connections.discard(up)
-        if up.idle_at is not None:  # no scan of the idle list for the (common) busy connection
-            up.idle_at = None
-            self.idle.remove(up)
-        self._closed_one()
-
-    def _closed_one(self) -> None:
-        self.open -= 1
-        while self.waiting and (not self.max_connections or self.open < self.max_connections):
-            exchange = self.waiting.popleft()
-            if not exchange.finished:
-                self._spawn_connect(exchange)
-
-    async def open_connection(self) -> UpstreamConnection:
-        """A new connection to the model server (TCP with a small receive buffer, or a Unix socket)."""
-        loop = asyncio.get_running_loop()
-        factory = lambda: UpstreamConnection(self)
-        if self.upstream.unix_path is not None:
-            _, up = await loop.create_unix_connection(factory, self.upstream.unix_path)
-            return up
-        if self._addresses is None:
-            self._addresses = await loop.getaddrinfo(self.upstream.host, self.upstream.port, type=socket.SOCK_STREAM)
-        last: OSError | None = None
-        for family, type_, proto, _, address in self._addresses:
-            sock = socket.socket(family, type_, proto)
-            try:
-                sock.setblocking(False)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UPSTREAM_RCVBUF_BYTES)
-                await loop.sock_connect(sock, address)
-                _, up = await loop.create_connection(factory, sock=sock)
-                return up
-            except OSError as exc:
-                sock.close()
-                last = exc
-            except BaseException:
-                sock.close()
-                raise
-        self._addresses = None  # resolve again next time
-        raise last or OSError("no address for the upstream")
-
-    async def _connect(self, exchange: Exchange) -> None:
-        try:
-            up = await asyncio.wait_for(self.open_connection(), self.connect_timeout)
-        except TimeoutError:
-            self._closed_one()
-            self.note_connect(False)
-            log.warning("proxy.upstream_timeout", path=exchange.path)
-            exchange.fail(responses.CONNECT_TIMEOUT, Outcome.UPSTREAM_ERROR)
-            return
-        except OSError as exc:
-            self._closed_one()
-            if exc.errno in _EMFILE:
-                log.error("proxy.emfile", error=str(exc), inflight=exchange.inflight_count())
-                exchange.fail(responses.OUT_OF_FDS, Outcome.UPSTREAM_ERROR)
-                return
-            self.note_connect(False)
-            log.warning("proxy.upstream_error", error=repr(exc), path=exchange.path)
-            exchange.fail(responses.UNREACHABLE, Outcome.UPSTREAM_ERROR)
-            return
-        except BaseException:
-            self._closed_one()
-            raise
-        self.note_connect(True)
-        self.connections.add(up)
-        if exchange.finished:  # the client left (or the deadline hit) while connecting
-            self.release(up)
-            return
-        exchange.attach(up, reused=False)
-
-    def close(self) -> None:
-        """At exit: close every connection (in-flight ones were finished or aborted before)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-        for task in self._connecting:
-            task.cancel()
-        for up in self.idle:
-            up.idle_at = None
-        self.idle.clear()
-        for up in list(self.connections):
-            if up.transport is not None:
-                up.transport.abort()

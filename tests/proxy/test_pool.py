@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drain_router.proxy import upstream as upstream_mod
+from drain_router.proxy import pool as pool_mod
 from drain_router.tools.process import wait_until
 from tests import rawupstream
 
@@ -13,7 +13,7 @@ async def test_idle_pooled_connections_are_reused_then_closed_before_the_upstrea
     """Back-to-back requests share one upstream connection; once it has been idle for
     ``UPSTREAM_IDLE_SECS`` (shortened here) the router closes it itself, so a later request (a POST,
     which could not be retried) never races the model server's own keep-alive close."""
-    monkeypatch.setattr(upstream_mod, "UPSTREAM_IDLE_SECS", 0.3)
+    monkeypatch.setattr(pool_mod, "UPSTREAM_IDLE_SECS", 0.3)
     async with rawupstream.running() as raw:
         r = await start_router(upstream=raw.url)
         for _ in range(3):
