@@ -28,7 +28,7 @@ $(DEMO_STAMP): pyproject.toml $(CONSTRAINTS)
 	$(DEMO_VENV)/bin/pip install --quiet -c $(CONSTRAINTS) -e '.[demo]'
 	touch $(DEMO_STAMP)
 
-## make test: lint (import layers, ruff rules and format, mypy: strict on decisions and config) + every test, e2e last
+## make test: lint (import contracts, ruff rules and format, mypy strict) + every test, e2e last
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .

@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from drain_router.tools.fake_model import openai, realtime
 
@@ -352,7 +353,7 @@ async def status(request: web.Request) -> web.Response:
 
 
 @web.middleware
-async def track_busy(request: web.Request, handler: Any) -> web.StreamResponse:
+async def track_busy(request: web.Request, handler: Handler) -> web.StreamResponse:
     busy = request.app[STATE].busy
     busy.add(request.protocol)
     try:
