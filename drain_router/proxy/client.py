@@ -214,13 +214,13 @@ class ClientConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:  # the client reads slower than the model server writes
         self.write_paused = True
-        up = self.active.up if self.active is not None else None
+        up = self.active.upstream if self.active is not None else None
         if up is not None and up.transport is not None:
             up.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self.write_paused = False
-        up = self.active.up if self.active is not None else None
+        up = self.active.upstream if self.active is not None else None
         if up is not None and up.transport is not None:
             up.transport.resume_reading()
 
@@ -492,15 +492,17 @@ class ClientConnection(asyncio.Protocol):
                 request = request_head(
                     method, url, self.headers, self.peer, self.peer_node, self.listener.pool.host_header
                 )
-                self.body_left = request[1] or 0
+                self.body_left = request.content_length or 0
                 # RFC 9112 §3.2: an HTTP/1.1 request needs exactly one Host (an HTTP/1.0 one may have none).
-                hosts = request[5]
+                hosts = request.hosts
                 if hosts > 1 or (hosts == 0 and version != "1.0"):
                     problem = NO_HOST
-                elif request[4]:
+                elif request.upgrade:
                     verdict = websocket.handshake(method, _WS_VERSIONS[version], self.headers)
                     # A handshake with a body: where the frames start would be the upstream's guess.
-                    if verdict == websocket.BAD_HANDSHAKE or (verdict is None and (request[1] or request[2])):
+                    if verdict == websocket.BAD_HANDSHAKE or (
+                        verdict is None and (request.content_length or request.chunked)
+                    ):
                         problem = responses.BAD_WEBSOCKET
                     elif verdict is None:
                         ws_key = next(v for n, v in self.headers if n.lower() == b"sec-websocket-key")

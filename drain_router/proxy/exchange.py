@@ -89,6 +89,7 @@ class Client(Reader, Protocol):
 
 class Exchange:
     __slots__ = (
+        "body_seen",
         "chunked",
         "client",
         "close",
@@ -100,7 +101,6 @@ class Exchange:
         "keep_alive",
         "method",
         "mode",
-        "out",
         "pending",
         "pending_size",
         "problem",
@@ -109,12 +109,12 @@ class Exchange:
         "resp_done",
         "retried",
         "reused",
-        "seen",
         "started",
-        "t0",
+        "started_at",
         "target",
+        "to_client",
         "until_eof",
-        "up",
+        "upstream",
         "ws_key",
     )
 
@@ -136,26 +136,30 @@ class Exchange:
         self.request = request
         self.problem = problem
         """Why the router refuses it (answered in its turn), or None."""
-        self.chunked = request is not None and request[2]
+        self.chunked = request is not None and request.chunked
         """The client's body is chunked (re-chunked upstream)."""
-        self.up: UpstreamConnection | None = None
+        self.upstream: UpstreamConnection | None = None
+        """The pooled connection it holds, from :meth:`attach` to :meth:`finish`."""
         self.pending: list[bytes] | None = None
         self.pending_size = 0
         self.req_done = False
-        self.seen = 0
+        self.body_seen = 0
+        """Request body bytes received so far (bounded by ``--max-request-body-bytes``)."""
         self.discard = request is None or problem is not None  # a refused request's body is dropped
         self.code = 0
         self.mode = NONE
         self.until_eof = False
         self.resp_done = False
-        self.out: list[bytes] = []
+        self.to_client: list[bytes] = []
+        """What one upstream read produced for the client: written in one write by :meth:`flush`."""
         self.head_sent = False
         self.close = False
         self.finished = False
         self.reused = False
         self.retried = False
         self.started = False
-        self.t0 = 0.0
+        self.started_at = 0.0
+        """The loop time it entered the in-flight count (its duration and time to first byte)."""
         self.ws_key: bytes | None = None
         """A WebSocket handshake's ``Sec-WebSocket-Key`` (the 101 must answer it), else None."""
 
@@ -173,17 +177,17 @@ class Exchange:
         count, and is refused or sent."""
         listener = self.client.listener
         self.started = True
-        self.t0 = listener.loop.time()
+        self.started_at = listener.loop.time()
         listener.inflight.enter(self)
         request = self.request
         if request is None or self.problem is not None:
             self.discard = True
             self.reply(self.problem or responses.BAD_REQUEST, Outcome.REJECTED, close=self.client.close_after)
             return
-        _, length, _, expect_continue, upgrade, _ = request
-        if upgrade and self.ws_key is not None:
+        length = request.content_length
+        if request.upgrade and self.ws_key is not None:
             self.client.close_after = True  # unless the upstream switches protocols
-        elif upgrade:
+        elif request.upgrade:
             self.client.close_after = True
             self.discard = True
             self.reply(responses.UPGRADE, Outcome.REJECTED, close=True)
@@ -193,35 +197,35 @@ class Exchange:
             self.discard = True
             self.reply(responses.too_large(limit), Outcome.REJECTED, close=True)
             return
-        if expect_continue and not self.http10 and not self.req_done:
+        if request.expect_continue and not self.http10 and not self.req_done:
             self.client.transport.write(responses.CONTINUE)
         listener.pool.acquire(self)
 
     def attach(self, up: UpstreamConnection, *, reused: bool) -> None:
         """The pool gave it a connection: write the head and what of the body has arrived."""
-        self.up = up
+        self.upstream = up
         self.reused = reused
         assert self.request is not None
         if self.client.write_paused:
             up.transport.pause_reading()
         if self.ws_key is not None:
-            up.start(self, websocket_request(self.request[0]))
+            up.start(self, websocket_request(self.request.head))
             return
         pending = self.pending
         if pending:
             self.pending = None
             self.pending_size = 0
-            up.start(self, self.request[0] + b"".join(pending))
+            up.start(self, self.request.head + b"".join(pending))
             self.client.resume_reading(PENDING)
         else:
-            up.start(self, self.request[0])
+            up.start(self, self.request.head)
 
     def request_body(self, data: bytes) -> None:
         if self.discard or self.finished:
             return
-        self.seen += len(data)
+        self.body_seen += len(data)
         limit = self.client.listener.max_body
-        if self.seen > limit:
+        if self.body_seen > limit:
             self.discard = True
             if self.head_sent:
                 if self.client.transport is not None:
@@ -241,7 +245,7 @@ class Exchange:
             self._send(b"0\r\n\r\n")
 
     def _send(self, data: bytes) -> None:
-        up = self.up
+        up = self.upstream
         if up is not None and up.transport is not None:
             up.transport.write(data)
             return
@@ -259,7 +263,7 @@ class Exchange:
         """A 1xx other than 100 (``103 Early Hints``): relayed to an HTTP/1.1 client ahead of the
         final response (RFC 9110 §15.2); an HTTP/1.0 client cannot be sent one."""
         if not self.http10:
-            self.out.append(interim_head(status, headers))
+            self.to_client.append(interim_head(status, headers))
 
     def response_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         """The final response's head (raises :class:`~drain_router.proxy.rewrite.BadFraming`: a 502)."""
@@ -269,7 +273,7 @@ class Exchange:
         )
         self.code = status
         self.mode = mode
-        self.out.append(head)
+        self.to_client.append(head)
         if mode == NONE:
             # Whole with its head (llhttp does not know a HEAD response has no body): whatever the
             # upstream sends after it is surplus.
@@ -280,7 +284,7 @@ class Exchange:
         connections from here on (``rest``: what the upstream sent after it in the same read)."""
         client = self.client
         self.code = 101
-        self.up = None
+        self.upstream = None
         if client.transport is None:
             self.finish(Outcome.CLIENT_ABORTED)
             up.transport.abort()
@@ -288,21 +292,21 @@ class Exchange:
         client.transport.write(switching_head(headers))
         self.head_sent = True
         listener = client.listener
-        listener.metrics.ttfb.observe(listener.loop.time() - self.t0)
+        listener.metrics.ttfb.observe(listener.loop.time() - self.started_at)
         client.open_tunnel(up, rest)
 
     def response_body(self, body: bytes) -> None:
         if self.mode == CHUNKED:
-            self.out.append(b"%x\r\n%s\r\n" % (len(body), body))
+            self.to_client.append(b"%x\r\n%s\r\n" % (len(body), body))
         elif self.mode != NONE:
-            self.out.append(body)
+            self.to_client.append(body)
 
     def flush(self) -> None:
         """After each upstream read: one write to the client; finish when the response is whole.
         The final head counts as sent (its status fixed) only once it is written."""
         if self.finished:
             return
-        out = self.out
+        out = self.to_client
         if self.resp_done:
             if self.mode == CHUNKED:
                 out.append(b"0\r\n\r\n")
@@ -315,7 +319,7 @@ class Exchange:
         if self.code and not self.head_sent:
             self.head_sent = True
             listener = self.client.listener
-            listener.metrics.ttfb.observe(listener.loop.time() - self.t0)
+            listener.metrics.ttfb.observe(listener.loop.time() - self.started_at)
         if self.resp_done:
             self.finish(COMPLETED)
 
@@ -324,14 +328,14 @@ class Exchange:
     def upstream_lost(self, exc: BaseException | None, *, invalid: bool = False) -> None:
         """The upstream connection closed (or sent something the router will not relay) while this
         owned it. Until the final head is written the client can still be told with a 502."""
-        self.up = None
+        self.upstream = None
         if self.finished:
             return
         if not invalid and exc is None and self.until_eof and self.code:
             self.resp_done = True  # a close-delimited body ends with the connection
             self.flush()
             return
-        self.out.clear()
+        self.to_client.clear()
         if self.reused and not self.retried and not self.code and not invalid and retryable(self.method, self.request):
             # A pooled connection the model server had closed before any answer: one retry on a
             # fresh one.
@@ -394,7 +398,7 @@ class Exchange:
         duration = 0.0
         if self.started:
             listener.inflight.leave(self)
-            duration = listener.loop.time() - self.t0
+            duration = listener.loop.time() - self.started_at
         code = self.code if self.head_sent else 0  # the status the client received, if any
         listener.metrics.count_request(code, outcome, duration)
         if listener.access_log:
@@ -407,9 +411,9 @@ class Exchange:
                 duration_s=round(duration, 6),
                 remote=client.peer.decode("latin-1"),
             )
-        up = self.up
+        up = self.upstream
         if up is not None:
-            self.up = None
+            self.upstream = None
             reusable = outcome == COMPLETED and up.keep_alive and self.req_done and not self.until_eof
             if reusable and up.transport is not None and not up.transport.is_closing():
                 if client.write_paused:

@@ -48,7 +48,7 @@ def _request(headers: list[list[str]], peer: bytes = b"10.0.0.7") -> tuple[rewri
     head = rewrite.request_head(
         b"POST", b"/v1/completions?x=1", _headers(headers), peer, rewrite.forwarded_node(peer), b"127.0.0.1:8000"
     )
-    return head, head[0].decode().split("\r\n")
+    return head, head.head.decode().split("\r\n")
 
 
 def test_request_head_appends_this_hop_and_drops_hop_by_hop() -> None:
@@ -72,20 +72,19 @@ def test_request_head_appends_this_hop_and_drops_hop_by_hop() -> None:
     assert "X-Forwarded-Host: api.example" in lines
     assert "Forwarded: for=1.2.3.4, for=10.0.0.7;proto=http;host=api.example" in lines
     assert not any(line.lower().startswith(("x-drop", "te:", "connection", "x-real-ip")) for line in lines)
-    _, length, chunked, _, _, hosts = head
-    assert (length, chunked, hosts) == (5, False, 1)
+    assert (head.content_length, head.chunked, head.hosts) == (5, False, 1)
 
 
 def test_request_head_without_host_sends_the_upstreams() -> None:
     head, lines = _request([], peer=b"::1")
-    assert "Host: 127.0.0.1:8000" in lines and head[5] == 0
+    assert "Host: 127.0.0.1:8000" in lines and head.hosts == 0
     assert 'Forwarded: for="[::1]";proto=http' in lines
 
 
 def test_request_head_keeps_the_clients_transfer_codings_and_drops_its_length() -> None:
     head, lines = _request([["Host", "h"], ["Transfer-Encoding", "gzip, chunked"]])
     assert "Transfer-Encoding: gzip, chunked" in lines
-    assert head[2] and head[1] is None
+    assert head.chunked and head.content_length is None
 
 
 @pytest.mark.parametrize(
