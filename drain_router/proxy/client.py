@@ -34,10 +34,11 @@ import httptools
 
 from drain_router import logs
 from drain_router.metrics import Outcome
-from drain_router.proxy import health, responses, websocket
+from drain_router.proxy import health, responses
+from drain_router.proxy.admission import admit, probe_path
 from drain_router.proxy.backpressure import PIPELINE
 from drain_router.proxy.exchange import Exchange, Site
-from drain_router.proxy.rewrite import BadFraming, BadTarget, RequestHead, check_target, forwarded_node, request_head
+from drain_router.proxy.rewrite import forwarded_node
 from drain_router.proxy.state import RouterState
 from drain_router.proxy.tunnel import Tunnel
 from drain_router.proxy.upstream import UpstreamConnection
@@ -59,11 +60,6 @@ BODY_LINGER_SECS = 2.0
 #: (and the connection not read) until one starts.
 MAX_PIPELINED = 8
 
-_PROBES = frozenset({b"/livez", b"/readyz"})
-_VERSIONS = frozenset({"1.0", "1.1"})
-_WS_VERSIONS = {"1.0": (1, 0), "1.1": (1, 1)}
-NO_HOST = (400, "bad_request", "an HTTP/1.1 request needs exactly one Host header")
-NOMINATED = (400, "bad_request", "Connection must not name Content-Length, Transfer-Encoding or Host")
 _HEAD_END = b"\r\n\r\n"
 #: Outcomes after which the client got a whole answer, so the connection can go on.
 ANSWERED = frozenset({Outcome.COMPLETED, Outcome.REJECTED, Outcome.UPSTREAM_ERROR})
@@ -470,53 +466,28 @@ class ClientConnection(asyncio.Protocol):
         parser = self.parser
         method = parser.get_method()
         version = parser.get_http_version()
-        self.keep_alive = keep_alive = parser.should_keep_alive()
+        self.keep_alive = parser.should_keep_alive()
         url = self.url
-        problem: responses.Error | None = None
-        request: RequestHead | None = None
-        ws_key: bytes | None = None
-        if version not in _VERSIONS:
-            # llhttp reports a request line without a version as HTTP/0.9: refuse it in HTTP/1.1.
-            problem = responses.BAD_REQUEST
-        elif (method == b"GET" or method == b"HEAD") and url.partition(b"?")[0] in _PROBES:
-            probe = (url.partition(b"?")[0], method, keep_alive, version == "1.0")
+        probe = probe_path(method, url, version)
+        if probe is not None:
+            entry = (probe, method, self.keep_alive, version == "1.0")
             self.current = None
             if self.active is None and not self.queue:
-                self._probe(*probe)
+                self._probe(*entry)
             else:
-                self._enqueue(probe)
+                self._enqueue(entry)
             return
-        else:
-            try:
-                check_target(method, url)
-                request = request_head(
-                    method, url, self.headers, self.peer, self.peer_node, self.listener.pool.host_header
-                )
-                self.body_left = request.content_length or 0
-                # RFC 9112 §3.2: an HTTP/1.1 request needs exactly one Host (an HTTP/1.0 one may have none).
-                hosts = request.hosts
-                if hosts > 1 or (hosts == 0 and version != "1.0"):
-                    problem = NO_HOST
-                elif request.upgrade:
-                    verdict = websocket.handshake(method, _WS_VERSIONS[version], self.headers)
-                    # A handshake with a body: where the frames start would be the upstream's guess.
-                    if verdict == websocket.BAD_HANDSHAKE or (
-                        verdict is None and (request.content_length or request.chunked)
-                    ):
-                        problem = responses.BAD_WEBSOCKET
-                    elif verdict is None:
-                        ws_key = next(v for n, v in self.headers if n.lower() == b"sec-websocket-key")
-            except BadTarget:
-                self.listener.bad_target_log.emit(method=method.decode("latin-1"), target=url[:120].decode("latin-1"))
-                problem = responses.BAD_TARGET
-                if method == b"CONNECT":
-                    self.keep_alive = False
-            except BadFraming:
-                problem = NOMINATED
-        if problem is not None and problem is not responses.BAD_TARGET:
-            self.keep_alive = False  # its framing is not to be trusted: answer, then close
+        listener = self.listener
+        verdict = admit(method, url, version, self.headers, self.peer, self.peer_node, listener.pool.host_header)
+        request, problem, ws_key = verdict.request, verdict.problem, verdict.ws_key
+        if request is not None:
+            self.body_left = request.content_length or 0
+        if problem is responses.BAD_TARGET:
+            listener.bad_target_log.emit(method=method.decode("latin-1"), target=url[:120].decode("latin-1"))
+        if verdict.close:
+            self.keep_alive = False
         exchange = Exchange(self, method, url, version == "1.0", self.keep_alive, request, problem)
-        if ws_key is not None and problem is None:
+        if ws_key is not None:
             exchange.ws_key = ws_key
             self.upgrading = exchange
         self.current = exchange
