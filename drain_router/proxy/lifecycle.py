@@ -172,7 +172,7 @@ class Router:
         if self.listener is not None:
             if self.config.drain.websocket_close_at == "closing":
                 self.state.websocket_close_now = True
-                for tunnel in list(self.listener.tunnels):
+                for tunnel in self.listener.tunnels:
                     tunnel.going_away(None)
             self.listener.stop_accepting()
 
@@ -276,7 +276,7 @@ class Router:
                     self._spawn(upstream_health.watch(cfg, self._upstream_health))
             await self._exit.wait()
             if self.listener is not None:  # WebSocket sessions sent Close 1001: their closing handshakes
-                await self.listener.wait_tunnels(WEBSOCKET_CLOSE_SECS + 0.5)
+                await self.listener.tunnels.wait_closed(WEBSOCKET_CLOSE_SECS + 0.5)
         exit_code = self.state.status.exit_code
         return drain.EXIT_CLEAN if exit_code is None else exit_code
 

@@ -19,7 +19,6 @@ answering probes, proxying through one :class:`~drain_router.proxy.exchange.Exch
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import select
 
 from drain_router import logs
@@ -28,7 +27,7 @@ from drain_router.proxy.client import ClientConnection
 from drain_router.proxy.pool import UpstreamPool
 from drain_router.proxy.refused import Refusals
 from drain_router.proxy.state import RouterState
-from drain_router.proxy.tunnel import Tunnel
+from drain_router.proxy.tunnel import OpenTunnels
 
 log = logs.get("drain_router.proxy")
 
@@ -52,10 +51,8 @@ class TrafficListener:
         self.keepalive_timeout = float(proxy.client_keepalive_timeout_secs)
         self.connection_limit = connection_limit
         self.clients: set[ClientConnection] = set()
-        self.tunnels: set[Tunnel] = set()
+        self.tunnels = OpenTunnels(self.metrics.websocket_sessions)
         """Open WebSocket tunnels (their client connections are in ``clients`` too)."""
-        self.tunnels_gone: asyncio.Event | None = None
-        """Set when the last tunnel ends, once someone waits for that (:meth:`wait_tunnels`)."""
         self.refusals = Refusals(
             self.metrics,
             log,
@@ -96,14 +93,6 @@ class TrafficListener:
             self.server.close()
         for client in list(self.clients):
             client.close_when_idle()
-
-    async def wait_tunnels(self, timeout: float) -> None:
-        """Wait (up to ``timeout``) for the tunnels still open to end (their closing handshakes)."""
-        if not self.tunnels:
-            return
-        self.tunnels_gone = asyncio.Event()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.tunnels_gone.wait(), timeout)
 
     def close(self) -> None:
         if self._sweeper is not None:

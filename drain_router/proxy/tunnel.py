@@ -15,8 +15,12 @@ vanished; ``deadline_aborted`` when the deadline ended it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any, Protocol
+
+from prometheus_client import Gauge
 
 from drain_router import logs
 from drain_router.metrics import Outcome
@@ -30,13 +34,48 @@ log = logs.get("drain_router.proxy")
 WEBSOCKET_CLOSE_SECS = 2.0
 
 
+class OpenTunnels:
+    """A listener's open tunnels, counted in ``websocket_sessions``; closing waits for them to end
+    (:meth:`wait_closed`)."""
+
+    def __init__(self, gauge: Gauge) -> None:
+        self._open: set[Tunnel] = set()
+        self._gauge = gauge
+        self._gone: asyncio.Event | None = None
+
+    def __iter__(self) -> Iterator[Tunnel]:
+        return iter(list(self._open))
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def add(self, tunnel: Tunnel) -> None:
+        self._open.add(tunnel)
+        self._gauge.inc()
+
+    def discard(self, tunnel: Tunnel) -> None:
+        if tunnel in self._open:
+            self._open.remove(tunnel)
+            self._gauge.dec()
+            if not self._open and self._gone is not None:
+                self._gone.set()
+
+    async def wait_closed(self, timeout: float) -> None:
+        """Wait (up to ``timeout``) for the tunnels still open to end (their closing handshakes)."""
+        if not self._open:
+            return
+        self._gone = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._gone.wait(), timeout)
+
+
 class Host(Protocol):
     """The client connection a tunnel took over (it registers the tunnel and counts it in flight)."""
 
     def tunnel_client_lost(self) -> None:
         """The client's connection is gone."""
 
-    def tunnel_ended(self, tunnel: Tunnel, outcome: Outcome) -> None:
+    def tunnel_ended(self, outcome: Outcome) -> None:
         """Both connections are closed: the session ends, counted as ``outcome``."""
 
 
@@ -86,12 +125,13 @@ class _Side(asyncio.Protocol):
 
 
 class Tunnel:
-    __slots__ = ("client", "ending", "going", "host", "outcome", "timer", "up", "upstream")
+    __slots__ = ("client", "ending", "going", "host", "open_tunnels", "outcome", "timer", "up", "upstream")
 
-    def __init__(self, host: Host, client_transport: Any, up: UpstreamConnection) -> None:
+    def __init__(self, host: Host, client_transport: Any, up: UpstreamConnection, open_tunnels: OpenTunnels) -> None:
         """Take over both connections after the 101 was written to the client (their protocols
-        become :class:`_Side` s); :meth:`start` relays what came early."""
+        become :class:`_Side` s), as one of ``open_tunnels``; :meth:`start` relays what came early."""
         self.host = host
+        self.open_tunnels = open_tunnels
         self.up = up
         self.outcome: Outcome | None = None
         self.ending = False
@@ -103,6 +143,7 @@ class Tunnel:
         up.become_tunnel()
         client.transport.set_protocol(client)
         upstream.transport.set_protocol(upstream)
+        open_tunnels.add(self)
 
     def start(self, early_up: bytes, early_down: bytes, *, client_paused: bool) -> None:
         """Relay what each side sent after the handshake before the tunnel existed (``early_up``:
@@ -210,4 +251,5 @@ class Tunnel:
                     side.transport.abort()
                 else:
                     side.transport.close()
-        self.host.tunnel_ended(self, self.outcome or Outcome.COMPLETED)
+        self.open_tunnels.discard(self)
+        self.host.tunnel_ended(self.outcome or Outcome.COMPLETED)
