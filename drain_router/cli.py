@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from drain_router import config, entry
+from drain_router import config, early_signals
 
 #: Subcommands that live in other packages, imported only when invoked, so ``serve`` never loads kopf.
 #: Each description is the first line of the command's own help (a test keeps them equal).
@@ -120,7 +120,7 @@ def _build(params: dict[str, Any]) -> config.Config:
 def main(ctx: click.Context) -> None:
     """drain-router: lossless pod termination for LLM model servers on Kubernetes."""
     if ctx.invoked_subcommand != "serve":
-        entry.release()  # only serve drains; every other command gets the default signal handling
+        early_signals.release()  # only serve drains; every other command gets the default signal handling
 
 
 @main.command(cls=SettingsCommand)
@@ -129,13 +129,13 @@ def serve(**params: Any) -> None:
     """Run the draining reverse proxy in front of a model server."""
     # The entry point has recorded terminating signals since the process started (installed again
     # here for callers that did not come through it); the lifecycle replays them on its loop.
-    entry.install()
+    early_signals.install()
     cfg = _build(params)
     from drain_router import logs
     from drain_router.proxy import lifecycle  # the event loop, httptools and aiohttp only when serving
 
     logs.configure(format=cfg.log.format, level=cfg.log.level)
-    sys.exit(lifecycle.serve(cfg, pending_signals=entry.pending))
+    sys.exit(lifecycle.serve(cfg, pending_signals=early_signals.pending))
 
 
 @main.command(cls=SettingsCommand)

@@ -1,43 +1,15 @@
-"""The ``drain-router`` entry point. Its first act records SIGTERM and SIGINT, before any import.
+"""The ``drain-router`` entry point. Its first act records SIGTERM and SIGINT, before any other import.
 
-A pod can be deleted while its router is still starting; Python's default SIGTERM action kills the
-process (exit 143) and loses the drain. So this module imports nothing but ``signal`` before it
-installs a recorder; ``serve`` replays what was recorded on its event loop once it has one. Every
-other command gets the default handlers back (and any recorded signal re-raised) before it runs.
-The only window left is the interpreter's own start, before this module runs.
+It loads only :mod:`drain_router.early_signals` (which imports nothing but ``signal``) and installs
+its recorder; only then does it load the command line and run it. The only window left is the
+interpreter's own start, before this module runs.
 """
 
-import signal
-
-pending: list[int] = []
-"""Signals received since :func:`install`, in order, for ``serve`` to replay."""
-
-EARLY_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-def _record(signum: int, _frame: object) -> None:
-    pending.append(signum)
-
-
-def install() -> None:
-    """Record SIGTERM and SIGINT instead of dying (idempotent)."""
-    for sig in EARLY_SIGNALS:
-        signal.signal(sig, _record)
-
-
-def release() -> None:
-    """Default handlers back; a signal recorded meanwhile is delivered again, now with its default effect."""
-    import os
-
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    for sig in pending:
-        os.kill(os.getpid(), sig)
-    pending.clear()
+from drain_router import early_signals
 
 
 def main() -> None:
-    install()
-    from drain_router.cli import main as cli_main
+    early_signals.install()
+    from drain_router.cli import main as cli_main  # loaded only once the recorder is in place
 
     cli_main()

@@ -3,7 +3,8 @@
 Python itself needs some milliseconds before any code can install a handler; a signal in that window
 gets the default action, and nothing can do better than installing one as the first thing the
 program does. So the tests check, deterministically (no clock): that the real entry point has run
-nothing but the ``drain_router`` package and ``drain_router.entry`` when its recorder is installed; and that a
+nothing but the ``drain_router`` package, ``drain_router.entry`` and the recorder's module
+``drain_router.early_signals`` when its recorder is installed; and that a
 SIGTERM at each later stage of the startup (the process stops itself there, the test signals it
 while it is stopped, then lets it go on) ends in a clean exit 0, never 143/-15 (killed by the
 default action), and without binding.
@@ -43,8 +44,9 @@ beyond what the interpreter has loaded at start and ``signal`` (the recorder's o
 
 def test_the_recorder_is_installed_before_anything_but_the_entry_module() -> None:
     """Imports while SIGTERM still has its default action, through the installed console script (the
-    image's entry point): from the project only ``drain_router`` and ``drain_router.entry``, nothing third-party,
-    and none of the slow standard library (asyncio, logging, json, sockets)."""
+    image's entry point): from the project only ``drain_router``, ``drain_router.entry`` and
+    ``drain_router.early_signals``, nothing third-party, and none of the slow standard library (asyncio,
+    logging, json, sockets)."""
     script = process.console_script()
     if script is None:
         pytest.skip("no drain-router console script next to this interpreter")
@@ -55,6 +57,7 @@ def test_the_recorder_is_installed_before_anything_but_the_entry_module() -> Non
     assert {m for m in before if m.split(".")[0] not in sys.stdlib_module_names} == {
         "drain_router",
         "drain_router.entry",
+        "drain_router.early_signals",
     }
     slow = {"asyncio", "json", "logging", "socket", "ssl", "subprocess", "email", "importlib.metadata"}
     assert not [m for m in before if m in slow or m.split(".")[0] in slow], before
@@ -82,8 +85,9 @@ async def test_sigterm_at_each_stage_of_startup_is_honoured(stage: str) -> None:
 
 
 def test_the_entry_point_loads_nothing_heavy_before_its_recorder() -> None:
-    """What the console script imports before the recorder is installed: the ``drain_router`` package and
-    ``drain_router.entry`` only; no click, no configuration, no event loop, no aiohttp, no structlog."""
+    """What the console script imports before the recorder is installed: the ``drain_router`` package,
+    ``drain_router.entry`` and ``drain_router.early_signals`` only; no click, no configuration, no event
+    loop, no aiohttp, no structlog."""
     probe = (
         "import sys; import drain_router.entry; "
         "print(','.join(m for m in ('click', 'drain_router.config', 'drain_router.cli', 'aiohttp', 'uvloop', 'structlog',"
