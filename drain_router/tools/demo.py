@@ -22,6 +22,7 @@ import click
 import uvloop
 
 from drain_router.tools import cluster, recipes, runs
+from drain_router.tools.options import field_option
 from drain_router.tools.process import ProcessFailed
 from drain_router.tools.scenario import Options, Scenario
 from drain_router.tools.view import View
@@ -81,36 +82,29 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
 
 
 @click.command("demo")
-@click.option("--replicas", default=2, show_default=True, type=click.IntRange(2, 6), help="Pods per run.")
-@click.option("--clients", default=16, show_default=True, type=click.IntRange(1, 500), help="Streaming clients.")
-@click.option(
-    "--drain-secs",
-    default=2,
-    show_default=True,
+@field_option(Options, "replicas", type=click.IntRange(2, 6), help="Pods per run.")
+@field_option(Options, "clients", type=click.IntRange(1, 500), help="Streaming clients.")
+@field_option(
+    Options,
+    "drain_secs",
     type=click.IntRange(1, 60),
     help="--shutdown-drain-secs of the drain-router run; the sleep recipe's windows scale with it (DRAIN_SECS/30).",
 )
-@click.option(
-    "--probe-interval-ms", default=500, show_default=True, type=click.IntRange(50, 10_000), help="Probe period."
-)
-@click.option(
-    "--probe-fall",
-    default=2,
-    show_default=True,
+@field_option(Options, "probe_interval_ms", type=click.IntRange(50, 10_000), help="Probe period.")
+@field_option(
+    Options,
+    "probe_fall",
     type=click.IntRange(1, 10),
     help="Failed probes before the balancer takes a pod out of rotation.",
 )
-@click.option(
-    "--realtime-clients",
-    default=4,
-    show_default=True,
+@field_option(
+    Options,
+    "realtime_clients",
     type=click.IntRange(0, 500),
     help="Realtime (WebSocket) sessions beside the streams, when the router tunnels WebSocket; 0: none.",
 )
-@click.option("--chunks", default=20, show_default=True, type=click.IntRange(1, 10_000), help="Chunks per stream.")
-@click.option(
-    "--interval-ms", default=50, show_default=True, type=click.IntRange(0, 10_000), help="Milliseconds between chunks."
-)
+@field_option(Options, "chunks", type=click.IntRange(1, 10_000), help="Chunks per stream.")
+@field_option(Options, "interval_ms", type=click.IntRange(0, 10_000), help="Milliseconds between chunks.")
 @click.option(
     "--png",
     "png",

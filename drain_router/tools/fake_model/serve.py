@@ -26,6 +26,7 @@ from aiohttp import web
 
 from drain_router.tools.fake_model import app as fake_app
 from drain_router.tools.fake_model import openai
+from drain_router.tools.options import field_option
 
 #: After the deadline's aborts, how long the aborted handlers get to unwind (they do at once).
 UNWIND_SECS = 1.0
@@ -112,28 +113,22 @@ def _log(event: str, **fields: Any) -> None:
     help="Listen port; 0 picks a free one (printed in the 'fake_model.listening' line).",
 )
 @click.option("--uds", default=None, metavar="PATH", help="Listen on this Unix socket instead of TCP.")
-@click.option(
-    "--chunks",
-    default=openai.DEFAULT_CHUNKS,
-    show_default=True,
+@field_option(
+    openai.Settings,
+    "chunks",
     type=click.IntRange(0, openai.MAX_CHUNKS),
     help="Chunks (tokens) per completion; a request's 'chunks' or 'max_tokens' overrides it.",
 )
-@click.option(
-    "--interval-ms",
-    default=openai.DEFAULT_INTERVAL_MS,
-    show_default=True,
-    type=click.IntRange(0, openai.MAX_INTERVAL_MS),
-    help="Milliseconds between chunks.",
+@field_option(
+    openai.Settings, "interval_ms", type=click.IntRange(0, openai.MAX_INTERVAL_MS), help="Milliseconds between chunks."
 )
-@click.option(
-    "--first-token-ms",
-    default=0,
-    show_default=True,
+@field_option(
+    openai.Settings,
+    "first_token_ms",
     type=click.IntRange(0, openai.MAX_INTERVAL_MS),
     help="Silent milliseconds before the first chunk.",
 )
-@click.option("--model", default="fake-model", show_default=True, help="Model name in answers.")
+@field_option(openai.Settings, "model", help="Model name in answers.")
 @click.option(
     "--shutdown-timeout-secs",
     "--shutdown-timeout",
