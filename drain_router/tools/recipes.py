@@ -137,7 +137,7 @@ class PodReadiness:
 
     @property
     def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}/readyz"
+        return f"{cluster.loopback_url(self.port)}/readyz"
 
     async def _readyz(self, request: web.Request) -> web.Response:
         if self.deleted and self.sees_deletion:
@@ -184,13 +184,14 @@ class EnginePod:
         self.name = name
         self.recipe = recipe
         self.port = free_port()
-        argv = cluster.python_m_router(
+        self.process = cluster.command_process(
+            name,
+            log_dir,
             "fake-model",
-            *("--host", LOOPBACK, "--port", str(self.port)),
+            self.port,
             *("--chunks", str(chunks), "--interval-ms", str(interval_ms)),
             *("--shutdown-timeout-secs", f"{recipe.shutdown_timeout_secs:g}"),
         )
-        self.process = Process(name, argv, log_dir / f"{name}.log")
         self.readiness = PodReadiness(f"{self.url}/health", sees_deletion=balancer_sees_deletion)
         self.phase = "starting"
         self.closed_at: list[float] = []
@@ -198,7 +199,7 @@ class EnginePod:
 
     @property
     def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
+        return cluster.loopback_url(self.port)
 
     @property
     def probe_url(self) -> str:
