@@ -33,7 +33,7 @@ import aiohttp
 from aiohttp import web
 
 from drain_router.tools import cluster, runs
-from drain_router.tools.process import LOOPBACK, Process, free_port, wait_until
+from drain_router.tools.process import LOOPBACK, Process, free_port
 
 #: KServe v0.19's preStop sleep and pod grace, in seconds (kserve/kserve PRs 5485 and 5496).
 KSERVE_PRESTOP_SLEEP_SECS = 15
@@ -183,15 +183,14 @@ class EnginePod:
     ) -> None:
         self.name = name
         self.recipe = recipe
-        self.port = free_port()
-        self.process = cluster.command_process(
-            name,
+        self.engine = cluster.FakeModel(
             log_dir,
-            "fake-model",
-            self.port,
-            *("--chunks", str(chunks), "--interval-ms", str(interval_ms)),
-            *("--shutdown-timeout-secs", f"{recipe.shutdown_timeout_secs:g}"),
+            chunks=chunks,
+            interval_ms=interval_ms,
+            shutdown_timeout_secs=recipe.shutdown_timeout_secs,
+            name=name,
         )
+        self.process = self.engine.process
         self.readiness = PodReadiness(f"{self.url}/health", sees_deletion=balancer_sees_deletion)
         self.phase = "starting"
         self.closed_at: list[float] = []
@@ -199,7 +198,7 @@ class EnginePod:
 
     @property
     def url(self) -> str:
-        return cluster.loopback_url(self.port)
+        return self.engine.url
 
     @property
     def probe_url(self) -> str:
@@ -208,17 +207,7 @@ class EnginePod:
     async def start(self, session: aiohttp.ClientSession, timeout: float = 15.0) -> None:
         self.readiness.deleted = False
         await self.readiness.start()
-        self.process.start()
-
-        async def healthy() -> bool:
-            if not self.process.alive:
-                raise self.process.failed("exited before /health answered 200")
-            try:
-                return (await cluster.get_json(session, f"{self.url}/health", timeout=1.0))[0] == 200
-            except (TimeoutError, aiohttp.ClientError, OSError):
-                return False
-
-        await wait_until(healthy, timeout=timeout, what=f"{self.name}'s /health to answer 200")
+        await self.engine.start(session, timeout)
         self.phase = "serving"
 
     async def terminate(self) -> int:
