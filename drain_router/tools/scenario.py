@@ -16,7 +16,7 @@ from pathlib import Path
 
 import aiohttp
 
-from drain_router.tools import balancer, load, realtime, recipes, runs
+from drain_router.tools import balancer, load, pods, realtime, recipes, runs
 from drain_router.tools.process import wait_until
 from drain_router.tools.view import View
 
@@ -110,7 +110,7 @@ class Scenario:
         self._step, self._step_started = index, time.monotonic()
         self.view.step = self.steps[index]
 
-    async def _sample(self, pod: recipes.Pod) -> None:
+    async def _sample(self, pod: pods.Pod) -> None:
         state, inflight = await pod.state(self.session), self.backends[pod.name].active
         t = self.now()
         self.result.samples.append(runs.Sample(t, pod.name, state, inflight))
@@ -134,7 +134,7 @@ class Scenario:
             self.view.draw()
             await asyncio.sleep(RENDER_SECS)
 
-    async def _in_rotation(self, pod: recipes.Pod) -> None:
+    async def _in_rotation(self, pod: pods.Pod) -> None:
         backend = self.backends[pod.name]
 
         async def taken_back() -> bool:
@@ -142,7 +142,7 @@ class Scenario:
 
         await wait_until(taken_back, timeout=15, what=f"the balancer to take {pod.name} back")
 
-    async def _restart(self, pod: recipes.Pod) -> None:
+    async def _restart(self, pod: pods.Pod) -> None:
         t0 = self.now()
         self.result.marks.append(runs.Mark(t0, pod.name, "sigterm"))
         self.view.event(f"{self.recipe.t0_name} {pod.name} ({self.backends[pod.name].active} in flight)")
