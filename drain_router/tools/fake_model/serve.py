@@ -26,13 +26,14 @@ from aiohttp import web
 
 from drain_router.tools.fake_model import app as fake_app
 from drain_router.tools.fake_model import openai
+from drain_router.tools.fake_model import state as fake_state
 from drain_router.tools.options import field_option
 
 #: After the deadline's aborts, how long the aborted handlers get to unwind (they do at once).
 UNWIND_SECS = 1.0
 
 
-async def shut_down(runner: web.BaseRunner, state: fake_app.State, timeout: float) -> int:
+async def shut_down(runner: web.BaseRunner, state: fake_state.State, timeout: float) -> int:
     """Stop accepting, wait up to ``timeout`` s for the completions and realtime sessions in flight,
     close the sessions still open with 1001 (Going Away), abort the completions still running.
 
@@ -74,7 +75,7 @@ async def serve(
         loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)  # as vLLM: SIGINT is handled like SIGTERM
 
-    state = fake_app.State()
+    state = fake_state.State()
     runner = web.AppRunner(
         fake_app.make_app(settings, state), handler_cancellation=True, access_log=None, shutdown_timeout=UNWIND_SECS
     )
