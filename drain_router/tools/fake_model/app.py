@@ -11,9 +11,9 @@ import hashlib
 import json
 import time
 import uuid
-from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from drain_router.tools.fake_model import openai
 from drain_router.tools.fake_model.session import GOING_AWAY, SESSION_CLOSE_TIMEOUT_SECS, Session, end_of
@@ -191,7 +191,7 @@ async def status(request: web.Request) -> web.Response:
 
 
 @web.middleware
-async def track_busy(request: web.Request, handler: Any) -> web.StreamResponse:
+async def track_busy(request: web.Request, handler: Handler) -> web.StreamResponse:
     busy = request.app[STATE].busy
     busy.add(request.protocol)
     try:
