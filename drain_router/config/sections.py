@@ -8,7 +8,7 @@ Durations are whole seconds in ``int`` fields named ``*_secs``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import ClassVar, Literal
 
 from drain_router.config.values import (
     Flag,
@@ -56,6 +56,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ProxySettings:
+    TITLE: ClassVar[str] = "Traffic listener and model server"
+    """The heading of this section's flags in ``serve --help``."""
+
     upstream: Upstream = setting(
         dataclasses.MISSING,
         Flag(
@@ -133,6 +136,9 @@ class ProxySettings:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class AdminSettings:
+    TITLE: ClassVar[str] = "Admin listener"
+    """The heading of this section's flags in ``serve --help``."""
+
     host: str = setting(
         "0.0.0.0", Flag(name="admin-host", metavar="ADDRESS", parse=text, help="Admin listener address.")
     )
@@ -150,6 +156,9 @@ class AdminSettings:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class DrainSettings:
+    TITLE: ClassVar[str] = "Drain"
+    """The heading of this section's flags in ``serve --help``."""
+
     shutdown_drain_secs: int = setting(
         30,
         Flag(
@@ -228,6 +237,9 @@ class DrainSettings:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class HealthSettings:
+    TITLE: ClassVar[str] = "Model server health"
+    """The heading of this section's flags in ``serve --help``."""
+
     upstream_health_path: str | None = setting(
         None,
         Flag(
@@ -251,6 +263,9 @@ class HealthSettings:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class LogSettings:
+    TITLE: ClassVar[str] = "Logging"
+    """The heading of this section's flags in ``serve --help``."""
+
     format: Literal["json", "console"] = setting(
         "json",
         Flag(

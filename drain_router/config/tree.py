@@ -34,20 +34,13 @@ class Config:
 
 
 #: The sections of :class:`Config`, in the order their flags are listed (the drain's probe settings
-#: next to the first ones), and their headings in ``serve --help``.
+#: next to the first ones); each section's ``TITLE`` is its heading in ``serve --help``.
 SECTIONS: dict[str, type[Any]] = {
     "drain": DrainSettings,
     "proxy": ProxySettings,
     "admin": AdminSettings,
     "health": HealthSettings,
     "log": LogSettings,
-}
-TITLES = {
-    "drain": "Drain",
-    "proxy": "Traffic listener and model server",
-    "admin": "Admin listener",
-    "health": "Model server health",
-    "log": "Logging",
 }
 
 #: The flags every deployment sets first, listed before their sections: where the model server
@@ -70,4 +63,4 @@ def settings() -> Iterator[tuple[str, dataclasses.Field[Any], Flag]]:
 
 def help_title(section: str, flag: Flag) -> str:
     """The heading a flag is listed under in ``serve --help``."""
-    return FIRST_NEEDED_TITLE if flag.name in FIRST_NEEDED else TITLES[section]
+    return FIRST_NEEDED_TITLE if flag.name in FIRST_NEEDED else str(SECTIONS[section].TITLE)
