@@ -125,13 +125,7 @@ def build_config(**raw: object) -> Config:
             f"must differ from --port ({proxy['port']}): probes and metrics need their own listener; "
             f"pick another port, e.g. {other}",
         )
-    return Config(
-        proxy=ProxySettings(**proxy),
-        admin=AdminSettings(**admin),
-        drain=DrainSettings(**drain),
-        health=HealthSettings(**values["health"]),
-        log=LogSettings(**values["log"]),
-    )
+    return Config(**{section: SECTIONS[section](**fields) for section, fields in values.items()})
 
 
 def advisories(cfg: Config) -> tuple[advisory.Advisory, ...]:
