@@ -118,7 +118,8 @@ def build_config(**raw: object) -> Config:
             "is their product, and one alone says nothing",
         )
     if proxy["port"] == admin["port"] and proxy["port"] != 0:
-        other = 9091 if proxy["port"] != 9091 else 9092
+        default_admin_port = AdminSettings().port
+        other = default_admin_port if proxy["port"] != default_admin_port else default_admin_port + 1
         raise ConfigError(
             "admin_port",
             given_raw.get("admin_port", admin["port"]),
