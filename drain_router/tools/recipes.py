@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+from drain_router.config import DrainSettings
 from drain_router.tools import cluster
 from drain_router.tools.pods import EnginePod, Pod, RouterPod, SleepRecipe
 
@@ -25,7 +26,7 @@ from drain_router.tools.pods import EnginePod, Pod, RouterPod, SleepRecipe
 KSERVE_PRESTOP_SLEEP_SECS = 15
 KSERVE_GRACE_SECS = 60
 #: The router's default ``--shutdown-drain-secs``: the real-world size a scaled drain stands for.
-ROUTER_DEFAULT_DRAIN_SECS = 30
+ROUTER_DEFAULT_DRAIN_SECS = DrainSettings().shutdown_drain_secs
 
 
 def scaled_sleep_recipe(drain_secs: float) -> SleepRecipe:
