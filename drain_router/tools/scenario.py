@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import time
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 
@@ -22,6 +23,9 @@ from drain_router.tools.view import View
 
 SAMPLE_SECS = 0.1
 RENDER_SECS = 0.2
+
+#: What a client records about one request or session, timed on the monotonic clock.
+_Timed = TypeVar("_Timed", load.Record, realtime.Record)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -209,15 +213,9 @@ class Scenario:
         # can miss a short closing.
         exact = [runs.Mark(t, p.name, "closing") for p in self.pods for t in p.closing_times(self.wall_started)]
         result.marks = [m for m in result.marks if m.kind != "closing"] + exact
-        result.records = [
-            dataclasses.replace(r, started=r.started - self.started, finished=r.finished - self.started)
-            for r in self.load.records
-        ]
+        result.records = _since(self.load.records, self.started)
         if self.sessions is not None:
-            result.sessions = [
-                dataclasses.replace(r, started=r.started - self.started, finished=r.finished - self.started)
-                for r in self.sessions.records
-            ]
+            result.sessions = _since(self.sessions.records, self.started)
             view.sessions = sessions_line(self.sessions)
         view.done, view.lost = len(result.records), len(result.lost)
         for rv in view.replicas.values():
@@ -226,6 +224,12 @@ class Scenario:
         view.event(f"done: {len(result.records)} requests, {len(result.lost)} lost; pods and balancer stopped")
         view.end_run()
         return result
+
+
+def _since(records: list[_Timed], t0: float) -> list[_Timed]:
+    """``records`` with their start and finish as seconds since ``t0`` (the run's start), as a run
+    result keeps them, rather than on the monotonic clock."""
+    return [dataclasses.replace(r, started=r.started - t0, finished=r.finished - t0) for r in records]
 
 
 def sessions_line(holder: realtime.Sessions) -> str:
