@@ -11,6 +11,7 @@ import hashlib
 import json
 import time
 import uuid
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -20,6 +21,18 @@ from drain_router.tools.fake_model.session import GOING_AWAY, SESSION_CLOSE_TIME
 from drain_router.tools.fake_model.state import SETTINGS, STATE, Generating, State
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+async def _event_stream(request: web.Request, events: AsyncIterator[str]) -> web.StreamResponse:
+    """Answer with server-sent events: each of ``events`` as one ``data:`` event as soon as it comes,
+    then ``data: [DONE]``. The completions and ``/sse`` both stream this way."""
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    await response.prepare(request)
+    async for data in events:
+        await response.write(f"data: {data}\n\n".encode())
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
 
 
 async def _completion(request: web.Request, *, chat: bool) -> web.StreamResponse:
@@ -39,16 +52,15 @@ async def _completion(request: web.Request, *, chat: bool) -> web.StreamResponse
         if not gen.stream:
             await asyncio.sleep(gen.chunks * gen.interval_ms / 1000)
             return web.json_response(openai.full_payload(gen, rid=rid, created=created, model=model))
-        response = web.StreamResponse(headers=SSE_HEADERS)
-        await response.prepare(request)
-        for seq in range(gen.chunks):
-            if seq:
-                await asyncio.sleep(gen.interval_ms / 1000)
-            chunk = openai.chunk_payload(gen, rid=rid, created=created, model=model, seq=seq)
-            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-    return response
+        return await _event_stream(request, _chunks(gen, rid=rid, created=created, model=model))
+
+
+async def _chunks(gen: openai.Generation, *, rid: str, created: int, model: str) -> AsyncIterator[str]:
+    """A streamed completion's chunks, ``gen.interval_ms`` apart."""
+    for seq in range(gen.chunks):
+        if seq:
+            await asyncio.sleep(gen.interval_ms / 1000)
+        yield json.dumps(openai.chunk_payload(gen, rid=rid, created=created, model=model, seq=seq))
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -127,15 +139,15 @@ async def sse(request: web.Request) -> web.StreamResponse:
     with Generating(request):
         if first:
             await asyncio.sleep(first)
-        response = web.StreamResponse(headers=SSE_HEADERS)
-        await response.prepare(request)
-        for i in range(n):
-            await response.write(f"data: {i}{pad}\n\n".encode())
-            if iv:
-                await asyncio.sleep(iv)
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-    return response
+        return await _event_stream(request, _counted(n, every=iv, pad=pad))
+
+
+async def _counted(n: int, *, every: float, pad: str) -> AsyncIterator[str]:
+    """``/sse``'s events: ``0`` to ``n - 1`` (each with ``pad``), each followed by ``every`` s of pause."""
+    for i in range(n):
+        yield f"{i}{pad}"
+        if every:
+            await asyncio.sleep(every)
 
 
 async def echo(request: web.Request) -> web.Response:
