@@ -18,7 +18,7 @@ class Server:
     port: int
     check_port: int | None = None
     """Where the health check goes when it is not ``port`` (an engine pod's readiness stand-in,
-    :class:`drain_router.tools.recipes.PodReadiness`); HAProxy only."""
+    :class:`drain_router.tools.pods.PodReadiness`); HAProxy only."""
 
 
 class ProbedBalancer:

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_router.tools import cluster, load, recipes, streams
+from drain_router.tools import cluster, load, pods, streams
 from drain_router.tools.process import Process, wait_until
 
 
@@ -79,8 +79,8 @@ async def test_engine_keeps_pooled_connection_through_the_prestop_sleep(
     streams three more times during the sleep. Result: each answer completes and none says
     `Connection: close`: the client keeps its one connection to the dying pod (nothing tells it to
     move) until the engine's SIGTERM closes it."""
-    recipe = recipes.SleepRecipe(prestop_sleep_secs=3.0, shutdown_timeout_secs=2.0)
-    pod = recipes.EnginePod("engine", logs, recipe, chunks=3, interval_ms=10)
+    recipe = pods.SleepRecipe(prestop_sleep_secs=3.0, shutdown_timeout_secs=2.0)
+    pod = pods.EnginePod("engine", logs, recipe, chunks=3, interval_ms=10)
     processes.append(pod.process)
     seen: list[tuple[int, str | None]] = []
 

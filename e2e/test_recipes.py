@@ -4,7 +4,7 @@ engine drain (KServe v0.19's recipe), and no drain.
 HAProxy health-checks each pod every 200 ms (one failure out, one success in), pools keep-alive
 connections to the pods and shares them between client requests (``http-reuse always``), and
 never retries; the clients pool keep-alive connections to HAProxy. For a drain-router pod the check
-is the router's ``/readyz``; for an engine pod it is :class:`recipes.PodReadiness`, Kubernetes'
+is the router's ``/readyz``; for an engine pod it is :class:`pods.PodReadiness`, Kubernetes'
 view: not ready from the pod's deletion, else the engine's ``/health``. Windows as the demo scales
 them (:func:`recipes.scaled_sleep_recipe`): a 1 s drain stands for 30 s, so the sleep is 0.5 s and
 the engine's ``--shutdown-timeout`` 1.5 s.
@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_router.tools import cluster, load, recipes
+from drain_router.tools import cluster, load, pods, recipes
 from drain_router.tools.process import Process, wait_until
 from e2e import haproxy
 
@@ -54,7 +54,7 @@ def _events(log_path: Path, name: str) -> list[dict[str, Any]]:
 
 
 async def _rolling_restarts(
-    pods: list[recipes.Pod], tmp_path: Path, label: str, session: aiohttp.ClientSession, procs: list[Process]
+    pods: list[pods.Pod], tmp_path: Path, label: str, session: aiohttp.ClientSession, procs: list[Process]
 ) -> dict[str, Any]:
     """Start ``pods`` behind a fresh HAProxy, stream through it, terminate and restart each pod in
     turn for CYCLES cycles. What the clients saw and how long each termination took."""
@@ -127,15 +127,15 @@ async def test_three_recipes_behind_haproxy(
     sleep = recipes.scaled_sleep_recipe(DRAIN_SECS)
     names = [f"pod-{i}" for i in range(REPLICAS)]
 
-    def routers(drain: int) -> list[recipes.Pod]:
+    def routers(drain: int) -> list[pods.Pod]:
         return [
-            recipes.RouterPod(cluster.Replica(n, model.url, logs / f"drain-{drain}", shutdown_drain_secs=drain))
+            pods.RouterPod(cluster.Replica(n, model.url, logs / f"drain-{drain}", shutdown_drain_secs=drain))
             for n in names
         ]
 
-    def engines(sees_deletion: bool) -> list[recipes.Pod]:
+    def engines(sees_deletion: bool) -> list[pods.Pod]:
         return [
-            recipes.EnginePod(
+            pods.EnginePod(
                 n,
                 logs / f"sleep-{sees_deletion}",
                 sleep,
@@ -172,13 +172,13 @@ async def test_three_recipes_behind_haproxy(
         assert run["exit_codes"] == [0] * (CYCLES * REPLICAS), (label, run["exit_codes"])
     assert not runs["drain-router"]["lost"], _kinds(runs["drain-router"]["lost"])
     assert runs["no drain"]["lost"], "no request lost with no drain: the harness cannot see a loss"
-    for label, pods in (
+    for label, engine_pods in (
         ("sleep + engine drain", sleeping),
         ("sleep + engine drain, balancer probes only the engine", probing_engine),
     ):
         cut = [r for r in runs[label]["lost"] if r.status == 200]  # a stream that started, then failed
         assert not cut, f"{label}: the engine's drain cut streams it held: {_kinds(cut)}"
-        stopping = [e for pod in pods for e in _events(pod.process.log_path, "stopping")]
-        stopped = [e for pod in pods for e in _events(pod.process.log_path, "stopped")]
+        stopping = [e for pod in engine_pods for e in _events(pod.process.log_path, "stopping")]
+        stopped = [e for pod in engine_pods for e in _events(pod.process.log_path, "stopped")]
         assert len(stopped) == CYCLES * REPLICAS and all(e["aborted"] == 0 for e in stopped), (label, stopped)
         assert any(e["active"] for e in stopping), f"{label}: no stream in flight at an engine SIGTERM {stopping}"

@@ -10,8 +10,9 @@ Durations have one representation everywhere: whole seconds in ``int`` fields na
 one place, :func:`parse_seconds`. Each setting is declared once, as a dataclass field with its flag,
 default, help and parser (:func:`setting`); the CLI generates its options from them.
 
-Modules: ``sections`` (the section dataclasses, :class:`Config`, :func:`settings`) and ``values``
-(:class:`ConfigError`, the upstream address, the Flag machinery and the parsers); this package
+Modules: ``sections`` (the section dataclasses), ``tree`` (:class:`Config`, :func:`settings`: the
+sections' order and headings) and ``values`` (:class:`ConfigError`, the upstream address, the Flag
+machinery and the parsers); this package
 re-exports their public names and builds the tree (:func:`build_config`, :func:`effective`).
 """
 
@@ -28,17 +29,14 @@ from drain_router.config.sections import (
     LOG_FORMATS,
     LOG_LEVELS,
     MAX_SHUTDOWN_DRAIN_SECS,
-    SECTIONS,
     SHUTDOWN_DEADLINE_MARGIN_SECS,
     AdminSettings,
-    Config,
     DrainSettings,
     HealthSettings,
     LogSettings,
     ProxySettings,
-    help_title,
-    settings,
 )
+from drain_router.config.tree import SECTIONS, Config, help_title, settings
 from drain_router.config.values import (
     ConfigError,
     Flag,
@@ -120,20 +118,15 @@ def build_config(**raw: object) -> Config:
             "is their product, and one alone says nothing",
         )
     if proxy["port"] == admin["port"] and proxy["port"] != 0:
-        other = 9091 if proxy["port"] != 9091 else 9092
+        default_admin_port = AdminSettings().port
+        other = default_admin_port if proxy["port"] != default_admin_port else default_admin_port + 1
         raise ConfigError(
             "admin_port",
             given_raw.get("admin_port", admin["port"]),
             f"must differ from --port ({proxy['port']}): probes and metrics need their own listener; "
             f"pick another port, e.g. {other}",
         )
-    return Config(
-        proxy=ProxySettings(**proxy),
-        admin=AdminSettings(**admin),
-        drain=DrainSettings(**drain),
-        health=HealthSettings(**values["health"]),
-        log=LogSettings(**values["log"]),
-    )
+    return Config(**{section: SECTIONS[section](**fields) for section, fields in values.items()})
 
 
 def advisories(cfg: Config) -> tuple[advisory.Advisory, ...]:

@@ -1,15 +1,14 @@
-"""The settings tree: one frozen dataclass per section, each setting declared once as a field with
-its flag, default, help and parser (:func:`setting`), and :class:`Config` holding the sections.
+"""The sections of the settings tree: one frozen dataclass per section, each setting declared once as
+a field with its flag, default, help and parser (:func:`setting`).
 
-The CLI generates its options from :func:`settings`; :func:`drain_router.config.build_config` validates raw
-values into a :class:`Config`. Durations are whole seconds in ``int`` fields named ``*_secs``.
+:class:`~drain_router.config.tree.Config` holds the sections and lists their settings for the CLI.
+Durations are whole seconds in ``int`` fields named ``*_secs``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from typing import Any, Literal
+from typing import ClassVar, Literal
 
 from drain_router.config.values import (
     Flag,
@@ -57,6 +56,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ProxySettings:
+    TITLE: ClassVar[str] = "Traffic listener and model server"
+    """The heading of this section's flags in ``serve --help``."""
+
     upstream: Upstream = setting(
         dataclasses.MISSING,
         Flag(
@@ -134,6 +136,9 @@ class ProxySettings:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class AdminSettings:
+    TITLE: ClassVar[str] = "Admin listener"
+    """The heading of this section's flags in ``serve --help``."""
+
     host: str = setting(
         "0.0.0.0", Flag(name="admin-host", metavar="ADDRESS", parse=text, help="Admin listener address.")
     )
@@ -151,6 +156,9 @@ class AdminSettings:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class DrainSettings:
+    TITLE: ClassVar[str] = "Drain"
+    """The heading of this section's flags in ``serve --help``."""
+
     shutdown_drain_secs: int = setting(
         30,
         Flag(
@@ -229,6 +237,9 @@ class DrainSettings:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class HealthSettings:
+    TITLE: ClassVar[str] = "Model server health"
+    """The heading of this section's flags in ``serve --help``."""
+
     upstream_health_path: str | None = setting(
         None,
         Flag(
@@ -252,6 +263,9 @@ class HealthSettings:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class LogSettings:
+    TITLE: ClassVar[str] = "Logging"
+    """The heading of this section's flags in ``serve --help``."""
+
     format: Literal["json", "console"] = setting(
         "json",
         Flag(
@@ -273,61 +287,3 @@ class LogSettings:
             help="One structured line per proxied request. Off by default: at thousands of streams it is noise.",
         ),
     )
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Config:
-    """Everything the router needs, validated. Build it with :func:`build_config`."""
-
-    proxy: ProxySettings
-    admin: AdminSettings = AdminSettings()
-    drain: DrainSettings = DrainSettings()
-    health: HealthSettings = HealthSettings()
-    log: LogSettings = LogSettings()
-
-    def as_dict(self) -> dict[str, Any]:
-        """The effective configuration as plain JSON-able data (for ``check`` and /admin/config)."""
-        data = dataclasses.asdict(self)
-        data["proxy"]["upstream"] = self.proxy.upstream.url
-        data["drain"]["deadline_secs"] = self.drain.deadline_secs()
-        return data
-
-
-#: The sections of :class:`Config`, in the order their flags are listed (the drain's probe settings
-#: next to the first ones), and their headings in ``serve --help``.
-SECTIONS: dict[str, type[Any]] = {
-    "drain": DrainSettings,
-    "proxy": ProxySettings,
-    "admin": AdminSettings,
-    "health": HealthSettings,
-    "log": LogSettings,
-}
-TITLES = {
-    "drain": "Drain",
-    "proxy": "Traffic listener and model server",
-    "admin": "Admin listener",
-    "health": "Model server health",
-    "log": "Logging",
-}
-
-#: The flags every deployment sets first, listed before their sections: where the model server
-#: is, how long to keep serving after SIGTERM, and the pod's grace that bounds both.
-FIRST_NEEDED = ("upstream", "shutdown-drain-secs", "termination-grace-secs")
-FIRST_NEEDED_TITLE = "Set these first"
-
-
-def settings() -> Iterator[tuple[str, dataclasses.Field[Any], Flag]]:
-    """Every setting: (section, dataclass field, flag), in the order the CLI lists them: the
-    :data:`FIRST_NEEDED` ones, then the others by section."""
-    every = [
-        (section, field, field.metadata["flag"])
-        for section, cls in SECTIONS.items()
-        for field in dataclasses.fields(cls)
-    ]
-    yield from sorted((s for s in every if s[2].name in FIRST_NEEDED), key=lambda s: FIRST_NEEDED.index(s[2].name))
-    yield from (s for s in every if s[2].name not in FIRST_NEEDED)
-
-
-def help_title(section: str, flag: Flag) -> str:
-    """The heading a flag is listed under in ``serve --help``."""
-    return FIRST_NEEDED_TITLE if flag.name in FIRST_NEEDED else TITLES[section]

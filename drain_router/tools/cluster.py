@@ -26,8 +26,16 @@ async def get_json(session: aiohttp.ClientSession, url: str, *, timeout: float =
             return resp.status, None
 
 
-def python_m_router(*args: str) -> list[str]:
-    return [sys.executable, "-m", "drain_router", *args]
+def loopback_url(port: int) -> str:
+    """The base URL of a server on this machine's loopback ``port``."""
+    return f"http://{process_.LOOPBACK}:{port}"
+
+
+def command_process(name: str, log_dir: Path, command: str, port: int, *args: str) -> process_.Process:
+    """``python -m drain_router COMMAND`` listening on loopback ``port``, with ``args``; its output
+    goes to ``LOG_DIR/NAME.log``. Not started."""
+    argv = [sys.executable, "-m", "drain_router", command, "--host", process_.LOOPBACK, "--port", str(port), *args]
+    return process_.Process(name, argv, log_dir / f"{name}.log")
 
 
 @dataclasses.dataclass(slots=True)
@@ -45,26 +53,16 @@ class FakeModel:
     process: process_.Process = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        argv = python_m_router(
-            "fake-model",
-            "--host",
-            process_.LOOPBACK,
-            "--port",
-            str(self.port),
-            "--chunks",
-            str(self.chunks),
-            "--interval-ms",
-            str(self.interval_ms),
-        )
+        args = ["--chunks", str(self.chunks), "--interval-ms", str(self.interval_ms)]
         if self.exit_on_sigterm:
-            argv.append("--exit-on-sigterm")
+            args.append("--exit-on-sigterm")
         if self.shutdown_timeout_secs is not None:
-            argv += ["--shutdown-timeout-secs", str(self.shutdown_timeout_secs)]
-        self.process = process_.Process(self.name, argv, self.log_dir / f"{self.name}.log")
+            args += ["--shutdown-timeout-secs", str(self.shutdown_timeout_secs)]
+        self.process = command_process(self.name, self.log_dir, "fake-model", self.port, *args)
 
     @property
     def url(self) -> str:
-        return f"http://{process_.LOOPBACK}:{self.port}"
+        return loopback_url(self.port)
 
     async def start(self, session: aiohttp.ClientSession, timeout: float = 15.0) -> None:
         self.process.start()
@@ -94,37 +92,25 @@ class Replica:
     process: process_.Process = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        argv = python_m_router(
-            "serve",
-            "--upstream",
-            self.upstream,
-            "--host",
-            process_.LOOPBACK,
-            "--port",
-            str(self.port),
-            "--admin-host",
-            process_.LOOPBACK,
-            "--admin-port",
-            str(self.admin_port),
-            "--shutdown-drain-secs",
-            str(self.shutdown_drain_secs),
-            "--upstream-health-interval-secs",
-            "1",
-        )
+        args = [
+            *("--upstream", self.upstream),
+            *("--admin-host", process_.LOOPBACK, "--admin-port", str(self.admin_port)),
+            *("--shutdown-drain-secs", str(self.shutdown_drain_secs)),
+            *("--upstream-health-interval-secs", "1"),
+        ]
         if self.termination_grace_secs is not None:
-            argv += ["--termination-grace-secs", str(self.termination_grace_secs)]
+            args += ["--termination-grace-secs", str(self.termination_grace_secs)]
         if self.upstream_health_path:
-            argv += ["--upstream-health-path", self.upstream_health_path]
-        argv += list(self.extra_args)
-        self.process = process_.Process(self.name, argv, self.log_dir / f"{self.name}.log")
+            args += ["--upstream-health-path", self.upstream_health_path]
+        self.process = command_process(self.name, self.log_dir, "serve", self.port, *args, *self.extra_args)
 
     @property
     def url(self) -> str:
-        return f"http://{process_.LOOPBACK}:{self.port}"
+        return loopback_url(self.port)
 
     @property
     def admin_url(self) -> str:
-        return f"http://{process_.LOOPBACK}:{self.admin_port}"
+        return loopback_url(self.admin_port)
 
     async def start(self, session: aiohttp.ClientSession, timeout: float = 20.0) -> None:
         """Start the router and wait until its /readyz answers 200."""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import aiohttp
 
-from drain_router.tools import streams
+from drain_router.tools import streams, workers
 
 #: A stalled stream is a lost one: no chunk for this long and the client gives up.
 DEFAULT_READ_TIMEOUT_SECS = 15.0
@@ -112,9 +112,7 @@ class Load:
     """Spread the clients' first requests evenly over one stream's length, so requests arrive at a
     steady rate, as from independent users, rather than in waves that all end at once."""
     records: list[Record] = dataclasses.field(default_factory=list)
-    _stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-    _tasks: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
-    _session: aiohttp.ClientSession | None = None
+    _workers: workers.Workers = dataclasses.field(default_factory=workers.Workers)
     _rng: random.Random = dataclasses.field(default_factory=random.Random)
 
     @property
@@ -124,28 +122,23 @@ class Load:
     async def start(self) -> None:
         self._rng = random.Random(self.seed)
         # limit=0: one pooled keep-alive connection per concurrent stream, no cap, like a gateway.
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        self._tasks = [asyncio.create_task(self._worker(i)) for i in range(self.clients)]
+        self._workers.start(self.clients, aiohttp.TCPConnector(limit=0), self._worker)
 
     async def stop(self) -> list[Record]:
         """Let every worker finish its current stream, then close. Returns all records."""
-        self._stop.set()
-        await asyncio.gather(*self._tasks)
-        if self._session is not None:
-            await self._session.close()
+        await self._workers.stop()
         return self.records
 
-    async def _worker(self, index: int) -> None:
-        assert self._session is not None
+    async def _worker(self, session: aiohttp.ClientSession, index: int) -> None:
         if self.stagger:  # load shaping, not synchronisation: the i-th user arrives a little later
             await asyncio.sleep(index * self.chunks * self.interval_ms / 1000 / self.clients)
-        while not self._stop.is_set():
+        while not self._workers.stopping.is_set():
             started = time.monotonic()
             leave = None
             if self.leave_fraction and self._rng.random() < self.leave_fraction:
                 leave = self._rng.randint(1, max(1, self.chunks - 1))
             result = await stream_completion(
-                self._session,
+                session,
                 self.url,
                 chunks=self.chunks,
                 interval_ms=self.interval_ms,

@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from drain_router.tools import sessions
+from drain_router.tools import sessions, workers
 
 PATH = "/v1/realtime"
 #: A session whose server says nothing for this long is a lost one: the client gives up.
@@ -153,9 +153,7 @@ class Sessions:
     """A session closes with 1000 after this many responses (and its client opens the next);
     None: it lasts until stopped or ended by the server side."""
     records: list[Record] = dataclasses.field(default_factory=list)
-    _stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-    _tasks: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
-    _session: aiohttp.ClientSession | None = None
+    _workers: workers.Workers = dataclasses.field(default_factory=workers.Workers)
     _open: int = 0
 
     @property
@@ -169,22 +167,17 @@ class Sessions:
         return [r for r in self.records if not r.end.clean]
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True))
-        self._tasks = [asyncio.create_task(self._worker(i)) for i in range(self.clients)]
+        self._workers.start(self.clients, aiohttp.TCPConnector(limit=0, force_close=True), self._worker)
 
     async def stop(self) -> list[Record]:
         """Each client closes its session with 1000 once its current response is whole. Returns all records."""
-        self._stop.set()
-        await asyncio.gather(*self._tasks)
-        if self._session is not None:
-            await self._session.close()
+        await self._workers.stop()
         return self.records
 
-    async def _worker(self, index: int) -> None:
-        assert self._session is not None
-        while not self._stop.is_set():
+    async def _worker(self, session: aiohttp.ClientSession, index: int) -> None:
+        while not self._workers.stopping.is_set():
             started = time.monotonic()
-            result, tally = await self._one(self._session)
+            result, tally = await self._one(session)
             end = sessions.classify(result)
             self.records.append(
                 Record(
@@ -215,7 +208,7 @@ class Sessions:
                 self.url,
                 deltas=self.deltas,
                 interval_ms=self.interval_ms,
-                stop=self._stop,
+                stop=self._workers.stopping,
                 path=self.path,
                 on_open=on_open,
                 max_responses=self.max_responses,

@@ -8,47 +8,25 @@
   with ``--shutdown-timeout = grace - 15`` (KServe: grace 60 s, timeout 45 s) (:class:`EnginePod`).
 - **no drain**: the router with ``--shutdown-drain-secs 0``: SIGTERM goes straight to closing.
 
-The balancer in front learns that a pod is going only from its readiness probe. For a router pod
-that is the router's ``/readyz``. For an engine pod it is :class:`PodReadiness`, a stand-in for what
-Kubernetes reports: not ready from the moment the pod is deleted (the EndpointSlice marks a
-terminating pod not ready; the preStop sleep exists to outlast that propagation), otherwise the
-engine's own ``/health``. So both recipes are taken out of rotation by the same probe window.
-With ``EnginePod(balancer_sees_deletion=False)`` it is the engine's ``/health`` alone: a balancer
-that health-checks pod addresses and never learns of the deletion.
-
+The pods themselves, and how the balancer learns that one is going, are :mod:`drain_router.tools.pods`.
 Kubernetes windows are scaled to the demo's: :func:`scaled_sleep_recipe`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
-import aiohttp
-from aiohttp import web
-
-from drain_router.tools import cluster, runs
-from drain_router.tools.process import LOOPBACK, Process, free_port, wait_until
+from drain_router.config import DrainSettings
+from drain_router.tools import cluster
+from drain_router.tools.pods import EnginePod, Pod, RouterPod, SleepRecipe
 
 #: KServe v0.19's preStop sleep and pod grace, in seconds (kserve/kserve PRs 5485 and 5496).
 KSERVE_PRESTOP_SLEEP_SECS = 15
 KSERVE_GRACE_SECS = 60
 #: The router's default ``--shutdown-drain-secs``: the real-world size a scaled drain stands for.
-ROUTER_DEFAULT_DRAIN_SECS = 30
-#: Beyond the engine's own shutdown timeout, how long a pod may take to exit before it is a failure.
-EXIT_SLACK_SECS = 10.0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SleepRecipe:
-    prestop_sleep_secs: float
-    shutdown_timeout_secs: float
-    """``--shutdown-timeout`` of the engine: the grace minus the sleep, as KServe computes it."""
+ROUTER_DEFAULT_DRAIN_SECS = DrainSettings().shutdown_drain_secs
 
 
 def scaled_sleep_recipe(drain_secs: float) -> SleepRecipe:
@@ -57,191 +35,6 @@ def scaled_sleep_recipe(drain_secs: float) -> SleepRecipe:
     scale = drain_secs / ROUTER_DEFAULT_DRAIN_SECS
     sleep = KSERVE_PRESTOP_SLEEP_SECS * scale
     return SleepRecipe(prestop_sleep_secs=sleep, shutdown_timeout_secs=KSERVE_GRACE_SECS * scale - sleep)
-
-
-class Pod(Protocol):
-    """One pod behind the balancer: ``url`` takes traffic, ``probe_url`` is its readiness."""
-
-    name: str
-    process: Process
-
-    @property
-    def url(self) -> str: ...
-
-    @property
-    def probe_url(self) -> str: ...
-
-    async def start(self, session: aiohttp.ClientSession) -> None: ...
-
-    async def terminate(self) -> int:
-        """From the pod's deletion (t0) to its exit: the exit code."""
-        ...
-
-    async def state(self, session: aiohttp.ClientSession) -> str: ...
-
-    def closing_times(self, wall_started: float) -> list[float]:
-        """Seconds since ``wall_started`` at which the pod closed its listener."""
-        ...
-
-    async def close(self) -> None: ...
-
-
-class RouterPod:
-    """A router replica (drain on or off) in front of a shared model server."""
-
-    def __init__(self, replica: cluster.Replica) -> None:
-        self.replica = replica
-        self.name = replica.name
-        self.process = replica.process
-
-    @property
-    def url(self) -> str:
-        return self.replica.url
-
-    @property
-    def probe_url(self) -> str:
-        return f"{self.replica.url}/readyz"
-
-    async def start(self, session: aiohttp.ClientSession) -> None:
-        await self.replica.start(session)
-
-    async def terminate(self) -> int:
-        self.replica.sigterm()
-        return await self.process.wait_exit(timeout=self.replica.shutdown_drain_secs + 60)
-
-    async def state(self, session: aiohttp.ClientSession) -> str:
-        try:
-            return str((await self.replica.inflight(session))["state"])
-        except (TimeoutError, aiohttp.ClientError, OSError, KeyError, ValueError, TypeError):
-            return "exited" if not self.process.alive else "down"
-
-    def closing_times(self, wall_started: float) -> list[float]:
-        return runs.closing_times(self.process.log_path, wall_started)
-
-    async def close(self) -> None:
-        self.process.kill()
-
-
-class PodReadiness:
-    """What Kubernetes says of an engine pod's readiness, on its own port: 503 once the pod is
-    deleted, else the engine's ``/health`` answer (503 when it does not answer)."""
-
-    def __init__(self, health_url: str, *, sees_deletion: bool = True) -> None:
-        self.health_url = health_url
-        self.sees_deletion = sees_deletion
-        """False: a balancer that only probes the engine and never learns of the deletion."""
-        self.deleted = False
-        self.port = free_port()
-        self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}/readyz"
-
-    async def _readyz(self, request: web.Request) -> web.Response:
-        if self.deleted and self.sees_deletion:
-            return web.json_response({"status": "terminating"}, status=503)
-        assert self._session is not None
-        try:
-            async with self._session.get(self.health_url, timeout=aiohttp.ClientTimeout(total=1)) as resp:
-                status = resp.status
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            status = 503
-        return web.json_response({"status": "ready" if status == 200 else "not_ready"}, status=status)
-
-    async def start(self) -> None:
-        if self._runner is not None:
-            return
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
-        app = web.Application()
-        app.router.add_get("/readyz", self._readyz)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, LOOPBACK, self.port).start()
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
-
-
-class EnginePod:
-    """An engine with no router (``drain-router fake-model --shutdown-timeout-secs T``, standing in
-    for ``vllm serve --shutdown-timeout T``) and a preStop sleep, on fixed loopback ports."""
-
-    def __init__(
-        self,
-        name: str,
-        log_dir: Path,
-        recipe: SleepRecipe,
-        *,
-        chunks: int,
-        interval_ms: int,
-        balancer_sees_deletion: bool = True,
-    ) -> None:
-        self.name = name
-        self.recipe = recipe
-        self.port = free_port()
-        argv = cluster.python_m_router(
-            "fake-model",
-            *("--host", LOOPBACK, "--port", str(self.port)),
-            *("--chunks", str(chunks), "--interval-ms", str(interval_ms)),
-            *("--shutdown-timeout-secs", f"{recipe.shutdown_timeout_secs:g}"),
-        )
-        self.process = Process(name, argv, log_dir / f"{name}.log")
-        self.readiness = PodReadiness(f"{self.url}/health", sees_deletion=balancer_sees_deletion)
-        self.phase = "starting"
-        self.closed_at: list[float] = []
-        """Wall-clock times of the engine's SIGTERMs: it closes its listener at once."""
-
-    @property
-    def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
-
-    @property
-    def probe_url(self) -> str:
-        return self.readiness.url
-
-    async def start(self, session: aiohttp.ClientSession, timeout: float = 15.0) -> None:
-        self.readiness.deleted = False
-        await self.readiness.start()
-        self.process.start()
-
-        async def healthy() -> bool:
-            if not self.process.alive:
-                raise self.process.failed("exited before /health answered 200")
-            try:
-                return (await cluster.get_json(session, f"{self.url}/health", timeout=1.0))[0] == 200
-            except (TimeoutError, aiohttp.ClientError, OSError):
-                return False
-
-        await wait_until(healthy, timeout=timeout, what=f"{self.name}'s /health to answer 200")
-        self.phase = "serving"
-
-    async def terminate(self) -> int:
-        """The kubelet's order: the pod is deleted (not ready from now), preStop ``sleep`` runs to its
-        end, then SIGTERM; the engine drains for up to its shutdown timeout."""
-        self.readiness.deleted = True
-        self.phase = "preStop sleep"
-        await asyncio.sleep(self.recipe.prestop_sleep_secs)  # the recipe's sleep itself, not a wait
-        self.phase = "closing"
-        self.closed_at.append(time.time())
-        self.process.signal(signal.SIGTERM)
-        code = await self.process.wait_exit(timeout=self.recipe.shutdown_timeout_secs + EXIT_SLACK_SECS)
-        self.phase = "exited"
-        return code
-
-    async def state(self, session: aiohttp.ClientSession) -> str:
-        return self.phase if self.process.alive else "exited"
-
-    def closing_times(self, wall_started: float) -> list[float]:
-        return [t - wall_started for t in self.closed_at]
-
-    async def close(self) -> None:
-        self.process.kill()
-        await self.readiness.close()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

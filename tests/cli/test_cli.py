@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from drain_router import cli, config, entry
+from drain_router import cli, config, early_signals
 from drain_router.proxy import lifecycle
 from tests import casefiles
 
@@ -25,7 +25,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[config.Config]:
         return 0
 
     monkeypatch.setattr(lifecycle, "serve", fake_serve)
-    monkeypatch.setattr(entry, "install", lambda: None)
+    monkeypatch.setattr(early_signals, "install", lambda: None)
     monkeypatch.setattr("drain_router.logs.configure", lambda **kw: None)
     return seen
 

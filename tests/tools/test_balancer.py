@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestServer
 
 from drain_router.tools import balancer, fake_model, load, realtime, sessions, streams
 from drain_router.tools.fake_model import app as fake_app
+from drain_router.tools.fake_model import state as fake_state
 from drain_router.tools.process import wait_until
 
 
@@ -161,7 +162,7 @@ async def test_websocket_end_from_the_backend_reaches_the_client(cluster: Any, h
     holder = asyncio.create_task(
         realtime.run_session(session, lb.url, deltas=100_000, interval_ms=5, stop=asyncio.Event())
     )
-    states = [u.app[fake_app.STATE] for u in ups]
+    states = [u.app[fake_state.STATE] for u in ups]
 
     await wait_until(lambda: any(s.sessions for s in states), 5, "the session to reach a backend")
     state = next(s for s in states if s.sessions)

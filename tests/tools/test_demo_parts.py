@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drain_router.tools import load, realtime, recipes, sessions, streams, timeline
+from drain_router.tools import load, pods, realtime, recipes, sessions, streams, timeline
 from drain_router.tools import runs as runs_mod
 
 
@@ -181,7 +181,7 @@ def test_loss_dots_one_per_request_stacked_in_time_bins() -> None:
 
 def test_sleep_recipe_scaled_as_kserve_sizes_it() -> None:
     """KServe: sleep 15 s, grace 60 s, --shutdown-timeout 45 s. Scaled for a 2 s drain (2/30)."""
-    assert recipes.scaled_sleep_recipe(30) == recipes.SleepRecipe(prestop_sleep_secs=15, shutdown_timeout_secs=45)
+    assert recipes.scaled_sleep_recipe(30) == pods.SleepRecipe(prestop_sleep_secs=15, shutdown_timeout_secs=45)
     scaled = recipes.scaled_sleep_recipe(2)
     assert scaled.prestop_sleep_secs == pytest.approx(1.0) and scaled.shutdown_timeout_secs == pytest.approx(3.0)
 

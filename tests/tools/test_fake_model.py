@@ -19,8 +19,8 @@ from aiohttp.test_utils import TestClient
 from click.testing import CliRunner
 
 from drain_router.tools import fake_model, streams
-from drain_router.tools.fake_model import app as fake_app
 from drain_router.tools.fake_model import serve
+from drain_router.tools.fake_model import state as fake_state
 from drain_router.tools.process import wait_until
 
 Client = Callable[..., Awaitable[TestClient]]
@@ -269,8 +269,8 @@ async def served() -> Any:
     """``await served()``: the fake model on a loopback port in this loop; ``(runner, state, port)``."""
     runners: list[web.AppRunner] = []
 
-    async def serve() -> tuple[web.AppRunner, fake_app.State, int]:
-        state = fake_app.State()
+    async def serve() -> tuple[web.AppRunner, fake_state.State, int]:
+        state = fake_state.State()
         app = fake_model.make_app(fake_model.Settings(chunks=3, interval_ms=1), state)
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1)
         runners.append(runner)

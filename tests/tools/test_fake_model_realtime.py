@@ -15,8 +15,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from drain_router.tools import fake_model
-from drain_router.tools.fake_model import app as fake_app
 from drain_router.tools.fake_model import serve, testing
+from drain_router.tools.fake_model import state as fake_state
 from drain_router.tools.process import wait_until
 
 Client = Callable[..., Awaitable[TestClient]]
@@ -29,9 +29,9 @@ async def client(aiohttp_client: Client) -> TestClient:
     )
 
 
-def _state(client: TestClient) -> fake_app.State:
+def _state(client: TestClient) -> fake_state.State:
     assert client.app is not None
-    return client.app[fake_app.STATE]
+    return client.app[fake_state.STATE]
 
 
 async def _event(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
@@ -199,8 +199,8 @@ async def test_plain_get_is_400(client: TestClient) -> None:
 
 
 @pytest.fixture
-async def served() -> AsyncIterator[tuple[web.AppRunner, fake_app.State, str]]:
-    state = fake_app.State()
+async def served() -> AsyncIterator[tuple[web.AppRunner, fake_state.State, str]]:
+    state = fake_state.State()
     runner = web.AppRunner(
         fake_model.make_app(fake_model.Settings(chunks=3, interval_ms=1), state),
         handler_cancellation=True,
@@ -215,7 +215,7 @@ async def served() -> AsyncIterator[tuple[web.AppRunner, fake_app.State, str]]:
 
 @pytest.mark.parametrize("timeout", [0.0, 0.3], ids=["at-once", "at-the-deadline"])
 async def test_shutdown_closes_open_sessions_with_1001(
-    served: tuple[web.AppRunner, fake_app.State, str], timeout: float
+    served: tuple[web.AppRunner, fake_state.State, str], timeout: float
 ) -> None:
     """1. two sessions are open, one in the middle of a response 2. shut_down(timeout). Result: at
     the deadline both receive a Close 1001 (Going Away), not a cut connection; counted server_1001."""

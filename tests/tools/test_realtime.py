@@ -14,6 +14,7 @@ from aiohttp import web
 from drain_router.tools import realtime, sessions
 from drain_router.tools.fake_model import app as fake_app
 from drain_router.tools.fake_model import openai, serve, testing
+from drain_router.tools.fake_model import state as fake_state
 from drain_router.tools.process import free_port, wait_until
 
 
@@ -81,7 +82,7 @@ async def test_going_away_then_reconnect() -> None:
     """1. two clients hold sessions, responses in progress 2. the model server shuts down (vLLM's
     timeout 0: at once). Result: both sessions end going_away (1001), clean; each client
     reconnects at once (its next attempt is refused: nothing listens any more)."""
-    state = fake_app.State()
+    state = fake_state.State()
     runner = web.AppRunner(fake_app.make_app(openai.Settings(), state), handler_cancellation=True)
     await runner.setup()
     port = free_port()

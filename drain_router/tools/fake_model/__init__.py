@@ -7,7 +7,9 @@ chunks; a complete stream ends with ``data: [DONE]``.
 
 - :mod:`.openai`: the answer shapes and per-request overrides (pure);
 - :mod:`.realtime`: the realtime session's events (pure);
-- :mod:`.app`: the one aiohttp application (:func:`make_app`) and its :class:`State`;
+- :mod:`.app`: the one aiohttp application (:func:`make_app`): its handlers;
+- :mod:`.state`: what a server has seen and a test may steer (:class:`State`);
+- :mod:`.session`: one realtime session's conversation;
 - :mod:`.serve`: the CLI process, with vLLM's ``--shutdown-timeout`` semantics on SIGTERM;
 - :mod:`.testing`: the same application in a test's event loop (:func:`testing.running`).
 
@@ -20,8 +22,9 @@ WebSocket session with OpenAI-Realtime-shaped events (:mod:`.realtime`); and, fo
 proxy tests, ``/sse``, ``/echo``, ``/cut``, ``/short``, ``/lowercase-hops``, ``/status/{code}``.
 """
 
-from drain_router.tools.fake_model.app import State, make_app
+from drain_router.tools.fake_model.app import make_app
 from drain_router.tools.fake_model.openai import Settings
 from drain_router.tools.fake_model.serve import command
+from drain_router.tools.fake_model.state import State
 
 __all__ = ["Settings", "State", "command", "make_app"]

@@ -26,12 +26,14 @@ from aiohttp import web
 
 from drain_router.tools.fake_model import app as fake_app
 from drain_router.tools.fake_model import openai
+from drain_router.tools.fake_model import state as fake_state
+from drain_router.tools.options import field_option
 
 #: After the deadline's aborts, how long the aborted handlers get to unwind (they do at once).
 UNWIND_SECS = 1.0
 
 
-async def shut_down(runner: web.BaseRunner, state: fake_app.State, timeout: float) -> int:
+async def shut_down(runner: web.BaseRunner, state: fake_state.State, timeout: float) -> int:
     """Stop accepting, wait up to ``timeout`` s for the completions and realtime sessions in flight,
     close the sessions still open with 1001 (Going Away), abort the completions still running.
 
@@ -73,7 +75,7 @@ async def serve(
         loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)  # as vLLM: SIGINT is handled like SIGTERM
 
-    state = fake_app.State()
+    state = fake_state.State()
     runner = web.AppRunner(
         fake_app.make_app(settings, state), handler_cancellation=True, access_log=None, shutdown_timeout=UNWIND_SECS
     )
@@ -112,28 +114,22 @@ def _log(event: str, **fields: Any) -> None:
     help="Listen port; 0 picks a free one (printed in the 'fake_model.listening' line).",
 )
 @click.option("--uds", default=None, metavar="PATH", help="Listen on this Unix socket instead of TCP.")
-@click.option(
-    "--chunks",
-    default=openai.DEFAULT_CHUNKS,
-    show_default=True,
+@field_option(
+    openai.Settings,
+    "chunks",
     type=click.IntRange(0, openai.MAX_CHUNKS),
     help="Chunks (tokens) per completion; a request's 'chunks' or 'max_tokens' overrides it.",
 )
-@click.option(
-    "--interval-ms",
-    default=openai.DEFAULT_INTERVAL_MS,
-    show_default=True,
-    type=click.IntRange(0, openai.MAX_INTERVAL_MS),
-    help="Milliseconds between chunks.",
+@field_option(
+    openai.Settings, "interval_ms", type=click.IntRange(0, openai.MAX_INTERVAL_MS), help="Milliseconds between chunks."
 )
-@click.option(
-    "--first-token-ms",
-    default=0,
-    show_default=True,
+@field_option(
+    openai.Settings,
+    "first_token_ms",
     type=click.IntRange(0, openai.MAX_INTERVAL_MS),
     help="Silent milliseconds before the first chunk.",
 )
-@click.option("--model", default="fake-model", show_default=True, help="Model name in answers.")
+@field_option(openai.Settings, "model", help="Model name in answers.")
 @click.option(
     "--shutdown-timeout-secs",
     "--shutdown-timeout",

@@ -14,12 +14,12 @@ from pathlib import Path
 
 from aiohttp import web
 
-from drain_router.tools.fake_model import app, openai
+from drain_router.tools.fake_model import app, openai, state
 
 
 @dataclasses.dataclass(slots=True, eq=False)
-class FakeModel(app.State):
-    """A running in-process fake model: its :class:`app.State` plus where it listens."""
+class FakeModel(state.State):
+    """A running in-process fake model: its :class:`state.State` plus where it listens."""
 
     url: str = ""
     """``http://127.0.0.1:PORT``, or ``unix:/path`` (the router's upstream syntax)."""
