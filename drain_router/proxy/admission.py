@@ -8,6 +8,18 @@ import dataclasses
 from drain_router.proxy import responses, websocket
 from drain_router.proxy.rewrite import BadFraming, BadTarget, Headers, RequestHead, check_target, request_head
 
+#: A request head larger than this, or with a request line or header longer than MAX_LINE_BYTES, or
+#: with more than MAX_HEADERS headers, is answered 431 (aiohttp's line and count limits, and nginx's
+#: total of four 8 KiB buffers).
+MAX_HEAD_BYTES = 32 * 1024
+MAX_LINE_BYTES = 8190
+MAX_HEADERS = 128
+
+
+class HeadTooLarge(Exception):
+    """Raised from the parser's callback to stop parsing a head past the limits."""
+
+
 PROBES = frozenset({b"/livez", b"/readyz"})
 VERSIONS = frozenset({"1.0", "1.1"})
 """llhttp reports a request line without a version as HTTP/0.9: refused in HTTP/1.1."""

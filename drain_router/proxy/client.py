@@ -1,20 +1,12 @@
-"""One client connection of the traffic listener: an asyncio Protocol parsing with llhttp.
-
-It reads requests (:class:`~drain_router.proxy.parsing.RequestParsing`, its reading half), answers
-``/livez`` and ``/readyz`` itself and proxies everything else through one
-:class:`~drain_router.proxy.exchange.Exchange` per request, in order. Callbacks only: no task, no
-request or response object per request.
-
-- **Header timeout**: a request's head must arrive whole within ``--client-header-timeout-secs`` of
-  the connection opening (or of its first byte, for later requests), so slowloris clients are closed.
-- **Keep-alive idle timeout**: ``--client-keepalive-timeout-secs`` between requests (never during a
-  streaming response, never while a body is read). The listener's sweep enforces both.
-- **In order**: a waiting request enters the in-flight count when its turn comes, not when it is
-  parsed; what waited unparsed behind the queue is parsed once one starts.
-- **Lingering close**: a connection closed with input unread (a 400, 413 or 431, a refused body)
-  half-closes after its answer and reads and drops what still comes for
-  :data:`BODY_LINGER_SECS`, so the client reads the answer instead of a reset.
-- **WebSocket**: after the upstream's 101 the connection becomes a tunnel's host (:mod:`.tunnel`).
+"""One client connection of the traffic listener. Its reading half (:mod:`.parsing`) turns what
+llhttp parses into exchanges; this half answers ``/livez`` and ``/readyz`` itself and each request
+in its turn (a waiting one enters the in-flight count when its turn comes), keeps the header timeout
+(a head must arrive whole within ``--client-header-timeout-secs``: slowloris) and the keep-alive
+idle timeout (never during a response or a body) for the listener's sweep, and closes: a connection
+with input unread (a 400, 413 or 431, a refused body) half-closes after its answer and reads and
+drops for :data:`BODY_LINGER_SECS`, so the client reads the answer instead of a reset. After the
+upstream's 101 it hosts a WebSocket tunnel (:mod:`.tunnel`). Callbacks only: no task per request.
+A half-close is a departure (asyncio closes the transport): the upstream request is cancelled.
 """
 
 from __future__ import annotations
@@ -28,7 +20,7 @@ from drain_router.proxy import health, responses
 from drain_router.proxy.backpressure import PIPELINE
 from drain_router.proxy.exchange import Exchange
 from drain_router.proxy.parsing import Reading, RequestParsing
-from drain_router.proxy.rewrite import RequestHead, forwarded_node
+from drain_router.proxy.rewrite import forwarded_node
 from drain_router.proxy.state import RouterState
 from drain_router.proxy.tunnel import OpenTunnels, Tunnel
 from drain_router.proxy.upstream import UpstreamConnection
@@ -112,9 +104,6 @@ class ClientConnection(RequestParsing):
             entry = self.queue.popleft()
             if isinstance(entry, Exchange):
                 entry.abort(outcome)
-
-    def eof_received(self) -> bool | None:
-        return None  # a half-close is a departure: the upstream request is cancelled
 
     def pause_writing(self) -> None:  # the client reads slower than the model server writes
         self.write_paused = True
@@ -211,17 +200,6 @@ class ClientConnection(RequestParsing):
         self.listener.loop.call_later(BODY_LINGER_SECS, transport.close)
 
     # -- answering in order ----------------------------------------------------------------------
-
-    def exchange(
-        self,
-        method: bytes,
-        target: bytes,
-        http10: bool,
-        keep_alive: bool,
-        request: RequestHead | None,
-        problem: responses.Error | None,
-    ) -> Exchange:
-        return Exchange(self, method, target, http10, keep_alive, request, problem)
 
     def bad_request(self, error: responses.Error, reason: str) -> None:
         """The client sent something llhttp (or the head limit) refuses. The requests before it are

@@ -1,17 +1,11 @@
-"""Reading requests from a client connection: llhttp (httptools) callbacks, the head limits, the
-verdict on each head (:mod:`.admission`), and the queue of pipelined requests waiting for their
-turn. :class:`RequestParsing` is the reading half of :class:`~drain_router.proxy.client.ClientConnection`,
-which answers them in order and owns the connection.
+"""Reading requests from a client connection: llhttp's strict parsing (no smuggling through both
+Content-Length and Transfer-Encoding, no bare LF), the head limits and the verdict on each head
+(:mod:`.admission`), and the queue of pipelined requests. :class:`RequestParsing` is the reading
+half of :class:`~drain_router.proxy.client.ClientConnection`, which answers them in order.
 
-- **Malformed requests** (llhttp's strict parsing: no smuggling through both Content-Length and
-  Transfer-Encoding, no bare LF) get a JSON 400, an oversized head 431; counted ``rejected``, logged
-  as one rate-limited line. Only origin-form targets are proxied; HTTP/1.1 needs one ``Host``.
-- **Pipelining**: at most :data:`MAX_PIPELINED` parsed requests wait for their turn; the rest of what
-  the client sent stays unparsed, and reading pauses, until they start (and while an upload outpaces
-  the model server), so a pipelining client costs bounded memory.
-- **One response per request, in order, even after a mistake**: a malformed request after valid
-  ones is answered 400 in its turn, after theirs, and then the connection closes; nothing after a
-  request that closes the connection (``Connection: close``, HTTP/1.0) is parsed.
+At most :data:`MAX_PIPELINED` parsed requests wait for their turn; the rest of what the client sent
+stays unparsed, and reading pauses, until they start, so a pipelining client costs bounded memory.
+Nothing after a malformed request, or one that closes the connection, is parsed.
 """
 
 from __future__ import annotations
@@ -19,33 +13,24 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import httptools
 
 from drain_router import logs
 from drain_router.proxy import responses
-from drain_router.proxy.admission import admit, probe_path
+from drain_router.proxy.admission import MAX_HEAD_BYTES, MAX_HEADERS, MAX_LINE_BYTES, HeadTooLarge, admit, probe_path
 from drain_router.proxy.backpressure import PIPELINE
-from drain_router.proxy.exchange import Exchange, Site
-from drain_router.proxy.rewrite import RequestHead
+from drain_router.proxy.exchange import Client, Exchange, Site
 
 log = logs.get("drain_router.proxy")
 
-#: A request head larger than this, or with a request line or header longer than MAX_LINE_BYTES, or
-#: with more than MAX_HEADERS headers, is answered 431 (aiohttp's line and count limits, and nginx's
-#: total of four 8 KiB buffers).
-MAX_HEAD_BYTES = 32 * 1024
-MAX_LINE_BYTES = 8190
-MAX_HEADERS = 128
-#: Parsed requests that may wait for their turn on one connection; what follows them is not parsed
-#: (and the connection not read) until one starts.
+#: Parsed requests that may wait for their turn on a connection (what follows waits unread).
 MAX_PIPELINED = 8
 
 _HEAD_END = b"\r\n\r\n"
 
-Queued = Exchange | tuple[bytes, bytes, bool, bool]
-"""A request waiting for its turn: an exchange, or a probe (path, method, keep-alive, HTTP/1.0)."""
+Queued = Exchange | tuple[bytes, bytes, bool, bool]  # an exchange, or a probe: path, method, keep-alive, 1.0
 
 
 class Reading(Site, Protocol):
@@ -55,10 +40,6 @@ class Reading(Site, Protocol):
     def header_timeout(self) -> float: ...
     @property
     def bad_target_log(self) -> logs.RateLimited: ...
-
-
-class HeadTooLarge(Exception):
-    """Raised from the parser's callback to stop parsing a head past the limits."""
 
 
 def _feed(parser: Any, chunk: bytes | memoryview, at: int) -> None:
@@ -105,10 +86,7 @@ class RequestParsing(asyncio.Protocol):
 
     pause_reading: Callable[[int], None]
     resume_reading: Callable[[int], None]
-    exchange: Callable[[bytes, bytes, bool, bool, RequestHead | None, responses.Error | None], Exchange]
-    """A new exchange on this connection."""
     bad_request: Callable[[responses.Error, str], None]
-    """Refuse what llhttp (or the head limit) refuses, in its turn; nothing after it is parsed."""
     _probe: Callable[[bytes, bytes, bool, bool], None]
     _close: Callable[[], None]
 
@@ -154,8 +132,11 @@ class RequestParsing(asyncio.Protocol):
         ``resumed``: ``data`` is what waited in ``unparsed`` (already counted)."""
         end = len(data)
         if not resumed:
-            if self.input_closed or self.unparsed:
-                self._held(data)
+            if self.input_closed:
+                self.dropped = True  # after the last request, or lingering: read and dropped
+                return
+            if self.unparsed:  # reading was paused for the queue; keep the order
+                self.unparsed += data
                 return
             if self.in_head:
                 self.head_bytes += end
@@ -199,12 +180,6 @@ class RequestParsing(asyncio.Protocol):
             exchange, self.starting = self.starting, None
             if not exchange.finished:
                 exchange.start()
-
-    def _held(self, data: bytes) -> None:
-        if self.input_closed:
-            self.dropped = True  # after the last request, or lingering: read and dropped
-        else:  # reading was paused for the queue; keep the order
-            self.unparsed += data
 
     def _feed_heads(self, data: bytes, cut: int) -> None:
         """Feed ``data`` one request head at a time (llhttp ends a head only at a blank line), so
@@ -276,7 +251,8 @@ class RequestParsing(asyncio.Protocol):
             listener.bad_target_log.emit(method=method.decode("latin-1"), target=url[:120].decode("latin-1"))
         if verdict.close:
             self.keep_alive = False
-        exchange = self.exchange(method, url, version == "1.0", self.keep_alive, request, problem)
+        # This class is only ever ClientConnection's reading half: the exchange's client is that.
+        exchange = Exchange(cast(Client, self), method, url, version == "1.0", self.keep_alive, request, problem)
         if ws_key is not None:
             exchange.ws_key = ws_key
             self.upgrading = exchange
