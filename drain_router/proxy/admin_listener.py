@@ -160,3 +160,9 @@ class AdminRunner(web.AppRunner):
             access_log=None,
             keepalive_timeout=ADMIN_KEEPALIVE_SECS,
         )
+
+    def bound_port(self) -> int | None:
+        """The port its one site is bound to (useful with port 0)."""
+        for address in self.addresses:
+            return int(address[1])
+        return None

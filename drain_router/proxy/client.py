@@ -5,9 +5,8 @@ in its turn (a waiting one enters the in-flight count when its turn comes), keep
 idle timeout (never during a response or a body) for the listener's sweep, and closes: a connection
 with input unread (a 400, 413 or 431, a refused body) half-closes after its answer and reads and
 drops for :data:`BODY_LINGER_SECS`, so the client reads the answer instead of a reset. After the
-upstream's 101 it hosts a WebSocket tunnel (:mod:`.tunnel`). Callbacks only: no task per request.
-A half-close is a departure (asyncio closes the transport): the upstream request is cancelled.
-"""
+upstream's 101 it hosts a WebSocket tunnel (:mod:`.tunnel`). A half-close is a departure (asyncio
+closes the transport). Callbacks only: no task per request."""
 
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ from drain_router.proxy.backpressure import PIPELINE
 from drain_router.proxy.exchange import Exchange
 from drain_router.proxy.parsing import Reading, RequestParsing
 from drain_router.proxy.rewrite import forwarded_node
+from drain_router.proxy.roles import Finished
 from drain_router.proxy.state import RouterState
 from drain_router.proxy.tunnel import OpenTunnels, Tunnel
 from drain_router.proxy.upstream import UpstreamConnection
@@ -249,7 +249,7 @@ class ClientConnection(RequestParsing):
             )
         self._after_response(close)
 
-    def exchange_finished(self, exchange: Exchange, outcome: Outcome) -> None:
+    def exchange_finished(self, exchange: Finished, outcome: Outcome) -> None:
         if exchange is self.active:
             self.active = None
             if self.transport is not None and outcome in ANSWERED:

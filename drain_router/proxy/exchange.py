@@ -14,14 +14,10 @@ re-chunked for HTTP/1.1 clients and close-delimited for HTTP/1.0 ones.
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, Protocol
-
 from drain_router import logs
-from drain_router.metrics import Metrics, Outcome
+from drain_router.metrics import Outcome
 from drain_router.proxy import responses
-from drain_router.proxy.backpressure import PENDING, Reader
-from drain_router.proxy.pool import UpstreamPool
+from drain_router.proxy.forwarding import RequestForwarding
 from drain_router.proxy.rewrite import (
     CHUNKED,
     NONE,
@@ -31,90 +27,36 @@ from drain_router.proxy.rewrite import (
     interim_head,
     retryable,
     switching_head,
-    websocket_request,
 )
-from drain_router.proxy.state import InFlight
-from drain_router.proxy.tunnel import Tunnel
+from drain_router.proxy.roles import Client
 from drain_router.proxy.upstream import UpstreamConnection
 
 log = logs.get("drain_router.proxy")
-
-#: Request body bytes buffered while the upstream connection is being opened, before the client is
-#: no longer read.
-PENDING_BODY_BYTES = 64 * 1024
 
 COMPLETED = Outcome.COMPLETED
 """Bound once for the hot path: a global is read in nanoseconds, an enum member (on 3.11) in ~70."""
 
 
-class Site(Protocol):
-    """What every request of a listener shares (the traffic listener)."""
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-    @property
-    def inflight(self) -> InFlight: ...
-    @property
-    def pool(self) -> UpstreamPool: ...
-    @property
-    def metrics(self) -> Metrics: ...
-    @property
-    def max_body(self) -> int: ...
-    @property
-    def access_log(self) -> bool: ...
-
-
-class Client(Reader, Protocol):
-    """The client connection a request came on, as the request acts on it."""
-
-    transport: Any
-    """None once the connection is gone."""
-    close_after: bool
-    """The connection closes after the response being written."""
-
-    @property
-    def listener(self) -> Site: ...
-    @property
-    def write_paused(self) -> bool: ...
-    @property
-    def peer(self) -> bytes: ...
-    @property
-    def tunnel(self) -> Tunnel | None: ...
-
-    def closes_after(self, keep_alive: bool) -> bool: ...
-    def open_tunnel(self, up: UpstreamConnection, early_down: bytes) -> None: ...
-    def abort_for_deadline(self) -> None: ...
-    def exchange_finished(self, exchange: Exchange, outcome: Outcome) -> None: ...
-
-
-class Exchange:
+class Exchange(RequestForwarding):
     __slots__ = (
-        "body_seen",
-        "chunked",
         "client",
         "close",
         "code",
-        "discard",
         "finished",
         "head_sent",
         "http10",
         "keep_alive",
         "method",
         "mode",
-        "pending",
-        "pending_size",
         "problem",
-        "req_done",
         "request",
         "resp_done",
         "retried",
-        "reused",
         "started",
         "started_at",
         "target",
         "to_client",
         "until_eof",
-        "upstream",
         "ws_key",
     )
 
@@ -128,6 +70,7 @@ class Exchange:
         request: RequestHead | None,
         problem: responses.Error | None,
     ) -> None:
+        super().__init__(request, request is None or problem is not None)
         self.client = client
         self.method = method
         self.target = target
@@ -136,16 +79,6 @@ class Exchange:
         self.request = request
         self.problem = problem
         """Why the router refuses it (answered in its turn), or None."""
-        self.chunked = request is not None and request.chunked
-        """The client's body is chunked (re-chunked upstream)."""
-        self.upstream: UpstreamConnection | None = None
-        """The pooled connection it holds, from :meth:`attach` to :meth:`finish`."""
-        self.pending: list[bytes] | None = None
-        self.pending_size = 0
-        self.req_done = False
-        self.body_seen = 0
-        """Request body bytes received so far (bounded by ``--max-request-body-bytes``)."""
-        self.discard = request is None or problem is not None  # a refused request's body is dropped
         self.code = 0
         self.mode = NONE
         self.until_eof = False
@@ -155,7 +88,6 @@ class Exchange:
         self.head_sent = False
         self.close = False
         self.finished = False
-        self.reused = False
         self.retried = False
         self.started = False
         self.started_at = 0.0
@@ -200,62 +132,6 @@ class Exchange:
         if request.expect_continue and not self.http10 and not self.req_done:
             self.client.transport.write(responses.CONTINUE)
         listener.pool.acquire(self)
-
-    def attach(self, up: UpstreamConnection, *, reused: bool) -> None:
-        """The pool gave it a connection: write the head and what of the body has arrived."""
-        self.upstream = up
-        self.reused = reused
-        assert self.request is not None
-        if self.client.write_paused:
-            up.transport.pause_reading()
-        if self.ws_key is not None:
-            up.start(self, websocket_request(self.request.head))
-            return
-        pending = self.pending
-        if pending:
-            self.pending = None
-            self.pending_size = 0
-            up.start(self, self.request.head + b"".join(pending))
-            self.client.resume_reading(PENDING)
-        else:
-            up.start(self, self.request.head)
-
-    def request_body(self, data: bytes) -> None:
-        if self.discard or self.finished:
-            return
-        self.body_seen += len(data)
-        limit = self.client.listener.max_body
-        if self.body_seen > limit:
-            self.discard = True
-            if self.head_sent:
-                if self.client.transport is not None:
-                    self.client.transport.abort()
-                self.abort(Outcome.REJECTED)
-            else:
-                self.reply(responses.too_large(limit), Outcome.REJECTED, close=True)
-            return
-        framed = b"%x\r\n%s\r\n" % (len(data), data) if self.chunked else data
-        self._send(framed)
-
-    def request_done(self) -> None:
-        self.req_done = True
-        if self.discard or self.finished:
-            return
-        if self.chunked:
-            self._send(b"0\r\n\r\n")
-
-    def _send(self, data: bytes) -> None:
-        up = self.upstream
-        if up is not None and up.transport is not None:
-            up.transport.write(data)
-            return
-        if self.pending is None:
-            self.pending = [data]
-        else:
-            self.pending.append(data)
-        self.pending_size += len(data)
-        if self.pending_size > PENDING_BODY_BYTES:
-            self.client.pause_reading(PENDING)
 
     # -- the response (called from the upstream's parser callbacks, then flush()) --------------
 
@@ -414,18 +290,7 @@ class Exchange:
         up = self.upstream
         if up is not None:
             self.upstream = None
-            reusable = outcome == COMPLETED and up.keep_alive and self.req_done and not self.until_eof
-            if reusable and up.transport is not None and not up.transport.is_closing():
-                if client.write_paused:
-                    up.transport.resume_reading()
-                listener.pool.release(up)
-            else:
-                up.exchange = None
-                if up.transport is not None:
-                    # Closing an unfinished response's connection: the model server sees the
-                    # request cancelled and stops generating.
-                    if outcome == COMPLETED:
-                        up.transport.close()
-                    else:
-                        up.transport.abort()
+            completed = outcome == COMPLETED
+            reusable = completed and up.keep_alive and self.req_done and not self.until_eof
+            listener.pool.done_with(up, reusable, completed, client.write_paused)
         client.exchange_finished(self, outcome)

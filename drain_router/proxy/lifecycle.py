@@ -8,12 +8,11 @@ Order, following aiohttp's graceful-shutdown steps with the Kubernetes step in f
    keep-alive connections are closed; in-flight streams run to completion.
 3. In-flight reaches zero: ``exited`` with status 0. With a declared grace, at t0 + grace - 2 s what
    is left is aborted, counted and logged, and the process exits 1.
-4. Everything started is closed in the reverse order of its start (an ``AsyncExitStack``): the main
-   listener, the upstream pool, then the admin listener (so ``/admin/drain-wait`` is answered).
+4. What started is closed in reverse order (an ``AsyncExitStack``): the main listener, the upstream
+   pool, then the admin listener (so ``/admin/drain-wait`` is answered).
 
-Transitions are decided by :func:`drain_router.decisions.drain.next_stage`; this module only carries them
-out. Signals: :mod:`drain_router.proxy.signals`; process tuning: :mod:`drain_router.proxy.tuning`; upstream
-health: :mod:`drain_router.proxy.upstream_health`.
+:func:`drain_router.decisions.drain.next_stage` decides the transitions; this module carries them
+out (signals, process tuning and upstream health have their own modules).
 """
 
 from __future__ import annotations
@@ -195,7 +194,7 @@ class Router:
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         await web.TCPSite(runner, self.config.admin.host, self.config.admin.port).start()
-        self.admin_port = _bound_port(runner)
+        self.admin_port = runner.bound_port()
 
     async def _start_pool(self, stack: contextlib.AsyncExitStack) -> None:
         self.pool = UpstreamPool(self.config, self.state.note_connect)
@@ -287,13 +286,6 @@ class Router:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-
-
-def _bound_port(runner: web.BaseRunner) -> int | None:
-    """The port a runner's one site is bound to (useful with port 0)."""
-    for address in runner.addresses:
-        return int(address[1])
-    return None
 
 
 def serve(cfg: config.Config, *, pending_signals: Iterable[int] = ()) -> int:

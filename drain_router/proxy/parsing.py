@@ -21,7 +21,8 @@ from drain_router import logs
 from drain_router.proxy import responses
 from drain_router.proxy.admission import MAX_HEAD_BYTES, MAX_HEADERS, MAX_LINE_BYTES, HeadTooLarge, admit, probe_path
 from drain_router.proxy.backpressure import PIPELINE
-from drain_router.proxy.exchange import Client, Exchange, Site
+from drain_router.proxy.exchange import Exchange
+from drain_router.proxy.roles import Client, Site
 
 log = logs.get("drain_router.proxy")
 
@@ -78,7 +79,6 @@ class RequestParsing(asyncio.Protocol):
         "ws_early",
     )
 
-    # The connection half's (ClientConnection's) state and acts that reading uses.
     listener: Reading
     transport: Any
     peer: bytes

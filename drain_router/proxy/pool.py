@@ -98,6 +98,23 @@ class UpstreamPool:
         if self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().call_later(UPSTREAM_IDLE_SECS / 2, self._close_stale)
 
+    def done_with(self, up: UpstreamConnection, reusable: bool, completed: bool, paused: bool) -> None:
+        """An exchange ended on ``up``: back to the pool when it can carry another request (reading
+        resumed if the client's back-pressure had paused it), else closed: gracefully after a whole
+        response, aborted otherwise, so the model server sees the request cancelled and stops
+        generating."""
+        if reusable and up.transport is not None and not up.transport.is_closing():
+            if paused:
+                up.transport.resume_reading()
+            self.release(up)
+            return
+        up.exchange = None
+        if up.transport is not None:
+            if completed:
+                up.transport.close()
+            else:
+                up.transport.abort()
+
     def _close_stale(self) -> None:
         """Close the pooled connections idle for longer than :data:`UPSTREAM_IDLE_SECS` (the oldest
         are first in the list: reuse takes the newest)."""

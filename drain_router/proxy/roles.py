@@ -1,0 +1,64 @@
+"""What a request (an :class:`~drain_router.proxy.exchange.Exchange`) needs from the layers above it:
+the client connection it came on (:class:`Client`) and the listener they share (:class:`Site`).
+Declared here, below the exchange, so that it never imports them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from drain_router.metrics import Metrics, Outcome
+from drain_router.proxy.backpressure import Reader
+from drain_router.proxy.pool import UpstreamPool
+from drain_router.proxy.state import InFlight
+from drain_router.proxy.tunnel import Tunnel
+from drain_router.proxy.upstream import UpstreamConnection
+
+
+class Finished(Protocol):
+    """A request that ended, as its connection goes on after it."""
+
+    @property
+    def close(self) -> bool: ...
+    @property
+    def req_done(self) -> bool: ...
+
+
+class Site(Protocol):
+    """What every request of a listener shares (the traffic listener)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def inflight(self) -> InFlight: ...
+    @property
+    def pool(self) -> UpstreamPool: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def max_body(self) -> int: ...
+    @property
+    def access_log(self) -> bool: ...
+
+
+class Client(Reader, Protocol):
+    """The client connection a request came on, as the request acts on it."""
+
+    transport: Any
+    """None once the connection is gone."""
+    close_after: bool
+    """The connection closes after the response being written."""
+
+    @property
+    def listener(self) -> Site: ...
+    @property
+    def write_paused(self) -> bool: ...
+    @property
+    def peer(self) -> bytes: ...
+    @property
+    def tunnel(self) -> Tunnel | None: ...
+
+    def closes_after(self, keep_alive: bool) -> bool: ...
+    def open_tunnel(self, up: UpstreamConnection, early_down: bytes) -> None: ...
+    def abort_for_deadline(self) -> None: ...
+    def exchange_finished(self, exchange: Finished, outcome: Outcome) -> None: ...
