@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from drain_router.proxy import rewrite
+from drain_router.proxy import responses, rewrite
 from tests import casefiles
 
 
@@ -138,3 +138,18 @@ def test_an_interim_response_keeps_its_end_to_end_headers_only() -> None:
         103, _headers([["Link", "</s.css>; rel=preload"], ["Connection", "x-hop"], ["X-Hop", "1"], ["Keep-Alive", "5"]])
     )
     assert head == b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("status", "line"),
+    [
+        (413, b"HTTP/1.1 413 Content Too Large\r\n"),  # RFC 9110's name, where Python 3.11 has RFC 7231's
+        (422, b"HTTP/1.1 422 Unprocessable Content\r\n"),
+        (200, b"HTTP/1.1 200 OK\r\n"),
+        (599, b"HTTP/1.1 599 Unknown\r\n"),
+    ],
+)
+def test_relayed_and_own_heads_share_one_status_line(status: int, line: bytes) -> None:
+    relayed, *_ = rewrite.client_head(status, [], head_request=False, http10=False, close=False)
+    assert relayed.startswith(line)
+    assert responses.error(status, "x", "y", close=True).startswith(line)
