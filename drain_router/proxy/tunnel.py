@@ -70,7 +70,8 @@ class OpenTunnels:
 
 
 class Host(Protocol):
-    """The client connection a tunnel took over (it registers the tunnel and counts it in flight)."""
+    """The client connection a tunnel took over: its exchange (the handshake) stays in flight until
+    the tunnel ends."""
 
     def tunnel_client_lost(self) -> None:
         """The client's connection is gone."""
