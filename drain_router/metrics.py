@@ -134,6 +134,14 @@ class Metrics:
             "Open WebSocket tunnels (each is also one of inflight_requests).",
             registry=registry,
         )
+        self.grpc_requests = Counter(
+            PREFIX + "grpc_requests",
+            "Streams of the gRPC listener, by the grpc-status the client got (none: ended by a reset "
+            "or refused) and outcome (as requests_total's); each is also one of inflight_requests. "
+            "Health calls are not counted.",
+            ["grpc_status", "outcome"],
+            registry=registry,
+        )
         # The standard process_* families (resident memory, open descriptors against the limit, CPU):
         # what the descriptor reserve and a stalled reader's memory bound are measured against.
         ProcessCollector(registry=registry)
@@ -146,6 +154,10 @@ class Metrics:
         counts = self.request_counts
         key = (code, outcome)
         counts[key] = counts.get(key, 0) + 1
+        self.duration.observe(duration)
+
+    def count_grpc(self, grpc_status: str, outcome: Outcome, duration: float) -> None:
+        self.grpc_requests.labels(grpc_status, outcome).inc()
         self.duration.observe(duration)
 
     def set_state(self, current: str, states: Iterable[str]) -> None:

@@ -32,6 +32,7 @@ from drain_router.config.sections import (
     SHUTDOWN_DEADLINE_MARGIN_SECS,
     AdminSettings,
     DrainSettings,
+    GrpcSettings,
     HealthSettings,
     LogSettings,
     ProxySettings,
@@ -63,6 +64,7 @@ __all__ = [
     "ConfigError",
     "DrainSettings",
     "Flag",
+    "GrpcSettings",
     "HealthSettings",
     "LogSettings",
     "ProxySettings",
@@ -125,6 +127,22 @@ def build_config(**raw: object) -> Config:
             given_raw.get("admin_port", admin["port"]),
             f"must differ from --port ({proxy['port']}): probes and metrics need their own listener; "
             f"pick another port, e.g. {other}",
+        )
+    grpc = values["grpc"]
+    if (grpc["port"] is None) != (grpc["upstream"] is None):
+        given = "grpc_port" if grpc["upstream"] is None else "grpc_upstream"
+        missing = "grpc_upstream" if grpc["upstream"] is None else "grpc_port"
+        raise ConfigError(
+            given,
+            given_raw[given],
+            f"declare {flag_name(missing)} with it: the gRPC listener relays to the model server's gRPC port, "
+            "and one without the other has nothing to do",
+        )
+    if grpc["port"] is not None and grpc["port"] != 0 and grpc["port"] in (proxy["port"], admin["port"]):
+        raise ConfigError(
+            "grpc_port",
+            given_raw["grpc_port"],
+            f"must differ from --port ({proxy['port']}) and --admin-port ({admin['port']}): gRPC has its own listener",
         )
     return Config(**{section: SECTIONS[section](**fields) for section, fields in values.items()})
 

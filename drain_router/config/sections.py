@@ -16,6 +16,7 @@ from drain_router.config.values import (
     boolean,
     choice,
     integer,
+    optional_upstream,
     path,
     port,
     required_seconds,
@@ -130,6 +131,33 @@ class ProxySettings:
             help="Close a client's keep-alive connection after this long with no request. Keep it above "
             "your load balancer's own idle timeout for pooled connections (AWS ALB 60, GCP 600), so "
             "the balancer always closes first and no pooled request races the close.",
+        ),
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GrpcSettings:
+    TITLE: ClassVar[str] = "gRPC listener (h2c)"
+    """The heading of this section's flags in ``serve --help``."""
+
+    port: int | None = setting(
+        None,
+        Flag(
+            name="grpc-port",
+            metavar="PORT",
+            parse=integer(minimum=0, maximum=65535, optional=True),
+            help="A second traffic listener for gRPC over cleartext HTTP/2 (prior knowledge; point the "
+            "Service's h2c port here); needs --grpc-upstream. Streams count in flight like requests; at "
+            "closing clients get GOAWAY and retry elsewhere. 0 picks a free port (logged).",
+        ),
+    )
+    upstream: Upstream | None = setting(
+        None,
+        Flag(
+            name="grpc-upstream",
+            metavar="URL",
+            parse=optional_upstream,
+            help="The model server's gRPC port: http://HOST:PORT or unix:/path/to.sock (h2c); needs --grpc-port.",
         ),
     )
 

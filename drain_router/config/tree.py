@@ -11,7 +11,14 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-from drain_router.config.sections import AdminSettings, DrainSettings, HealthSettings, LogSettings, ProxySettings
+from drain_router.config.sections import (
+    AdminSettings,
+    DrainSettings,
+    GrpcSettings,
+    HealthSettings,
+    LogSettings,
+    ProxySettings,
+)
 from drain_router.config.values import Flag
 
 
@@ -21,6 +28,7 @@ class Config:
 
     proxy: ProxySettings
     admin: AdminSettings = AdminSettings()
+    grpc: GrpcSettings = GrpcSettings()
     drain: DrainSettings = DrainSettings()
     health: HealthSettings = HealthSettings()
     log: LogSettings = LogSettings()
@@ -29,6 +37,7 @@ class Config:
         """The effective configuration as plain JSON-able data (for ``check`` and /admin/config)."""
         data = dataclasses.asdict(self)
         data["proxy"]["upstream"] = self.proxy.upstream.url
+        data["grpc"]["upstream"] = None if self.grpc.upstream is None else self.grpc.upstream.url
         data["drain"]["deadline_secs"] = self.drain.deadline_secs()
         return data
 
@@ -38,6 +47,7 @@ class Config:
 SECTIONS: dict[str, type[Any]] = {
     "drain": DrainSettings,
     "proxy": ProxySettings,
+    "grpc": GrpcSettings,
     "admin": AdminSettings,
     "health": HealthSettings,
     "log": LogSettings,

@@ -43,30 +43,31 @@ class Upstream:
     """Socket path when the upstream is ``unix:/path``."""
 
 
-def parse_upstream(value: object) -> Upstream:
-    """``http://host:port`` or ``unix:/path/to.sock``; anything else is an error, never a guess."""
+def parse_upstream(value: object, key: str = "upstream") -> Upstream:
+    """``http://host:port`` or ``unix:/path/to.sock``; anything else is an error, never a guess
+    (``key``: the setting named in the error)."""
     remedy = "give http://HOST:PORT (e.g. http://127.0.0.1:8000) or unix:/path/to.sock"
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError("upstream", value, f"the model server address is required; {remedy}")
+        raise ConfigError(key, value, f"the model server address is required; {remedy}")
     text = value.strip()
     if text.startswith("unix:"):
         path = text[len("unix:") :]
         if path.startswith("//"):
             path = path[2:]
         if not path.startswith("/"):
-            raise ConfigError("upstream", value, f"a Unix socket path must be absolute; {remedy}")
+            raise ConfigError(key, value, f"a Unix socket path must be absolute; {remedy}")
         return Upstream(url=text, base_url="http://localhost", host="localhost", port=None, unix_path=path)
     parsed = urllib.parse.urlsplit(text)
     if parsed.scheme != "http":
-        raise ConfigError("upstream", value, f"only plain http upstreams are supported; {remedy}")
+        raise ConfigError(key, value, f"only plain http upstreams are supported; {remedy}")
     try:
         port = parsed.port
     except ValueError:
-        raise ConfigError("upstream", value, f"the port is not a number; {remedy}") from None
+        raise ConfigError(key, value, f"the port is not a number; {remedy}") from None
     if not parsed.hostname or port is None:
-        raise ConfigError("upstream", value, f"host and port are both required; {remedy}")
+        raise ConfigError(key, value, f"host and port are both required; {remedy}")
     if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
-        raise ConfigError("upstream", value, f"no path, query or fragment: paths are forwarded as requested; {remedy}")
+        raise ConfigError(key, value, f"no path, query or fragment: paths are forwarded as requested; {remedy}")
     host = parsed.hostname
     netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return Upstream(url=text, base_url=f"http://{netloc}", host=host, port=port)
@@ -198,7 +199,11 @@ def boolean(key: str, value: object) -> bool:
 
 
 def upstream(key: str, value: object) -> Upstream:
-    return parse_upstream(value)
+    return parse_upstream(value, key)
+
+
+def optional_upstream(key: str, value: object) -> Upstream | None:
+    return None if value in (None, "") else parse_upstream(value, key)
 
 
 def port(key: str, value: object) -> int:

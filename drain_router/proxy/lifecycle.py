@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from drain_router import config, logs, metrics
 from drain_router.decisions import drain
 from drain_router.proxy import admin_listener, health, signals, tuning, upstream_health
+from drain_router.proxy.grpc.listener import GrpcListener
 from drain_router.proxy.listener import TrafficListener
 from drain_router.proxy.pool import UpstreamPool
 from drain_router.proxy.state import RouterState
@@ -62,6 +63,9 @@ class Router:
         self.port: int | None = None
         """The bound main port (useful with ``--port 0``)."""
         self.admin_port: int | None = None
+        self.grpc_port: int | None = None
+        """The bound gRPC port (``--grpc-port``), None without one."""
+        self.grpc: GrpcListener | None = None
         self.aborted = 0
         """Requests aborted by the deadline or a second SIGINT."""
         self._clock = clock
@@ -107,6 +111,8 @@ class Router:
             self._do(action)
         if decision.status.phase != before.phase:
             self.metrics.set_state(decision.status.phase.value, drain.PHASES)
+            if self.grpc is not None:
+                self.grpc.phase_changed(decision.status.phase)
         for log_event in decision.events:
             self._log_event(log_event, event, decision, inflight_before_actions)
 
@@ -174,6 +180,8 @@ class Router:
                 for tunnel in self.listener.tunnels:
                     tunnel.going_away(None)
             self.listener.stop_accepting()
+        if self.grpc is not None:
+            self.grpc.stop_accepting()
 
     def _upstream_health(self, up: bool) -> None:
         if up != self.state.upstream_up:
@@ -206,6 +214,15 @@ class Router:
         self.port = await listener.start(self.config.proxy.host, self.config.proxy.port)
         self.listener = listener
         stack.callback(listener.close)
+
+    async def _start_grpc(self, stack: contextlib.AsyncExitStack) -> None:
+        grpc = self.config.grpc
+        if grpc.port is None or grpc.upstream is None:
+            return
+        listener = GrpcListener(self.state, grpc.upstream, float(self.config.proxy.upstream_connect_timeout_secs))
+        stack.callback(listener.close)
+        self.grpc_port = await listener.start(self.config.proxy.host, grpc.port)
+        self.grpc = listener
 
     @property
     def started(self) -> asyncio.Event:
@@ -241,7 +258,7 @@ class Router:
         async with contextlib.AsyncExitStack() as stack:
             try:
                 # A signal during startup skips the rest: the listeners are never bound.
-                for start in (self._start_admin, self._start_pool, self._start_main):
+                for start in (self._start_admin, self._start_pool, self._start_main, self._start_grpc):
                     if self.state.status.phase == drain.Phase.STARTING:
                         await start(stack)
             except OSError as exc:
@@ -252,7 +269,8 @@ class Router:
                     port=cfg.proxy.port,
                     admin_host=cfg.admin.host,
                     admin_port=cfg.admin.port,
-                    remedy="choose free ports with --port / --admin-port",
+                    grpc_port=cfg.grpc.port,
+                    remedy="choose free ports with --port / --admin-port / --grpc-port",
                 )
                 return EXIT_STARTUP_FAILED
             if self.port is not None:
@@ -260,6 +278,7 @@ class Router:
                     "startup.listening",
                     port=self.port,
                     admin_port=self.admin_port,
+                    grpc_port=self.grpc_port,
                     connection_limit=self.listener.connection_limit if self.listener else None,
                     admin_connection_limit=tuning.ADMIN_CONNECTION_LIMIT,
                     upstream=cfg.proxy.upstream.url,

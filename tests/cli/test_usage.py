@@ -135,6 +135,7 @@ def test_help_lists_the_flags_needed_first_first_then_by_section(command: str) -
         "Set these first",
         "Drain",
         "Traffic listener and model server",
+        "gRPC listener (h2c)",
         "Admin listener",
         "Model server health",
         "Logging",

@@ -1,0 +1,75 @@
+"""``grpc.health.v1.Health`` answered by the router itself: NOT_SERVING in starting, draining and
+closing (SPEC 4). A Check gets one answer; a Watch stays open with NOT_SERVING, and when the router
+starts serving it ends UNAVAILABLE so the client watches again (relayed to the model server then).
+Never counted in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from drain_router.proxy.grpc import health
+from drain_router.proxy.grpc.connection import Connection, Headers, Leg
+
+SERVING_NOW_MESSAGE = "the router is serving now; watch again"
+
+
+class LocalHealth:
+    __slots__ = ("answered", "down", "forget", "watch")
+
+    def __init__(self, conn: Connection, sid: int, path: bytes, forget: Callable[[LocalHealth], None]) -> None:
+        self.down = Leg(conn, sid, self)
+        self.watch = path == health.WATCH
+        self.forget = forget
+        self.answered = False
+
+    def start(self, end: bool) -> None:
+        if self.watch:
+            self.answered = True
+            conn = self.down.conn
+            conn.send_headers(self.down, health.response_head(), False)
+            conn.send_data(self.down, health.message(health.NOT_SERVING), False)
+        elif end:
+            self.answer()
+
+    def answer(self) -> None:
+        if self.answered:
+            return
+        self.answered = True
+        down, conn = self.down, self.down.conn
+        conn.send_headers(down, health.response_head(), False)
+        conn.send_data(down, health.message(health.NOT_SERVING), False)
+        conn.send_headers(down, health.trailers(0), True)
+
+    def serving_now(self) -> None:
+        """The router is serving: a Watch ends, so its client watches again (relayed this time)."""
+        self.down.conn.send_headers(self.down, health.trailers(14, SERVING_NOW_MESSAGE), True)
+
+    def not_serving(self) -> None:
+        """Already NOT_SERVING: nothing to push."""
+
+    # -- connection.Relay -------------------------------------------------------------------------
+
+    def on_data(self, leg: Leg, data: bytes, end: bool) -> None:
+        leg.conn.grant(leg, len(data))
+        if end and not self.watch:
+            self.answer()
+
+    def on_headers(self, leg: Leg, headers: Headers, end: bool) -> None:
+        if end and not self.watch:
+            self.answer()
+
+    def on_reset(self, leg: Leg, code: int) -> None:
+        self.forget(self)
+
+    def on_lost(self, leg: Leg) -> None:
+        self.forget(self)
+
+    def on_sent(self, leg: Leg, n: int) -> None: ...
+
+    def on_end_sent(self, leg: Leg) -> None:
+        if leg.sid in leg.conn.legs:
+            leg.conn.reset(leg, 0)  # answered while the client was still sending: it may stop
+        self.forget(self)
+
+    def on_writable(self, leg: Leg) -> None: ...

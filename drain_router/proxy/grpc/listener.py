@@ -1,0 +1,95 @@
+"""The gRPC listener (``--grpc-port``): accepts h2c connections, follows the drain (SPEC 1, 4).
+
+Serving and draining: streams are accepted and relayed. At SIGTERM every health Watch gets
+NOT_SERVING at once. At closing the listener stops accepting and every client connection gets the
+graceful GOAWAY sequence; streams in flight run on. At the deadline the calls still open end with
+``grpc-status: 14`` (through the in-flight count's abort, like HTTP requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from drain_router import logs
+from drain_router.config import Upstream
+from drain_router.decisions import drain
+from drain_router.metrics import Metrics
+from drain_router.proxy.grpc import frames
+from drain_router.proxy.grpc import rules as r
+from drain_router.proxy.grpc.answered import LocalHealth
+from drain_router.proxy.grpc.call import Call
+from drain_router.proxy.grpc.connection import flush_all
+from drain_router.proxy.grpc.inbound import Inbound
+from drain_router.proxy.grpc.pool import GrpcPool
+from drain_router.proxy.state import InFlight, RouterState
+
+log = logs.get("drain_router.grpc")
+
+
+class GrpcListener:
+    def __init__(self, state: RouterState, upstream: Upstream, connect_timeout: float) -> None:
+        self.state = state
+        self.inflight: InFlight = state.inflight
+        self.metrics: Metrics = state.metrics
+        self.access_log = state.config.log.access_log
+        self.loop = asyncio.get_running_loop()
+        self.pool = GrpcPool(upstream, connect_timeout, self.upstream_limit)
+        self.max_streams = r.MAX_CONCURRENT_STREAMS
+        """Advertised to every client connection: never above the model server's own limit."""
+        self.conns: set[Inbound] = set()
+        self.watches: set[Call] = set()
+        self.local_health: set[LocalHealth] = set()
+        self.server: asyncio.Server | None = None
+
+    @property
+    def serving(self) -> bool:
+        return self.state.phase == drain.Phase.SERVING
+
+    async def start(self, host: str, port: int) -> int:
+        """Learn the model server's stream limit (if it answers), then bind; returns the bound port."""
+        await self.pool.warm()
+        self.server = await self.loop.create_server(lambda: Inbound(self), host, port, reuse_address=True)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    def opened(self, conn: Inbound) -> None:
+        self.conns.add(conn)
+
+    def closed(self, conn: Inbound) -> None:
+        self.conns.discard(conn)
+
+    def upstream_limit(self, limit: int) -> None:
+        """The model server's SETTINGS_MAX_CONCURRENT_STREAMS: clients are never allowed more."""
+        lowered = min(r.MAX_CONCURRENT_STREAMS, limit)
+        if lowered < self.max_streams:
+            self.max_streams = lowered
+            update = frames.settings({frames.MAX_CONCURRENT_STREAMS: lowered})
+            for conn in self.conns:
+                conn.queue(update)
+            flush_all()
+
+    def phase_changed(self, phase: drain.Phase) -> None:
+        """Health Watches follow the router's state at once."""
+        if phase == drain.Phase.SERVING:
+            for local in list(self.local_health):
+                if local.watch:
+                    local.serving_now()
+        elif phase in (drain.Phase.DRAINING, drain.Phase.CLOSING):
+            for call in list(self.watches):
+                call.not_serving()
+        flush_all()
+
+    def stop_accepting(self) -> None:
+        """Closing: no new connections; every connection gets the graceful GOAWAY sequence."""
+        if self.server is not None:
+            self.server.close()
+        for conn in list(self.conns):
+            conn.shutdown()
+        flush_all()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for conn in list(self.conns):
+            if conn.transport is not None:
+                conn.transport.abort()
+        self.pool.close()

@@ -1,0 +1,167 @@
+"""What a relayed HTTP/2 stream may carry, and the bounds of a connection (RFC 9113 §8, SPEC 4).
+Pure: no I/O; table-tested.
+
+Header lists are HPACK-decoded ``(name, value)`` byte pairs. A request that breaks a rule of §8.2-8.3
+is malformed: the stream is reset with PROTOCOL_ERROR and never reaches the model server. A response
+that breaks one is the model server's error: the call ends UNAVAILABLE for the client.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+#: Concurrent streams a client connection may open (SETTINGS_MAX_CONCURRENT_STREAMS), lowered to the
+#: model server's own limit once it is known (a client must never be allowed more streams than one
+#: upstream connection takes). 100 is the floor RFC 9113 §6.5.2 recommends and gRPC's usual value.
+MAX_CONCURRENT_STREAMS: Final = 100
+#: The decoded header list a stream may carry (SETTINGS_MAX_HEADER_LIST_SIZE; name + value + 32 per
+#: field, as HPACK counts it). Envoy's default is 60 KiB, gRPC's metadata limit 8-16 KiB.
+MAX_HEADER_LIST_BYTES: Final = 32 * 1024
+#: The compressed header block across HEADERS and CONTINUATION frames: past it the connection is cut
+#: (the CONTINUATION flood of 2024, where servers buffered blocks without end).
+MAX_HEADER_BLOCK_BYTES: Final = MAX_HEADER_LIST_BYTES
+#: The HPACK dynamic table the router's decoders keep (SETTINGS_HEADER_TABLE_SIZE, the default).
+HEADER_TABLE_BYTES: Final = 4096
+#: The flow-control window of one stream in each direction: at most this much of a stream waits in
+#: the router for a slow reader (the window is re-opened to one side only as the other side takes
+#: the bytes), so memory per stream is bounded whatever the peers do.
+STREAM_WINDOW: Final = 256 * 1024
+#: The connection window the router opens to each peer; re-opened as soon as bytes arrive (the
+#: per-stream windows bound what waits), so one stalled stream never blocks the others.
+CONNECTION_WINDOW: Final = 16 * 1024 * 1024
+#: Rates past which a client connection gets GOAWAY ENHANCE_YOUR_CALM: (burst, per second).
+#: Rapid reset (CVE-2023-44487) is streams reset by the client (or refused by the router) at a rate no
+#: real client needs; SETTINGS and PING floods make the router answer frame for frame.
+RESETS: Final = (200, 100.0)
+SETTINGS_FRAMES: Final = (50, 10.0)
+PINGS: Final = (50, 10.0)
+#: Output queued for a client that does not read (control frames answered to a flood) past which the
+#: connection is cut: relayed data never queues past the windows.
+MAX_QUEUED_OUTPUT_BYTES: Final = 4 * 1024 * 1024
+
+_CONNECTION_SPECIFIC: Final = frozenset(
+    (b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade")
+)
+_REQUEST_PSEUDO: Final = frozenset((b":method", b":scheme", b":path", b":authority"))
+_NAME: Final = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9a-z]+$")
+_BAD_VALUE: Final = re.compile(rb"[\x00\r\n]|^[ \t]|[ \t]$")
+_TIMEOUT: Final = re.compile(rb"^([0-9]{1,8})([HMSmun])$")
+_TIMEOUT_UNITS: Final = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class Malformed(ValueError):
+    """A header list that breaks RFC 9113 §8: the message says which rule."""
+
+
+def _field(name: bytes, value: bytes) -> None:
+    if not _NAME.match(name):
+        raise Malformed(f"invalid field name {name[:64]!r} (names are lowercase tokens)")
+    if name in _CONNECTION_SPECIFIC:
+        raise Malformed(f"connection-specific field {name.decode()} (RFC 9113 §8.2.2)")
+    if _BAD_VALUE.search(value):
+        raise Malformed(f"invalid value for {name.decode()} (NUL, CR, LF or edge whitespace)")
+    if name == b"te" and value != b"trailers":
+        raise Malformed("te other than trailers")
+
+
+def request(headers: Headers) -> bytes:
+    """Check a request's header list (§8.3.1); returns its ``:path``. Raises :class:`Malformed`."""
+    pseudo: dict[bytes, bytes] = {}
+    regular = False
+    for name, value in headers:
+        if name[:1] == b":":
+            if regular:
+                raise Malformed("pseudo-header after a regular field")
+            if name not in _REQUEST_PSEUDO:
+                raise Malformed(f"unknown pseudo-header {name[:32]!r}")
+            if name in pseudo:
+                raise Malformed(f"repeated {name.decode()}")
+            pseudo[name] = value
+            continue
+        regular = True
+        _field(name, value)
+        if name == b"content-length" and not value.isdigit():
+            raise Malformed("content-length is not a number")
+    method = pseudo.get(b":method")
+    if method is None or not method or not _NAME.match(method.lower()):
+        raise Malformed("missing or invalid :method")
+    if method == b"CONNECT":
+        raise Malformed("CONNECT is not relayed")
+    if not pseudo.get(b":scheme"):
+        raise Malformed("missing :scheme")
+    path = pseudo.get(b":path")
+    if not path or _BAD_VALUE.search(path) or b" " in path:
+        raise Malformed("missing or invalid :path")
+    return path
+
+
+def response(headers: Headers) -> int:
+    """Check a response head from the model server (§8.3.2); returns its status."""
+    if not headers or headers[0][0] != b":status":
+        raise Malformed("a response head must start with :status")
+    status = headers[0][1]
+    if len(status) != 3 or not status.isdigit():
+        raise Malformed("invalid :status")
+    for name, value in headers[1:]:
+        if name[:1] == b":":
+            raise Malformed(f"pseudo-header {name[:32]!r} in a response")
+        _field(name, value)
+    return int(status)
+
+
+def trailers(headers: Headers) -> None:
+    """Check a trailer section (§8.1): regular fields only."""
+    for name, value in headers:
+        if name[:1] == b":":
+            raise Malformed(f"pseudo-header {name[:32]!r} in trailers")
+        _field(name, value)
+
+
+def grpc_timeout(headers: Headers) -> float | None:
+    """The call's ``grpc-timeout`` in seconds (gRPC PROTOCOL-HTTP2: 1-8 digits and a unit), or None."""
+    for name, value in headers:
+        if name == b"grpc-timeout":
+            match = _TIMEOUT.match(value)
+            if match is None:
+                return None
+            return int(match.group(1)) * _TIMEOUT_UNITS[match.group(2)]
+    return None
+
+
+def grpc_status(headers: Headers) -> str | None:
+    """The ``grpc-status`` a header list carries (trailers, or a trailers-only response), or None."""
+    for name, value in headers:
+        if name == b"grpc-status":
+            return value.decode("latin-1") if value.isdigit() else None
+    return None
+
+
+def is_grpc(headers: Headers) -> bool:
+    """A gRPC call (``content-type: application/grpc[+proto|;...]``): ended with gRPC trailers, not a reset."""
+    for name, value in headers:
+        if name == b"content-type":
+            return value.startswith(b"application/grpc")
+    return False
+
+
+class Budget:
+    """A token bucket: ``burst`` events at once, refilled at ``rate`` per second. Time is passed in."""
+
+    __slots__ = ("_at", "_rate", "_tokens", "burst")
+
+    def __init__(self, limits: tuple[int, float], now: float) -> None:
+        self.burst, self._rate = limits
+        self._tokens = float(self.burst)
+        self._at = now
+
+    def spend(self, now: float) -> bool:
+        """Count one event; False once the rate is exceeded."""
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
