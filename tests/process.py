@@ -120,6 +120,12 @@ class RouterProcess:
         self._read()
         return self._listening.get("admin_port")
 
+    @property
+    def grpc_port(self) -> int | None:
+        """The gRPC port (``--grpc-port``), once listening."""
+        self._read()
+        return self._listening.get("grpc_port")
+
     async def wait_event(self, name: str, timeout: float = 10.0) -> dict[str, Any]:
         found: list[dict[str, Any]] = []
 

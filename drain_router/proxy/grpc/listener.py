@@ -87,9 +87,12 @@ class GrpcListener:
         flush_all()
 
     def close(self) -> None:
+        """The process exits: a connection still waiting for its shutdown PING gets the final GOAWAY
+        (its last stream id) before it is closed, so the client knows which streams were processed."""
         if self.server is not None:
             self.server.close()
         for conn in list(self.conns):
-            if conn.transport is not None:
-                conn.transport.abort()
+            conn.final_goaway()
+            conn.close()
+        flush_all()
         self.pool.close()
