@@ -160,4 +160,3 @@ def grpcupstream_request(path: str) -> list[tuple[str, str]]:
 
 def _message(body: bytes) -> bytes:
     return message(body)
-

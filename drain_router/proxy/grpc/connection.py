@@ -20,6 +20,7 @@ from typing import Protocol, cast
 
 import hpack
 
+from drain_router.proxy.client import BODY_LINGER_SECS
 from drain_router.proxy.grpc import frames
 from drain_router.proxy.grpc import rules as r
 
@@ -163,6 +164,8 @@ class Connection(asyncio.Protocol):
         flush_all()
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return  # after a connection error: read and dropped until the lingering close ends
         buffer = self.buffer
         buffer += data
         try:
@@ -185,26 +188,39 @@ class Connection(asyncio.Protocol):
         return True
 
     def fail(self, code: int, reason: str) -> None:
-        """A connection error: GOAWAY with ``code``, then close (streams end as the connection is lost)."""
+        """A connection error: GOAWAY with ``code``, its streams end now, and a lingering close
+        (half-close, then read and drop for a while), so the peer reads the GOAWAY instead of a
+        reset caused by what it is still sending."""
         if self.closed:
             return
         self.out.clear()
         self.queue(frames.goaway(self.last_peer_stream, code, reason.encode()[:128]))
         self.flush()
         self.closed = True
-        if self.transport is not None:
-            self.transport.close()
+        self.buffer.clear()
+        transport = self.transport
+        if transport is not None:
+            if transport.can_write_eof():
+                transport.write_eof()
+                asyncio.get_running_loop().call_later(BODY_LINGER_SECS, transport.close)
+            else:
+                transport.close()
+        self.drop_legs()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.transport = None
         self.out.clear()
+        self.drop_legs()
+        flush_all()
+
+    def drop_legs(self) -> None:
+        """The connection is gone: every stream on it ends for its call."""
         legs = list(self.legs.values())
         self.legs.clear()
         self.blocked.clear()
         for leg in legs:
             leg.relay.on_lost(leg)
-        flush_all()
 
     # -- frames in --------------------------------------------------------------------------------
 
