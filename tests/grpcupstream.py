@@ -94,10 +94,13 @@ class Upstream:
 
 
 @contextlib.asynccontextmanager
-async def running(*, max_streams: int | None = None) -> AsyncIterator[Upstream]:
-    """The test upstream on a free loopback port (``max_streams``: its SETTINGS_MAX_CONCURRENT_STREAMS)."""
+async def running(
+    *, max_streams: int | None = None, options: tuple[tuple[str, Any], ...] = ()
+) -> AsyncIterator[Upstream]:
+    """The test upstream on a free loopback port (``max_streams``: its SETTINGS_MAX_CONCURRENT_STREAMS;
+    ``options``: more grpc server options)."""
     upstream = Upstream()
-    options = list(OPTIONS)
+    options = [*OPTIONS, *options]
     if max_streams is not None:
         options.append(("grpc.max_concurrent_streams", max_streams))
     server = grpc.aio.server(options=options)

@@ -65,6 +65,9 @@ class LocalHealth:
     def on_lost(self, leg: Leg) -> None:
         self.forget(self)
 
+    def on_invalid(self, leg: Leg) -> None:
+        self.forget(self)
+
     def on_sent(self, leg: Leg, n: int) -> None: ...
 
     def on_end_sent(self, leg: Leg) -> None:

@@ -182,6 +182,14 @@ class Call:
         if not self.finished:
             self.end_unavailable(UPSTREAM_LOST_MESSAGE, Outcome.UPSTREAM_ERROR)
 
+    def on_invalid(self, leg: Leg) -> None:
+        if leg is self.down:
+            self.finish(Outcome.CLIENT_ABORTED)
+            return
+        self.up = None
+        log.warning("grpc.upstream_invalid", path=self.path.decode("latin-1"), error="flow control")
+        self.end_unavailable(INVALID_MESSAGE, Outcome.UPSTREAM_ERROR)
+
     def on_sent(self, leg: Leg, n: int) -> None:
         source = self.down if leg is self.up else self.up
         if source is not None:

@@ -43,6 +43,9 @@ class Relay(Protocol):
     def on_data(self, leg: Leg, data: bytes, end: bool) -> None: ...
     def on_reset(self, leg: Leg, code: int) -> None: ...
     def on_lost(self, leg: Leg) -> None: ...
+    def on_invalid(self, leg: Leg) -> None:
+        """The peer broke the protocol on this stream (its flow control): the router reset it."""
+
     def on_sent(self, leg: Leg, n: int) -> None:
         """``n`` bytes that waited for the peer's window went out."""
 
@@ -279,7 +282,7 @@ class Connection(asyncio.Protocol):
             return  # a stream already reset or closed: frames in flight are ignored (§5.1)
         if length > leg.recv_window:
             self.reset(leg, frames.FLOW_CONTROL_ERROR)
-            leg.relay.on_reset(leg, frames.CANCEL)
+            leg.relay.on_invalid(leg)
             return
         leg.recv_window -= length
         data = frames.strip_padding(flags, payload)
@@ -398,7 +401,7 @@ class Connection(asyncio.Protocol):
             return
         if increment == 0 or leg.send_window + increment > frames.MAX_WINDOW:
             self.reset(leg, frames.PROTOCOL_ERROR if increment == 0 else frames.FLOW_CONTROL_ERROR)
-            leg.relay.on_reset(leg, frames.CANCEL)
+            leg.relay.on_invalid(leg)
             return
         leg.send_window += increment
         if leg.pending or leg.pending_trailers is not None or leg.pending_end:

@@ -12,8 +12,11 @@ import asyncio
 from collections.abc import Callable
 from typing import cast
 
+from drain_router import logs
 from drain_router.proxy.grpc import frames
 from drain_router.proxy.grpc.connection import Connection, H2Error, Headers, Leg, Relay, flush_all
+
+log = logs.get("drain_router.grpc")
 
 
 class Outbound(Connection):
@@ -61,6 +64,7 @@ class Outbound(Connection):
         raise H2Error(frames.PROTOCOL_ERROR, "the model server opened a stream")
 
     def goaway_received(self, last_stream: int, code: int) -> None:
+        log.info("grpc.upstream_goaway", last_stream_id=last_stream, error_code=code, open_streams=len(self.legs))
         self.goaway = last_stream if self.goaway is None else min(self.goaway, last_stream)
         refused = [leg for sid, leg in self.legs.items() if sid > last_stream]
         for leg in refused:
