@@ -8,8 +8,9 @@ Methods (service ``t.T``), request and response bytes as they are:
 - ``Echo`` (unary): answers the request; initial metadata echoes ``x-echo``; the status is the
   request's ``x-status`` metadata (with details ``x-details``), trailers carry ``x-trailer: done``;
   ``x-wait`` (seconds) delays the answer.
-- ``Stream`` (server streaming): the request is ``"<count> <interval_ms>"``: that many messages
-  ``tok<i>``, one per interval.
+- ``Stream`` (server streaming): the request is ``"<count> <interval_ms> [<size>]"``: that many
+  messages ``tok<i>`` (padded to ``size`` bytes), one per interval; :attr:`Upstream.sent_bytes`
+  counts what it handed to grpcio.
 - ``Bidi``: each request message is answered twice, until the client half-closes.
 """
 
@@ -45,6 +46,7 @@ class Upstream:
     """time.monotonic() when a call saw its cancellation."""
     metadata: list[dict[str, str]] = field(default_factory=list)
     health: Any = None
+    sent_bytes: int = 0
 
     async def echo(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         self.calls.append("Echo")
@@ -61,13 +63,17 @@ class Upstream:
 
     async def stream(self, request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         self.calls.append("Stream")
-        count, interval = (int(x) for x in request.split())
+        count, interval, *size = (int(x) for x in request.split())
         self.active += 1
         try:
             for i in range(count):
                 if interval and i:
                     await self._watched(context, asyncio.sleep(interval / 1000))
-                yield b"tok%d" % i
+                token = b"tok%d" % i
+                if size:
+                    token = token.ljust(size[0], b".")
+                self.sent_bytes += len(token)
+                yield token
         except asyncio.CancelledError:
             self.cancelled_at.append(time.monotonic())
             raise

@@ -139,6 +139,33 @@ async def test_a_reader_that_keeps_its_window_at_zero_costs_bounded_memory(
     await upstream.wait_active(0)
 
 
+async def test_a_client_that_opens_its_windows_but_never_reads_holds_the_model_server(
+    grpc_router: StartGrpcRouter, upstream: grpcupstream.Upstream
+) -> None:
+    """Flow control alone would let the router write whatever the model server sends into a client
+    that advertised the largest windows and then stopped reading. The router re-opens the model
+    server's window only for bytes its client transport took (not while that transport is paused),
+    so the model server is held after a bounded amount (kernel buffers plus one stream window)."""
+    import asyncio
+
+    import pytest
+
+    router = await grpc_router()
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.grpc_port)
+    client = RawClient(reader, writer)  # never started: nothing is ever read
+    huge = 2**31 - 1
+    writer.write(PREFACE + hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: huge}).serialize())
+    client.send(hf.WindowUpdateFrame(0, window_increment=huge - 65_535))
+    client.headers(1, request_headers("/t.T/Stream"))
+    client.data(1, message(b"4000 0 32768"), end_stream=True)  # 128 MiB offered
+    before = rss(router)
+    with pytest.raises(TimeoutError):
+        await wait_until(lambda: upstream.sent_bytes > 48 * 1024 * 1024, timeout=5, what="the model server held")
+    assert rss(router) - before < 32 * 1024 * 1024
+    writer.close()
+    await wait_until(lambda: inflight(router), timeout=5, what="in-flight back to 0", until=lambda n: n == 0)
+
+
 async def test_stream_ids_must_rise(grpc_router: StartGrpcRouter) -> None:
     """Stream-id exhaustion and reuse: the largest id is accepted; any id after it (lower, or even)
     is a connection error."""

@@ -1,0 +1,160 @@
+"""The gRPC listener's pure parts, by table: what a request, response and trailer section may
+carry (RFC 9113 §8), grpc-timeout, the rate budget, the frames the router builds, the health
+messages (checked against the real protobuf and hyperframe)."""
+
+from __future__ import annotations
+
+import pytest
+from grpc_health.v1 import health_pb2
+from hyperframe import frame as hf
+
+from drain_router.proxy.grpc import frames, health, rules
+
+GOOD = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/a.B/C"), (b":authority", b"x")]
+
+
+@pytest.mark.parametrize(
+    ("headers", "error"),
+    [
+        (GOOD, None),
+        ([*GOOD, (b"te", b"trailers"), (b"grpc-timeout", b"5S")], None),
+        ([*GOOD, (b"X-Upper", b"1")], "invalid field name"),
+        ([*GOOD, (b"connection", b"close")], "connection-specific"),
+        ([*GOOD, (b"transfer-encoding", b"chunked")], "connection-specific"),
+        ([*GOOD, (b"te", b"gzip")], "te other than trailers"),
+        ([*GOOD, (b"x", b"a\r\nb")], "invalid value"),
+        ([*GOOD, (b"x", b" lead")], "invalid value"),
+        ([*GOOD, (b"x", b"a\x00")], "invalid value"),
+        ([(b"x", b"1"), *GOOD], "pseudo-header after"),
+        ([*GOOD, (b":method", b"GET")], "repeated :method"),
+        ([*GOOD, (b"x", b"1"), (b":method", b"GET")], "pseudo-header after"),
+        ([*GOOD[:1], *GOOD], "repeated :method"),
+        ([(b":protocol", b"websocket"), *GOOD], "unknown pseudo-header"),
+        (GOOD[1:], "missing or invalid :method"),
+        ([GOOD[0], GOOD[2], GOOD[3]], "missing :scheme"),
+        ([*GOOD[:2], GOOD[3]], "missing or invalid :path"),
+        ([(b":method", b"CONNECT"), *GOOD[1:]], "CONNECT"),
+        ([*GOOD, (b"content-length", b"x1")], "content-length"),
+    ],
+)
+def test_request_headers(headers: list[tuple[bytes, bytes]], error: str | None) -> None:
+    if error is None:
+        assert rules.request(headers) == b"/a.B/C"
+    else:
+        with pytest.raises(rules.Malformed, match=error):
+            rules.request(headers)
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ([(b":status", b"200"), (b"content-type", b"application/grpc")], 200),
+        ([(b":status", b"103")], 103),
+        ([(b"content-type", b"application/grpc"), (b":status", b"200")], None),
+        ([(b":status", b"2000")], None),
+        ([(b":status", b"200"), (b":path", b"/")], None),
+        ([(b":status", b"200"), (b"Grpc-Status", b"0")], None),
+        ([], None),
+    ],
+)
+def test_response_heads(headers: list[tuple[bytes, bytes]], status: int | None) -> None:
+    if status is None:
+        with pytest.raises(rules.Malformed):
+            rules.response(headers)
+    else:
+        assert rules.response(headers) == status
+
+
+def test_trailers_carry_no_pseudo_headers() -> None:
+    rules.trailers([(b"grpc-status", b"0"), (b"x-custom", b"1")])
+    with pytest.raises(rules.Malformed):
+        rules.trailers([(b":status", b"200")])
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (b"5S", 5.0),
+        (b"100m", 0.1),
+        (b"2H", 7200.0),
+        (b"3M", 180.0),
+        (b"7u", 7e-6),
+        (b"9n", 9e-9),
+        (b"123456789S", None),
+        (b"5s", None),
+        (b"S", None),
+        (b"-1S", None),
+    ],
+)
+def test_grpc_timeout(value: bytes, seconds: float | None) -> None:
+    assert rules.grpc_timeout([(b"grpc-timeout", value)]) == (pytest.approx(seconds) if seconds else None)
+
+
+def test_grpc_status_and_kind() -> None:
+    assert rules.grpc_status([(b"grpc-status", b"14"), (b"grpc-message", b"x")]) == "14"
+    assert rules.grpc_status([(b"grpc-status", b"x")]) is None
+    assert rules.is_grpc([(b"content-type", b"application/grpc+proto")])
+    assert not rules.is_grpc([(b"content-type", b"application/json")])
+
+
+def test_budget_allows_its_burst_then_its_rate() -> None:
+    budget = rules.Budget((3, 2.0), now=0.0)
+    assert [budget.spend(0.0) for _ in range(4)] == [True, True, True, False]
+    assert budget.spend(0.5)  # one token back after half a second at 2/s
+    assert not budget.spend(0.5)
+    assert [budget.spend(100.0) for _ in range(4)] == [True, True, True, False]  # never past the burst
+
+
+@pytest.mark.parametrize(
+    ("built", "expected"),
+    [
+        (frames.goaway(2**31 - 1, frames.NO_ERROR), ("GoAwayFrame", 2**31 - 1, 0)),
+        (frames.goaway(7, frames.ENHANCE_YOUR_CALM, b"why"), ("GoAwayFrame", 7, 11)),
+        (frames.rst_stream(5, frames.REFUSED_STREAM), ("RstStreamFrame", 5, 7)),
+    ],
+)
+def test_control_frames_parse_with_hyperframe(built: bytes, expected: tuple[str, int, int]) -> None:
+    frame, length = hf.Frame.parse_frame_header(memoryview(built[:9]))
+    frame.parse_body(memoryview(built[9 : 9 + length]))
+    if isinstance(frame, hf.GoAwayFrame):
+        assert (type(frame).__name__, frame.last_stream_id, frame.error_code) == expected
+    else:
+        assert (type(frame).__name__, frame.stream_id, frame.error_code) == expected
+
+
+def test_a_large_header_block_is_split_into_continuations() -> None:
+    built = frames.headers(3, b"h" * 40_000, end_stream=True, max_frame=16_384)
+    found, used = frames.split(bytearray(built), 16_384)
+    assert used == len(built)
+    assert [(kind, flags) for kind, flags, _, _ in found] == [
+        (frames.HEADERS, frames.END_STREAM),
+        (frames.CONTINUATION, 0),
+        (frames.CONTINUATION, frames.END_HEADERS),
+    ]
+    assert b"".join(payload for *_, payload in found) == b"h" * 40_000
+
+
+def test_split_waits_for_a_whole_frame_and_refuses_an_oversized_one() -> None:
+    built = frames.data_header(10, 1, False) + b"0123456789"
+    assert frames.split(bytearray(built[:15]), 16_384) == ([], 0)
+    with pytest.raises(frames.FrameSizeError):
+        frames.split(bytearray(frames.data_header(20_000, 1, False)), 16_384)
+
+
+@pytest.mark.parametrize(
+    ("flags", "payload", "stripped"),
+    [(0, b"abc", b"abc"), (frames.PADDED, b"\x02abcXX", b"abc"), (frames.PADDED, b"\x09abc", None)],
+)
+def test_padding(flags: int, payload: bytes, stripped: bytes | None) -> None:
+    assert frames.strip_padding(flags, payload) == stripped
+
+
+@pytest.mark.parametrize("status", [health.SERVING, health.NOT_SERVING])
+def test_health_messages_decode_with_protobuf(status: int) -> None:
+    framed = health.message(status)
+    assert framed[0] == 0 and int.from_bytes(framed[1:5], "big") == len(framed) - 5
+    assert health_pb2.HealthCheckResponse.FromString(framed[5:]).status == status
+
+
+def test_grpc_message_is_percent_encoded() -> None:
+    assert health.percent_encode("drain 100% — retry") == b"drain 100%25 %E2%80%94 retry"
