@@ -164,6 +164,37 @@ KEDA: dict[str, Any] = {
     },
 }
 
+GRPC_VLLM: dict[str, Any] = {
+    # vLLM in gRPC mode behind the router's gRPC listener, the readiness probe on the router's
+    # grpc.health.v1.
+    "grpc": {"enabled": True},
+    "router": {"readinessProbe": {"protocol": "grpc"}},
+    "modelServer": {"image": {"repository": "registry.example.com/vllm-grpc", "tag": "v0.19.0"}},
+}
+
+GRPC_TRITON: dict[str, Any] = {
+    # Triton as engine custom: HTTP on 8000 and gRPC on 8001 side by side, both behind the router.
+    "grpc": {"enabled": True, "modelServerPort": 8001},
+    "modelServer": {
+        "engine": "custom",
+        "image": {"repository": "nvcr.io/nvidia/tritonserver", "tag": "25.01-vllm-python-py3"},
+        "port": 8000,
+        "command": ["tritonserver"],
+        "args": [
+            "--model-repository=/models",
+            "--http-address=127.0.0.1",
+            "--http-port=8000",
+            "--grpc-address=127.0.0.1",
+            "--grpc-port=8001",
+            "--allow-metrics=false",
+            "--exit-timeout-secs=150",
+        ],
+    },
+    "router": {"upstreamHealthPath": "/v2/health/ready"},
+    "httpRoute": {"enabled": True, "parentRefs": [{"name": "inference"}]},
+    "networkPolicy": {"trafficFrom": [{"podSelector": {"matchLabels": {"app": "gateway"}}}]},
+}
+
 #: Model chart sets (every one renders a model server Deployment).
 WITH_WORKLOAD = [
     pytest.param({}, id="defaults"),
@@ -174,6 +205,8 @@ WITH_WORKLOAD = [
     pytest.param(POOL_WITHOUT_ROUTE, id="pool-without-route"),
     pytest.param(PLATFORM, id="platform"),
     pytest.param(KEDA, id="keda"),
+    pytest.param(GRPC_VLLM, id="grpc-vllm"),
+    pytest.param(GRPC_TRITON, id="grpc-triton"),
 ]
 ALL = WITH_WORKLOAD
 
