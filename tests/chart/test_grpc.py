@@ -1,16 +1,17 @@
 """gRPC (grpc.enabled): the router's second traffic listener (--grpc-port, --grpc-upstream), the
 Service port that targets it with appProtocol kubernetes.io/h2c, each engine preset's gRPC mode, the
-readiness probe on the router's grpc.health.v1, the NetworkPolicy, and the checks that refuse what
-cannot work."""
+readiness probe on the router's grpc.health.v1, the InferencePool on the gRPC port, the
+NetworkPolicy, and the checks that refuse what cannot work."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import jsonschema
 import pytest
 
-from tests.chart import values_sets
-from tests.chart.helm import CHART, NAMESPACE, RELEASE, Helm, containers, flag, one
+from tests.chart import crds, values_sets
+from tests.chart.helm import CHART, NAMESPACE, RELEASE, Helm, containers, flag, model_deployment, one
 from tests.chart.test_networkpolicy import _allowed
 
 FULLNAME = f"{RELEASE}-drain-router"
@@ -48,9 +49,12 @@ def test_off_by_default_nothing_grpc_is_rendered(helm: Helm) -> None:
     assert [p["name"] for p in router(docs)["ports"]] == ["http", "admin"]
     assert [p["name"] for p in one(docs, "Service")["spec"]["ports"]] == ["http"]
     assert "--grpc" not in model_server(docs)["args"]
+    assert "appProtocol" not in one(helm.template(values_sets.INFERENCE_POOL), "InferencePool")["spec"]
 
 
-@pytest.mark.parametrize("values", [GRPC, values_sets.GRPC_TRITON], ids=["vllm", "triton"])
+@pytest.mark.parametrize(
+    "values", [GRPC, values_sets.GRPC_POOL, values_sets.GRPC_TRITON], ids=["vllm", "pool", "triton"]
+)
 def test_service_grpc_port_is_h2c_and_targets_the_routers_grpc_listener(helm: Helm, values: dict[str, Any]) -> None:
     merged = values_sets.merged(values)
     docs = helm.template(values)
@@ -192,6 +196,15 @@ def test_schema_refuses(helm: Helm, values: dict[str, Any], expected: str) -> No
             'router.upstreamHealthPath "/health" with grpc.enabled: vllm serves no HTTP in gRPC mode',
             id="http-health-of-grpc-only-engine",
         ),
+        pytest.param(
+            {
+                **values_sets.GRPC_TRITON,
+                "inferencePool": {"enabled": True, "endpointPicker": {"name": "epp"}},
+                "httpRoute": {"enabled": True, "backend": "InferencePool", "parentRefs": [{"name": "g"}]},
+            },
+            "httpRoute.backend InferencePool with grpc.enabled: the pool targets the router's gRPC port",
+            id="http-route-to-grpc-pool",
+        ),
     ],
 )
 def test_render_checks_refuse(helm: Helm, values: dict[str, Any], expected: str) -> None:
@@ -219,6 +232,20 @@ def test_readiness_stays_on_readyz_unless_asked(helm: Helm) -> None:
     assert probe["httpGet"] == {"path": "/readyz", "port": "admin"} and "grpc" not in probe
     custom = router(helm.template({**values_sets.GRPC_TRITON, "router": {"readinessProbe": {"protocol": "grpc"}}}))
     assert custom["readinessProbe"]["grpc"] == {"port": 8081}, "custom: no preset service name"
+
+
+def test_inference_pool_targets_the_grpc_listener_over_h2c(helm: Helm) -> None:
+    docs = helm.template(values_sets.GRPC_POOL)
+    pool = one(docs, "InferencePool")
+    crds.validate(pool)
+    assert pool["spec"]["targetPorts"] == [{"number": container_port(router(docs), "grpc")}]
+    assert pool["spec"]["targetPorts"] == [{"number": 50051}], "the router's gRPC port, never the model server's"
+    assert pool["spec"]["appProtocol"] == "kubernetes.io/h2c"
+    assert pool["spec"]["selector"]["matchLabels"] == model_deployment(docs)["spec"]["selector"]["matchLabels"]
+    assert one(docs, "ModelService")["spec"]["route"]["kind"] == "InferencePool", "no route of its own"
+    pool["spec"]["appProtocol"] = "grpc"  # the CRD knows http and kubernetes.io/h2c only
+    with pytest.raises(jsonschema.ValidationError):
+        crds.validate(pool)
 
 
 def test_network_policy_opens_the_grpc_port_like_the_http_port(helm: Helm) -> None:

@@ -172,6 +172,16 @@ GRPC_VLLM: dict[str, Any] = {
     "modelServer": {"image": {"repository": "registry.example.com/vllm-grpc", "tag": "v0.19.0"}},
 }
 
+GRPC_POOL: dict[str, Any] = {
+    # SGLang in gRPC mode behind an InferencePool (h2c), on other router ports; the pool is the
+    # ModelService's route.
+    "grpc": {"enabled": True, "port": 50051, "servicePort": 50051},
+    "router": {"port": 8090, "adminPort": 9191},
+    "modelServer": {"engine": "sglang", "image": {"tag": "v0.5.5"}},
+    "inferencePool": {"enabled": True, "endpointPicker": {"name": "llama-epp"}},
+    "modelService": {"enabled": True},
+}
+
 GRPC_TRITON: dict[str, Any] = {
     # Triton as engine custom: HTTP on 8000 and gRPC on 8001 side by side, both behind the router.
     "grpc": {"enabled": True, "modelServerPort": 8001},
@@ -206,6 +216,7 @@ WITH_WORKLOAD = [
     pytest.param(PLATFORM, id="platform"),
     pytest.param(KEDA, id="keda"),
     pytest.param(GRPC_VLLM, id="grpc-vllm"),
+    pytest.param(GRPC_POOL, id="grpc-pool"),
     pytest.param(GRPC_TRITON, id="grpc-triton"),
 ]
 ALL = WITH_WORKLOAD

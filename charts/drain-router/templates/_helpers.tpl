@@ -183,6 +183,9 @@ helm.sh/resource-policy: keep
 {{- if and $e.grpc.only $e.healthPath -}}
 {{- fail (printf "router.upstreamHealthPath %q with grpc.enabled: %s serves no HTTP in gRPC mode, so /readyz would wait for it forever; leave it null (router.readinessProbe.protocol grpc follows the engine's gRPC health)" $e.healthPath $name) -}}
 {{- end -}}
+{{- if and $v.httpRoute.enabled (eq $v.httpRoute.backend "InferencePool") -}}
+{{- fail "httpRoute.backend InferencePool with grpc.enabled: the pool targets the router's gRPC port then (one protocol per pool, kubernetes.io/h2c); send the HTTPRoute to the Service" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
