@@ -1,7 +1,7 @@
 """gRPC (grpc.enabled): the router's second traffic listener (--grpc-port, --grpc-upstream), the
 Service port that targets it with appProtocol kubernetes.io/h2c, each engine preset's gRPC mode, the
-readiness probe on the router's grpc.health.v1, the InferencePool on the gRPC port, the
-NetworkPolicy, and the checks that refuse what cannot work."""
+readiness probe on the router's grpc.health.v1, the InferencePool on the gRPC port, the GRPCRoute,
+the NetworkPolicy, and the checks that refuse what cannot work."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from tests.chart import crds, values_sets
-from tests.chart.helm import CHART, NAMESPACE, RELEASE, Helm, containers, flag, model_deployment, one
+from tests.chart.helm import CHART, NAMESPACE, RELEASE, Helm, containers, find, flag, model_deployment, one
 from tests.chart.test_networkpolicy import _allowed
 
 FULLNAME = f"{RELEASE}-drain-router"
@@ -49,6 +49,7 @@ def test_off_by_default_nothing_grpc_is_rendered(helm: Helm) -> None:
     assert [p["name"] for p in router(docs)["ports"]] == ["http", "admin"]
     assert [p["name"] for p in one(docs, "Service")["spec"]["ports"]] == ["http"]
     assert "--grpc" not in model_server(docs)["args"]
+    assert not find(docs, "GRPCRoute")
     assert "appProtocol" not in one(helm.template(values_sets.INFERENCE_POOL), "InferencePool")["spec"]
 
 
@@ -108,7 +109,7 @@ def test_triton_as_custom_serves_http_and_grpc_side_by_side(helm: Helm) -> None:
     server = model_server(docs)
     assert server["args"] == values_sets.GRPC_TRITON["modelServer"]["args"], "custom: the args are the user's"
     assert "--grpc-address=127.0.0.1" in server["args"]
-    assert one(docs, "HTTPRoute"), "HTTP still routed"
+    assert one(docs, "HTTPRoute") and one(docs, "GRPCRoute"), "both protocols routed"
 
 
 @pytest.mark.parametrize(
@@ -171,11 +172,29 @@ def test_port_collisions_are_refused(helm: Helm, values: dict[str, Any], expecte
         pytest.param(
             {"router": {"readinessProbe": {"protocol": "tcp"}}}, "/router/readinessProbe/protocol", id="probe"
         ),
+        pytest.param({"grpcRoute": {"enabled": True}}, "/grpcRoute/parentRefs", id="route-without-parent"),
+        pytest.param({"grpcRoute": {"backend": "Pool"}}, "/grpcRoute/backend", id="route-backend"),
+        pytest.param({"grpcRoute": {"methods": [{}]}}, "/grpcRoute/methods/0", id="empty-match"),
+        pytest.param(
+            {"grpcRoute": {"methods": [{"service": "a/b"}]}}, "/grpcRoute/methods/0/service", id="bad-service"
+        ),
+        pytest.param(
+            {"grpcRoute": {"methods": [{"method": "Gen.erate"}]}}, "/grpcRoute/methods/0/method", id="bad-method"
+        ),
+        pytest.param({"grpcRoute": {"methods": [{"service": "s", "verb": "x"}]}}, "verb", id="unknown-match-key"),
     ],
 )
 def test_schema_refuses(helm: Helm, values: dict[str, Any], expected: str) -> None:
     error = helm.template_error(values)
     assert "schema" in error and expected in error, error
+
+
+def test_a_regular_expression_match_is_not_held_to_the_exact_patterns(helm: Helm) -> None:
+    route = one(helm.template(values_sets.GRPC_POOL), "GRPCRoute")
+    assert route["spec"]["rules"][0]["matches"][1]["method"] == {
+        "type": "RegularExpression",
+        "service": "sglang\\.grpc\\..*",
+    }
 
 
 @pytest.mark.parametrize(
@@ -185,6 +204,11 @@ def test_schema_refuses(helm: Helm, values: dict[str, Any], expected: str) -> No
             {"router": {"readinessProbe": {"protocol": "grpc"}}},
             "router.readinessProbe.protocol grpc needs grpc.enabled",
             id="grpc-probe",
+        ),
+        pytest.param(
+            {"grpcRoute": {"enabled": True, "parentRefs": [{"name": "g"}]}},
+            "grpcRoute.enabled needs grpc.enabled",
+            id="grpc-route",
         ),
         pytest.param(
             {**GRPC, "httpRoute": {"enabled": True, "parentRefs": [{"name": "g"}]}},
@@ -204,6 +228,11 @@ def test_schema_refuses(helm: Helm, values: dict[str, Any], expected: str) -> No
             },
             "httpRoute.backend InferencePool with grpc.enabled: the pool targets the router's gRPC port",
             id="http-route-to-grpc-pool",
+        ),
+        pytest.param(
+            {**GRPC, "grpcRoute": {"enabled": True, "backend": "InferencePool", "parentRefs": [{"name": "g"}]}},
+            "grpcRoute.backend InferencePool needs inferencePool.enabled",
+            id="grpc-route-to-missing-pool",
         ),
     ],
 )
@@ -242,10 +271,59 @@ def test_inference_pool_targets_the_grpc_listener_over_h2c(helm: Helm) -> None:
     assert pool["spec"]["targetPorts"] == [{"number": 50051}], "the router's gRPC port, never the model server's"
     assert pool["spec"]["appProtocol"] == "kubernetes.io/h2c"
     assert pool["spec"]["selector"]["matchLabels"] == model_deployment(docs)["spec"]["selector"]["matchLabels"]
-    assert one(docs, "ModelService")["spec"]["route"]["kind"] == "InferencePool", "no route of its own"
     pool["spec"]["appProtocol"] = "grpc"  # the CRD knows http and kubernetes.io/h2c only
     with pytest.raises(jsonschema.ValidationError):
         crds.validate(pool)
+
+
+def test_grpc_route_sends_to_the_services_grpc_port(helm: Helm) -> None:
+    docs = helm.template(values_sets.GRPC_VLLM)
+    route = one(docs, "GRPCRoute")
+    crds.validate(route)
+    assert route["spec"]["parentRefs"] == [{"name": "inference", "namespace": "gateways"}]
+    assert route["spec"]["hostnames"] == ["grpc.example.com"]
+    (rule,) = route["spec"]["rules"]
+    assert rule["backendRefs"] == [{"name": FULLNAME, "port": service_port(docs, "grpc")["port"]}]
+    assert rule["matches"] == [{"method": {"service": "vllm.grpc.engine.VllmEngine"}}]
+    every = one(helm.template({**GRPC, "grpcRoute": {"enabled": True, "parentRefs": [{"name": "g"}]}}), "GRPCRoute")
+    crds.validate(every)
+    assert "matches" not in every["spec"]["rules"][0], "no methods: every gRPC request"
+    assert "hostnames" not in every["spec"]
+
+
+def test_grpc_route_can_send_to_the_pool(helm: Helm) -> None:
+    route = one(helm.template(values_sets.GRPC_POOL), "GRPCRoute")
+    crds.validate(route)
+    (rule,) = route["spec"]["rules"]
+    assert rule["backendRefs"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": FULLNAME}]
+    assert rule["matches"][0] == {"method": {"service": "sglang.grpc.scheduler.SglangScheduler", "method": "Generate"}}
+
+
+def test_crd_validation_catches_a_wrong_grpc_route_field(helm: Helm) -> None:
+    route = one(helm.template(values_sets.GRPC_VLLM), "GRPCRoute")
+    route["spec"]["rules"][0]["matches"][0]["method"]["type"] = "Prefix"
+    with pytest.raises(jsonschema.ValidationError):
+        crds.validate(route)
+
+
+def test_model_service_removes_the_grpc_route(helm: Helm) -> None:
+    docs = helm.template(values_sets.GRPC_VLLM)
+    ms = one(docs, "ModelService")
+    crds.validate(ms)
+    grpc_route = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GRPCRoute", "name": FULLNAME}
+    assert ms["spec"]["route"] == grpc_route, "the only route: removed first, then the settle"
+    assert [w["kind"] for w in ms["spec"]["workload"]] == ["Deployment", "Service"]
+    route = one(docs, "GRPCRoute")
+    assert route["metadata"]["labels"]["drainrouter.dev/service"] == ms["metadata"]["name"]
+    assert route["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+    both = one(helm.template({**values_sets.GRPC_TRITON, "modelService": {"enabled": True}}), "ModelService")
+    assert both["spec"]["route"]["kind"] == "HTTPRoute", "one route gets the settle"
+    assert both["spec"]["workload"][0] == grpc_route, "the GRPCRoute goes first after it"
+
+    pool = one(helm.template(values_sets.GRPC_POOL), "ModelService")
+    assert pool["spec"]["route"]["kind"] == "GRPCRoute"
+    assert [w["kind"] for w in pool["spec"]["workload"]] == ["InferencePool", "Deployment", "Service"]
 
 
 def test_network_policy_opens_the_grpc_port_like_the_http_port(helm: Helm) -> None:

@@ -165,20 +165,36 @@ KEDA: dict[str, Any] = {
 }
 
 GRPC_VLLM: dict[str, Any] = {
-    # vLLM in gRPC mode behind the router's gRPC listener, the readiness probe on the router's
-    # grpc.health.v1.
+    # vLLM in gRPC mode behind the router's gRPC listener, a GRPCRoute, the readiness probe on the
+    # router's grpc.health.v1, and the ModelService tearing the GRPCRoute down first.
     "grpc": {"enabled": True},
     "router": {"readinessProbe": {"protocol": "grpc"}},
+    "grpcRoute": {
+        "enabled": True,
+        "parentRefs": [{"name": "inference", "namespace": "gateways"}],
+        "hostnames": ["grpc.example.com"],
+        "methods": [{"service": "vllm.grpc.engine.VllmEngine"}],
+    },
+    "modelService": {"enabled": True},
     "modelServer": {"image": {"repository": "registry.example.com/vllm-grpc", "tag": "v0.19.0"}},
 }
 
 GRPC_POOL: dict[str, Any] = {
-    # SGLang in gRPC mode behind an InferencePool (h2c), on other router ports; the pool is the
-    # ModelService's route.
+    # SGLang in gRPC mode behind an InferencePool (h2c) that a GRPCRoute sends to, beside the
+    # Service's HTTP port on other router ports.
     "grpc": {"enabled": True, "port": 50051, "servicePort": 50051},
     "router": {"port": 8090, "adminPort": 9191},
     "modelServer": {"engine": "sglang", "image": {"tag": "v0.5.5"}},
     "inferencePool": {"enabled": True, "endpointPicker": {"name": "llama-epp"}},
+    "grpcRoute": {
+        "enabled": True,
+        "backend": "InferencePool",
+        "parentRefs": [{"name": "inference"}],
+        "methods": [
+            {"service": "sglang.grpc.scheduler.SglangScheduler", "method": "Generate"},
+            {"type": "RegularExpression", "service": "sglang\\.grpc\\..*"},
+        ],
+    },
     "modelService": {"enabled": True},
 }
 
@@ -202,6 +218,7 @@ GRPC_TRITON: dict[str, Any] = {
     },
     "router": {"upstreamHealthPath": "/v2/health/ready"},
     "httpRoute": {"enabled": True, "parentRefs": [{"name": "inference"}]},
+    "grpcRoute": {"enabled": True, "parentRefs": [{"name": "inference"}]},
     "networkPolicy": {"trafficFrom": [{"podSelector": {"matchLabels": {"app": "gateway"}}}]},
 }
 

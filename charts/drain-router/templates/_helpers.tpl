@@ -46,7 +46,7 @@ app.kubernetes.io/part-of: drain-router
 {{- end }}
 {{- end -}}
 
-{{/* Labels and annotations of the objects the ModelService lists (Deployment, Service, HTTPRoute).
+{{/* Labels and annotations of the objects the ModelService lists (Deployment, Service, routes, pool).
 The drainrouter.dev/service label marks them as this service's own (the controller never deletes an
 object labelled with another service's name). helm.sh/resource-policy: keep makes `helm uninstall`
 leave them to the controller, which removes them in order: route, settle, workload, pods. */}}
@@ -155,6 +155,9 @@ helm.sh/resource-policy: keep
 {{- if and (eq $r.readinessProbe.protocol "grpc") (not $g.enabled) -}}
 {{- fail "router.readinessProbe.protocol grpc needs grpc.enabled: the probe checks grpc.health.v1 on the router's gRPC listener" -}}
 {{- end -}}
+{{- if and $v.grpcRoute.enabled (not $g.enabled) -}}
+{{- fail "grpcRoute.enabled needs grpc.enabled: the route sends to the Service's grpc port, which only exists then" -}}
+{{- end -}}
 {{- if $g.enabled -}}
 {{- if and (ne $name "custom") (not $e.grpc.flag) -}}
 {{- fail (printf "grpc.enabled: modelServer.engine %s has no gRPC server (vllm and sglang have one; for another engine, Triton included, use engine custom with grpc.modelServerPort)" $name) -}}
@@ -178,13 +181,16 @@ helm.sh/resource-policy: keep
 {{- fail (printf "grpc.servicePort and service.port are both %v: the Service needs one port for HTTP and one for gRPC" $g.servicePort) -}}
 {{- end -}}
 {{- if and $e.grpc.only $v.httpRoute.enabled -}}
-{{- fail (printf "httpRoute.enabled with grpc.enabled: %s serves gRPC instead of HTTP in gRPC mode, so the HTTPRoute would reach no model server" $name) -}}
+{{- fail (printf "httpRoute.enabled with grpc.enabled: %s serves gRPC instead of HTTP in gRPC mode, so the HTTPRoute would reach no model server (use grpcRoute)" $name) -}}
 {{- end -}}
 {{- if and $e.grpc.only $e.healthPath -}}
 {{- fail (printf "router.upstreamHealthPath %q with grpc.enabled: %s serves no HTTP in gRPC mode, so /readyz would wait for it forever; leave it null (router.readinessProbe.protocol grpc follows the engine's gRPC health)" $e.healthPath $name) -}}
 {{- end -}}
 {{- if and $v.httpRoute.enabled (eq $v.httpRoute.backend "InferencePool") -}}
-{{- fail "httpRoute.backend InferencePool with grpc.enabled: the pool targets the router's gRPC port then (one protocol per pool, kubernetes.io/h2c); send the HTTPRoute to the Service" -}}
+{{- fail "httpRoute.backend InferencePool with grpc.enabled: the pool targets the router's gRPC port then (one protocol per pool, kubernetes.io/h2c); send the HTTPRoute to the Service, and gRPC to the pool with grpcRoute.backend InferencePool" -}}
+{{- end -}}
+{{- if and $v.grpcRoute.enabled (eq $v.grpcRoute.backend "InferencePool") (not $v.inferencePool.enabled) -}}
+{{- fail "grpcRoute.backend InferencePool needs inferencePool.enabled (the pool the route sends to)" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
