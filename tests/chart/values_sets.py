@@ -241,7 +241,7 @@ ALL = WITH_WORKLOAD
 #: Controller chart sets.
 CONTROLLER_CLUSTER: dict[str, Any] = {
     "watch": {"allNamespaces": True},
-    "features": {"inferencePools": True, "forceDelete": True},
+    "features": {"inferencePools": True, "grpcRoutes": True, "forceDelete": True},
     "monitoring": {
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "dashboard": {"enabled": True, "namespace": "monitoring", "annotations": {"grafana_folder": "LLM"}},
