@@ -48,7 +48,7 @@ HEADER = """\
 `make dist` packages it as `dist/{archive}`;
 from a checkout, `charts/{name}` installs the same chart.
 The repository's README explains the chart as a whole and
-[docs/kubernetes.md](../../docs/kubernetes.md) the budget, autoscaling and the pod's escape hatches.
+[docs/kubernetes.md](../../docs/kubernetes.md) the budget, gRPC, autoscaling and the pod's escape hatches.
 
 Generated from the `# --` comments of [values.yaml](values.yaml) by `scripts/chart_readme.py`; do
 not edit by hand (`make chart-readme` rewrites it, and a test fails when it is stale).
