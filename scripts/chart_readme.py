@@ -48,7 +48,7 @@ HEADER = """\
 `make dist` packages it as `dist/{archive}`;
 from a checkout, `charts/{name}` installs the same chart.
 The repository's README explains the chart as a whole and
-[docs/kubernetes.md](../../docs/kubernetes.md) the budget, autoscaling and the pod's escape hatches.
+[docs/kubernetes.md](../../docs/kubernetes.md) the budget, gRPC, autoscaling and the pod's escape hatches.
 
 Generated from the `# --` comments of [values.yaml](values.yaml) by `scripts/chart_readme.py`; do
 not edit by hand (`make chart-readme` rewrites it, and a test fails when it is stale).
@@ -59,12 +59,14 @@ not edit by hand (`make chart-readme` rewrites it, and a test fails when it is s
 
 
 def documented(text: str) -> Iterator[tuple[str, str]]:
-    """(dotted key, description) for every key preceded by a ``# --`` comment, in file order."""
+    """(dotted key, description) for every key preceded by a ``# --`` comment, in file order. Only
+    ``# --`` followed by a space (or nothing) starts one: a wrapped line that begins with a flag
+    (``# --hf-repo ...``) continues the description above it."""
     stack: list[tuple[int, str]] = []
     description: list[str] = []
     for line in text.splitlines():
         stripped = line.strip()
-        if stripped.startswith("# --"):
+        if stripped == "# --" or stripped.startswith("# -- "):
             description = [stripped[4:].strip()]
             continue
         if stripped.startswith("#"):

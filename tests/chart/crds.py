@@ -7,8 +7,8 @@ unchanged from their projects' releases:
   (``config/crd/bases/``), InferencePool ``inference.networking.k8s.io/v1``;
 - ``monitoring.coreos.com_{podmonitors,servicemonitors}.yaml``: prometheus-operator v0.93.0
   (``example/prometheus-operator-crd/``), PodMonitor and ServiceMonitor ``monitoring.coreos.com/v1``;
-- ``gateway.networking.k8s.io_httproutes.yaml``: Gateway API v1.6.1, standard channel
-  (``config/crd/standard/``), HTTPRoute ``gateway.networking.k8s.io/v1``;
+- ``gateway.networking.k8s.io_{httproutes,grpcroutes}.yaml``: Gateway API v1.6.1, standard channel
+  (``config/crd/standard/``), HTTPRoute and GRPCRoute ``gateway.networking.k8s.io/v1``;
 - ``keda.sh_scaledobjects.yaml``: KEDA v2.20.2 (``config/crd/bases/``), ScaledObject
   ``keda.sh/v1alpha1``.
 
@@ -32,6 +32,7 @@ CRD_FILES = {
     ("monitoring.coreos.com/v1", "PodMonitor"): DATA / "monitoring.coreos.com_podmonitors.yaml",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): DATA / "monitoring.coreos.com_servicemonitors.yaml",
     ("gateway.networking.k8s.io/v1", "HTTPRoute"): DATA / "gateway.networking.k8s.io_httproutes.yaml",
+    ("gateway.networking.k8s.io/v1", "GRPCRoute"): DATA / "gateway.networking.k8s.io_grpcroutes.yaml",
     ("keda.sh/v1alpha1", "ScaledObject"): DATA / "keda.sh_scaledobjects.yaml",
     ("drainrouter.dev/v1alpha1", "ModelService"): CONTROLLER_CHART / "crds" / "modelservice.yaml",
 }

@@ -29,10 +29,12 @@ SERVICES: Rule = (("",), ("services",), ("get", "delete"))
 DEPLOYMENTS: Rule = (("apps",), ("deployments",), ("get", "delete"))
 DEPLOYMENTS_PATCH: Rule = (("apps",), ("deployments",), ("get", "delete", "patch"))
 HTTPROUTES: Rule = (("gateway.networking.k8s.io",), ("httproutes",), ("get", "delete"))
+GRPCROUTES: Rule = (("gateway.networking.k8s.io",), ("grpcroutes",), ("get", "delete"))
 INFERENCEPOOLS: Rule = (("inference.networking.k8s.io",), ("inferencepools",), ("get", "delete"))
 NODES: Rule = (("",), ("nodes",), ("get",))
 
-#: The default features: HTTPRoutes, recycling, lifecycle rules; no force delete, no InferencePools.
+#: The default features: HTTPRoutes, recycling, lifecycle rules; no force delete, no GRPCRoutes, no
+#: InferencePools.
 DEFAULT_RULES = [MODELSERVICES_DELETE, STATUS, EVENTS, PODS_LIST, EVICTION, SERVICES, DEPLOYMENTS_PATCH, HTTPROUTES]
 
 
@@ -104,6 +106,11 @@ def test_all_namespaces_uses_one_cluster_role_with_node_reads(helm: Helm) -> Non
             {"inferencePools": True},
             [*DEFAULT_RULES, INFERENCEPOOLS],
             id="inference-pools",
+        ),
+        pytest.param(
+            {"grpcRoutes": True, "inferencePools": True},
+            [*DEFAULT_RULES, GRPCROUTES, INFERENCEPOOLS],
+            id="grpc-routes",
         ),
         pytest.param(
             {"recycling": False},

@@ -68,6 +68,7 @@ def test_custom_resources_of_every_kind_are_rendered_and_validated(helm: Helm) -
             (CHART, values_sets.FULL),
             (CHART, values_sets.INFERENCE_POOL),
             (CHART, values_sets.KEDA),
+            (CHART, values_sets.GRPC_VLLM),
             (CONTROLLER_CHART, values_sets.CONTROLLER_CLUSTER),
         ]
         for d in helm.template(values, chart=chart)

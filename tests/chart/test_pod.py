@@ -44,7 +44,13 @@ def test_router_args_point_at_the_model_server_and_the_declared_ports(
     assert flag(args, "--port") == str(values["router"]["port"])
     assert flag(args, "--admin-port") == str(values["router"]["adminPort"])
     ports = {p["name"]: p["containerPort"] for p in router["ports"]}
-    assert ports == {"http": values["router"]["port"], "admin": values["router"]["adminPort"]}
+    expected = {"http": values["router"]["port"], "admin": values["router"]["adminPort"]}
+    if values["grpc"]["enabled"]:
+        expected["grpc"] = values["grpc"]["port"]
+        assert flag(args, "--grpc-port") == str(values["grpc"]["port"])
+    else:
+        assert flag(args, "--grpc-port") is None and flag(args, "--grpc-upstream") is None
+    assert ports == expected
     for extra in values["router"]["extraArgs"]:
         assert extra in args
 
@@ -81,7 +87,10 @@ def test_router_probes(rendered: tuple[dict[str, Any], list[Any]]) -> None:
     values, docs = rendered
     router = containers(docs)["router"]
     rp = values["router"]["readinessProbe"]
-    assert router["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
+    if rp["protocol"] == "grpc":
+        assert router["readinessProbe"]["grpc"]["port"] == values["grpc"]["port"]
+    else:
+        assert router["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
     assert router["readinessProbe"]["periodSeconds"] == rp["periodSeconds"]
     assert router["readinessProbe"]["failureThreshold"] == rp["failureThreshold"]
     assert router["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "admin"}
@@ -107,9 +116,13 @@ def test_service_and_pdb_select_only_model_server_pods(rendered: tuple[dict[str,
     values, docs = rendered
     pod_labels = model_deployment(docs)["spec"]["template"]["metadata"]["labels"]
     service = one(docs, "Service")
-    assert service["spec"]["ports"] == [
-        {"name": "http", "port": values["service"]["port"], "targetPort": "http", "protocol": "TCP"}
-    ]
+    expected = [{"name": "http", "port": values["service"]["port"], "targetPort": "http", "protocol": "TCP"}]
+    if values["grpc"]["enabled"]:
+        port = values["grpc"]["servicePort"]
+        expected.append(
+            {"name": "grpc", "port": port, "targetPort": "grpc", "protocol": "TCP", "appProtocol": "kubernetes.io/h2c"}
+        )
+    assert service["spec"]["ports"] == expected
     selectors = [service["spec"]["selector"]]
     if values["pdb"]["enabled"]:
         selectors.append(one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"])

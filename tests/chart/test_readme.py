@@ -58,3 +58,13 @@ def test_make_dist_packages_both_charts() -> None:
     check = (REPO / "scripts" / "dist-check.sh").read_text()
     for name in charts:
         assert f'"dist/{name}-$VERSION.tgz"' in check
+
+
+def test_a_wrapped_line_that_starts_with_a_flag_continues_the_description() -> None:
+    """``# --flag`` is a continuation (a flag wrapped to the line start), ``# -- text`` a new entry."""
+    text = "# -- The model (vLLM --model, llama.cpp\n# --hf-repo). Ignored by custom.\nmodel: x\n"
+    assert dict(_generator().documented(text)) == {
+        "model": "The model (vLLM --model, llama.cpp --hf-repo). Ignored by custom."
+    }
+    keys = dict(_generator().documented((CHART / "values.yaml").read_text()))
+    assert keys["modelServer.model"].endswith("llama.cpp --hf-repo). Ignored by custom.")

@@ -164,6 +164,64 @@ KEDA: dict[str, Any] = {
     },
 }
 
+GRPC_VLLM: dict[str, Any] = {
+    # vLLM in gRPC mode behind the router's gRPC listener, a GRPCRoute, the readiness probe on the
+    # router's grpc.health.v1, and the ModelService tearing the GRPCRoute down first.
+    "grpc": {"enabled": True},
+    "router": {"readinessProbe": {"protocol": "grpc"}},
+    "grpcRoute": {
+        "enabled": True,
+        "parentRefs": [{"name": "inference", "namespace": "gateways"}],
+        "hostnames": ["grpc.example.com"],
+        "methods": [{"service": "vllm.grpc.engine.VllmEngine"}],
+    },
+    "modelService": {"enabled": True},
+    "modelServer": {"image": {"repository": "registry.example.com/vllm-grpc", "tag": "v0.19.0"}},
+}
+
+GRPC_POOL: dict[str, Any] = {
+    # SGLang in gRPC mode behind an InferencePool (h2c) that a GRPCRoute sends to, beside the
+    # Service's HTTP port on other router ports.
+    "grpc": {"enabled": True, "port": 50051, "servicePort": 50051},
+    "router": {"port": 8090, "adminPort": 9191},
+    "modelServer": {"engine": "sglang", "image": {"tag": "v0.5.5"}},
+    "inferencePool": {"enabled": True, "endpointPicker": {"name": "llama-epp"}},
+    "grpcRoute": {
+        "enabled": True,
+        "backend": "InferencePool",
+        "parentRefs": [{"name": "inference"}],
+        "methods": [
+            {"service": "sglang.grpc.scheduler.SglangScheduler", "method": "Generate"},
+            {"type": "RegularExpression", "service": "sglang\\.grpc\\..*"},
+        ],
+    },
+    "modelService": {"enabled": True},
+}
+
+GRPC_TRITON: dict[str, Any] = {
+    # Triton as engine custom: HTTP on 8000 and gRPC on 8001 side by side, both behind the router.
+    "grpc": {"enabled": True, "modelServerPort": 8001},
+    "modelServer": {
+        "engine": "custom",
+        "image": {"repository": "nvcr.io/nvidia/tritonserver", "tag": "25.01-vllm-python-py3"},
+        "port": 8000,
+        "command": ["tritonserver"],
+        "args": [
+            "--model-repository=/models",
+            "--http-address=127.0.0.1",
+            "--http-port=8000",
+            "--grpc-address=127.0.0.1",
+            "--grpc-port=8001",
+            "--allow-metrics=false",
+            "--exit-timeout-secs=150",
+        ],
+    },
+    "router": {"upstreamHealthPath": "/v2/health/ready"},
+    "httpRoute": {"enabled": True, "parentRefs": [{"name": "inference"}]},
+    "grpcRoute": {"enabled": True, "parentRefs": [{"name": "inference"}]},
+    "networkPolicy": {"trafficFrom": [{"podSelector": {"matchLabels": {"app": "gateway"}}}]},
+}
+
 #: Model chart sets (every one renders a model server Deployment).
 WITH_WORKLOAD = [
     pytest.param({}, id="defaults"),
@@ -174,13 +232,16 @@ WITH_WORKLOAD = [
     pytest.param(POOL_WITHOUT_ROUTE, id="pool-without-route"),
     pytest.param(PLATFORM, id="platform"),
     pytest.param(KEDA, id="keda"),
+    pytest.param(GRPC_VLLM, id="grpc-vllm"),
+    pytest.param(GRPC_POOL, id="grpc-pool"),
+    pytest.param(GRPC_TRITON, id="grpc-triton"),
 ]
 ALL = WITH_WORKLOAD
 
 #: Controller chart sets.
 CONTROLLER_CLUSTER: dict[str, Any] = {
     "watch": {"allNamespaces": True},
-    "features": {"inferencePools": True, "forceDelete": True},
+    "features": {"inferencePools": True, "grpcRoutes": True, "forceDelete": True},
     "monitoring": {
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "dashboard": {"enabled": True, "namespace": "monitoring", "annotations": {"grafana_folder": "LLM"}},

@@ -45,6 +45,12 @@ fails the test on purpose.
   resources: [httproutes]
   verbs: [get, delete]
 {{- end }}
+{{- if $f.grpcRoutes }}
+# A GRPCRoute: the route itself (RouteRemoving), or the first workload object after the HTTPRoute.
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [grpcroutes]
+  verbs: [get, delete]
+{{- end }}
 {{- if $f.inferencePools }}
 # An InferencePool: the route itself (RouteRemoving) or a workload object deleted after the route.
 - apiGroups: [inference.networking.k8s.io]

@@ -46,7 +46,7 @@ app.kubernetes.io/part-of: drain-router
 {{- end }}
 {{- end -}}
 
-{{/* Labels and annotations of the objects the ModelService lists (Deployment, Service, HTTPRoute).
+{{/* Labels and annotations of the objects the ModelService lists (Deployment, Service, routes, pool).
 The drainrouter.dev/service label marks them as this service's own (the controller never deletes an
 object labelled with another service's name). helm.sh/resource-policy: keep makes `helm uninstall`
 leave them to the controller, which removes them in order: route, settle, workload, pods. */}}
@@ -97,6 +97,7 @@ helm.sh/resource-policy: keep
 {{- if and .Values.httpRoute.enabled (eq .Values.httpRoute.backend "InferencePool") (not .Values.inferencePool.enabled) -}}
 {{- fail "httpRoute.backend InferencePool needs inferencePool.enabled (the pool the route sends to)" -}}
 {{- end -}}
+{{- include "drain-router.validateGrpc" (dict "root" . "engine" $engine) -}}
 {{- $drain := int .Values.shutdownDrainSecs -}}
 {{- $grace := int .Values.terminationGraceSecs -}}
 {{- if and (gt $drain 0) (ge $drain $grace) -}}
@@ -144,24 +145,82 @@ helm.sh/resource-policy: keep
 {{- end -}}
 {{- end -}}
 
+{{/* The gRPC checks. Call with (dict "root" $ "engine" $engine). */}}
+{{- define "drain-router.validateGrpc" -}}
+{{- $v := .root.Values -}}
+{{- $g := $v.grpc -}}
+{{- $r := $v.router -}}
+{{- $e := .engine -}}
+{{- $name := $v.modelServer.engine -}}
+{{- if and (eq $r.readinessProbe.protocol "grpc") (not $g.enabled) -}}
+{{- fail "router.readinessProbe.protocol grpc needs grpc.enabled: the probe checks grpc.health.v1 on the router's gRPC listener" -}}
+{{- end -}}
+{{- if and $v.grpcRoute.enabled (not $g.enabled) -}}
+{{- fail "grpcRoute.enabled needs grpc.enabled: the route sends to the Service's grpc port, which only exists then" -}}
+{{- end -}}
+{{- if $g.enabled -}}
+{{- if and (ne $name "custom") (not $e.grpc.flag) -}}
+{{- fail (printf "grpc.enabled: modelServer.engine %s has no gRPC server (vllm and sglang have one; for another engine, Triton included, use engine custom with grpc.modelServerPort)" $name) -}}
+{{- end -}}
+{{- if kindIs "invalid" $e.grpc.port -}}
+{{- fail "grpc.enabled with modelServer.engine custom needs grpc.modelServerPort: the router's --grpc-upstream is http://127.0.0.1:<port> (Triton: 8001)" -}}
+{{- end -}}
+{{- if and $e.grpc.only (ne (int $e.grpc.port) (int $e.port)) -}}
+{{- fail (printf "grpc.modelServerPort %v: %s serves gRPC on its --port (modelServer.port %v) in gRPC mode; leave grpc.modelServerPort null" $e.grpc.port $name $e.port) -}}
+{{- end -}}
+{{- if has (int $g.port) (list (int $r.port) (int $r.adminPort)) -}}
+{{- fail (printf "grpc.port %v collides with a router port (router.port %v, router.adminPort %v): the gRPC listener needs a port of its own" $g.port $r.port $r.adminPort) -}}
+{{- end -}}
+{{- if has (int $g.port) (list (int $e.port) (int $e.grpc.port)) -}}
+{{- fail (printf "grpc.port %v collides with a model server port (%v, gRPC %v): the containers share the pod's network namespace" $g.port $e.port $e.grpc.port) -}}
+{{- end -}}
+{{- if has (int $e.grpc.port) (list (int $r.port) (int $r.adminPort)) -}}
+{{- fail (printf "grpc.modelServerPort %v collides with a router port (%v, %v): the containers share the pod's network namespace" $e.grpc.port $r.port $r.adminPort) -}}
+{{- end -}}
+{{- if eq (int $g.servicePort) (int $v.service.port) -}}
+{{- fail (printf "grpc.servicePort and service.port are both %v: the Service needs one port for HTTP and one for gRPC" $g.servicePort) -}}
+{{- end -}}
+{{- if and $e.grpc.only $v.httpRoute.enabled -}}
+{{- fail (printf "httpRoute.enabled with grpc.enabled: %s serves gRPC instead of HTTP in gRPC mode, so the HTTPRoute would reach no model server (use grpcRoute)" $name) -}}
+{{- end -}}
+{{- if and $e.grpc.only $e.healthPath -}}
+{{- fail (printf "router.upstreamHealthPath %q with grpc.enabled: %s serves no HTTP in gRPC mode, so /readyz would wait for it forever; leave it null (router.readinessProbe.protocol grpc follows the engine's gRPC health)" $e.healthPath $name) -}}
+{{- end -}}
+{{- if and $v.httpRoute.enabled (eq $v.httpRoute.backend "InferencePool") -}}
+{{- fail "httpRoute.backend InferencePool with grpc.enabled: the pool targets the router's gRPC port then (one protocol per pool, kubernetes.io/h2c); send the HTTPRoute to the Service, and gRPC to the pool with grpcRoute.backend InferencePool" -}}
+{{- end -}}
+{{- if and $v.grpcRoute.enabled (eq $v.grpcRoute.backend "InferencePool") (not $v.inferencePool.enabled) -}}
+{{- fail "grpcRoute.backend InferencePool needs inferencePool.enabled (the pool the route sends to)" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The engine preset, as YAML: image, port, health path, command, args (the model and the
-127.0.0.1 binding, then the drain flag, then modelServer.args). custom: the values themselves. */}}
+127.0.0.1 binding, then the drain flag, then the gRPC mode flag, then modelServer.args), the probe
+of the model server (http: curl of the health path; tcp: a connect to its port, for an engine that
+serves gRPC only; none), and with grpc.enabled the model server's gRPC port, whether that replaces
+its HTTP server, and the grpc.health.v1 service name that says it is ready. custom: the values
+themselves. */}}
 {{- define "drain-router.engine" -}}
 {{- $m := .Values.modelServer -}}
+{{- $g := .Values.grpc -}}
 {{- $e := $m.engine -}}
 {{- $p := dict -}}
+{{- /* grpcFlag: the engine's gRPC mode flag (none: no gRPC server). grpcOnly: it then serves gRPC
+instead of HTTP, on its --port. */ -}}
 {{- if eq $e "vllm" -}}
-{{- $p = dict "repository" "vllm/vllm-openai" "tag" "v0.18.0" "port" 8000 "healthPath" "/health" "command" (list) -}}
+{{- $p = dict "repository" "vllm/vllm-openai" "tag" "v0.18.0" "port" 8000 "healthPath" "/health" "command" (list) "grpcFlag" "--grpc" "grpcOnly" true "grpcHealthService" "vllm.grpc.engine.VllmEngine" -}}
 {{- else if eq $e "sglang" -}}
-{{- $p = dict "repository" "lmsysorg/sglang" "tag" "v0.5.2" "port" 30000 "healthPath" "/health" "command" (list "python3" "-m" "sglang.launch_server") -}}
+{{- $p = dict "repository" "lmsysorg/sglang" "tag" "v0.5.2" "port" 30000 "healthPath" "/health" "command" (list "python3" "-m" "sglang.launch_server") "grpcFlag" "--grpc-mode" "grpcOnly" true "grpcHealthService" "sglang.grpc.scheduler.SglangScheduler" -}}
 {{- else if eq $e "tgi" -}}
-{{- $p = dict "repository" "ghcr.io/huggingface/text-generation-inference" "tag" "3.3.4" "port" 8000 "healthPath" "/health" "command" (list) -}}
+{{- $p = dict "repository" "ghcr.io/huggingface/text-generation-inference" "tag" "3.3.4" "port" 8000 "healthPath" "/health" "command" (list) "grpcFlag" "" "grpcOnly" false "grpcHealthService" "" -}}
 {{- else if eq $e "llamacpp" -}}
-{{- $p = dict "repository" "ghcr.io/ggml-org/llama.cpp" "tag" "server" "port" 8000 "healthPath" "/health" "command" (list) -}}
+{{- $p = dict "repository" "ghcr.io/ggml-org/llama.cpp" "tag" "server" "port" 8000 "healthPath" "/health" "command" (list) "grpcFlag" "" "grpcOnly" false "grpcHealthService" "" -}}
 {{- else -}}
-{{- $p = dict "repository" "" "tag" "" "port" nil "healthPath" "" "command" (list) -}}
+{{- $p = dict "repository" "" "tag" "" "port" nil "healthPath" "" "command" (list) "grpcFlag" "" "grpcOnly" false "grpcHealthService" "" -}}
 {{- end -}}
 {{- $port := int (default $p.port $m.port) -}}
+{{- $grpcOnly := and $g.enabled $p.grpcOnly -}}
 {{- $args := list -}}
 {{- if eq $e "vllm" -}}
 {{- $args = list "--model" $m.model "--host" "127.0.0.1" "--port" (toString $port) -}}
@@ -175,16 +234,51 @@ helm.sh/resource-policy: keep
 {{- else if eq $e "llamacpp" -}}
 {{- $args = list "--hf-repo" $m.model "--host" "127.0.0.1" "--port" (toString $port) -}}
 {{- end -}}
+{{- if and $g.enabled $p.grpcFlag -}}
+{{- $args = append $args $p.grpcFlag -}}
+{{- end -}}
 {{- $health := $p.healthPath -}}
+{{- if $grpcOnly -}}
+{{- $health = "" -}}
+{{- end -}}
 {{- if not (kindIs "invalid" .Values.router.upstreamHealthPath) -}}
 {{- $health = .Values.router.upstreamHealthPath -}}
+{{- end -}}
+{{- $probe := "" -}}
+{{- if and $m.probes.enabled (ne $e "custom") -}}
+{{- if $grpcOnly -}}
+{{- $probe = "tcp" -}}
+{{- else if $health -}}
+{{- $probe = "http" -}}
+{{- end -}}
+{{- end -}}
+{{- $grpcPort := $g.modelServerPort -}}
+{{- if and $p.grpcOnly (kindIs "invalid" $grpcPort) -}}
+{{- $grpcPort = $port -}}
 {{- end -}}
 repository: {{ default $p.repository $m.image.repository | quote }}
 tag: {{ default $p.tag $m.image.tag | quote }}
 port: {{ $port }}
 healthPath: {{ $health | quote }}
+probe: {{ $probe | quote }}
 command: {{ toJson (default $p.command $m.command) }}
 args: {{ toJson (concat $args $m.args) }}
+grpc:
+  flag: {{ $p.grpcFlag | quote }}
+  only: {{ $grpcOnly }}
+  port: {{ if kindIs "invalid" $grpcPort }}null{{ else }}{{ int $grpcPort }}{{ end }}
+  healthService: {{ $p.grpcHealthService | quote }}
+{{- end -}}
+
+{{/* The model server's exec probe command (the kubelet's own probes go to the pod IP, which a server
+bound to 127.0.0.1 does not answer). Call with (dict "engine" $engine "timeout" seconds). */}}
+{{- define "drain-router.probeCommand" -}}
+{{- $e := .engine -}}
+{{- if eq $e.probe "tcp" -}}
+{{- toJson (list "python3" "-c" (printf "import socket; socket.create_connection(('127.0.0.1', %d), timeout=%d).close()" (int $e.port) (int .timeout))) -}}
+{{- else -}}
+{{- toJson (list "curl" "-fsS" "-o" "/dev/null" (printf "http://127.0.0.1:%d%s" (int $e.port) $e.healthPath) "--max-time" (toString .timeout)) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "drain-router.inferencePoolName" -}}
