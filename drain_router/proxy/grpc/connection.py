@@ -26,6 +26,9 @@ from drain_router.proxy.grpc import rules as r
 
 Headers = list[tuple[bytes, bytes]]
 
+#: Stream ids a connection remembers having reset, so that frames crossing the reset are ignored.
+REMEMBERED_RESETS = 256
+
 _DIRTY: list[Connection] = []
 """Connections with output gathered during this turn of the loop (one thread: a module list)."""
 
@@ -126,6 +129,9 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.last_peer_stream = 0
         """The highest stream id the peer opened (for GOAWAY)."""
+        self.reset_streams: dict[int, None] = {}
+        """The streams this end reset most recently (frames the peer sent before it saw the reset
+        are ignored, §5.1); the oldest are forgotten past :data:`REMEMBERED_RESETS`."""
 
     # -- the router's own frames ----------------------------------------------------------------
 
@@ -516,7 +522,14 @@ class Connection(asyncio.Protocol):
         leg.local_closed = leg.remote_closed = True
         if not self.closed:
             self.queue(frames.rst_stream(leg.sid, code))
+        self.note_reset(leg.sid)
         self.leg_gone(leg)
+
+    def note_reset(self, sid: int) -> None:
+        resets = self.reset_streams
+        resets[sid] = None
+        if len(resets) > REMEMBERED_RESETS:
+            del resets[next(iter(resets))]
 
     def local_ended(self, leg: Leg) -> None:
         leg.local_closed = True

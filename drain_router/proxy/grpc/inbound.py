@@ -116,13 +116,18 @@ class Inbound(Connection):
     def refuse(self, sid: int, code: int = frames.REFUSED_STREAM) -> None:
         """Refuse a new stream (it never reaches the model server); refusals count as resets."""
         self.queue(frames.rst_stream(sid, code))
+        self.note_reset(sid)
         self.calm(self.resets, "refused streams")
 
     # -- streams ----------------------------------------------------------------------------------
 
     def new_stream(self, sid: int, headers: Headers, end: bool) -> None:
-        if sid % 2 == 0 or sid <= self.last_peer_stream:
-            raise H2Error(frames.PROTOCOL_ERROR, "a new stream id must be odd and increasing")
+        if sid % 2 == 0:
+            raise H2Error(frames.PROTOCOL_ERROR, "a client's stream ids are odd")
+        if sid <= self.last_peer_stream:
+            if sid in self.reset_streams:
+                return  # sent before the peer saw the router's RST_STREAM: ignored (§5.1)
+            raise H2Error(frames.PROTOCOL_ERROR, "a new stream id must be higher than the last")
         self.last_peer_stream = sid
         listener = self.listener
         if self.shutdown_stage == 2 or len(self.legs) >= listener.max_streams:

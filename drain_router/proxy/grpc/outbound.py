@@ -61,6 +61,8 @@ class Outbound(Connection):
         self._on_limit(limit)
 
     def new_stream(self, sid: int, headers: Headers, end: bool) -> None:
+        if sid in self.reset_streams:
+            return  # sent before the model server saw the router's RST_STREAM: ignored (§5.1)
         raise H2Error(frames.PROTOCOL_ERROR, "the model server opened a stream")
 
     def goaway_received(self, last_stream: int, code: int) -> None:
