@@ -56,6 +56,14 @@ class State:
     def active(self) -> int:
         return self.started - self.finished - self.cancelled
 
+    @property
+    def status(self) -> str:
+        """``ok`` while serving; ``unhealthy`` (a test flipped ``healthy``) or ``shutting_down`` else:
+        what ``/health`` answers."""
+        if self.shutting_down:
+            return "shutting_down"
+        return "ok" if self.healthy else "unhealthy"
+
     def stats(self) -> dict[str, int]:
         return {
             "started": self.started,
