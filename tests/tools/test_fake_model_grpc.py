@@ -4,6 +4,9 @@ HealthCheck), grpc.health.v1, the Triton-shaped raw-bytes service, and its count
 from __future__ import annotations
 
 import contextlib
+import json
+import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -16,8 +19,10 @@ from smg_grpc_proto.generated import vllm_engine_pb2 as pb
 from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
 
 from drain_router.tools import fake_model
+from drain_router.tools import process as process_
 from drain_router.tools.fake_model import grpc_engine, grpc_inference, grpc_server, testing
 from drain_router.tools.process import wait_until
+from tests.process import log_path
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -199,3 +204,115 @@ async def test_stats_expose_the_grpc_counters(serve: Serve) -> None:
         "active": 0,
         "cancellations": [],
     }
+
+
+async def test_a_port_in_use_is_refused(serve: Serve) -> None:
+    """A second endpoint on a port in use fails to bind (OSError: the CLI's "cannot listen", exit 2)
+    instead of sharing the port through SO_REUSEPORT, grpcio's default."""
+    served = await serve()
+    second = grpc_server.GrpcEndpoint(fake_model.Settings(), fake_model.State())
+    with pytest.raises(OSError, match=r"gRPC on 127\.0\.0\.1"):
+        await second.start("127.0.0.1", served.model.grpc_port)
+    await second.stop(0)
+
+
+# -- SIGTERM with vLLM's --shutdown-timeout, on a real process. --------------------------------------
+
+
+class ModelProcess:
+    """``drain-router fake-model --grpc-port 0`` as a child process, and the events it logged."""
+
+    def __init__(self, *args: str) -> None:
+        argv = [sys.executable, "-m", "drain_router", "fake-model", "--port", "0", "--grpc-port", "0", *args]
+        self.proc = process_.Process("fake-model", argv, log_path("fake-model"))
+        self.events: list[dict[str, Any]] = []
+
+    async def event(self, name: str, timeout: float = 20) -> dict[str, Any]:
+        """The first ``name`` event, once logged."""
+
+        def logged() -> dict[str, Any] | None:
+            exited = not self.proc.alive
+            for line in self.proc.new_lines():
+                with contextlib.suppress(ValueError):
+                    self.events.append(json.loads(line))
+            found = [e for e in self.events if e.get("event") == name]
+            if not found and exited:
+                raise self.proc.failed(f"exited without a {name} event")
+            return found[0] if found else None
+
+        event: dict[str, Any] = await wait_until(logged, timeout, f"a {name} event")
+        return event
+
+
+@pytest.fixture
+async def model_process() -> AsyncIterator[Callable[..., Awaitable[tuple[ModelProcess, Any]]]]:
+    """``await model_process(*args)``: a listening fake model process and a channel to its gRPC port."""
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def start(*args: str) -> tuple[ModelProcess, Any]:
+            model = ModelProcess(*args)
+            model.proc.start()
+            stack.callback(model.proc.kill)
+            listening = await model.event("fake_model.listening")
+            target = f"127.0.0.1:{listening['grpc_port']}"
+            channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))
+            return model, channel
+
+        yield start
+
+
+async def _http_stats(model: ModelProcess) -> dict[str, Any]:
+    port = (await model.event("fake_model.listening"))["port"]
+    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/stats") as resp:
+        stats: dict[str, Any] = await resp.json()
+        return stats
+
+
+@pytest.mark.slow
+async def test_sigterm_lets_a_grpc_call_finish_within_the_timeout(model_process: Any) -> None:
+    """1. a Generate of 25 tokens, 20 ms apart, runs; a grpc.health Watch is open 2. SIGTERM
+    (--shutdown-timeout 10). Result: health turns NOT_SERVING; new calls are refused; the Generate
+    still streams every token; the process exits 0 once it ended, long before the timeout."""
+    model, channel = await model_process("--shutdown-timeout", "10", "--interval-ms", "20")
+    engine, health = pb_grpc.VllmEngineStub(channel), health_pb2_grpc.HealthStub(channel)
+    watch = health.Watch(health_pb2.HealthCheckRequest(service=grpc_engine.SERVICE))
+    assert (await watch.read()).status == SERVING
+    call = engine.Generate(_generate("drained", 25))
+    first = await call.read()
+    assert (await _http_stats(model))["grpc"]["active"] == 1
+    signalled = time.monotonic()
+    model.proc.signal(signal.SIGTERM)
+    assert (await watch.read()).status == health_pb2.HealthCheckResponse.NOT_SERVING
+    watch.cancel()
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await engine.HealthCheck(pb.HealthCheckRequest())
+    assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+    rest = await _rest(call)
+    assert _tokens([first, *rest]) == list(range(25))
+    assert rest[-1].complete.finish_reason == "length"
+    assert await model.proc.wait_exit(10) == 0
+    assert time.monotonic() - signalled < 5, "the shutdown waited past the end of the last call"
+    assert (await model.event("fake_model.stopping"))["grpc_active"] == 1, "the call had ended before SIGTERM"
+    stopped = (await model.event("fake_model.stopped"))["grpc"]
+    assert (stopped["completed"], stopped["shutdown_aborted"], stopped["cancelled"]) == (1, 0, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("timeout", [0.0, 0.5], ids=["zero-aborts-at-once", "deadline"])
+async def test_sigterm_aborts_a_grpc_call_past_the_timeout(model_process: Any, timeout: float) -> None:
+    """1. a Generate of 1000 tokens, 20 ms apart, runs 2. SIGTERM (--shutdown-timeout 0 or 0.5).
+    Result: at the timeout the call ends UNAVAILABLE, short of its tokens, counted as aborted by the
+    shutdown (not as a client's cancel); the process exits 0."""
+    model, channel = await model_process("--shutdown-timeout", str(timeout), "--interval-ms", "20")
+    call = pb_grpc.VllmEngineStub(channel).Generate(_generate("cut", 1000))
+    await call.read()
+    signalled = time.monotonic()
+    model.proc.signal(signal.SIGTERM)
+    with pytest.raises(grpc.aio.AioRpcError) as aborted:
+        await _rest(call)
+    took = time.monotonic() - signalled
+    assert aborted.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert timeout <= took < timeout + 1.5, took
+    assert await model.proc.wait_exit(10) == 0
+    stopped = (await model.event("fake_model.stopped"))["grpc"]
+    assert (stopped["shutdown_aborted"], stopped["cancelled"], stopped["completed"]) == (1, 0, 0)

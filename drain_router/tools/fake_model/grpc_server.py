@@ -22,6 +22,10 @@ OPTIONS = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 )
+"""The channel options a client needs too, to carry messages that large."""
+SERVER_OPTIONS = (*OPTIONS, ("grpc.so_reuseport", 0))
+"""No SO_REUSEPORT (grpcio's default sets it): a second server on a port in use fails to bind
+instead of sharing its connections."""
 
 
 class GrpcEndpoint:
@@ -30,7 +34,7 @@ class GrpcEndpoint:
     def __init__(self, settings: openai.Settings, state: State) -> None:
         self.state = state
         self.health = health.aio.HealthServicer()
-        self.server = grpc.aio.server(options=OPTIONS)
+        self.server = grpc.aio.server(options=SERVER_OPTIONS)
         self.server.add_generic_rpc_handlers(
             (grpc_engine.handler(settings, state), grpc_inference.handler(settings, state))
         )
