@@ -11,15 +11,20 @@ chunks; a complete stream ends with ``data: [DONE]``.
 - :mod:`.state`: what a server has seen and a test may steer (:class:`State`);
 - :mod:`.session`: one realtime session's conversation;
 - :mod:`.serve`: the CLI process, with vLLM's ``--shutdown-timeout`` semantics on SIGTERM;
-- :mod:`.testing`: the same application in a test's event loop (:func:`testing.running`).
+- :mod:`.testing`: the same application in a test's event loop (:func:`testing.running`);
+- :mod:`.grpc_server`: the optional gRPC endpoint (``--grpc-port``; grpcio is loaded only then), with
+  :mod:`.grpc_engine` (vLLM's engine service), :mod:`.grpc_inference` (a Triton-shaped raw-bytes
+  service) and :mod:`.calls` (what it counts, in :attr:`State.grpc`).
 
 Endpoints: ``POST /v1/completions`` and ``/v1/chat/completions`` (``"stream": true`` answers
 server-sent events; the query parameters or JSON fields ``chunks`` (or ``max_tokens``),
 ``interval_ms`` and ``first_token_ms`` override the defaults), ``GET /health`` (200 while serving),
 ``GET /stats`` (``started``, ``finished``, ``cancelled``, ``active``, and the realtime ``sessions``
-open now, ``sessions_opened``, ``sessions_closed``), ``GET /v1/models``; ``GET /v1/realtime``, a
-WebSocket session with OpenAI-Realtime-shaped events (:mod:`.realtime`); and, for
-proxy tests, ``/sse``, ``/echo``, ``/cut``, ``/short``, ``/lowercase-hops``, ``/status/{code}``.
+open now, ``sessions_opened``, ``sessions_closed``; the gRPC calls' counters under ``grpc``),
+``GET /v1/models``; ``GET /v1/realtime``, a WebSocket session with OpenAI-Realtime-shaped events
+(:mod:`.realtime`); and, for proxy tests, ``/sse``, ``/echo``, ``/cut``, ``/short``,
+``/lowercase-hops``, ``/status/{code}``. With ``--grpc-port``, gRPC on its own port
+(:mod:`.grpc_server`).
 """
 
 from drain_router.tools.fake_model.app import make_app

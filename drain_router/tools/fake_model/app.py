@@ -72,12 +72,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def health(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    if state.shutting_down:
-        return web.json_response({"status": "shutting_down"}, status=503)
-    if not state.healthy:
-        return web.json_response({"status": "unhealthy"}, status=503)
-    return web.json_response({"status": "ok"})
+    status = request.app[STATE].status
+    return web.json_response({"status": status}, status=200 if status == "ok" else 503)
 
 
 async def stats(request: web.Request) -> web.Response:

@@ -65,7 +65,14 @@ async def shut_down(runner: web.BaseRunner, state: fake_state.State, timeout: fl
 
 
 async def serve(
-    settings: openai.Settings, *, host: str, port: int, uds: str | None, exit_on_sigterm: bool, shutdown_timeout: float
+    settings: openai.Settings,
+    *,
+    host: str,
+    port: int,
+    uds: str | None,
+    grpc_port: int | None = None,
+    exit_on_sigterm: bool,
+    shutdown_timeout: float,
 ) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -83,6 +90,12 @@ async def serve(
     site = web.UnixSite(runner, uds) if uds else web.TCPSite(runner, host, port)
     await site.start()
     address: dict[str, Any] = {"uds": uds} if uds else {"host": host, "port": runner.addresses[0][1]}
+    grpc_endpoint = None
+    if grpc_port is not None:
+        from drain_router.tools.fake_model import grpc_server  # grpcio: the demo extra, loaded only if asked
+
+        grpc_endpoint = grpc_server.GrpcEndpoint(settings, state)
+        address["grpc_port"] = await grpc_endpoint.start(host, grpc_port)
     _log(
         "fake_model.listening",
         **address,
@@ -95,8 +108,16 @@ async def serve(
     try:
         await stop.wait()
     finally:
-        _log("fake_model.stopping", active=state.active, shutdown_timeout_secs=shutdown_timeout)
-        aborted = await shut_down(runner, state, shutdown_timeout)
+        _log(
+            "fake_model.stopping",
+            active=state.active,
+            grpc_active=state.grpc.active,
+            shutdown_timeout_secs=shutdown_timeout,
+        )
+        grpc_stopped = None if grpc_endpoint is None else asyncio.create_task(grpc_endpoint.stop(shutdown_timeout))
+        aborted = await shut_down(runner, state, shutdown_timeout)  # the HTTP side, meanwhile
+        if grpc_stopped is not None:
+            await grpc_stopped
         _log("fake_model.stopped", aborted=aborted, **state.stats())
 
 
@@ -114,6 +135,14 @@ def _log(event: str, **fields: Any) -> None:
     help="Listen port; 0 picks a free one (printed in the 'fake_model.listening' line).",
 )
 @click.option("--uds", default=None, metavar="PATH", help="Listen on this Unix socket instead of TCP.")
+@click.option(
+    "--grpc-port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    help="Also serve gRPC on --host and this port: vLLM's engine service (vllm.grpc.engine.VllmEngine), "
+    "grpc.health.v1 and a Triton-shaped raw-bytes service; 0 picks a free one (printed as grpc_port in the "
+    "'fake_model.listening' line). Unset: no gRPC. Needs the demo extra.",
+)
 @field_option(
     openai.Settings,
     "chunks",
@@ -151,6 +180,7 @@ def command(
     host: str,
     port: int,
     uds: str | None,
+    grpc_port: int | None,
     chunks: int,
     interval_ms: int,
     first_token_ms: int,
@@ -163,13 +193,17 @@ def command(
     POST /v1/completions and /v1/chat/completions ("stream": true for server-sent events, each
     chunk numbered by "seq", ending "data: [DONE]"); GET /v1/realtime (a WebSocket session with
     OpenAI-Realtime-shaped events: response.create is answered with numbered response.text.delta
-    events, then response.done); GET /health; GET /stats (started, finished, cancelled, sessions).
+    events, then response.done); GET /health; GET /stats (started, finished, cancelled, sessions,
+    and the gRPC calls). With --grpc-port, gRPC too: vLLM's engine service (Generate streams
+    numbered tokens, Abort, HealthCheck), grpc.health.v1, and a Triton-shaped raw-bytes service
+    (inference.GRPCInferenceService: ModelStreamInfer, Echo).
     It generates nothing real: it paces numbered chunks.
 
     \b
     On SIGTERM or SIGINT it shuts down as `vllm serve --shutdown-timeout N` does:
       1. stop accepting: the listener closes, idle keep-alive connections close;
-      2. in-flight completions finish, for up to N s (--shutdown-timeout-secs);
+         gRPC health turns NOT_SERVING, then every gRPC connection gets a GOAWAY;
+      2. in-flight completions and gRPC calls finish, for up to N s (--shutdown-timeout-secs);
       3. those still running at the deadline are aborted, open realtime sessions
          get a Close 1001 (Going Away); exit 0.
     """
@@ -181,10 +215,14 @@ def command(
                 host=host,
                 port=port,
                 uds=uds,
+                grpc_port=grpc_port,
                 exit_on_sigterm=exit_on_sigterm,
                 shutdown_timeout=shutdown_timeout_secs,
             )
         )
     except OSError as exc:
         click.echo(f"fake-model: cannot listen: {exc}", err=True)
+        sys.exit(2)
+    except ImportError as exc:  # --grpc-port without grpcio
+        click.echo(f"fake-model: --grpc-port needs the demo extra (pip install 'drain-router[demo]'): {exc}", err=True)
         sys.exit(2)

@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from drain_router.tools.fake_model import openai
+from drain_router.tools.fake_model.calls import GrpcCalls
 from drain_router.tools.fake_model.session import Session
 
 
@@ -30,7 +31,8 @@ class State:
     cancelled: int = 0
     """Completions abandoned: the client went away, or a shutdown aborted them at its deadline."""
     healthy: bool = True
-    """``/health`` answers 200 only while this is true and no shutdown started; tests flip it."""
+    """``/health`` answers 200 (and the gRPC ``HealthCheck`` healthy) only while this is true and no
+    shutdown started; tests flip it."""
     shutting_down: bool = False
     last_headers: dict[str, str] = dataclasses.field(default_factory=dict)
     """The headers of the last completion, ``/sse`` or ``/echo`` request."""
@@ -51,12 +53,22 @@ class State:
     ``server_<code>`` (this server closed first: 1001 at a shutdown), ``abnormal`` (the connection
     was lost without a Close)."""
     session_seen: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    grpc: GrpcCalls = dataclasses.field(default_factory=GrpcCalls)
+    """The gRPC endpoint's calls (``--grpc-port``), counted apart from the HTTP completions."""
 
     @property
     def active(self) -> int:
         return self.started - self.finished - self.cancelled
 
-    def stats(self) -> dict[str, int]:
+    @property
+    def status(self) -> str:
+        """``ok`` while serving; ``unhealthy`` (a test flipped ``healthy``) or ``shutting_down`` else:
+        what ``/health`` and the gRPC ``HealthCheck`` answer."""
+        if self.shutting_down:
+            return "shutting_down"
+        return "ok" if self.healthy else "unhealthy"
+
+    def stats(self) -> dict[str, Any]:
         return {
             "started": self.started,
             "finished": self.finished,
@@ -65,6 +77,7 @@ class State:
             "sessions": len(self.sessions),
             "sessions_opened": self.sessions_opened,
             "sessions_closed": sum(self.session_ends.values()),
+            "grpc": self.grpc.stats(),
         }
 
 
