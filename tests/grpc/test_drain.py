@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hyperframe import frame as hf
 
 from drain_router.tools.process import wait_until
-from tests import grpcupstream
+from tests import grpcupstream, rawh2upstream
 from tests.grpc.conftest import StartGrpcRouter, inflight
 from tests.h2client import RawClient, message, request_headers
 
@@ -160,3 +160,24 @@ def grpcupstream_request(path: str) -> list[tuple[str, str]]:
 
 def _message(body: bytes) -> bytes:
     return message(body)
+
+
+def _plain_open(stream_id, encoder):  # type: ignore[no-untyped-def]
+    block = encoder.encode([(":status", "200"), ("content-type", "text/event-stream")])
+    return [hf.HeadersFrame(stream_id, data=block, flags=["END_HEADERS"]), hf.DataFrame(stream_id, data=b"data: 1\n\n")]
+
+
+async def test_at_the_deadline_a_plain_h2c_stream_is_reset_cancel(grpc_router: StartGrpcRouter) -> None:
+    """A non-gRPC stream has no trailers to carry a status: at the deadline it gets RST_STREAM CANCEL."""
+    async with rawh2upstream.serving(_plain_open) as port:
+        router = await grpc_router("--termination-grace-secs", "3", grpc_upstream=f"http://127.0.0.1:{port}")
+        client = await RawClient.connect(router.grpc_port)
+        client.headers(
+            1, [(":method", "GET"), (":scheme", "http"), (":path", "/events"), (":authority", "x")], end_stream=True
+        )
+        await client.wait_for(lambda c: c.received_data(1), what="the first event")
+        router.signal(signal.SIGTERM)
+        reset = await client.wait_for(lambda c: c.of(hf.RstStreamFrame, 1), timeout=10, what="the deadline's reset")
+        assert reset[0].error_code == 8  # CANCEL
+        assert await router.wait(10) == 1
+        client.close()
