@@ -101,10 +101,10 @@ class Upstream:
 
 @contextlib.asynccontextmanager
 async def running(
-    *, max_streams: int | None = None, options: tuple[tuple[str, Any], ...] = ()
+    *, max_streams: int | None = None, options: tuple[tuple[str, Any], ...] = (), unix_path: str | None = None
 ) -> AsyncIterator[Upstream]:
     """The test upstream on a free loopback port (``max_streams``: its SETTINGS_MAX_CONCURRENT_STREAMS;
-    ``options``: more grpc server options)."""
+    ``options``: more grpc server options; ``unix_path``: a Unix socket instead of a port)."""
     upstream = Upstream()
     options = [*OPTIONS, *options]
     if max_streams is not None:
@@ -118,7 +118,10 @@ async def running(
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     upstream.health = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(upstream.health, server)
-    upstream.port = server.add_insecure_port("127.0.0.1:0")
+    if unix_path is not None:
+        server.add_insecure_port(f"unix:{unix_path}")
+    else:
+        upstream.port = server.add_insecure_port("127.0.0.1:0")
     upstream.server = server
     await server.start()
     try:

@@ -141,3 +141,12 @@ async def test_many_concurrent_streams_share_the_upstream_connections(
         counts = await asyncio.gather(*(one() for _ in range(64)))
     assert counts == [200] * 64
     assert await grpc_requests(router) == {("0", "completed"): 64.0}
+
+
+async def test_a_model_server_on_a_unix_socket(grpc_router: StartGrpcRouter, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "engine.sock")
+    async with grpcupstream.running(unix_path=path) as on_socket:
+        router = await grpc_router(grpc_upstream=f"unix:{path}")
+        async with grpcupstream.channel(router.grpc_port) as ch:
+            assert await grpcupstream.method(ch, "Echo")(b"via a socket", timeout=5) == b"via a socket"
+    assert on_socket.calls == ["Echo"]
