@@ -125,7 +125,8 @@ class Metrics:
             PREFIX + "connections_refused",
             "Client connections closed unserved: reason connection_limit (the traffic listener's cap, "
             "keeping the descriptor reserve), header_timeout (a request head too slow) or "
-            "admin_connection_limit (the admin listener's cap, its own share of the reserve).",
+            "admin_connection_limit (the admin listener's cap, its own share of the reserve) or "
+            "grpc_connection_limit (the gRPC listener's share).",
             ["reason"],
             registry=registry,
         )

@@ -210,7 +210,10 @@ class Router:
 
     async def _start_main(self, stack: contextlib.AsyncExitStack) -> None:
         assert self.pool is not None
-        listener = TrafficListener(self.state, self.pool, connection_limit=tuning.traffic_connection_limit())
+        limit = tuning.traffic_connection_limit()
+        if self.config.grpc.port is not None:
+            limit -= tuning.grpc_connection_limit(limit)
+        listener = TrafficListener(self.state, self.pool, connection_limit=limit)
         self.port = await listener.start(self.config.proxy.host, self.config.proxy.port)
         self.listener = listener
         stack.callback(listener.close)
@@ -219,7 +222,12 @@ class Router:
         grpc = self.config.grpc
         if grpc.port is None or grpc.upstream is None:
             return
-        listener = GrpcListener(self.state, grpc.upstream, float(self.config.proxy.upstream_connect_timeout_secs))
+        listener = GrpcListener(
+            self.state,
+            grpc.upstream,
+            float(self.config.proxy.upstream_connect_timeout_secs),
+            connection_limit=tuning.grpc_connection_limit(tuning.traffic_connection_limit()),
+        )
         stack.callback(listener.close)
         self.grpc_port = await listener.start(self.config.proxy.host, grpc.port)
         self.grpc = listener
@@ -279,6 +287,7 @@ class Router:
                     port=self.port,
                     admin_port=self.admin_port,
                     grpc_port=self.grpc_port,
+                    grpc_connection_limit=self.grpc.connection_limit if self.grpc else None,
                     connection_limit=self.listener.connection_limit if self.listener else None,
                     admin_connection_limit=tuning.ADMIN_CONNECTION_LIMIT,
                     upstream=cfg.proxy.upstream.url,

@@ -59,6 +59,18 @@ def traffic_connection_limit(nofile_soft: int | None = None) -> int:
     return max((nofile_soft - RESERVED_FDS) // 2, 1)
 
 
+#: With ``--grpc-port``, the gRPC listener's share of the traffic connection limit: an HTTP/2
+#: connection carries up to 100 streams, so an eighth of the descriptors carries more streams than
+#: the rest carry requests.
+GRPC_SHARE = 8
+
+
+def grpc_connection_limit(traffic_limit: int) -> int:
+    """The gRPC listener's connection cap, taken out of :func:`traffic_connection_limit`'s so the two
+    listeners together stay inside the descriptor budget."""
+    return max(traffic_limit // GRPC_SHARE, 1)
+
+
 @contextlib.contextmanager
 def serving_gc() -> Iterator[None]:
     """Collect and freeze what startup allocated, run with a larger gen-0 threshold, and freeze again

@@ -3,6 +3,7 @@ gets GOAWAY with the right code, costs bounded memory, and leaves the in-flight 
 
 from __future__ import annotations
 
+import aiohttp
 import psutil
 from hyperframe import frame as hf
 
@@ -216,3 +217,40 @@ async def test_the_advertised_limit_never_exceeds_the_model_servers(grpc_router:
         found = await client.wait_for(lambda c: [f for f in c.of(hf.SettingsFrame) if f.settings], what="SETTINGS")
         assert found[0].settings[MAX_CONCURRENT_STREAMS] == 10
         client.close()
+
+
+async def test_connections_past_the_grpc_share_of_descriptors_get_goaway(upstream: grpcupstream.Upstream) -> None:
+    """A router held to 208 descriptors: the traffic budget (48 connections) is split, an eighth (6) to
+    the gRPC listener; a 7th h2c connection gets GOAWAY ENHANCE_YOUR_CALM at once, is counted, and the
+    six keep working."""
+    import resource
+
+    from drain_router.proxy import tuning
+    from tests.process import RouterProcess
+
+    def tight() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (208, 208))
+
+    total = tuning.traffic_connection_limit(208)
+    share = tuning.grpc_connection_limit(total)
+    router = await RouterProcess.start(
+        "--upstream", "http://127.0.0.1:9", "--shutdown-drain-secs", "0", "--grpc-port", "0",
+        "--grpc-upstream", f"http://127.0.0.1:{upstream.port}", preexec_fn=tight,
+    )  # fmt: skip
+    try:
+        listening = await router.wait_event("startup.listening")
+        assert (listening["connection_limit"], listening["grpc_connection_limit"]) == (total - share, share) == (42, 6)
+        held = [await RawClient.connect(router.grpc_port) for _ in range(share)]
+        for client in held:
+            await client.wait_for(lambda c: c.of(hf.SettingsFrame), what="SETTINGS")
+        refused = await RawClient.connect(router.grpc_port)
+        goaway = await refused.goaway()
+        assert (goaway.error_code, goaway.last_stream_id) == (ENHANCE_YOUR_CALM, 0)
+        held[0].call(1, "/t.T/Echo", b"still served")
+        await held[0].wait_for(lambda c: c.received_data(1), what="an answer on a held connection")
+        async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{router.admin_port}/metrics") as resp:
+            assert 'drain_router_connections_refused_total{reason="grpc_connection_limit"} 1.0' in await resp.text()
+        for client in [*held, refused]:
+            client.close()
+    finally:
+        await router.kill()

@@ -35,6 +35,8 @@ class Listener(Site, Protocol):
     """What a client connection needs from the listener above it."""
 
     max_streams: int
+    connection_limit: int
+    conns: set[Inbound]
     local_health: set[LocalHealth]
 
     @property
@@ -66,8 +68,16 @@ class Inbound(Connection):
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family != socket.AF_UNIX:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        listener = self.listener
+        if len(listener.conns) >= listener.connection_limit:
+            # Past the descriptor share: told at once (a client retries elsewhere), never registered.
+            listener.metrics.connections_refused.labels("grpc_connection_limit").inc()
+            transport.write(frames.settings({}) + frames.goaway(0, frames.ENHANCE_YOUR_CALM, b"connection limit"))
+            self.closed = True
+            transport.close()
+            return
         transport.write(self.local_settings())
-        self.listener.opened(self)
+        listener.opened(self)
 
     def extra_settings(self) -> dict[int, int]:
         return {frames.MAX_CONCURRENT_STREAMS: self.listener.max_streams}
@@ -75,7 +85,7 @@ class Inbound(Connection):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.ping_timer is not None:
             self.ping_timer.cancel()
-        self.listener.closed(self)
+        self.listener.closed(self)  # (a refused connection was never registered: a no-op)
         super().connection_lost(exc)
 
     def before_frames(self) -> bool:

@@ -27,8 +27,12 @@ log = logs.get("drain_router.grpc")
 
 
 class GrpcListener:
-    def __init__(self, state: RouterState, upstream: Upstream, connect_timeout: float) -> None:
+    def __init__(
+        self, state: RouterState, upstream: Upstream, connect_timeout: float, *, connection_limit: int
+    ) -> None:
         self.state = state
+        self.connection_limit = connection_limit
+        """Client connections at once (its share of the descriptors); one past it gets GOAWAY."""
         self.inflight: InFlight = state.inflight
         self.metrics: Metrics = state.metrics
         self.access_log = state.config.log.access_log
