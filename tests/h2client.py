@@ -131,16 +131,7 @@ class RawClient:
         return found[0]
 
     async def wait_closed(self, timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.closed:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(f"still open after {timeout} s; saw {self.summary()}")
-            self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
-            except TimeoutError:
-                pass
+        await self.wait_for(lambda c: c.closed, timeout, "the close")
 
     def received_data(self, stream_id: int) -> bytes:
         return b"".join(f.data for f in self.of(hf.DataFrame, stream_id))

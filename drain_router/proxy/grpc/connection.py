@@ -216,6 +216,15 @@ class Connection(asyncio.Protocol):
                 transport.close()
         self.drop_legs()
 
+    def close(self) -> None:
+        """Close after what is gathered is written (a graceful end: every stream is done)."""
+        if self.closed:
+            return
+        self.flush()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.transport = None

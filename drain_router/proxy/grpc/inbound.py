@@ -198,11 +198,3 @@ class Inbound(Connection):
         if not self.legs:
             self.close()
         flush_all()
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.flush()
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()

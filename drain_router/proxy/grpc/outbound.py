@@ -80,14 +80,6 @@ class Outbound(Connection):
         if self.goaway is not None and not self.legs and not self.closed:
             self.close()
 
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.flush()
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self.settled.set()
