@@ -3,7 +3,9 @@
 python -m bench                 full run (~10-15 min): results JSON, chart, docs table
 python -m bench --quick         a few minutes, same shape, fewer/shorter rounds
 python -m bench --smoke --results DIR --no-docs    seconds; what ``make test`` runs
-python -m bench report [FILE]   redraw the table and chart from a results file (default: latest full)
+python -m bench --workloads grpc    only some workloads (names or groups: http, ws, grpc)
+python -m bench report [FILE]   redraw the table and chart from a results file (default: the latest full
+                                run, with the latest full runs of the workloads it lacks)
 python -m bench profile         py-spy on the router under load (needs py-spy)
 """
 
@@ -56,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(targets.DEFAULT_TARGETS),
         help=f"comma-separated, from {','.join(report.TARGET_ORDER)} (default: %(default)s)",
     )
+    parser.add_argument(
+        "--workloads",
+        help=f"comma-separated workloads or groups, from {','.join((*runner.WORKLOADS, *runner.WORKLOAD_GROUPS))} "
+        "(default: all)",
+    )
     parser.add_argument("--rounds", type=int, help="override the mode's number of rounds")
     parser.add_argument("--seconds", type=float, help="override the mode's measurement window")
     parser.add_argument("--results", type=Path, default=runner.RESULTS_DIR, help="where the JSON goes")
@@ -71,14 +78,21 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(names) - set(report.TARGET_ORDER)
     if unknown:
         parser.error(f"unknown target(s) {sorted(unknown)}; choose from {list(report.TARGET_ORDER)}")
-    bench = runner.Bench(plan, names, _log)
+    try:
+        workloads = runner.select_workloads(args.workloads)
+    except ValueError as exc:
+        parser.error(str(exc))
+    bench = runner.Bench(plan, names, _log, workloads)
     import uvloop
 
     results = uvloop.run(bench.run())
     results["derived"] = report.summarize(results)
     path = runner.write_results(results, args.results)
     chart_path = CHART if args.docs else args.results / (path.stem + ".png")
-    publish(results, path, docs=DOCS if args.docs else None, chart_path=chart_path)
+    # The docs table shows every workload: a run of some of them is shown beside the latest full
+    # runs of the others.
+    shown = report.with_missing(results, runner.RESULTS_DIR) if args.docs else results
+    publish(shown, path, docs=DOCS if args.docs else None, chart_path=chart_path)
     return 0
 
 
@@ -87,12 +101,12 @@ def cmd_report(argv: list[str]) -> int:
     parser.add_argument("file", nargs="?", type=Path, help="results JSON (default: latest full run)")
     parser.add_argument("--no-docs", dest="docs", action="store_false")
     args = parser.parse_args(argv)
-    path = args.file or report.latest(runner.RESULTS_DIR)
-    if path is None:
+    paths = [args.file] if args.file else report.latest_set(runner.RESULTS_DIR)
+    if not paths:
         _log("no results yet: run `make bench` first")
         return 1
-    results = json.loads(path.read_text())
-    publish(results, path, docs=DOCS if args.docs else None, chart_path=CHART if args.docs else None)
+    results = report.combine([json.loads(p.read_text()) for p in paths])
+    publish(results, paths[0], docs=DOCS if args.docs else None, chart_path=CHART if args.docs else None)
     return 0
 
 

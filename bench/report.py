@@ -67,6 +67,25 @@ METRICS: dict[str, list[tuple[str, str, bool]]] = {
         ("kib_per_session", "KiB/session", False),
         ("sessions_open", "sessions", True),
     ],
+    "grpc_stream": [
+        ("messages_per_s", "messages/s", True),
+        ("target_cpu_us_per_unit", "CPU µs/message", False),
+        ("target_core", "cores", False),
+        ("calls_done", "calls", True),
+        ("loadgen_core", "cores", False),
+        ("errors", "", False),
+    ],
+    "grpc_unary": [
+        ("rate", "calls/s", True),
+        ("lat_mean_ms", "ms", False),
+        ("target_cpu_us_per_unit", "CPU µs/call", False),
+        ("loadgen_core", "cores", False),
+        ("errors", "", False),
+    ],
+    "grpc_idle_hold": [
+        ("kib_per_stream", "KiB/stream", False),
+        ("streams_open", "streams", True),
+    ],
     "drain": [
         ("readyz_503_ms", "ms", False),
         ("exit_after_last_stream_ms", "ms", False),
@@ -145,7 +164,14 @@ def _num(value: Any) -> bool:
 def noise(summary: dict[str, Any]) -> dict[str, Any]:
     """Round-to-round spread ((max - min) / median) of each target's headline metric; the direct
     column is the noise floor of the machine and the client."""
-    heads = {"small_get": "rate", "sse_burst": "streams_per_s", "upload_1mib": "mib_per_s", "ws_echo": "messages_per_s"}
+    heads = {
+        "small_get": "rate",
+        "sse_burst": "streams_per_s",
+        "upload_1mib": "mib_per_s",
+        "ws_echo": "messages_per_s",
+        "grpc_stream": "messages_per_s",
+        "grpc_unary": "rate",
+    }
     out: dict[str, Any] = {}
     for workload, cells in summary.items():
         metric = heads.get(workload) or ("events_per_s" if workload.startswith("sse_paced_") else None)
@@ -161,8 +187,20 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
     """The issue's targets, evaluated on the medians of per-round values."""
     ratios, summary = derived["ratios"], derived["summary"]
     out: list[dict[str, Any]] = []
+    ran = {_family(r["workload"]) for r in results["records"]}
 
-    def add(name: str, threshold: float, kind: str, value: dict[str, Any] | None, unit: str, note: str = "") -> None:
+    def add(
+        name: str,
+        threshold: float,
+        kind: str,
+        value: dict[str, Any] | None,
+        unit: str,
+        note: str = "",
+        *,
+        workload: str,
+    ) -> None:
+        if _family(workload) not in ran:
+            return  # a run of some workloads only: the others' goals are not its subject
         med = value.get("median") if value else None
         if med is None:
             out.append(
@@ -209,6 +247,7 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
         "min",
         ratio("small_get", "nginx", "rate"),
         "x",
+        workload="small_get",
     )
     add(
         f"small GET at {conns} connections (req/s, router / Envoy)",
@@ -216,6 +255,7 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
         "min",
         ratio("small_get", "envoy", "rate"),
         "x",
+        workload="small_get",
     )
     paced = sorted((w for w in ratios if w.startswith("sse_paced_")), key=lambda w: int(w.rsplit("_", 1)[1]))
     for workload in paced:
@@ -226,6 +266,7 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
             "min",
             ratio(workload, "nginx", "events_per_s"),
             "x",
+            workload=workload,
         )
         add(
             f"{conc} paced streams (CPU per chunk, router / nginx)",
@@ -233,14 +274,23 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
             "max",
             ratio(workload, "nginx", "target_cpu_us_per_unit"),
             "x",
+            workload=workload,
         )
-    add("64-chunk bursts (streams/s, router / nginx)", 0.95, "min", ratio("sse_burst", "nginx", "streams_per_s"), "x")
+    add(
+        "64-chunk bursts (streams/s, router / nginx)",
+        0.95,
+        "min",
+        ratio("sse_burst", "nginx", "streams_per_s"),
+        "x",
+        workload="sse_burst",
+    )
     add(
         "64-chunk bursts (CPU per chunk, router / nginx)",
         1.2,
         "max",
         ratio("sse_burst", "nginx", "target_cpu_us_per_unit"),
         "x",
+        workload="sse_burst",
     )
     if paced:
         last = paced[-1]
@@ -251,6 +301,7 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
             "max",
             ratio(last, "nginx", "ttfb_p50_ms"),
             "x",
+            workload=last,
         )
     router_hold = summary.get("idle_hold", {}).get("router", {})
     held = results["plan"]["hold_steps"][-1]
@@ -260,6 +311,7 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
         "max",
         router_hold.get("kib_per_stream_last"),
         "KiB",
+        workload="idle_hold",
     )
     # Issue 22: WebSocket sessions through the router, against nginx as a WebSocket proxy.
     plan = results["plan"]
@@ -274,6 +326,7 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
             ratio("ws_echo", "nginx", "messages_per_s"),
             "x",
             note,
+            workload="ws_echo",
         )
         add(
             "WebSocket echo (CPU per message, router / nginx)",
@@ -282,6 +335,7 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
             ratio("ws_echo", "nginx", "target_cpu_us_per_unit"),
             "x",
             note,
+            workload="ws_echo",
         )
         router_ws_hold = summary.get("ws_idle_hold", {}).get("router", {})
         hold_skipped = router_ws_hold.get("skipped")
@@ -292,15 +346,43 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
             router_ws_hold.get("kib_per_session"),
             "KiB",
             f"router skipped: it {hold_skipped}" if hold_skipped else "",
+            workload="ws_idle_hold",
+        )
+    # Issue 30: gRPC through the router's own HTTP/2 listener, against Envoy and nginx as gRPC proxies.
+    if any(w in summary for w in ("grpc_stream", "grpc_idle_hold")):
+        add(
+            f"gRPC streamed tokens, {plan['grpc_streams']} calls (messages/s, router / Envoy)",
+            1.0,
+            "min",
+            ratio("grpc_stream", "envoy", "messages_per_s"),
+            "x",
+            workload="grpc_stream",
+        )
+        add(
+            "gRPC streamed tokens (CPU per message, router / nginx)",
+            1.5,
+            "max",
+            ratio("grpc_stream", "nginx", "target_cpu_us_per_unit"),
+            "x",
+            workload="grpc_stream",
+        )
+        add(
+            f"RSS per idle open gRPC stream with {plan['grpc_hold_streams']} open (router)",
+            16.0,
+            "max",
+            summary.get("grpc_idle_hold", {}).get("router", {}).get("kib_per_stream"),
+            "KiB",
+            workload="grpc_idle_hold",
         )
     router_drain = summary.get("drain", {}).get("router", {})
-    add("/readyz 503 after SIGTERM (router)", 50.0, "max", router_drain.get("readyz_503_ms"), "ms")
+    add("/readyz 503 after SIGTERM (router)", 50.0, "max", router_drain.get("readyz_503_ms"), "ms", workload="drain")
     add(
         "exit after the last stream ends in closing (router)",
         100.0,
         "max",
         router_drain.get("exit_after_last_stream_ms"),
         "ms",
+        workload="drain",
     )
     return out
 
@@ -352,13 +434,80 @@ ROWS: list[tuple[str, str, str, str]] = [
     ("ws_echo", "rtt_p99_ms", "WebSocket echo: p99 round trip", "ms"),
     ("ws_echo", "target_cpu_us_per_unit", "WebSocket echo: proxy CPU per message", "µs"),
     ("ws_idle_hold", "kib_per_session", "RSS per idle WebSocket session, {ws_hold} open", "KiB"),
+    (
+        "grpc_stream",
+        "messages_per_s",
+        "gRPC Generate, {grpc_streams} calls of {grpc_messages} tokens, unpaced: messages/s",
+        "",
+    ),
+    ("grpc_stream", "target_cpu_us_per_unit", "gRPC streamed: proxy CPU per message", "µs"),
+    ("grpc_unary", "rate", "gRPC unary Echo, {grpc_unary} at a time ({grpc_client}): calls/s", ""),
+    ("grpc_unary", "lat_mean_ms", "gRPC unary: mean latency", "ms"),
+    ("grpc_unary", "target_cpu_us_per_unit", "gRPC unary: proxy CPU per call", "µs"),
+    ("grpc_idle_hold", "kib_per_stream", "RSS per idle open gRPC stream, {grpc_hold} open", "KiB"),
     ("drain", "readyz_503_ms", "drain: signal to readiness 503", "ms"),
     ("drain", "exit_after_last_stream_ms", "drain: last stream end to process exit", "ms"),
 ]
 
 
+GROUP_NAMES = {"http": "HTTP", "ws": "WebSocket", "grpc": "gRPC"}
+
+
+def _group(workload: str) -> str:
+    """Which group of workloads (``--workloads``) a record's workload belongs to."""
+    if workload.startswith("grpc_"):
+        return "grpc"
+    if workload.startswith("ws_"):
+        return "ws"
+    return "http"
+
+
+def _run_of(results: dict[str, Any]) -> dict[str, Any]:
+    """What the table's header says of one run."""
+    plan = results["plan"]
+    workloads = sorted({r["workload"] for r in results["records"]})
+    return {
+        "started_at": results["started_at"],
+        "mode": results["mode"],
+        "rounds": plan["rounds"],
+        "seconds": plan["seconds"],
+        "wall_seconds": results["wall_seconds"],
+        "machine": results["machine"],
+        "workloads": workloads,
+        "groups": sorted({_group(w) for w in workloads}, key=list(GROUP_NAMES).index),
+    }
+
+
+def _run_line(run: dict[str, Any], noise_by_workload: dict[str, Any], several: bool) -> str:
+    machine = run["machine"]
+    pinned = (
+        f"load generator pinned to core {machine['loadgen_cpus']}, upstream and proxies on {machine['server_cpus']}"
+        if machine.get("loadgen_cpus")
+        else "no pinning (one core)"
+    )
+    mine = set(run["workloads"])
+    all_spreads = sorted(s for w, n in noise_by_workload.items() if w in mine for s in n["spread_by_target"].values())
+    noise_med = all_spreads[len(all_spreads) // 2] if all_spreads else 0.0
+    noise_max = all_spreads[-1] if all_spreads else 0.0
+    shared = machine.get("foreign_cores", 0)
+    rows = " and ".join(GROUP_NAMES[g] for g in run["groups"])
+    return (
+        f"Run `{run['started_at']}`{f', for the {rows} rows' if several else ''} ({run['mode']}, {run['rounds']} "
+        f"interleaved rounds, {run['seconds']:g} s windows, {run['wall_seconds']:.0f} s in all) on "
+        f"{machine['cores']} cores ({machine['cpu_model']}), {pinned}. Noise: the round-to-round spread "
+        f"(max−min)/median of a throughput cell is {_fmt(100 * noise_med)} % at the median, up to "
+        f"{_fmt(100 * noise_max)} %. Other processes used {shared:.2f} cores on average during the run"
+        f"{' (the machine was shared with other work: read single cells with care, ratios of the same round less so)' if shared > 0.1 else ''}."
+    )
+
+
+def _unary_client(results: dict[str, Any]) -> str:
+    clients = {r["metrics"].get("client") for r in results["records"] if r["workload"] == "grpc_unary"}
+    return "/".join(sorted(c for c in clients if c)) or "h2load"
+
+
 def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
-    plan, machine = results["plan"], results["machine"]
+    plan = results["plan"]
     summary = derived["summary"]
     present = [t for t in TARGET_ORDER if t in results["targets"] and results["targets"][t]["available"]]
     missing = {t: v["reason"] for t, v in results["targets"].items() if not v["available"]}
@@ -371,25 +520,16 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
         "hold_last": plan["hold_steps"][-1],
         "ws_sessions": plan.get("ws_sessions"),
         "ws_hold": plan.get("ws_hold_sessions"),
+        "grpc_streams": plan.get("grpc_streams"),
+        "grpc_messages": f"{plan.get('grpc_messages') or 0:,}",
+        "grpc_unary": f"{plan.get('grpc_unary_connections')}×{plan.get('grpc_unary_streams')}",
+        "grpc_client": _unary_client(results),
+        "grpc_hold": f"{plan.get('grpc_hold_streams') or 0:,}",
     }
     lines = []
-    pinned = (
-        f"load generator pinned to core {machine['loadgen_cpus']}, upstream and proxies on {machine['server_cpus']}"
-        if machine.get("loadgen_cpus")
-        else "no pinning (one core)"
-    )
-    all_spreads = sorted(s for n in derived["noise"].values() for s in n["spread_by_target"].values())
-    noise_med = all_spreads[len(all_spreads) // 2] if all_spreads else 0.0
-    noise_max = all_spreads[-1] if all_spreads else 0.0
-    shared = machine.get("foreign_cores", 0)
-    lines.append(
-        f"Run `{results['started_at']}` ({results['mode']}, {plan['rounds']} interleaved rounds, "
-        f"{plan['seconds']:g} s windows, {results['wall_seconds']:.0f} s in all) on {machine['cores']} cores "
-        f"({machine['cpu_model']}), {pinned}. Noise: the round-to-round spread (max−min)/median of a "
-        f"throughput cell is {_fmt(100 * noise_med)} % at the median, up to {_fmt(100 * noise_max)} %. "
-        f"Other processes used {shared:.2f} cores on average during the run"
-        f"{' (the machine was shared with other work: read single cells with care, ratios of the same round less so)' if shared > 0.1 else ''}."
-    )
+    runs = results.get("runs") or [_run_of(results)]
+    for run in runs:
+        lines.append(_run_line(run, derived["noise"], len(runs) > 1))
     lines.append("")
     lines.append("| goal | target | measured: median (min–max) | |")
     lines.append("| --- | --- | --- | --- |")
@@ -454,6 +594,10 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
             ("upload_1mib", "mib_per_s", "MiB/s"),
             ("ws_echo", "messages_per_s", "messages/s"),
             ("ws_echo", "target_cpu_us_per_unit", "CPU per message"),
+            ("grpc_stream", "messages_per_s", "messages/s"),
+            ("grpc_stream", "target_cpu_us_per_unit", "CPU per message"),
+            ("grpc_unary", "rate", "calls/s"),
+            ("grpc_unary", "target_cpu_us_per_unit", "CPU per call"),
         ]
         for workload, metric, label in heads:
             row = [
@@ -466,6 +610,8 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
                     "sse_burst": "SSE back to back",
                     "upload_1mib": "1 MiB upload",
                     "ws_echo": "WebSocket echo",
+                    "grpc_stream": "gRPC streamed tokens",
+                    "grpc_unary": "gRPC unary",
                 }.get(workload) or f"SSE paced, {workload.rsplit('_', 1)[1]} streams"
                 lines.append(f"| {name} | {label} | " + " | ".join(_cell(r, "x") for r in row) + " |")
         lines.append("")
@@ -474,17 +620,20 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
     ]
     client_cores = [c for c in client_cores if c is not None]
     if client_cores:
+        grpc = "; for gRPC an h2c client that counts messages without decoding them, and h2load for unary calls"
         lines.append(
-            f"The load generator (wrk for plain requests, the aiohttp client for SSE and WebSocket) used up to "
+            f"The load generator (wrk for plain requests, the aiohttp client for SSE and WebSocket"
+            f"{grpc if any(w.startswith('grpc_') for w in summary) else ''}) used up to "
             f"{max(client_cores):.2f} of its core; a cell where it is near 1.0 is client-bound."
         )
-    ws_skips = {t: c["skipped"] for t, c in summary.get("ws_echo", {}).items() if c.get("skipped")}
-    if ws_skips:
-        lines.append(
-            "WebSocket rows skipped for: "
-            + "; ".join(f"{results['targets'][t]['label']} ({r})" for t, r in ws_skips.items())
-            + "."
-        )
+    for workload, kind in (("ws_echo", "WebSocket"), ("grpc_stream", "gRPC")):
+        skips = {t: c["skipped"] for t, c in summary.get(workload, {}).items() if c.get("skipped")}
+        if skips:
+            lines.append(
+                f"{kind} rows skipped for: "
+                + "; ".join(f"{results['targets'][t]['label']} ({r})" for t, r in skips.items())
+                + "."
+            )
     if missing:
         lines.append("Not measured: " + "; ".join(f"{t} ({r})" for t, r in missing.items()) + ".")
     return "\n".join(lines) + "\n"
@@ -586,6 +735,72 @@ def chart(results: dict[str, Any], derived: dict[str, Any], path: Path) -> bool:
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return True
+
+
+def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One results dict from several runs, newest first: each group of workloads (HTTP, WebSocket,
+    gRPC) is taken from the newest run that has it, so a run of the gRPC workloads alone is shown
+    beside the latest run of the others. Ratios stay within one run (a workload comes from one run,
+    and its ratios are taken per round of that run); the header names each run. One part: itself."""
+    if len(parts) == 1:
+        return parts[0]
+    taken: dict[str, int] = {}  # group -> index of the part it comes from
+    for i, part in enumerate(parts):
+        for record in part["records"]:
+            taken.setdefault(_group(record["workload"]), i)
+    used = sorted(set(taken.values()))
+    primary = parts[taken.get("http", used[0])]
+    records = [r for i, part in enumerate(parts) for r in part["records"] if taken.get(_group(r["workload"])) == i]
+    target_info: dict[str, dict[str, Any]] = {}
+    for i in used:
+        for name, info in parts[i]["targets"].items():
+            if name not in target_info or (info["available"] and not target_info[name]["available"]):
+                target_info[name] = info
+    plan: dict[str, Any] = {}
+    for key in {k for i in used for k in parts[i]["plan"]}:
+        owner = "grpc" if key.startswith("grpc_") else "ws" if key.startswith("ws_") else "http"
+        for i in [taken[owner]] if owner in taken else used:
+            if key in parts[i]["plan"]:
+                plan[key] = parts[i]["plan"][key]
+                break
+    out = {k: v for k, v in primary.items() if k not in ("derived", "records", "targets", "plan")}
+    out.update(records=records, targets=target_info, plan=plan)
+    out["runs"] = [_run_of({**parts[i], "records": [r for r in records if r in parts[i]["records"]]}) for i in used]
+    return out
+
+
+def _groups_in(path: Path) -> set[str]:
+    return {_group(r["workload"]) for r in json.loads(path.read_text())["records"]}
+
+
+def latest_set(results_dir: Path, mode: str = "full") -> list[Path]:
+    """The newest run of ``mode``, then, newest first, the older ones that add a group of workloads
+    it lacks (what :func:`combine` takes)."""
+    files = sorted(results_dir.glob(f"*-{mode}.json"), reverse=True)
+    chosen: list[Path] = []
+    covered: set[str] = set()
+    for path in files:
+        groups = _groups_in(path)
+        if groups - covered:
+            chosen.append(path)
+            covered |= groups
+        if covered >= set(GROUP_NAMES):
+            break
+    return chosen
+
+
+def with_missing(results: dict[str, Any], results_dir: Path, mode: str = "full") -> dict[str, Any]:
+    """``results`` combined with the newest runs of ``mode`` in ``results_dir`` for the groups of
+    workloads it lacks (a run of the gRPC workloads alone, published beside the rest)."""
+    have = {_group(r["workload"]) for r in results["records"]}
+    parts = [results]
+    for path in sorted(results_dir.glob(f"*-{mode}.json"), reverse=True):
+        older = json.loads(path.read_text())
+        groups = {_group(r["workload"]) for r in older["records"]} - have
+        if groups and older["started_at"] != results["started_at"]:
+            parts.append(older)
+            have |= groups
+    return combine(parts)
 
 
 def latest(results_dir: Path, mode: str | None = "full") -> Path | None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from bench import loadgen, procstat, targets
+from bench import grpcload, loadgen, procstat, targets
 from drain_router.tools import process as process_
 
 RESULTS_DIR = Path(__file__).parent / "results"
@@ -64,6 +64,18 @@ class Plan:
     ws_message_bytes: int = 128
     #: Idle WebSocket sessions held open for the RSS-per-session figure.
     ws_hold_sessions: int = 5000
+    #: gRPC streamed tokens: concurrent Generate calls on one connection, tokens per call (unpaced).
+    grpc_streams: int = 8
+    grpc_messages: int = 20_000
+    #: gRPC unary Echo calls: connections, calls at a time on each, and the request's payload.
+    grpc_unary_connections: int = 8
+    grpc_unary_streams: int = 8
+    grpc_body_bytes: int = 128
+    #: Idle open gRPC calls held for the RSS-per-stream figure: how many, how many to a client
+    #: connection (the router allows 100 at a time on one), one token every this many ms.
+    grpc_hold_streams: int = 5000
+    grpc_hold_per_connection: int = 100
+    grpc_hold_interval_ms: int = 60_000
 
     @property
     def paced_stream_secs(self) -> float:
@@ -72,7 +84,7 @@ class Plan:
 
 PLANS = {
     "full": Plan("full", rounds=3, seconds=3.0),
-    "quick": Plan("quick", rounds=2, seconds=1.5, hold_steps=(1000, 5000)),
+    "quick": Plan("quick", rounds=2, seconds=1.5, hold_steps=(1000, 5000), grpc_messages=5_000),
     "smoke": Plan(
         "smoke",
         rounds=1,
@@ -95,20 +107,59 @@ PLANS = {
         hold_settle_secs=0.1,
         ws_sessions=2,
         ws_hold_sessions=20,
+        grpc_streams=2,
+        grpc_messages=200,
+        grpc_unary_connections=1,
+        grpc_unary_streams=2,
+        grpc_hold_streams=20,
+        grpc_hold_per_connection=10,
     ),
 }
 
+#: Every workload, in run order (``sse_paced`` is one per concurrency of the plan).
+WORKLOADS = (
+    "small_get",
+    "sse_burst",
+    "sse_paced",
+    "upload_1mib",
+    "idle_hold",
+    "ws_echo",
+    "ws_idle_hold",
+    "grpc_stream",
+    "grpc_unary",
+    "grpc_idle_hold",
+    "drain",
+)
+#: Names that select several workloads at once (``--workloads grpc``).
+WORKLOAD_GROUPS = {
+    "http": ("small_get", "sse_burst", "sse_paced", "upload_1mib", "idle_hold", "drain"),
+    "ws": ("ws_echo", "ws_idle_hold"),
+    "grpc": ("grpc_stream", "grpc_unary", "grpc_idle_hold"),
+}
+GRPC_WORKLOADS = WORKLOAD_GROUPS["grpc"]
 
-def workload_names(plan: Plan) -> list[str]:
+
+def select_workloads(spec: str | None) -> tuple[str, ...]:
+    """``--workloads``: comma-separated workloads or groups; every workload when empty. Raises
+    ``ValueError`` naming an unknown one."""
+    if not spec:
+        return WORKLOADS
+    wanted: set[str] = set()
+    for name in (n.strip() for n in spec.split(",")):
+        if not name:
+            continue
+        if name not in WORKLOADS and name not in WORKLOAD_GROUPS:
+            raise ValueError(f"unknown workload {name!r}; choose from {', '.join((*WORKLOADS, *WORKLOAD_GROUPS))}")
+        wanted.update(WORKLOAD_GROUPS.get(name, (name,)))
+    return tuple(w for w in WORKLOADS if w in wanted)
+
+
+def workload_names(plan: Plan, selected: tuple[str, ...] = WORKLOADS) -> list[str]:
+    """The workload names of the records a run of ``selected`` makes."""
     return [
-        "small_get",
-        "sse_burst",
-        *(f"sse_paced_{c}" for c in plan.paced_concurrency),
-        "upload_1mib",
-        "idle_hold",
-        "ws_echo",
-        "ws_idle_hold",
-        "drain",
+        name
+        for workload in selected
+        for name in ([f"sse_paced_{c}" for c in plan.paced_concurrency] if workload == "sse_paced" else [workload])
     ]
 
 
@@ -155,15 +206,23 @@ def raise_fd_limit() -> int:
 
 
 class Bench:
-    def __init__(self, plan: Plan, names: list[str], log: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        names: list[str],
+        log: Callable[[str], None],
+        workloads: tuple[str, ...] = WORKLOADS,
+    ) -> None:
         self.plan = plan
         self.log = log
         self.names = names
+        self.workloads = workloads
         self.loadgen_cpus, self.server_cpus = split_cpus()
         self.fd_limit = raise_fd_limit()
         self.workdir = Path(tempfile.mkdtemp(prefix="drain-router-bench-"))
         self.upstream: process_.Process | None = None
         self.upstream_port = 0
+        self.grpc_upstream_port: int | None = None
         self.targets: list[targets.Target] = []
         self.info: dict[str, dict[str, Any]] = {}
         self.records: list[dict[str, Any]] = []
@@ -173,19 +232,29 @@ class Bench:
 
     @property
     def ctx(self) -> targets.Context:
-        return targets.Context(self.workdir, self.upstream_port, self.server_cpus)
+        return targets.Context(self.workdir, self.upstream_port, self.server_cpus, self.grpc_upstream_port)
+
+    @property
+    def grpc(self) -> bool:
+        return any(w in GRPC_WORKLOADS for w in self.workloads)
 
     def start_upstream(self) -> None:
         self.upstream_port = process_.free_port()
+        grpc_args: list[str] = []
+        if self.grpc:
+            self.grpc_upstream_port = process_.free_port()
+            grpc_args = ["--grpc-port", str(self.grpc_upstream_port)]
         self.upstream = process_.Process(
             "upstream",
-            [sys.executable, "-m", "bench.upstream", "--port", str(self.upstream_port)],
+            [sys.executable, "-m", "bench.upstream", "--port", str(self.upstream_port), *grpc_args],
             self.workdir / "upstream.log",
             cwd=Path(__file__).parent.parent,
             preexec_fn=targets.pin_to(self.server_cpus),
         )
         self.upstream.start()
         targets.wait_ready(self.upstream, f"http://127.0.0.1:{self.upstream_port}/small")
+        if self.grpc_upstream_port:
+            targets.wait_listening(self.upstream, self.grpc_upstream_port)
 
     def start_targets(self) -> None:
         for target in targets.all_targets():
@@ -356,6 +425,95 @@ class Bench:
         finally:
             fresh.stop()
 
+    # -- gRPC -------------------------------------------------------------------------------------
+
+    async def grpc_skip(self, round_no: int, workload: str, target: targets.Target) -> bool:
+        """Record a skipped cell (and say so) when an Echo call through ``target``'s gRPC port fails."""
+        reason = await grpcload.probe("127.0.0.1", target.grpc_port)
+        if reason is None:
+            return False
+        self.records.append(
+            {"round": round_no, "workload": workload, "target": target.name, "metrics": {"skipped": reason}}
+        )
+        self.log(
+            f"  {time.perf_counter() - self.t0:6.1f}s r{round_no} {workload:<16} {target.name:<8} skipped: {reason}"
+        )
+        return True
+
+    async def grpc_stream(self, target: targets.Target, round_no: int) -> None:
+        if await self.grpc_skip(round_no, "grpc_stream", target):
+            return
+        plan = self.plan
+        await self.measure(
+            round_no,
+            "grpc_stream",
+            target,
+            "messages_total",
+            lambda: grpcload.stream(
+                "127.0.0.1",
+                target.grpc_port,
+                plan.grpc_streams,
+                plan.seconds,
+                messages=plan.grpc_messages,
+                warmup=min(0.3, plan.seconds / 4),
+            ),
+        )
+
+    async def grpc_unary(self, target: targets.Target, round_no: int) -> None:
+        if await self.grpc_skip(round_no, "grpc_unary", target):
+            return
+        plan = self.plan
+
+        async def run() -> dict[str, Any]:
+            if plan.use_wrk and grpcload.h2load_available():
+                return await asyncio.to_thread(
+                    grpcload.h2load,
+                    f"http://127.0.0.1:{target.grpc_port}",
+                    plan.grpc_unary_connections,
+                    plan.grpc_unary_streams,
+                    plan.seconds,
+                    body_bytes=plan.grpc_body_bytes,
+                    cpus=self.loadgen_cpus,
+                )
+            return await grpcload.unary(
+                "127.0.0.1",
+                target.grpc_port,
+                plan.grpc_unary_connections,
+                plan.grpc_unary_streams,
+                plan.seconds,
+                body_bytes=plan.grpc_body_bytes,
+                warmup=min(0.2, plan.seconds / 4),
+            )
+
+        await self.measure(round_no, "grpc_unary", target, "requests", run)
+
+    async def grpc_hold(self, target: targets.Target, round_no: int) -> None:
+        """A fresh instance per round, as for held streams."""
+        fresh = type(target)(target.name, target.label, drain_signal=target.drain_signal)
+        fresh.start(self.ctx, instance=f"-grpc-hold-r{round_no}")
+        try:
+            if await self.grpc_skip(round_no, "grpc_idle_hold", fresh):
+                return
+            plan = self.plan
+            count = min(plan.grpc_hold_streams, self.max_held)
+            await self.measure(
+                round_no,
+                "grpc_idle_hold",
+                fresh,
+                None,
+                lambda: grpcload.hold(
+                    "127.0.0.1",
+                    fresh.grpc_port,
+                    count,
+                    fresh_rss(fresh),
+                    per_connection=plan.grpc_hold_per_connection,
+                    interval_ms=plan.grpc_hold_interval_ms,
+                    settle=plan.hold_settle_secs,
+                ),
+            )
+        finally:
+            fresh.stop()
+
     async def drain(self, target: targets.Target, round_no: int) -> None:
         fresh = type(target)(target.name, target.label, drain_signal=target.drain_signal)
         if fresh.name == "router":
@@ -457,19 +615,24 @@ class Bench:
         try:
             for target in self.targets:  # warm every connection pool and cache once
                 await loadgen.requests(target.url + "/small", 4, min(0.2, plan.seconds / 2))
+            selected = set(self.workloads)
             for round_no in range(plan.rounds):
                 self.log(f"round {round_no + 1}/{plan.rounds}")
-                for target in self.targets:
-                    await self.measure(round_no, "small_get", target, "requests", lambda t=target: self.small_get(t))
-                for target in self.targets:
-                    await self.measure(
-                        round_no,
-                        "sse_burst",
-                        target,
-                        "events_total",
-                        lambda t=target: self.sse(t, plan.burst_concurrency, plan.burst_chunks, 0),
-                    )
-                for concurrency in plan.paced_concurrency:
+                if "small_get" in selected:
+                    for target in self.targets:
+                        await self.measure(
+                            round_no, "small_get", target, "requests", lambda t=target: self.small_get(t)
+                        )
+                if "sse_burst" in selected:
+                    for target in self.targets:
+                        await self.measure(
+                            round_no,
+                            "sse_burst",
+                            target,
+                            "events_total",
+                            lambda t=target: self.sse(t, plan.burst_concurrency, plan.burst_chunks, 0),
+                        )
+                for concurrency in plan.paced_concurrency if "sse_paced" in selected else ():
                     for target in self.targets:
                         await self.measure(
                             round_no,
@@ -478,21 +641,37 @@ class Bench:
                             "events_total",
                             lambda t=target, c=concurrency: self.sse(t, c, plan.paced_chunks, plan.paced_interval_ms),
                         )
-                for target in self.targets:
-                    await self.measure(round_no, "upload_1mib", target, "requests", lambda t=target: self.upload(t))
-                for target in self.targets:
-                    if target.name != "direct":
-                        await self.hold(target, round_no)
+                if "upload_1mib" in selected:
+                    for target in self.targets:
+                        await self.measure(round_no, "upload_1mib", target, "requests", lambda t=target: self.upload(t))
+                if "idle_hold" in selected:
+                    for target in self.targets:
+                        if target.name != "direct":
+                            await self.hold(target, round_no)
                 ws_targets = [t for t in self.targets if t.name in targets.WS_TARGETS]
-                for target in ws_targets:
-                    await self.ws_echo(target, round_no)
-                for target in ws_targets:
-                    if target.name != "direct":
-                        await self.ws_hold(target, round_no)
-                for target in self.targets:
-                    wanted = plan.drain_targets is None or target.name in plan.drain_targets
-                    if target.drain_signal is not None and wanted:
-                        await self.drain(target, round_no)
+                if "ws_echo" in selected:
+                    for target in ws_targets:
+                        await self.ws_echo(target, round_no)
+                if "ws_idle_hold" in selected:
+                    for target in ws_targets:
+                        if target.name != "direct":
+                            await self.ws_hold(target, round_no)
+                grpc_targets = [t for t in self.targets if t.grpc_port and t.name in targets.GRPC_TARGETS]
+                if "grpc_stream" in selected:
+                    for target in grpc_targets:
+                        await self.grpc_stream(target, round_no)
+                if "grpc_unary" in selected:
+                    for target in grpc_targets:
+                        await self.grpc_unary(target, round_no)
+                if "grpc_idle_hold" in selected:
+                    for target in grpc_targets:
+                        if target.name != "direct":
+                            await self.grpc_hold(target, round_no)
+                if "drain" in selected:
+                    for target in self.targets:
+                        wanted = plan.drain_targets is None or target.name in plan.drain_targets
+                        if target.drain_signal is not None and wanted:
+                            await self.drain(target, round_no)
         finally:
             self.stop_all()
             if not os.environ.get("BENCH_KEEP_WORKDIR"):
@@ -519,6 +698,7 @@ class Bench:
                 "wrk": loadgen.wrk_available(),
             },
             "source": _source(),
+            "workloads": list(self.workloads),
             "plan": asdict(plan) | {"hold_steps": [min(s, self.max_held) for s in plan.hold_steps]},
             "targets": self.info,
             "records": self.records,
@@ -563,6 +743,7 @@ def _brief(metrics: dict[str, Any]) -> str:
         "messages_per_s",
         "rtt_p99_ms",
         "kib_per_session",
+        "kib_per_stream",
         "readyz_503_ms",
         "exit_after_last_stream_ms",
         "errors",

@@ -3,6 +3,9 @@ stopped. All listen on loopback in front of the same bench upstream; all servers
 cores (one worker each: nginx ``worker_processes 1``, HAProxy ``nbthread 1``, Envoy
 ``--concurrency 1``, Traefik ``GOMAXPROCS=1``, the router is one process), the load generator gets
 its own core.
+
+When the run has gRPC workloads, the targets that speak gRPC (:data:`GRPC_TARGETS`) also open a
+gRPC port (h2c, prior knowledge) in front of the upstream's gRPC port, in the same process.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import re
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -52,6 +56,8 @@ class Context:
     workdir: Path
     upstream_port: int
     server_cpus: set[int] | None
+    #: The upstream's gRPC port, when the run has gRPC workloads (None: no gRPC anywhere).
+    grpc_upstream_port: int | None = None
 
 
 @dataclass
@@ -64,6 +70,8 @@ class Target:
     drain_signal: int | None = None
     port: int = 0
     admin_port: int = 0
+    #: The gRPC listener's port, 0 when this target has none in this run.
+    grpc_port: int = 0
     process: process_.Process | None = None
     extra_args: list[str] = field(default_factory=list)
     dir: Path | None = None
@@ -90,6 +98,10 @@ class Target:
         """A URL that answers 200 when ready and 503 while draining, if the target has one."""
         return None
 
+    def speaks_grpc(self) -> bool:
+        """Whether this target can be given a gRPC port (h2c both ways)."""
+        return False
+
     # -- common machinery -------------------------------------------------------------------------
 
     @property
@@ -107,6 +119,7 @@ class Target:
     def start(self, ctx: Context, instance: str = "") -> None:
         self.port = process_.free_port()
         self.admin_port = process_.free_port()
+        self.grpc_port = process_.free_port() if ctx.grpc_upstream_port and self.speaks_grpc() else 0
         self.dir = ctx.workdir / f"{self.name}{instance}"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.process = process_.Process(
@@ -124,6 +137,8 @@ class Target:
         assert self.process is not None
         ready = self.readiness_url()
         wait_ready(self.process, self.url + "/small", ready)
+        if self.grpc_port:
+            wait_listening(self.process, self.grpc_port)
 
     def stop(self) -> int | None:
         return None if self.process is None else self.process.stop(self.stop_signal(), STOP_TIMEOUT_SECS)
@@ -147,11 +162,29 @@ def wait_ready(process: process_.Process, *urls: str | None) -> None:
     raise process.failed(f"not ready after {START_TIMEOUT_SECS}s")
 
 
+def wait_listening(process: process_.Process, port: int) -> None:
+    """Until ``port`` on loopback accepts a connection; ``ProcessFailed`` as :func:`wait_ready`."""
+    deadline = time.monotonic() + START_TIMEOUT_SECS
+    while time.monotonic() < deadline:
+        if not process.alive:
+            raise process.failed("exited before it was ready")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise process.failed(f"gRPC port {port} not listening after {START_TIMEOUT_SECS}s")
+
+
 class Direct(Target):
     """No proxy: the load generator talks to the upstream itself."""
 
     def start(self, ctx: Context, instance: str = "") -> None:
         self.port = ctx.upstream_port
+        self.grpc_port = ctx.grpc_upstream_port or 0
+
+    def speaks_grpc(self) -> bool:
+        return True
 
     def stop(self) -> int | None:
         return None
@@ -204,8 +237,16 @@ class Router(Target):
             "127.0.0.1",
             "--admin-port",
             str(self.admin_port),
+            *(
+                ["--grpc-port", str(self.grpc_port), "--grpc-upstream", f"http://127.0.0.1:{ctx.grpc_upstream_port}"]
+                if self.grpc_port
+                else []
+            ),
             *self.extra_args,
         ]
+
+    def speaks_grpc(self) -> bool:
+        return True
 
     def env(self) -> dict[str, str]:
         src = os.environ.get(self.src_env)
@@ -231,6 +272,10 @@ class RouterBefore(Router):
 
     def version(self) -> str:
         return f"drain-router from the checkout in {BEFORE_SRC_ENV}"
+
+    def speaks_grpc(self) -> bool:
+        src = os.environ.get(BEFORE_SRC_ENV)
+        return bool(src) and (Path(str(src)) / "drain_router" / "proxy" / "grpc" / "listener.py").exists()
 
 
 class AiohttpProxy(Target):
@@ -309,7 +354,28 @@ http {{
             proxy_send_timeout 3600s;
         }}
     }}
-}}
+{grpc}}}
+"""
+
+#: nginx 1.22 as a gRPC proxy: h2c with prior knowledge is ``listen ... http2`` without ``ssl``
+#: (``http2 on`` came in 1.25.1); ``grpc_pass`` to upstream connections kept alive (nginx puts one
+#: stream on each); no cap on the calls a connection carries (``keepalive_requests`` defaults to
+#: 1000, after which nginx sends GOAWAY and h2load's connection would be gone).
+NGINX_GRPC = """    upstream grpc_model {{
+        server 127.0.0.1:{grpc_upstream};
+        keepalive 1024;
+        keepalive_requests 100000000;
+    }}
+    server {{
+        listen 127.0.0.1:{grpc_port} http2 backlog=4096;
+        keepalive_requests 100000000;
+        keepalive_timeout 3600s;
+        location / {{
+            grpc_pass grpc://grpc_model;
+            grpc_read_timeout 3600s;
+            grpc_send_timeout 3600s;
+        }}
+    }}
 """
 
 
@@ -327,6 +393,9 @@ class Nginx(Target):
     def command(self, ctx: Context) -> list[str]:
         assert self.dir is not None
         conf = self.dir / "nginx.conf"
+        grpc = (
+            NGINX_GRPC.format(grpc_upstream=ctx.grpc_upstream_port, grpc_port=self.grpc_port) if self.grpc_port else ""
+        )
         conf.write_text(
             NGINX_CONF.format(
                 user="user root;\n" if os.geteuid() == 0 else "",
@@ -334,6 +403,7 @@ class Nginx(Target):
                 dir=self.dir,
                 upstream=ctx.upstream_port,
                 port=self.port,
+                grpc=grpc,
             )
         )
         return [
@@ -350,6 +420,9 @@ class Nginx(Target):
 
     def stop_signal(self) -> int:
         return signal.SIGTERM
+
+    def speaks_grpc(self) -> bool:
+        return True
 
 
 HAPROXY_CONF = """\
@@ -372,6 +445,16 @@ frontend main
 backend model
     http-reuse always
     server model 127.0.0.1:{upstream}
+{grpc}"""
+
+#: HAProxy as a gRPC proxy: HTTP/2 on both sides (``proto h2``), streams multiplexed on reused
+#: upstream connections.
+HAPROXY_GRPC = """frontend grpc
+    bind 127.0.0.1:{grpc_port} proto h2
+    default_backend grpc_model
+backend grpc_model
+    http-reuse always
+    server model 127.0.0.1:{grpc_upstream} proto h2
 """
 
 
@@ -390,10 +473,18 @@ class Haproxy(Target):
         assert self.dir is not None
         conf = self.dir / "haproxy.cfg"
         # Each proxied connection needs two descriptors; leave room for listeners and logs.
+        grpc = (
+            HAPROXY_GRPC.format(grpc_port=self.grpc_port, grpc_upstream=ctx.grpc_upstream_port)
+            if self.grpc_port
+            else ""
+        )
         conf.write_text(
-            HAPROXY_CONF.format(maxconn=(fd_limit() - 100) // 2, port=self.port, upstream=ctx.upstream_port)
+            HAPROXY_CONF.format(maxconn=(fd_limit() - 100) // 2, port=self.port, upstream=ctx.upstream_port, grpc=grpc)
         )
         return [self.binary() or "haproxy", "-db", "-f", str(conf)]
+
+    def speaks_grpc(self) -> bool:
+        return True
 
 
 ENVOY_CONF = """\
@@ -423,7 +514,7 @@ static_resources:
           - name: envoy.filters.http.router
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
+{grpc_listener}  clusters:
   - name: model
     type: STATIC
     connect_timeout: 5s
@@ -434,6 +525,53 @@ static_resources:
       endpoints:
       - lb_endpoints:
         - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}
+{grpc_cluster}"""
+
+#: Envoy as a gRPC proxy: an HTTP/2-only listener (h2c prior knowledge), the upstream cluster with
+#: ``http2_protocol_options`` (streams multiplexed on its connections), the same raised circuit
+#: breakers and timeouts as for HTTP. ``max_outbound_frames`` raised from 10,000: at the default,
+#: Envoy cut the client's connection as a flood (``http2.outbound_flood``) when the upstream wrote
+#: 16 token messages per ``write``: a token stream is many small frames.
+ENVOY_GRPC_LISTENER = """\
+  - name: grpc
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {grpc_port}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: grpc
+          codec_type: HTTP2
+          http2_protocol_options: {{max_outbound_frames: 1000000}}
+          stream_idle_timeout: 3600s
+          request_timeout: 0s
+          route_config:
+            virtual_hosts:
+            - name: grpc
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                route: {{cluster: grpc_model, timeout: 0s}}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"""
+ENVOY_GRPC_CLUSTER = """\
+  - name: grpc_model
+    type: STATIC
+    connect_timeout: 5s
+    circuit_breakers:
+      thresholds: [{{max_connections: 100000, max_pending_requests: 100000, max_requests: 100000}}]
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: grpc_model
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {grpc_upstream}}}}}}}
 """
 
 
@@ -458,7 +596,17 @@ class Envoy(Target):
     def command(self, ctx: Context) -> list[str]:
         assert self.dir is not None
         conf = self.dir / "envoy.yaml"
-        conf.write_text(ENVOY_CONF.format(admin=self.admin_port, port=self.port, upstream=ctx.upstream_port))
+        grpc_listener = ENVOY_GRPC_LISTENER.format(grpc_port=self.grpc_port) if self.grpc_port else ""
+        grpc_cluster = ENVOY_GRPC_CLUSTER.format(grpc_upstream=ctx.grpc_upstream_port) if self.grpc_port else ""
+        conf.write_text(
+            ENVOY_CONF.format(
+                admin=self.admin_port,
+                port=self.port,
+                upstream=ctx.upstream_port,
+                grpc_listener=grpc_listener,
+                grpc_cluster=grpc_cluster,
+            )
+        )
         return [
             self.binary() or "envoy",
             "-c",
@@ -474,6 +622,9 @@ class Envoy(Target):
 
     def readiness_url(self) -> str | None:
         return f"http://127.0.0.1:{self.admin_port}/ready"
+
+    def speaks_grpc(self) -> bool:
+        return True
 
 
 TRAEFIK_STATIC = """\
@@ -539,6 +690,10 @@ class Traefik(Target):
 #: The targets of the WebSocket workloads (the issue's comparison: nginx and Envoy as WebSocket
 #: proxies, the router, and the upstream itself).
 WS_TARGETS = ("direct", "router", "nginx", "envoy")
+
+#: The targets of the gRPC workloads (the issue's comparison: Envoy and nginx as gRPC proxies,
+#: HAProxy with HTTP/2 both sides, the router, and the upstream itself).
+GRPC_TARGETS = ("direct", "router", "before", "nginx", "haproxy", "envoy")
 
 #: Targets measured when none are named: everything but the prototype.
 DEFAULT_TARGETS = ("direct", "router", "aiohttp", "nginx", "haproxy", "envoy", "traefik")

@@ -18,7 +18,22 @@ Routes (HTTP/1.1, keep-alive, request bodies by Content-Length or chunked):
   is answered with a Close and the connection closes. Idle sessions cost nothing but the socket.
 - anything else: 404.
 
-Run: ``python -m bench.upstream --port 8000``.
+With ``--grpc-port`` it also serves gRPC over h2c (prior knowledge) on that port, just as lean: frames
+written from prebuilt bytes, no gRPC library (the fake model's grpcio server spends ~38 µs of CPU
+per streamed message and saturates its core at ~26k messages/s here, so it would be what every
+proxy row measured):
+
+- ``/vllm.grpc.engine.VllmEngine/Generate`` (server streaming, vLLM's messages): the request's
+  ``sampling_params.max_tokens`` ``chunk`` messages of one token, then a ``complete`` (counts and
+  finish reason ``length``, no token list) and ``grpc-status: 0``. Each message is one DATA frame
+  and one ``write``, as an engine writes each token as it is decoded (the SSE stream's events are
+  written the same way). Unpaced, each stream writes up to 16 messages per turn of the loop, as
+  fast as flow control allows; with metadata ``bench-interval-ms: MS`` the first message goes at
+  once and the next every ``MS`` ms.
+- ``/inference.GRPCInferenceService/Echo`` (unary): the request's bytes back.
+- any other method: ``grpc-status: 12`` (UNIMPLEMENTED).
+
+Run: ``python -m bench.upstream --port 8000 [--grpc-port 8001]``.
 """
 
 from __future__ import annotations
@@ -29,7 +44,11 @@ import base64
 import hashlib
 import os
 import signal
+from functools import cache
+from typing import Any
 from urllib.parse import parse_qs
+
+from bench import h2
 
 SMALL_BODY = (b'{"object":"model","id":"bench-small","owned_by":"bench","padding":"' + b"x" * 200)[:198] + b'"}'
 assert len(SMALL_BODY) == 200
@@ -297,25 +316,306 @@ class UpstreamProtocol(asyncio.Protocol):
             self._advance()
 
 
-async def serve(host: str, port: int) -> None:
+# -- gRPC ---------------------------------------------------------------------------------------
+
+GENERATE = b"/vllm.grpc.engine.VllmEngine/Generate"
+ECHO = b"/inference.GRPCInferenceService/Echo"
+#: Metadata that paces a Generate call (proxies pass it on like any other).
+INTERVAL_HEADER = b"bench-interval-ms"
+#: The only request headers the gRPC upstream reads.
+REQUEST_FIELDS = frozenset((b":path", INTERVAL_HEADER))
+GRPC_HEAD = h2.static_block([(b":status", b"200"), (b"content-type", b"application/grpc")])
+GRPC_OK = h2.static_block([(b"grpc-status", b"0")])
+GRPC_UNIMPLEMENTED = h2.static_block(
+    [(b":status", b"200"), (b"content-type", b"application/grpc"), (b"grpc-status", b"12")]
+)
+#: Unpaced: messages per stream per turn of the loop (each its own ``write``).
+GRPC_BATCH = 16
+#: The receive window opened to the client, per stream and for the connection.
+GRPC_RECV_WINDOW = 1 << 20
+
+
+@cache
+def _engine() -> Any:
+    """vLLM's generated messages, imported on first use (the HTTP upstream does without them)."""
+    from smg_grpc_proto.generated import vllm_engine_pb2
+
+    return vllm_engine_pb2
+
+
+@cache
+def token_message() -> bytes:
+    """One ``GenerateResponse`` chunk of one token, as a gRPC message (the same for every token)."""
+    pb = _engine()
+    chunk = pb.GenerateStreamChunk(token_ids=[1000], prompt_tokens=8, completion_tokens=1)
+    return h2.grpc_message(pb.GenerateResponse(chunk=chunk).SerializeToString())
+
+
+class _Call:
+    __slots__ = ("body", "credit", "data", "frame", "interval", "left", "path", "sid", "timer", "window")
+
+    def __init__(self, sid: int, path: bytes, window: int) -> None:
+        self.sid = sid
+        self.path = path
+        self.window = window
+        self.body = bytearray()
+        self.left = 0  # Generate: token messages still to send
+        self.credit = 0  # token messages that may go now (paced: one per tick)
+        self.data = b""  # other DATA bytes to send before the trailers (Echo's body, Generate's last)
+        self.frame = b""  # this stream's token message as a DATA frame
+        self.interval = 0.0  # Generate: seconds between token messages (0: unpaced)
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class GrpcUpstreamProtocol(asyncio.Protocol):
+    """One h2c connection from a client (a proxy, or the load generator)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.loop = asyncio.get_running_loop()
+        self.buf = bytearray()
+        self.preface = False
+        self.decoder = h2.Picker()
+        self.calls: dict[int, _Call] = {}
+        self.block: tuple[int, int, bytearray] | None = None
+        self.send_window = h2.DEFAULT_WINDOW
+        self.peer_initial = h2.DEFAULT_WINDOW
+        self.recv_unacked = 0
+        self.paused = False
+        self.sending: dict[int, _Call] = {}
+        self.pump_due = False
+        self.out: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        # HEADER_TABLE_SIZE 0: the client's header blocks need no table, so the few headers this
+        # server reads are picked out of them without decoding the rest (h2.Picker).
+        opening = h2.settings({h2.SETTINGS_HEADER_TABLE_SIZE: 0, h2.SETTINGS_INITIAL_WINDOW_SIZE: GRPC_RECV_WINDOW})
+        transport.write(opening + h2.window_update(0, GRPC_RECV_WINDOW - h2.DEFAULT_WINDOW))  # type: ignore[attr-defined]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        for call in self.calls.values():
+            if call.timer is not None:
+                call.timer.cancel()
+        self.calls.clear()
+        self.sending.clear()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self._pump()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if not self.preface:
+            if len(self.buf) < len(h2.PREFACE):
+                return
+            if not self.buf.startswith(h2.PREFACE):
+                assert self.transport is not None
+                self.transport.close()
+                return
+            del self.buf[: len(h2.PREFACE)]
+            self.preface = True
+        found, used = h2.split(self.buf)
+        del self.buf[:used]
+        for kind, flags, sid, payload in found:
+            self._frame(kind, flags, sid, payload)
+        self._flush()
+
+    def _flush(self) -> None:
+        if self.out:
+            if self.transport is not None:
+                self.transport.write(b"".join(self.out))
+            self.out.clear()
+
+    def _frame(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
+        if kind == h2.DATA:
+            self.recv_unacked += len(payload)
+            if self.recv_unacked >= GRPC_RECV_WINDOW // 2:
+                self.out.append(h2.window_update(0, self.recv_unacked))
+                self.recv_unacked = 0
+            call = self.calls.get(sid)
+            if call is None:
+                return
+            call.body += h2.data_of(flags, payload)
+            if len(call.body) >= GRPC_RECV_WINDOW // 2:
+                self.out.append(h2.window_update(sid, len(call.body)))  # (Echo of a large body)
+            if flags & h2.END_STREAM:
+                self._respond(call)
+        elif kind == h2.HEADERS:
+            block = h2.header_block(flags, payload)
+            if flags & h2.END_HEADERS:
+                self._headers(sid, flags, block)
+            else:
+                self.block = (sid, flags, bytearray(block))
+        elif kind == h2.CONTINUATION:
+            assert self.block is not None
+            self.block[2].extend(payload)
+            if flags & h2.END_HEADERS:
+                first_sid, first_flags, whole = self.block
+                self.block = None
+                self._headers(first_sid, first_flags, bytes(whole))
+        elif kind == h2.WINDOW_UPDATE:
+            increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+            if sid == 0:
+                self.send_window += increment
+            elif (call := self.calls.get(sid)) is not None:
+                call.window += increment
+            self._schedule()
+        elif kind == h2.SETTINGS:
+            if flags & h2.ACK:
+                self.decoder.table_gone()  # (the only SETTINGS this end sends)
+            else:
+                initial = h2.parse_settings(payload).get(h2.SETTINGS_INITIAL_WINDOW_SIZE)
+                if initial is not None:
+                    for call in self.calls.values():
+                        call.window += initial - self.peer_initial
+                    self.peer_initial = initial
+                    self._schedule()
+                self.out.append(h2.frame(h2.SETTINGS, h2.ACK, 0))
+        elif kind == h2.PING:
+            if not flags & h2.ACK:
+                self.out.append(h2.frame(h2.PING, h2.ACK, 0, payload))
+        elif kind == h2.RST_STREAM:
+            self._forget(sid)
+
+    def _headers(self, sid: int, flags: int, block: bytes) -> None:
+        fields = self.decoder.pick(block, REQUEST_FIELDS)  # every block, to keep the table right
+        call = self.calls.get(sid)
+        if call is None:  # a new call
+            call = self.calls[sid] = _Call(sid, fields.get(b":path", b""), self.peer_initial)
+            call.interval = float(fields.get(INTERVAL_HEADER, 0)) / 1000
+        if flags & h2.END_STREAM:
+            self._respond(call)
+
+    def _respond(self, call: _Call) -> None:
+        out = self.out
+        if call.path == ECHO:
+            out.append(h2.header(len(GRPC_HEAD), h2.HEADERS, h2.END_HEADERS, call.sid) + GRPC_HEAD)
+            call.data = bytes(call.body)
+        elif call.path == GENERATE:
+            pb = _engine()
+            request = pb.GenerateRequest.FromString(bytes(call.body[5:]))
+            params = request.sampling_params
+            call.left = int(params.max_tokens) if params.HasField("max_tokens") else 16
+            prompt = len(request.tokenized.input_ids)
+            last = pb.GenerateComplete(finish_reason="length", prompt_tokens=prompt, completion_tokens=call.left)
+            call.data = h2.grpc_message(pb.GenerateResponse(complete=last).SerializeToString())
+            out.append(h2.header(len(GRPC_HEAD), h2.HEADERS, h2.END_HEADERS, call.sid) + GRPC_HEAD)
+            token = token_message()
+            call.frame = h2.header(len(token), h2.DATA, 0, call.sid) + token
+            if call.interval:
+                call.credit = min(1, call.left)
+                if call.left > 1:
+                    call.timer = self.loop.call_later(call.interval, self._tick, call)
+            else:
+                call.credit = call.left
+        else:
+            block = GRPC_UNIMPLEMENTED
+            out.append(h2.header(len(block), h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, call.sid) + block)
+            del self.calls[call.sid]
+            return
+        call.body = bytearray()
+        self.sending[call.sid] = call
+        self._schedule()
+
+    def _tick(self, call: _Call) -> None:
+        call.timer = None
+        if self.calls.get(call.sid) is not call:
+            return
+        call.credit += 1
+        if call.credit < call.left:
+            call.timer = self.loop.call_later(call.interval, self._tick, call)
+        self.sending[call.sid] = call
+        self._pump()
+
+    def _forget(self, sid: int) -> None:
+        call = self.calls.pop(sid, None)
+        self.sending.pop(sid, None)
+        if call is not None and call.timer is not None:
+            call.timer.cancel()
+
+    def _schedule(self) -> None:
+        if self.sending and not self.pump_due:
+            self.pump_due = True
+            self.loop.call_soon(self._pump)
+
+    def _pump(self) -> None:
+        """Each call with something to send sends up to :data:`GRPC_BATCH` token messages (or the
+        rest of its data and its trailers) within the windows; again next turn while any can."""
+        self.pump_due = False
+        if self.transport is None or self.paused:
+            self._flush()
+            return
+        out = self.out
+        again = False
+        for call in list(self.sending.values()):
+            room = min(self.send_window, call.window)
+            if call.credit:
+                size = len(call.frame) - 9
+                n = min(call.credit, GRPC_BATCH, room // size)
+                if n <= 0:
+                    continue
+                self._flush()
+                write = self.transport.write
+                for _ in range(n):
+                    write(call.frame)
+                call.credit -= n
+                call.left -= n
+                self.send_window -= n * size
+                call.window -= n * size
+                if call.credit:
+                    again = True
+                    continue
+            if call.left:
+                del self.sending[call.sid]  # paced: until the next tick
+                continue
+            if call.data:
+                take = min(room, len(call.data), h2.MAX_FRAME)
+                if take <= 0:
+                    continue
+                out.append(h2.header(take, h2.DATA, 0, call.sid) + call.data[:take])
+                call.data = call.data[take:]
+                self.send_window -= take
+                call.window -= take
+                if call.data:
+                    again = True
+                    continue
+            out.append(h2.header(len(GRPC_OK), h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, call.sid) + GRPC_OK)
+            self._forget(call.sid)
+        self._flush()
+        if again:
+            self._schedule()
+
+
+async def serve(host: str, port: int, grpc_port: int | None = None) -> None:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(UpstreamProtocol, host, port, backlog=4096, reuse_address=True)
+    if grpc_port is not None:
+        grpc_server = await loop.create_server(GrpcUpstreamProtocol, host, grpc_port, backlog=4096, reuse_address=True)
+        print(f"bench upstream gRPC on {host}:{grpc_port}", flush=True)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     print(f"bench upstream listening on {host}:{port} pid {os.getpid()}", flush=True)
     await stop.wait()
     server.close()
+    if grpc_port is not None:
+        grpc_server.close()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.upstream", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--grpc-port", type=int, help="also serve gRPC (h2c) on this port")
     args = parser.parse_args(argv)
     import uvloop
 
-    uvloop.run(serve(args.host, args.port))
+    uvloop.run(serve(args.host, args.port, args.grpc_port))
 
 
 if __name__ == "__main__":
