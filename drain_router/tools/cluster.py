@@ -87,7 +87,8 @@ class FakeModel:
         if self.grpc_port is not None:
             await _wait_grpc_serving(self.process, self.grpc_port, timeout)
 
-    async def stats(self, session: aiohttp.ClientSession) -> dict[str, int]:
+    async def stats(self, session: aiohttp.ClientSession) -> dict[str, Any]:
+        """``/stats``: the streams' counters, the sessions' and, under ``grpc``, the gRPC calls'."""
         _, body = await get_json(session, f"{self.url}/stats")
         return dict(body)
 
@@ -183,6 +184,17 @@ class Scrape:
     state: str | None
     sessions: int = 0
     """``drain_router_websocket_sessions``: open WebSocket tunnels (each also one of ``inflight``)."""
+    grpc_outcomes: dict[str, int] = dataclasses.field(default_factory=dict)
+    """``drain_router_grpc_requests_total`` summed over ``grpc_status``, by ``outcome``: the gRPC
+    listener's streams (each also one of ``inflight`` while it runs)."""
+
+    @property
+    def every_outcome(self) -> dict[str, int]:
+        """``outcomes`` and ``grpc_outcomes`` added up: every request the router proxied, HTTP
+        (WebSocket sessions included) or gRPC, by outcome (the two share their outcome names)."""
+        return {
+            k: self.outcomes.get(k, 0) + self.grpc_outcomes.get(k, 0) for k in {*self.outcomes, *self.grpc_outcomes}
+        }
 
 
 def parse_metrics(text: str) -> Scrape:
@@ -190,20 +202,22 @@ def parse_metrics(text: str) -> Scrape:
     from prometheus_client.parser import text_string_to_metric_families
 
     outcomes: dict[str, int] = {}
+    grpc_outcomes: dict[str, int] = {}
     inflight = sessions = 0
     state: str | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "drain_router_requests_total":
+            if sample.name in ("drain_router_requests_total", "drain_router_grpc_requests_total"):
+                counts = outcomes if sample.name == "drain_router_requests_total" else grpc_outcomes
                 outcome = sample.labels["outcome"]
-                outcomes[outcome] = outcomes.get(outcome, 0) + int(sample.value)
+                counts[outcome] = counts.get(outcome, 0) + int(sample.value)
             elif sample.name == "drain_router_inflight_requests":
                 inflight = int(sample.value)
             elif sample.name == "drain_router_websocket_sessions":
                 sessions = int(sample.value)
             elif sample.name == "drain_router_state" and sample.value == 1:
                 state = sample.labels["state"]
-    return Scrape(outcomes=outcomes, inflight=inflight, state=state, sessions=sessions)
+    return Scrape(outcomes=outcomes, inflight=inflight, state=state, sessions=sessions, grpc_outcomes=grpc_outcomes)
 
 
 async def _wait_grpc_serving(process: process_.Process, port: int, timeout: float) -> None:
