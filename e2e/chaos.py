@@ -5,11 +5,16 @@ A :class:`Fleet` is what a Deployment of model pods looks like on this machine: 
 as in a pod), a real HAProxy or Envoy health-checking every router's ``/readyz``, streaming clients
 through the balancer and, beside them, :data:`SESSION_CLIENTS` realtime (WebSocket) session clients
 that hold ``/v1/realtime`` sessions for the whole run, each reconnecting at once when its session
-ends. :meth:`Fleet.cycle` restarts every pod once, one at a time, injecting one fault
+ends, and :data:`GRPC_CLIENTS` gRPC clients calling vLLM's ``Generate`` through the balancer's gRPC
+side to every router's gRPC listener (``--grpc-port``, relaying to its model server's gRPC port).
+:meth:`Fleet.cycle` restarts every pod once, one at a time, injecting one fault
 (:data:`FAULTS`) into one random pod's restart. :meth:`Fleet.finish` stops the clients, collects the
 views (what the stream clients saw, how every session ended and when, each router lifetime's
 ``requests_total{outcome}`` scraped before it exited, each model lifetime's ``/stats``) and
-reconciles them (``e2e/reconcile.py``). Used by ``e2e/test_faults.py`` (a few cycles in CI) and
+reconciles them (``e2e/reconcile.py``). A gRPC call is a request in every view, as a stream is:
+the clients' calls by outcome beside their streams, the routers' ``grpc_requests_total{outcome}``
+beside their ``requests_total`` (the outcome names are shared, and a router's in-flight count holds
+both), the model servers' gRPC counters (``completed`` as finished) beside their stream counters. Used by ``e2e/test_faults.py`` (a few cycles in CI) and
 ``e2e/soak.py`` (``make soak``, hundreds).
 
 Sessions and the drain: a session never ends on its own, so a router SIGTERMed with sessions open
@@ -38,14 +43,14 @@ import json
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import psutil
 
-from drain_router.tools import cluster, load, realtime, sessions, streams
+from drain_router.tools import cluster, grpc_load, load, realtime, sessions, streams
 from drain_router.tools.process import Process, wait_until
 from e2e import balancers, reconcile
 
@@ -82,6 +87,8 @@ SESSION_RESPONSES = 12
 """A session's client closes it with 1000 after this many responses (about 3.5 s) and opens the
 next: sessions spread over the pods (a session that only ended at a restart would settle on the
 soak's steady pod for good), and clients close sessions while routers drain."""
+GRPC_CLIENTS = 4
+"""gRPC clients calling ``Generate`` (``CHUNKS`` tokens, paced like the streams) back to back beside them."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -109,11 +116,15 @@ class Ledger:
     problems: list[str] = dataclasses.field(default_factory=list)
     """Expectations of a fault that did not hold (exit codes, readiness, the expedite)."""
 
-    def add_model(self, stats: dict[str, int]) -> None:
-        """A model lifetime's last ``/stats``: its stream counters (realtime sessions are not among
-        them: the fake model counts those apart, as ``sessions*``)."""
-        for key in ("started", "finished", "cancelled"):
-            self.model[key] += stats[key]
+    def add_model(self, stats: dict[str, Any]) -> None:
+        """A model lifetime's last ``/stats``: its stream and gRPC call counters (realtime sessions
+        are not among them: the fake model counts those apart, as ``sessions*``). A gRPC call that
+        ended otherwise than completed or cancelled (aborted, failed) is in none, so the model's books
+        will not balance: none should."""
+        calls = stats["grpc"]
+        self.model["started"] += stats["started"] + calls["started"]
+        self.model["finished"] += stats["finished"] + calls["completed"]
+        self.model["cancelled"] += stats["cancelled"] + calls["cancelled"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -133,6 +144,9 @@ class CycleRow:
     seconds: float
     sessions: reconcile.SessionView = reconcile.SessionView()
     """The realtime sessions that ended in the cycle, and the faults that explain their unclean ends."""
+    grpc_calls: int = 0
+    grpc_lost: int = 0
+    """The gRPC calls that ended in the cycle, and how many of them were lost."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -172,19 +186,31 @@ class Fleet:
         logs = workdir / "logs"
         self.pods: list[Pod] = []
         for i in range(pods + steady):
-            model = cluster.FakeModel(logs, name=f"model-{i}", chunks=CHUNKS, interval_ms=INTERVAL_MS)
+            model = cluster.FakeModel(logs, name=f"model-{i}", chunks=CHUNKS, interval_ms=INTERVAL_MS, grpc=True)
             replica = cluster.Replica(
-                f"router-{i}", model.url, logs, shutdown_drain_secs=drain_secs, termination_grace_secs=GRACE_SECS
+                f"router-{i}",
+                model.url,
+                logs,
+                shutdown_drain_secs=drain_secs,
+                termination_grace_secs=GRACE_SECS,
+                grpc_upstream=model.grpc_url,
             )
             self.pods.append(Pod(model, replica))
         self.rolled = self.pods[:pods]
         self.lb = balancers.make(
-            balancer, workdir / balancer, [(p.replica.name, p.replica.port) for p in self.pods], inter_ms=PROBE_MS
+            balancer,
+            workdir / balancer,
+            [(p.replica.name, p.replica.port) for p in self.pods],
+            inter_ms=PROBE_MS,
+            grpc_servers=[(p.replica.name, p.replica.grpc_port or 0, p.replica.admin_port) for p in self.pods],
         )
         self.load = load.Load(
             self.lb.url, clients=CLIENTS, chunks=CHUNKS, interval_ms=INTERVAL_MS, seed=self.rng.randrange(2**32)
         )
         self.slow_loads: list[load.Load] = []
+        self.grpc = grpc_load.GrpcLoad(
+            self.lb.grpc_target, clients=GRPC_CLIENTS, tokens=CHUNKS, seed=self.rng.randrange(2**32)
+        )
         self.realtime = realtime.Sessions(
             self.lb.url,
             clients=SESSION_CLIENTS,
@@ -213,21 +239,26 @@ class Fleet:
             await self.lb.wait_status(pod.replica.name, "UP")
         await self.load.start()
         await self.realtime.start()
+        await self.grpc.start()
 
     async def finish(self) -> reconcile.Reconciliation:
         """Stop the clients (each session closes with 1000 once its response is whole), take every
         living process's final count, and reconcile the views."""
         await self.load.stop()
         await self.realtime.stop()
+        await self.grpc.stop()
         records = self.records
         for pod in self.pods:
             scrape = await self._wait_scrape(pod.replica, lambda s: s.inflight == 0, "idle")
-            self.ledger.router.update(scrape.outcomes)
+            self.ledger.router.update(scrape.every_outcome)
             stats = await self._wait_model_idle(pod.model)
             self.ledger.add_model(stats)
             self.ledger.sessions_open += stats["sessions"]
         return reconcile.reconcile(
-            self.client_view(records), self.router_view(), self.model_view(), self.session_view(self.realtime.records)
+            self.client_view(records, self.grpc.records),
+            self.router_view(),
+            self.model_view(),
+            self.session_view(self.realtime.records),
         )
 
     def session_view(self, records: list[realtime.Record]) -> reconcile.SessionView:
@@ -254,15 +285,22 @@ class Fleet:
     def records(self) -> list[load.Record]:
         return self.load.records + [r for slow in self.slow_loads for r in slow.records]
 
-    def client_view(self, records: list[load.Record]) -> reconcile.ClientView:
-        def after_kill(r: load.Record) -> bool:
+    def client_view(
+        self,
+        records: list[load.Record],
+        grpc_records: Sequence[grpc_load.Record] = (),
+    ) -> reconcile.ClientView:
+        """The streams' and the gRPC calls' outcomes (both name theirs ``ok`` and ``left``)."""
+
+        def after_kill(r: load.Record | grpc_load.Record) -> bool:
             return any(r.finished >= kill and r.started <= down for kill, down in self.ledger.kill_windows)
 
-        counts = collections.Counter(r.outcome for r in records)
-        lost = [r for r in records if r.outcome.lost]
+        every = [*records, *grpc_records]
+        counts = collections.Counter(r.outcome.value for r in every)
+        lost = [r for r in every if r.outcome.lost]
         return reconcile.ClientView(
-            ok=counts[streams.Outcome.OK],
-            left=counts[streams.Outcome.LEFT],
+            ok=counts[streams.Outcome.OK.value],
+            left=counts[streams.Outcome.LEFT.value],
             lost=len(lost),
             lost_after_kill=sum(1 for r in lost if after_kill(r)),
         )
@@ -306,6 +344,7 @@ class Fleet:
         self.sample_resources()
         now = time.monotonic()
         ended = [r for r in self.records if started <= r.finished < now]
+        calls = [r for r in self.grpc.records if started <= r.finished < now]
         counts = collections.Counter(r.outcome for r in ended)
         lost = {o.value: n for o, n in counts.items() if o.lost}
         row = CycleRow(
@@ -321,6 +360,8 @@ class Fleet:
             lost_kinds=lost,
             seconds=time.monotonic() - started,
             sessions=self.session_view([r for r in self.realtime.records if started <= r.finished < now]),
+            grpc_calls=len(calls),
+            grpc_lost=sum(1 for r in calls if r.outcome.lost),
         )
         self.rows.append(row)
         return row
@@ -372,7 +413,7 @@ class Fleet:
                 f"{replica.name} exited {code}, expected {expect_exit} "
                 f"({held} sessions held at closing, {aborted} aborted at the deadline)"
             )
-        self.ledger.router.update(scrape.outcomes)
+        self.ledger.router.update(scrape.every_outcome)
         if held:
             if aborted > held:
                 self.ledger.problems.append(
@@ -420,12 +461,12 @@ class Fleet:
         assert found is not None
         return found
 
-    async def _wait_model_idle(self, model: cluster.FakeModel) -> dict[str, int]:
+    async def _wait_model_idle(self, model: cluster.FakeModel) -> dict[str, Any]:
         return await wait_until(
             lambda: model.stats(self.session),
             WAIT_SECS,
-            f"{model.name} to have no stream or session open",
-            until=lambda stats: stats["active"] == 0 and stats["sessions"] == 0,
+            f"{model.name} to have no stream, session or gRPC call open",
+            until=lambda stats: stats["active"] == 0 and stats["sessions"] == 0 and stats["grpc"]["active"] == 0,
         )
 
     async def _wait_ready(self, replica: cluster.Replica, status: int, body_status: str) -> None:
@@ -470,7 +511,7 @@ async def model_crash(fleet: Fleet, pod: Pod) -> None:
     t_crash = time.monotonic()
     model.process.kill()
     fleet.ledger.add_model(stats)
-    fleet.ledger.crashed_active += stats["active"]
+    fleet.ledger.crashed_active += stats["active"] + stats["grpc"]["active"]
     await fleet._wait_ready(replica, 503, "upstream_unavailable")
     await fleet.lb.wait_status(replica.name, "DOWN")
     fleet.ledger.fault_windows.append(
@@ -480,7 +521,7 @@ async def model_crash(fleet: Fleet, pod: Pod) -> None:
     )
     after = await fleet._wait_scrape(replica, lambda s: s.inflight == 0, "with nothing in flight after the crash")
     # Streams the router completed around the crash: the model may have finished them after its read.
-    fleet.ledger.crash_window += after.outcomes.get("completed", 0) - before.outcomes.get("completed", 0)
+    fleet.ledger.crash_window += after.every_outcome.get("completed", 0) - before.every_outcome.get("completed", 0)
     await model.start(fleet.session)
     await fleet._wait_ready(replica, 200, "ready")
     await fleet.lb.wait_status(replica.name, "UP")
@@ -507,9 +548,9 @@ async def router_kill(fleet: Fleet, pod: Pod) -> None:
     await fleet.lb.wait_status(replica.name, "DOWN")
     t_down = time.monotonic()
     m1 = await fleet._wait_model_idle(model)
-    fleet.ledger.router.update(scrape.outcomes)
+    fleet.ledger.router.update(scrape.every_outcome)
     fleet.ledger.killed_inflight += inflight
-    fleet.ledger.kill_window += (m1["started"] - m0["started"]) + (m1["finished"] - m0["finished"])
+    fleet.ledger.kill_window += sum(b - a for a, b in zip(_started_finished(m0), _started_finished(m1)))
     fleet.ledger.kill_windows.append((t_kill, t_down + KILL_WINDOW_SLACK_SECS))
     fleet.ledger.fault_windows.append(
         reconcile.FaultWindow(
@@ -558,7 +599,7 @@ async def stall_past_deadline(fleet: Fleet, pod: Pod) -> None:
         fleet.ledger.problems.append(
             f"{replica.name}: {stuck.inflight} stuck in flight at closing, but drain.deadline says {aborted} aborted"
         )
-    fleet.ledger.router.update(stuck.outcomes)
+    fleet.ledger.router.update(stuck.every_outcome)
     fleet.ledger.router["deadline_aborted"] += stuck.inflight
     await fleet.start_router(pod)
 
@@ -608,16 +649,16 @@ async def sigterm_during_startup(fleet: Fleet, pod: Pod) -> None:
 
 
 async def clients_leave(fleet: Fleet, pod: Pod) -> None:
-    """Expected: nothing lost; the streams whose clients leave at random points are counted
-    ``client_aborted`` by the routers and cancelled by the model servers, one for one.
+    """Expected: nothing lost; the streams and gRPC calls whose clients leave at random points are
+    counted ``client_aborted`` by the routers and cancelled by the model servers, one for one.
 
-    1. 30 % of requests now leave after a random number of chunks 2. the pod's rolling restart
-    3. clients stop leaving."""
-    fleet.load.leave_fraction = LEAVE_FRACTION
+    1. 30 % of requests and calls now leave after a random number of chunks or tokens 2. the pod's
+    rolling restart 3. clients stop leaving."""
+    fleet.load.leave_fraction = fleet.grpc.leave_fraction = LEAVE_FRACTION
     try:
         await fleet.restart(pod)
     finally:
-        fleet.load.leave_fraction = 0.0
+        fleet.load.leave_fraction = fleet.grpc.leave_fraction = 0.0
 
 
 async def slow_reader(fleet: Fleet, pod: Pod) -> None:
@@ -651,6 +692,11 @@ FAULTS: dict[str, Callable[[Fleet, Pod], Awaitable[None]]] = {
     "clients_leave": clients_leave,
     "slow_reader": slow_reader,
 }
+
+
+def _started_finished(stats: dict[str, Any]) -> tuple[int, int]:
+    """A model's ``/stats``: the streams and gRPC calls it started, and those it finished."""
+    return stats["started"] + stats["grpc"]["started"], stats["finished"] + stats["grpc"]["completed"]
 
 
 def _sessions_only(scrape: cluster.Scrape) -> int:
@@ -716,7 +762,7 @@ def format_row(row: CycleRow) -> str:
         f"{row.cycle:>4}  {row.balancer:<7} drain {row.drain_secs}s  {row.fault:<22} {row.target:<9} "
         f"{row.requests:>5} req {row.ok:>5} ok {row.left:>3} left {row.lost:>3} lost"
         + (f" ({kinds})" if kinds else "")
-        + f"; {format_sessions(row.sessions)}"
+        + f"; {format_sessions(row.sessions)}; gRPC {row.grpc_calls} calls, {row.grpc_lost} lost"
         + f"  {row.seconds:.1f}s"
     )
 

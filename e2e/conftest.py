@@ -82,16 +82,28 @@ def balancer_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def start_balancer(processes: list[Process], tmp_path: Path) -> Any:
     """``await start_balancer(kind, replicas)``: HAProxy or Envoy probing each replica's /readyz,
-    every replica seen UP. ``check_path="/health"`` puts model servers straight behind it."""
+    every replica seen UP. ``check_path="/health"`` puts model servers straight behind it. With
+    ``grpc=True`` (routers with a gRPC listener) the balancer's gRPC side sends to their gRPC ports
+    too, and every replica is seen UP there as well."""
 
     async def start(
         kind: str,
         replicas: list[cluster.Replica] | list[cluster.FakeModel],
         inter_ms: int = 200,
         check_path: str = probed.CHECK_PATH,
+        grpc: bool = False,
     ) -> Any:
+        grpc_servers = None
+        if grpc:
+            grpc_servers = [(r.name, r.grpc_port, r.admin_port) for r in replicas if isinstance(r, cluster.Replica)]
+            assert all(port is not None for _, port, _ in grpc_servers), "grpc=True needs routers with gRPC"
         lb = balancers.make(
-            kind, tmp_path / kind, [(r.name, r.port) for r in replicas], inter_ms=inter_ms, check_path=check_path
+            kind,
+            tmp_path / kind,
+            [(r.name, r.port) for r in replicas],
+            inter_ms=inter_ms,
+            check_path=check_path,
+            grpc_servers=grpc_servers,
         )
         processes.append(lb.process)
         await lb.start()

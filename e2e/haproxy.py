@@ -6,6 +6,13 @@ keep-alive server connections shared between clients (``http-reuse always``), an
 request sent to a replica that is gone is a visible failure, not silently retried elsewhere.
 WebSocket upgrades pass through (http mode does that by itself) with a ``timeout tunnel`` for the
 sessions that follow.
+
+With ``grpc_servers``, a second frontend speaks h2c to gRPC clients (``proto h2`` on the bind: HTTP/2
+with prior knowledge, as gRPC sends it) and a second backend sends each stream to a router's gRPC
+port over h2c (``proto h2`` on the servers), pooling the connections the same way. HAProxy has no
+gRPC health check: each server is checked as the HTTP ones are, ``GET /readyz`` (HTTP/1.1,
+``check-proto h1``) on the router's admin port (``port``), which says 503 from SIGTERM just as the
+router's gRPC health says NOT_SERVING.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from e2e import probed
 from e2e.probed import Server
 
 BACKEND = "replicas"
+GRPC_BACKEND = "grpc_replicas"
 
 
 def render_config(
@@ -33,8 +41,11 @@ def render_config(
     fall: int = 1,
     rise: int = 1,
     check_path: str = probed.CHECK_PATH,
+    grpc_port: int | None = None,
+    grpc_servers: list[Server] | None = None,
 ) -> str:
-    """HAProxy configuration text. Pure."""
+    """HAProxy configuration text. Pure. ``grpc_servers`` (a router's gRPC port, its admin port as
+    ``check_port``) adds the gRPC frontend on ``grpc_port`` and its backend."""
     lines = [
         "global",
         "    maxconn 4096",
@@ -68,10 +79,35 @@ def render_config(
         "    http-reuse always",
         f"    default-server check inter {inter_ms}ms fall {fall} rise {rise}",
     ]
-    lines += [
-        f"    server {s.name} {LOOPBACK}:{s.port}" + (f" port {s.check_port}" if s.check_port else "") for s in servers
-    ]
+    lines += _server_lines(servers)
+    if grpc_servers:
+        if grpc_port is None:
+            raise ValueError("grpc_servers need a grpc_port to listen on")
+        lines += [
+            "",
+            "frontend grpc_clients",
+            # gRPC clients speak HTTP/2 with prior knowledge (h2c): no TLS, no ALPN, no upgrade.
+            f"    bind {LOOPBACK}:{grpc_port} proto h2",
+            f"    default_backend {GRPC_BACKEND}",
+            "",
+            f"backend {GRPC_BACKEND}",
+            "    balance roundrobin",
+            f"    option httpchk GET {check_path}",
+            "    http-check expect status 200",
+            "    http-reuse always",
+            f"    default-server check inter {inter_ms}ms fall {fall} rise {rise}",
+        ]
+        # Streams go over h2c; the checks stay HTTP/1.1 (else they would use the servers' h2). On each
+        # server line: HAProxy 2.6 takes `check-proto` from `default-server` but does not apply it.
+        lines += _server_lines(grpc_servers, " proto h2 check-proto h1")
     return "\n".join(lines) + "\n"
+
+
+def _server_lines(servers: list[Server], options: str = "") -> list[str]:
+    return [
+        f"    server {s.name} {LOOPBACK}:{s.port}" + (f" port {s.check_port}" if s.check_port else "") + options
+        for s in servers
+    ]
 
 
 def binary() -> str | None:
@@ -91,7 +127,9 @@ class HAProxy(probed.ProbedBalancer):
     fall: int = 1
     rise: int = 1
     check_path: str = probed.CHECK_PATH
+    grpc_servers: list[Server] = dataclasses.field(default_factory=list)
     port: int = dataclasses.field(default_factory=free_port)
+    grpc_port: int = dataclasses.field(default_factory=free_port)
     process: Process = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
@@ -106,6 +144,8 @@ class HAProxy(probed.ProbedBalancer):
                 fall=self.fall,
                 rise=self.rise,
                 check_path=self.check_path,
+                grpc_port=self.grpc_port,
+                grpc_servers=self.grpc_servers,
             )
         )
         exe = binary()
@@ -127,11 +167,13 @@ class HAProxy(probed.ProbedBalancer):
             await writer.wait_closed()
 
     async def server_status(self) -> dict[str, str]:
-        """``{server name: "UP" | "DOWN" | ...}`` for the backend, from ``show stat``."""
+        """``{server name: "UP" | "DOWN" | ...}`` for the backend (and ``{grpc_key(name): ...}`` for the
+        gRPC one), from ``show stat``."""
         text = await self.command("show stat")
         rows = csv.DictReader(io.StringIO(text.lstrip("# ")))
+        keys = {BACKEND: lambda name: name, GRPC_BACKEND: probed.grpc_key}
         return {
-            row["svname"]: row["status"]
+            keys[row["pxname"]](row["svname"]): row["status"]
             for row in rows
-            if row.get("pxname") == BACKEND and row.get("svname") not in ("BACKEND", "FRONTEND")
+            if row.get("pxname") in keys and row.get("svname") not in ("BACKEND", "FRONTEND")
         }

@@ -34,6 +34,11 @@ did not end with 1000 or 1001 must fall in the window of a fault the run injecte
 pod: any other is ``unexplained``, and the run is not clean. The fake model's ``/stats`` keeps
 sessions out of its stream counters (``started``/``finished``/``cancelled``/``active``), so the
 model view needs no share taken off; its ``sessions`` (open now) must be 0 at the end.
+
+gRPC calls (vLLM's ``Generate``) need no such share: the caller folds each into every view as a
+request, since their outcomes mean what the streams' do (the clients' ``ok``, ``left`` and lost; the
+routers' ``grpc_requests_total{outcome}``, which shares ``requests_total``'s outcome names, while
+their in-flight count holds both; the model servers' gRPC ``completed`` and ``cancelled``).
 """
 
 from __future__ import annotations

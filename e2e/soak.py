@@ -9,7 +9,9 @@ model servers' /stats), the RSS and open descriptors of every router over time, 
 Realtime (WebSocket) sessions run beside the streams in every fleet (``chaos.SESSION_CLIENTS``
 clients through the same balancer, reconnecting): each cycle's line and each reconciliation say how
 many ended and how (``sessions 14: 1000 x3, 1001 x9, unclean 2 (router_kill 2)``), and the
-sessions' share of the routers' counts is taken off before the streams' balances.
+sessions' share of the routers' counts is taken off before the streams' balances. gRPC clients
+(``chaos.GRPC_CLIENTS``, vLLM's ``Generate`` through the balancer's gRPC side) run beside them too;
+each gRPC call is a request in all three views, and each cycle's line says how many ended and were lost.
 
 It fails (exit 1) when a drain-on run has a lost request no view accounts for, a session that did
 not end with Close 1000 or 1001 and that no injected fault explains, a balance between

@@ -34,7 +34,7 @@ def _table_row(output: str, name: str) -> list[str]:
 @pytest.mark.timeout(150)
 def test_demo_compares_three_recipes(tmp_path: Path, report: list[str]) -> None:
     """1. run the demo (plain output, a PNG) in an empty directory. Result: exit 0, drain-router lost
-    nothing; no drain lost requests, and so did the sleep recipe behind a balancer that probes only
+    nothing (requests, gRPC calls); no drain lost requests and gRPC calls, and so did the sleep recipe behind a balancer that probes only
     the engine, and the summary says drain-router lost fewer than each; the sleep recipe's figures
     (with either balancer) are in the same table; the PNG when matplotlib is there."""
     png = tmp_path / "timeline.png"
@@ -63,6 +63,13 @@ def test_demo_compares_three_recipes(tmp_path: Path, report: list[str]) -> None:
     # Realtime sessions beside the streams, none cut under drain-router.
     assert int(_table_row(proc.stdout, "realtime sessions")[0]) > 0, output
     assert _table_row(proc.stdout, "sessions cut")[0] == "0", output
+    # gRPC calls through the balancer's gRPC side beside them: none lost under drain-router; no drain
+    # loses some (the balancer still sends to a pod whose listener closed), so the demo can show it.
+    calls = [int(x) for x in _table_row(proc.stdout, "gRPC calls")]
+    calls_lost = [int(x) for x in _table_row(proc.stdout, "gRPC calls lost")]
+    report.append(f"demo gRPC: drain-router {calls_lost[0]} lost of {calls[0]}, no drain {calls_lost[3]} of {calls[3]}")
+    assert calls[0] > 0 and calls_lost[0] == 0 and calls_lost[3] > 0, output
+    assert f"drain-router lost fewer gRPC calls than no drain: 0 against {calls_lost[3]}." in proc.stdout, output
     assert "SIGTERM pod-0" in proc.stdout and "balancer: pod-0 out of rotation" in proc.stdout
     assert "pod deleted: preStop sleep pod-0" in proc.stdout
     if importlib.util.find_spec("matplotlib") is not None:

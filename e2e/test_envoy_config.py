@@ -41,6 +41,38 @@ def test_rendered_config_is_valid(envoy_bin: str, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_grpc_side_is_valid(envoy_bin: str, tmp_path: Path) -> None:
+    """The gRPC listener routes to a cluster that speaks h2c to the routers' gRPC ports and checks
+    them with grpc.health.v1, with the HTTP cluster's LB settings; Envoy accepts it."""
+    text = envoy.render_config(
+        port=18080,
+        admin_port=18090,
+        servers=[envoy.Server("a", 18081)],
+        access_log=tmp_path / "access.log",
+        grpc_port=18070,
+        grpc_servers=[envoy.Server("a", 18071)],
+    )
+    resources = json.loads(text)["static_resources"]
+    http, grpc = resources["clusters"]
+    assert grpc["name"] == envoy.GRPC_CLUSTER
+    options = grpc["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+    assert options["explicit_http_config"] == {"http2_protocol_options": {}}
+    assert grpc["health_checks"][0]["grpc_health_check"] == {}
+    assert grpc["common_lb_config"] == http["common_lb_config"]
+    listener = resources["listeners"][1]
+    assert listener["address"]["socket_address"]["port_value"] == 18070
+    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    assert manager["route_config"]["virtual_hosts"][0]["routes"][0]["route"]["cluster"] == envoy.GRPC_CLUSTER
+    (tmp_path / "envoy.json").write_text(text)
+    result = subprocess.run(
+        [envoy_bin, "--mode", "validate", "-c", str(tmp_path / "envoy.json"), "--disable-hot-restart"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def _addresses(node: object) -> list[dict]:
     """Every ``address`` object in the config, however deep."""
     found: list[dict] = []

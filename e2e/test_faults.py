@@ -3,10 +3,11 @@
 Each test runs one fault of ``e2e/chaos.py`` (its docstring states the expected outcome) for
 ``CYCLES`` rolling-restart cycles of two pods (a fake model server and a router each) behind a real
 balancer, then reconciles what the clients saw, what the routers counted and what the model servers
-served, realtime (WebSocket) sessions included (they run beside the streams for the whole run). With
-the drain on, every lost request must be accounted for by a view, every session that did not end
-with Close 1000 or 1001 must be one the fault cut, and every balance must hold; the drain-off
-control must show lost requests that no view accounts for.
+served, realtime (WebSocket) sessions and gRPC calls included (they run beside the streams for the
+whole run; a gRPC call is a request in every view). With the drain on, every lost request must be
+accounted for by a view, every session that did not end with Close 1000 or 1001 must be one the
+fault cut, and every balance must hold; the drain-off control must show lost requests that no view
+accounts for.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ async def _run(
     )
     for number in range(1, cycles + 1):
         report.append(chaos.format_row(await fleet.cycle(number, fault)))
-        if until_loss and fleet.load.lost:
+        if until_loss and (fleet.load.lost or fleet.grpc.lost):
             break  # the control has shown a loss; more cycles would only take time
     fleet.result = await fleet.finish()
     report.append(chaos.format_reconciliation(fleet.result))
@@ -68,6 +69,8 @@ async def test_fault_during_rolling_restart(
     assert fleet.result.sessions.unexplained == 0, fleet.unexplained_sessions()
     assert fleet.result.mismatches == (), chaos.format_reconciliation(fleet.result)
     assert fleet.result.sessions.sessions >= chaos.SESSION_CLIENTS, chaos.format_reconciliation(fleet.result)
+    calls = fleet.grpc.records
+    assert len(calls) >= chaos.GRPC_CLIENTS, f"only {len(calls)} gRPC calls: they did not run beside the streams"
 
 
 @pytest.mark.timeout(150)

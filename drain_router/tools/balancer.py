@@ -5,6 +5,9 @@ after ``fall`` failed probes in a row (back after ``rise`` good ones), round-rob
 the backends in rotation, pools keep-alive connections to them, and never retries: a request sent
 to a backend that refuses or drops it is answered 502, so a client sees every loss. That is the
 behaviour a drain has to be correct against; it is not meant to be a production balancer.
+
+When backends have a ``grpc_target``, it has a gRPC side too (:mod:`drain_router.tools.grpc_relay`,
+on :attr:`Balancer.grpc_target`): gRPC calls go to the same rotation, round robin with the requests.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -33,10 +37,12 @@ class Backend:
     """Where requests go, ``http://host:port``."""
     probe_url: str
     """The readiness probe, ``http://host:port/readyz``."""
+    grpc_target: str | None = None
+    """Where gRPC calls go, ``host:port`` (h2c), if the backend takes them."""
     in_rotation: bool = False
     """The balancer's view: does it send new requests here?"""
     active: int = 0
-    """Requests this balancer has open to the backend."""
+    """Requests (and gRPC calls) this balancer has open to the backend."""
     fails: int = 0
     oks: int = 0
     errors: Counter[str] = dataclasses.field(default_factory=Counter)
@@ -72,11 +78,18 @@ class Balancer:
         self._session: aiohttp.ClientSession | None = None
         self._probe_session: aiohttp.ClientSession | None = None
         self._probes: asyncio.Task[None] | None = None
+        self._grpc: Any = None
 
     @property
     def url(self) -> str:
         assert self.port is not None, "not started"
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def grpc_target(self) -> str:
+        """``127.0.0.1:PORT`` of the gRPC side (a grpcio channel's target)."""
+        assert self._grpc is not None, "not started, or no backend takes gRPC"
+        return f"127.0.0.1:{self._grpc.port}"
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         # limit=0: no cap on pooled upstream connections (one per concurrent stream).
@@ -89,6 +102,11 @@ class Balancer:
         site = web.TCPSite(self._runner, host, port)
         await site.start()
         self.port = site.port  # the bound port (port 0 picks one)
+        if any(b.grpc_target for b in self.backends):
+            from drain_router.tools.grpc_relay import GrpcRelay  # grpcio: the demo extra, loaded only if asked
+
+            self._grpc = GrpcRelay(self.pick)
+            await self._grpc.start(host)
         self._probes = asyncio.create_task(self._probe_loop())
 
     async def stop(self) -> None:
@@ -98,6 +116,8 @@ class Balancer:
                 await self._probes
         if self._runner is not None:
             await self._runner.cleanup()
+        if self._grpc is not None:
+            await self._grpc.stop()
         for session in (self._session, self._probe_session):
             if session is not None:
                 await session.close()

@@ -40,7 +40,7 @@ def command_process(name: str, log_dir: Path, command: str, port: int, *args: st
 
 @dataclasses.dataclass(slots=True)
 class FakeModel:
-    """``drain-router fake-model`` on a loopback port."""
+    """``drain-router fake-model`` on a loopback port; with ``grpc``, its gRPC endpoint too."""
 
     log_dir: Path
     port: int = dataclasses.field(default_factory=process_.free_port)
@@ -50,6 +50,10 @@ class FakeModel:
     shutdown_timeout_secs: float | None = None
     """The model server's ``--shutdown-timeout-secs`` (its own default when ``None``)."""
     name: str = "fake-model"
+    grpc: bool = False
+    """Serve gRPC too (``--grpc-port``): vLLM's engine service and ``grpc.health.v1``."""
+    grpc_port: int | None = None
+    """The gRPC port, the same across restarts: a free one is picked when ``grpc`` and none is given."""
     process: process_.Process = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
@@ -58,17 +62,33 @@ class FakeModel:
             args.append("--exit-on-sigterm")
         if self.shutdown_timeout_secs is not None:
             args += ["--shutdown-timeout-secs", str(self.shutdown_timeout_secs)]
+        if self.grpc and self.grpc_port is None:
+            self.grpc_port = process_.free_port()
+        if self.grpc_port is not None:
+            args += ["--grpc-port", str(self.grpc_port)]
         self.process = command_process(self.name, self.log_dir, "fake-model", self.port, *args)
 
     @property
     def url(self) -> str:
         return loopback_url(self.port)
 
+    @property
+    def grpc_url(self) -> str:
+        """``http://127.0.0.1:GRPC_PORT``: what a router's ``--grpc-upstream`` names."""
+        if self.grpc_port is None:
+            raise ValueError(f"{self.name} serves no gRPC (FakeModel(grpc=True) does)")
+        return loopback_url(self.grpc_port)
+
     async def start(self, session: aiohttp.ClientSession, timeout: float = 15.0) -> None:
+        """Start the model server and wait until its /health answers 200 and, with gRPC, its
+        ``grpc.health.v1`` Check answers SERVING."""
         self.process.start()
         await _wait_http_ok(session, self.process, f"{self.url}/health", timeout)
+        if self.grpc_port is not None:
+            await _wait_grpc_serving(self.process, self.grpc_port, timeout)
 
-    async def stats(self, session: aiohttp.ClientSession) -> dict[str, int]:
+    async def stats(self, session: aiohttp.ClientSession) -> dict[str, Any]:
+        """``/stats``: the streams' counters, the sessions' and, under ``grpc``, the gRPC calls'."""
         _, body = await get_json(session, f"{self.url}/stats")
         return dict(body)
 
@@ -89,6 +109,12 @@ class Replica:
     port: int = dataclasses.field(default_factory=process_.free_port)
     admin_port: int = dataclasses.field(default_factory=process_.free_port)
     extra_args: tuple[str, ...] = ()
+    grpc_upstream: str | None = None
+    """The model server's gRPC endpoint (``--grpc-upstream``, e.g. :attr:`FakeModel.grpc_url`): the
+    router opens its gRPC listener on :attr:`grpc_port` and relays to it."""
+    grpc_port: int | None = None
+    """The router's gRPC port (``--grpc-port``), fixed like the others: a free one is picked when
+    ``grpc_upstream`` is given and this is not."""
     process: process_.Process = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
@@ -102,6 +128,12 @@ class Replica:
             args += ["--termination-grace-secs", str(self.termination_grace_secs)]
         if self.upstream_health_path:
             args += ["--upstream-health-path", self.upstream_health_path]
+        if self.grpc_upstream is not None:
+            if self.grpc_port is None:
+                self.grpc_port = process_.free_port()
+            args += ["--grpc-port", str(self.grpc_port), "--grpc-upstream", self.grpc_upstream]
+        elif self.grpc_port is not None:
+            raise ValueError(f"{self.name}: grpc_port without grpc_upstream (the router takes both or neither)")
         self.process = command_process(self.name, self.log_dir, "serve", self.port, *args, *self.extra_args)
 
     @property
@@ -112,8 +144,16 @@ class Replica:
     def admin_url(self) -> str:
         return loopback_url(self.admin_port)
 
+    @property
+    def grpc_target(self) -> str:
+        """``127.0.0.1:GRPC_PORT``: the router's gRPC listener, as a grpcio channel's target."""
+        if self.grpc_port is None:
+            raise ValueError(f"{self.name} has no gRPC listener (Replica(grpc_upstream=...) opens one)")
+        return f"{process_.LOOPBACK}:{self.grpc_port}"
+
     async def start(self, session: aiohttp.ClientSession, timeout: float = 20.0) -> None:
-        """Start the router and wait until its /readyz answers 200."""
+        """Start the router and wait until its /readyz answers 200 (its gRPC listener, if any, is
+        bound before: the router binds every listener, then turns ready)."""
         self.process.start()
         await _wait_http_ok(session, self.process, f"{self.admin_url}/readyz", timeout)
 
@@ -144,6 +184,17 @@ class Scrape:
     state: str | None
     sessions: int = 0
     """``drain_router_websocket_sessions``: open WebSocket tunnels (each also one of ``inflight``)."""
+    grpc_outcomes: dict[str, int] = dataclasses.field(default_factory=dict)
+    """``drain_router_grpc_requests_total`` summed over ``grpc_status``, by ``outcome``: the gRPC
+    listener's streams (each also one of ``inflight`` while it runs)."""
+
+    @property
+    def every_outcome(self) -> dict[str, int]:
+        """``outcomes`` and ``grpc_outcomes`` added up: every request the router proxied, HTTP
+        (WebSocket sessions included) or gRPC, by outcome (the two share their outcome names)."""
+        return {
+            k: self.outcomes.get(k, 0) + self.grpc_outcomes.get(k, 0) for k in {*self.outcomes, *self.grpc_outcomes}
+        }
 
 
 def parse_metrics(text: str) -> Scrape:
@@ -151,20 +202,47 @@ def parse_metrics(text: str) -> Scrape:
     from prometheus_client.parser import text_string_to_metric_families
 
     outcomes: dict[str, int] = {}
+    grpc_outcomes: dict[str, int] = {}
     inflight = sessions = 0
     state: str | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "drain_router_requests_total":
+            if sample.name in ("drain_router_requests_total", "drain_router_grpc_requests_total"):
+                counts = outcomes if sample.name == "drain_router_requests_total" else grpc_outcomes
                 outcome = sample.labels["outcome"]
-                outcomes[outcome] = outcomes.get(outcome, 0) + int(sample.value)
+                counts[outcome] = counts.get(outcome, 0) + int(sample.value)
             elif sample.name == "drain_router_inflight_requests":
                 inflight = int(sample.value)
             elif sample.name == "drain_router_websocket_sessions":
                 sessions = int(sample.value)
             elif sample.name == "drain_router_state" and sample.value == 1:
                 state = sample.labels["state"]
-    return Scrape(outcomes=outcomes, inflight=inflight, state=state, sessions=sessions)
+    return Scrape(outcomes=outcomes, inflight=inflight, state=state, sessions=sessions, grpc_outcomes=grpc_outcomes)
+
+
+async def _wait_grpc_serving(process: process_.Process, port: int, timeout: float) -> None:
+    """Until a ``grpc.health.v1`` Check of the server (service ``""``) on loopback ``port`` answers
+    SERVING. grpcio is loaded only here: the demo extra has it."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    target = f"{process_.LOOPBACK}:{port}"
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+
+        async def serving() -> bool:
+            if not process.alive:
+                raise process.failed(f"exited before gRPC health on {target} said SERVING")
+            try:
+                answer = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+            except grpc.aio.AioRpcError:
+                return False
+            return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
+
+        try:
+            await process_.wait_until(serving, timeout=timeout, what=f"gRPC health on {target} to say SERVING")
+        except TimeoutError as exc:
+            raise process.failed(str(exc)) from None
 
 
 async def _wait_http_ok(session: aiohttp.ClientSession, process: process_.Process, url: str, timeout: float) -> None:

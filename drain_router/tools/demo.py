@@ -1,7 +1,8 @@
 """``drain-router demo``: a rolling restart under three shutdown recipes, on this machine.
 
-The whole story with nothing but the package: clients stream completions through a small
-probe-driven balancer (:mod:`drain_router.tools.balancer`) to two pods, and the pods are restarted one at
+The whole story with nothing but the package: clients stream completions (and, with grpcio from
+the ``demo`` extra, call vLLM's gRPC ``Generate``) through a small probe-driven balancer
+(:mod:`drain_router.tools.balancer`) to two pods, and the pods are restarted one at
 a time, once per recipe (:mod:`drain_router.tools.recipes`): drain-router, preStop sleep + engine drain
 (KServe's recipe, its windows scaled as the drain is) behind a balancer told of the pod's deletion
 and again behind one that probes only the engine, and no drain. A live view shows each pod's
@@ -12,6 +13,7 @@ runs, and with matplotlib (the same extra) a PNG timeline is written.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import sys
 import tempfile
 from pathlib import Path
@@ -36,7 +38,10 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
     view = View(out, live=live)
     with tempfile.TemporaryDirectory(prefix="drain-router-demo-") as tmp:
         log_dir = Path(tmp)
-        model = cluster.FakeModel(log_dir, chunks=opts.chunks, interval_ms=opts.interval_ms)
+        with_grpc = opts.grpc_clients > 0 and importlib.util.find_spec("grpc") is not None
+        if opts.grpc_clients and not with_grpc:
+            out.write("(no gRPC calls: grpcio is not installed; pip install 'drain-router[demo]')\n")
+        model = cluster.FakeModel(log_dir, chunks=opts.chunks, interval_ms=opts.interval_ms, grpc=with_grpc)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
             try:
                 out.write(
@@ -55,10 +60,19 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
                     chunks=opts.chunks,
                     interval_ms=opts.interval_ms,
                     termination_grace_secs=grace,
+                    grpc_url=model.grpc_url if with_grpc else None,
                 )
                 results = [
                     await Scenario(
-                        recipe, opts, session, view, log_dir, i, of=len(compared), with_sessions=with_sessions
+                        recipe,
+                        opts,
+                        session,
+                        view,
+                        log_dir,
+                        i,
+                        of=len(compared),
+                        with_sessions=with_sessions,
+                        with_grpc=with_grpc,
                     ).run()
                     for i, recipe in enumerate(compared)
                 ]
@@ -78,7 +92,8 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
         except timeline.PlotUnavailable:
             out.write("\nNo PNG timeline: matplotlib is not installed (pip install 'drain-router[demo]').\n")
     out.flush()
-    return 1 if results[0].lost or any(not r.end.clean for r in results[0].sessions) else 0
+    first = results[0]
+    return 1 if first.lost or first.grpc_lost or any(not r.end.clean for r in first.sessions) else 0
 
 
 @click.command("demo")
@@ -103,6 +118,13 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
     type=click.IntRange(0, 500),
     help="Realtime (WebSocket) sessions beside the streams, when the router tunnels WebSocket; 0: none.",
 )
+@field_option(
+    Options,
+    "grpc_clients",
+    type=click.IntRange(0, 500),
+    help="gRPC clients calling vLLM's Generate through the balancer's gRPC side beside the streams "
+    "(needs the 'demo' extra); 0: none.",
+)
 @field_option(Options, "chunks", type=click.IntRange(1, 10_000), help="Chunks per stream.")
 @field_option(Options, "interval_ms", type=click.IntRange(0, 10_000), help="Milliseconds between chunks.")
 @click.option(
@@ -124,9 +146,10 @@ def command(png: Path, no_png: bool, live: bool | None, **params: int) -> None:
     one at a time: with drain-router (--shutdown-drain-secs DRAIN_SECS); with KServe's preStop sleep
     and the engine's own drain (vLLM's --shutdown-timeout; 15 s and 45 s scaled by DRAIN_SECS/30),
     once with the balancer told of the pod's deletion and once with a balancer that probes only the
-    engine; and with no drain. Realtime sessions run beside the streams and the table says how each
-    ended. Prints a comparison and what each run lost, writes a PNG timeline. Exits 1 if
-    drain-router lost a request or cut a session.
+    engine; and with no drain. Realtime sessions and gRPC calls (vLLM's Generate, through the
+    balancer's gRPC side) run beside the streams and the table says how each ended. Prints a
+    comparison and what each run lost, writes a PNG timeline. Exits 1 if drain-router lost a
+    request or a gRPC call, or cut a session.
     """
     opts = Options(**params)
     if opts.drain_secs * 1000 <= opts.probe_interval_ms * opts.probe_fall:

@@ -112,7 +112,7 @@ class Load:
     """Spread the clients' first requests evenly over one stream's length, so requests arrive at a
     steady rate, as from independent users, rather than in waves that all end at once."""
     records: list[Record] = dataclasses.field(default_factory=list)
-    _workers: workers.Workers = dataclasses.field(default_factory=workers.Workers)
+    _workers: workers.SessionWorkers = dataclasses.field(default_factory=workers.SessionWorkers)
     _rng: random.Random = dataclasses.field(default_factory=random.Random)
 
     @property

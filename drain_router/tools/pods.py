@@ -52,6 +52,11 @@ class Pod(Protocol):
     @property
     def probe_url(self) -> str: ...
 
+    @property
+    def grpc_target(self) -> str | None:
+        """Where gRPC calls go (``host:port``, h2c), if the pod takes them."""
+        ...
+
     async def start(self, session: aiohttp.ClientSession) -> None: ...
 
     async def terminate(self) -> int:
@@ -82,6 +87,10 @@ class RouterPod:
     @property
     def probe_url(self) -> str:
         return f"{self.replica.url}/readyz"
+
+    @property
+    def grpc_target(self) -> str | None:
+        return self.replica.grpc_target if self.replica.grpc_port is not None else None
 
     async def start(self, session: aiohttp.ClientSession) -> None:
         await self.replica.start(session)
@@ -161,6 +170,7 @@ class EnginePod:
         chunks: int,
         interval_ms: int,
         balancer_sees_deletion: bool = True,
+        grpc: bool = False,
     ) -> None:
         self.name = name
         self.recipe = recipe
@@ -170,6 +180,7 @@ class EnginePod:
             interval_ms=interval_ms,
             shutdown_timeout_secs=recipe.shutdown_timeout_secs,
             name=name,
+            grpc=grpc,
         )
         self.process = self.engine.process
         self.readiness = PodReadiness(f"{self.url}/health", sees_deletion=balancer_sees_deletion)
@@ -184,6 +195,12 @@ class EnginePod:
     @property
     def probe_url(self) -> str:
         return self.readiness.url
+
+    @property
+    def grpc_target(self) -> str | None:
+        """The engine's own gRPC port (with ``grpc``): no router in front, it drains as vLLM does."""
+        port = self.engine.grpc_port
+        return None if port is None else f"{LOOPBACK}:{port}"
 
     async def start(self, session: aiohttp.ClientSession, timeout: float = 15.0) -> None:
         self.readiness.deleted = False

@@ -153,7 +153,7 @@ class Sessions:
     """A session closes with 1000 after this many responses (and its client opens the next);
     None: it lasts until stopped or ended by the server side."""
     records: list[Record] = dataclasses.field(default_factory=list)
-    _workers: workers.Workers = dataclasses.field(default_factory=workers.Workers)
+    _workers: workers.SessionWorkers = dataclasses.field(default_factory=workers.SessionWorkers)
     _open: int = 0
 
     @property

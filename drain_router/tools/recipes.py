@@ -63,12 +63,15 @@ def compared(
     chunks: int,
     interval_ms: int,
     termination_grace_secs: int | None = None,
+    grpc_url: str | None = None,
 ) -> list[Recipe]:
     """The runs the demo compares, each on ``replicas`` pods: drain-router, sleep + engine drain,
     the same sleep recipe behind a balancer that probes only the engine (the e2e's case where
     drain-router wins against it), and no drain. The router pods share the model server at
     ``model_url``, each engine pod runs its own. ``termination_grace_secs`` is declared on the
-    routers (their in-flight deadline: where realtime sessions get 1001)."""
+    routers (their in-flight deadline: where realtime sessions get 1001). With ``grpc_url`` (the
+    shared model server's gRPC endpoint) every pod takes gRPC calls too: the routers relay them
+    there, each engine serves them on its own gRPC port."""
     sleep = scaled_sleep_recipe(drain_secs)
     names = [f"pod-{i}" for i in range(replicas)]
 
@@ -76,7 +79,12 @@ def compared(
         return lambda logs: [
             RouterPod(
                 cluster.Replica(
-                    n, model_url, logs, shutdown_drain_secs=drain, termination_grace_secs=termination_grace_secs
+                    n,
+                    model_url,
+                    logs,
+                    shutdown_drain_secs=drain,
+                    termination_grace_secs=termination_grace_secs,
+                    grpc_upstream=grpc_url,
                 )
             )
             for n in names
@@ -84,7 +92,15 @@ def compared(
 
     def engines(sees_deletion: bool) -> Callable[[Path], list[Pod]]:
         return lambda logs: [
-            EnginePod(n, logs, sleep, chunks=chunks, interval_ms=interval_ms, balancer_sees_deletion=sees_deletion)
+            EnginePod(
+                n,
+                logs,
+                sleep,
+                chunks=chunks,
+                interval_ms=interval_ms,
+                balancer_sees_deletion=sees_deletion,
+                grpc=grpc_url is not None,
+            )
             for n in names
         ]
 

@@ -10,8 +10,12 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from drain_router.tools import load, realtime
+
+if TYPE_CHECKING:  # grpcio (the demo extra) loads only when a run makes gRPC calls
+    from drain_router.tools import grpc_load
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -57,10 +61,16 @@ class RunResult:
     sessions: list[realtime.Record] = dataclasses.field(default_factory=list)
     """The realtime (WebSocket) sessions held beside the streams; empty when the router does not
     tunnel WebSocket yet (then the demo leaves them out of every run)."""
+    grpc: list[grpc_load.Record] = dataclasses.field(default_factory=list)
+    """The gRPC ``Generate`` calls made beside the streams; empty without gRPC clients."""
 
     @property
     def lost(self) -> list[load.Record]:
         return [r for r in self.records if r.outcome.lost]
+
+    @property
+    def grpc_lost(self) -> list[grpc_load.Record]:
+        return [r for r in self.grpc if r.outcome.lost]
 
 
 def closing_times(log_path: Path, wall_started: float) -> list[float]:
@@ -99,6 +109,7 @@ def comparison_table(runs: list[RunResult]) -> str:
             *[_secs(load.percentile([x.duration for x in r.records if not x.outcome.lost], 0.99)) for r in runs],
         ],
         *(_session_rows(runs) if any(r.sessions for r in runs) else []),
+        *(_grpc_rows(runs) if any(r.grpc for r in runs) else []),
         [
             "SIGTERM to exit",
             *[_secs(sum(r.drain_durations) / len(r.drain_durations)) if r.drain_durations else "-" for r in runs],
@@ -148,6 +159,19 @@ def _session_rows(runs: list[RunResult]) -> list[list[str]]:
     ]
 
 
+def _grpc_rows(runs: list[RunResult]) -> list[list[str]]:
+    """gRPC calls: how many, how many lost (a status other than OK, or tokens missing). Pure."""
+    return [
+        ["gRPC calls", *[str(len(r.grpc)) for r in runs]],
+        ["gRPC calls lost", *[str(len(r.grpc_lost)) for r in runs]],
+    ]
+
+
+def _grpc_lost_kinds(run: RunResult) -> str:
+    """How the run's gRPC calls were lost, by status, e.g. ``UNAVAILABLE x4``. Pure."""
+    return ", ".join(f"{k} x{n}" for k, n in Counter(r.code for r in run.grpc_lost).most_common())
+
+
 #: Within this ratio two figures count as the same in :func:`summary` (run-to-run noise).
 SAME = 1.05
 
@@ -162,7 +186,7 @@ def _exit(run: RunResult) -> float | None:
 
 def summary(results: list[RunResult]) -> str:
     """What the runs showed, the first (drain-router) against the others, in words: what each run
-    lost, each run that lost more than the first (requests, or realtime sessions cut), then each
+    lost, each run that lost more than the first (requests, realtime sessions cut, gRPC calls), then each
     figure on which others did as well or better, with theirs. Pure."""
     first, others = results[0], results[1:]
     lines = []
@@ -172,6 +196,10 @@ def summary(results: list[RunResult]) -> str:
             line += f" ({_lost_kinds(run)})"
         if run.sessions:
             line += f"; {_cut(run)} of {len(run.sessions)} realtime sessions cut"
+        if run.grpc:
+            line += f"; {len(run.grpc_lost)} of {len(run.grpc)} gRPC calls lost"
+            if run.grpc_lost:
+                line += f" ({_grpc_lost_kinds(run)})"
         lines.append(line + ".")
     for other in others:
         if len(other.lost) > len(first.lost):
@@ -181,6 +209,11 @@ def summary(results: list[RunResult]) -> str:
         if first.sessions and other.sessions and _cut(other) > _cut(first):
             lines.append(
                 f"{first.label} cut fewer realtime sessions than {other.label}: {_cut(first)} against {_cut(other)}."
+            )
+        if first.grpc and other.grpc and len(other.grpc_lost) > len(first.grpc_lost):
+            lines.append(
+                f"{first.label} lost fewer gRPC calls than {other.label}: "
+                f"{len(first.grpc_lost)} against {len(other.grpc_lost)}."
             )
     # Each figure on which another run did as well or better, on one line with every such run.
     as_good = [

@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import time
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import aiohttp
 
@@ -21,11 +21,14 @@ from drain_router.tools import balancer, load, pods, realtime, recipes, runs
 from drain_router.tools.process import wait_until
 from drain_router.tools.view import View
 
+if TYPE_CHECKING:  # grpcio (the demo extra) loads only when a run makes gRPC calls
+    from drain_router.tools import grpc_load
+
 SAMPLE_SECS = 0.1
 RENDER_SECS = 0.2
 
-#: What a client records about one request or session, timed on the monotonic clock.
-_Timed = TypeVar("_Timed", load.Record, realtime.Record)
+#: What a client records about one request, session or gRPC call, timed on the monotonic clock.
+_Timed = TypeVar("_Timed", load.Record, realtime.Record, "grpc_load.Record")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +55,9 @@ class Options:
     realtime_clients: int = 4
     """Realtime (WebSocket) sessions held open beside the streams, each asking for one response
     after another; only when the router tunnels WebSocket (probed once at the start)."""
+    grpc_clients: int = 4
+    """gRPC clients calling vLLM's ``Generate`` (``chunks`` tokens) back to back through the
+    balancer's gRPC side beside the streams; only with grpcio installed (the demo extra)."""
 
 
 class Scenario:
@@ -69,6 +75,7 @@ class Scenario:
         *,
         of: int,
         with_sessions: bool = False,
+        with_grpc: bool = False,
     ) -> None:
         self.opts, self.session, self.view = opts, session, view
         self.sessions = (
@@ -76,6 +83,11 @@ class Scenario:
             if with_sessions and opts.realtime_clients
             else None
         )
+        self.grpc: grpc_load.GrpcLoad | None = None
+        if with_grpc and opts.grpc_clients:
+            from drain_router.tools import grpc_load
+
+            self.grpc = grpc_load.GrpcLoad("", clients=opts.grpc_clients, tokens=opts.chunks)
         self.recipe, self.run_index, self.run_count = recipe, index, of
         self.pods = recipe.pods(log_dir / recipe.label.replace(" ", "-").replace("+", "and"))
         self.result = runs.RunResult(
@@ -89,7 +101,7 @@ class Scenario:
         )
         self.started, self.wall_started = time.monotonic(), time.time()
         self.balancer = balancer.Balancer(
-            [balancer.Backend(p.name, p.url, p.probe_url) for p in self.pods],
+            [balancer.Backend(p.name, p.url, p.probe_url, p.grpc_target) for p in self.pods],
             probe_interval=opts.probe_interval_ms / 1000,
             fall=opts.probe_fall,
             rise=1,
@@ -129,6 +141,8 @@ class Scenario:
             self.view.done, self.view.lost = len(self.load.records), len(self.load.lost)
             if self.sessions is not None:
                 self.view.sessions = sessions_line(self.sessions)
+            if self.grpc is not None:
+                self.view.grpc = grpc_line(self.grpc.records)
             await asyncio.sleep(SAMPLE_SECS)
 
     async def _renderer(self) -> None:
@@ -180,6 +194,10 @@ class Scenario:
                 self.sessions.url = self.balancer.url
                 await self.sessions.start()
                 view.event(f"{self.sessions.clients} realtime sessions open beside the streams")
+            if self.grpc is not None:
+                self.grpc.target = self.balancer.grpc_target
+                await self.grpc.start()
+                view.event(f"{self.grpc.clients} gRPC clients calling Generate through the balancer's gRPC side")
             self._set_step(0)
             await asyncio.sleep(opts.warmup_secs)
             for i, pod in enumerate(self.pods, start=1):
@@ -195,6 +213,8 @@ class Scenario:
         await self.load.stop()
         if self.sessions is not None:
             await self.sessions.stop()
+        if self.grpc is not None:
+            await self.grpc.stop()
         for task in background:
             task.cancel()
         for task in background:
@@ -217,11 +237,15 @@ class Scenario:
         if self.sessions is not None:
             result.sessions = _since(self.sessions.records, self.started)
             view.sessions = sessions_line(self.sessions)
+        if self.grpc is not None:
+            result.grpc = _since(self.grpc.records, self.started)
+            view.grpc = grpc_line(result.grpc)
         view.done, view.lost = len(result.records), len(result.lost)
         for rv in view.replicas.values():
             rv.state, rv.inflight, rv.in_rotation = "stopped", 0, False
         view.progress, view.step = (self.run_index + 1) / self.run_count, "done"
-        view.event(f"done: {len(result.records)} requests, {len(result.lost)} lost; pods and balancer stopped")
+        calls = f", {len(result.grpc)} gRPC calls, {len(result.grpc_lost)} lost" if self.grpc is not None else ""
+        view.event(f"done: {len(result.records)} requests, {len(result.lost)} lost{calls}; pods and balancer stopped")
         view.end_run()
         return result
 
@@ -238,3 +262,8 @@ def sessions_line(holder: realtime.Sessions) -> str:
     going_away = sum(1 for r in ended if r.end.reconnect)
     cut = sum(1 for r in ended if not r.end.clean)
     return f"{holder.open} open, {going_away} ended 1001 (reconnected), {cut} cut"
+
+
+def grpc_line(records: list[grpc_load.Record]) -> str:
+    """The live view's line about the gRPC calls: done, lost."""
+    return f"{len(records)} done, {sum(1 for r in records if r.outcome.lost)} lost"

@@ -35,6 +35,8 @@ class View:
         self.lost = 0
         self.sessions: str | None = None
         """The realtime sessions' line (open, ended 1001, cut), when the run holds sessions."""
+        self.grpc: str | None = None
+        """The gRPC calls' line (done, lost), when the run makes gRPC calls."""
         self.events: list[str] = []
         self._run_started = time.monotonic()
         self._live: Any = None
@@ -114,6 +116,7 @@ class View:
             table,
             Text.assemble(f"requests: {self.done} done, ", lost),
             *([Text(f"realtime sessions: {self.sessions}")] if self.sessions is not None else []),
+            *([Text(f"gRPC calls: {self.grpc}")] if self.grpc is not None else []),
             Text(""),
             *[Text(f" {line}", style="dim") for line in self.events],
         )

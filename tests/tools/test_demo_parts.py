@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drain_router.tools import load, pods, realtime, recipes, sessions, streams, timeline
+from drain_router.tools import grpc_load, load, pods, realtime, recipes, sessions, streams, timeline
 from drain_router.tools import runs as runs_mod
 
 
@@ -67,6 +67,43 @@ def test_comparison_table_realtime_rows_only_with_sessions() -> None:
     assert rows["realtime sessions"][-2:] == ["4", "3"]
     assert rows["sessions ended 1001"][-2:] == ["3", "1"]
     assert rows["sessions cut"][-2:] == ["0", "2"]
+
+
+def _call(outcome: grpc_load.Outcome, code: str = "OK") -> grpc_load.Record:
+    return grpc_load.Record(
+        request_id="c", started=0, finished=1, outcome=outcome, code=code, details=None, tokens_seen=0
+    )
+
+
+def test_grpc_rows_and_summary_only_with_grpc_calls() -> None:
+    """No gRPC rows or words while no run made a call; with calls: how many, how many lost (by
+    status in the summary), and a line where drain-router lost fewer."""
+    runs = _runs()
+    assert "gRPC" not in runs_mod.comparison_table(runs) + runs_mod.summary(runs)
+    runs[0].grpc = [_call(grpc_load.Outcome.OK)] * 5
+    runs[1].grpc = [_call(grpc_load.Outcome.OK)] * 3 + [_call(grpc_load.Outcome.FAILED, "UNAVAILABLE")] * 2
+    rows = {line.split("  ")[0].strip(): line.split() for line in runs_mod.comparison_table(runs).splitlines()[2:]}
+    assert rows["gRPC calls"][-2:] == ["5", "5"]
+    assert rows["gRPC calls lost"][-2:] == ["0", "2"]
+    text = runs_mod.summary(runs)
+    assert "drain-router: 0 of 10 requests lost; 0 of 5 gRPC calls lost." in text
+    assert "; 2 of 5 gRPC calls lost (UNAVAILABLE x2)." in text
+    assert "drain-router lost fewer gRPC calls than no drain: 0 against 2." in text
+
+
+def test_router_and_engine_pods_take_grpc_with_a_grpc_url(tmp_path: Path) -> None:
+    """With the model's gRPC endpoint, each router relays gRPC to it and each engine serves its own;
+    without, no pod has a gRPC target."""
+    grpc_url = "http://127.0.0.1:2"
+    compared = recipes.compared(
+        "http://127.0.0.1:1", replicas=1, drain_secs=2, chunks=3, interval_ms=1, grpc_url=grpc_url
+    )
+    made = [r.pods(tmp_path / str(i))[0] for i, r in enumerate(compared)]
+    assert all(p.grpc_target is not None for p in made)
+    assert "--grpc-upstream" in made[0].process.argv and grpc_url in made[0].process.argv
+    assert "--grpc-port" in made[1].process.argv
+    plain = recipes.compared("http://127.0.0.1:1", replicas=1, drain_secs=2, chunks=3, interval_ms=1)
+    assert [r.pods(tmp_path / f"plain{i}")[0].grpc_target for i, r in enumerate(plain)] == [None] * 4
 
 
 def test_percentile_nearest_rank() -> None:
