@@ -72,6 +72,8 @@ class Router:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._exit = asyncio.Event()
         self._started = asyncio.Event()
+        self._left_starting = asyncio.Event()
+        """Set when a signal ends startup: what startup waits for (the gRPC listener's connect) stops."""
         self._timers: list[asyncio.TimerHandle] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self.listener: TrafficListener | None = None
@@ -103,6 +105,8 @@ class Router:
             now=self._clock(),
         )
         self.state.status = decision.status
+        if decision.status.phase != drain.Phase.STARTING:
+            self._left_starting.set()
         if decision.status.t0 is not None and before.t0 is None:
             self._completed_at_t0 = self.state.inflight.completed
             self._started_at_t0 = self.state.inflight.started
@@ -229,7 +233,10 @@ class Router:
             connection_limit=tuning.grpc_connection_limit(tuning.traffic_connection_limit()),
         )
         stack.callback(listener.close)
-        self.grpc_port = await listener.start(self.config.proxy.host, grpc.port)
+        await listener.warm(self._left_starting)
+        if self.state.status.phase != drain.Phase.STARTING:
+            return  # a signal during startup: the listener is never bound, like the others
+        self.grpc_port = await listener.bind(self.config.proxy.host, grpc.port)
         self.grpc = listener
 
     @property

@@ -105,3 +105,39 @@ async def test_data_past_the_window_the_router_opened_ends_the_call_unavailable(
         client.close()
     await wait_until(lambda: inflight(router), timeout=5, what="in-flight back to 0", until=lambda n: n == 0)
     assert await grpc_requests(router) == {("14", "upstream_error"): 1.0}
+
+
+async def test_a_model_server_that_accepts_but_never_answers_does_not_hold_up_a_sigterm_at_startup() -> None:
+    """Before binding, the gRPC listener connects to the model server to learn its stream limit, for
+    up to the connect timeout (30 s here). A model server that accepts and then says nothing (a
+    stopped process): a SIGTERM then ends the wait at once, the gRPC listener is never bound, and
+    the router exits 0 well inside the timeout."""
+    import asyncio
+    import signal
+
+    from tests.process import RouterProcess
+
+    accepted = asyncio.Event()
+    silent: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        silent.append(writer)
+        accepted.set()
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    router = await RouterProcess.start(
+        "--upstream", "http://127.0.0.1:9", "--shutdown-drain-secs", "0", "--upstream-connect-timeout-secs", "30",
+        "--grpc-port", "0", "--grpc-upstream", f"http://127.0.0.1:{port}",
+    )  # fmt: skip
+    try:
+        await asyncio.wait_for(accepted.wait(), 20)
+        router.signal(signal.SIGTERM)
+        assert await router.wait(10) == 0
+        listening = [e for e in router.events if e.get("event") == "startup.listening"]
+        assert all(e.get("grpc_port") is None for e in listening), listening
+    finally:
+        await router.kill()
+        for writer in silent:
+            writer.close()
+        server.close()

@@ -44,14 +44,23 @@ class GrpcListener:
         self.watches: set[Call] = set()
         self.local_health: set[LocalHealth] = set()
         self.server: asyncio.Server | None = None
+        self.warming: asyncio.Future[None] | None = None
 
     @property
     def serving(self) -> bool:
         return self.state.phase == drain.Phase.SERVING
 
-    async def start(self, host: str, port: int) -> int:
-        """Learn the model server's stream limit (if it answers), then bind; returns the bound port."""
-        await self.pool.warm()
+    async def warm(self, interrupt: asyncio.Event) -> None:
+        """Before binding: connect to the model server to learn its stream limit, so the first clients
+        are told the right one. At most the connect timeout (a model server that is down or starting
+        is only logged), and cut short by ``interrupt`` (a SIGTERM during startup)."""
+        self.warming = asyncio.ensure_future(self.pool.warm())
+        stop = asyncio.ensure_future(interrupt.wait())
+        await asyncio.wait((self.warming, stop), return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+
+    async def bind(self, host: str, port: int) -> int:
+        """Start accepting; returns the bound port."""
         self.server = await self.loop.create_server(lambda: Inbound(self), host, port, reuse_address=True)
         return int(self.server.sockets[0].getsockname()[1])
 
@@ -99,4 +108,6 @@ class GrpcListener:
             conn.final_goaway()
             conn.close()
         flush_all()
+        if self.warming is not None:
+            self.warming.cancel()
         self.pool.close()
