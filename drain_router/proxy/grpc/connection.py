@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import hpack
 
@@ -26,11 +26,32 @@ from drain_router.proxy.grpc import rules as r
 
 Headers = list[tuple[bytes, bytes]]
 
+#: Header blocks and header lists a connection remembers, each way (see :meth:`Connection.decode`).
+HPACK_CACHE_ENTRIES = 64
+
+#: The bytes of an HPACK block made only of one-byte indexed fields (0x80-0xFE): decoding or
+#: encoding such a block leaves the dynamic table as it was.
+_INDEXED_BYTES = bytes(range(0x80, 0xFF))
+
 #: Stream ids a connection remembers having reset, so that frames crossing the reset are ignored.
 REMEMBERED_RESETS = 256
 
 _DIRTY: list[Connection] = []
 """Connections with output gathered during this turn of the loop (one thread: a module list)."""
+
+
+def indexed_only(block: bytes) -> bool:
+    """Whether an HPACK block is only one-byte indexed fields (the dynamic table stays as it was)."""
+    return bool(block) and not block.translate(None, _INDEXED_BYTES)
+
+
+def remember(cache: dict[Any, Any], key: Any, value: Any, keep: bool) -> None:
+    """Remember ``value`` when it left the HPACK table unchanged (``keep``); a block that changed the
+    table shifts its indexes, so everything remembered is forgotten then."""
+    if not keep:
+        cache.clear()
+    elif len(cache) < HPACK_CACHE_ENTRIES:
+        cache[key] = value
 
 
 def flush_all() -> None:
@@ -115,6 +136,8 @@ class Connection(asyncio.Protocol):
         self.encoder = hpack.Encoder()
         self.decoder = hpack.Decoder(max_header_list_size=r.MAX_HEADER_LIST_BYTES)
         self.decoder.max_allowed_table_size = r.HEADER_TABLE_BYTES
+        self.decoded: dict[bytes, Headers] = {}
+        self.encoded: dict[tuple[tuple[bytes, bytes], ...], bytes] = {}
         self.send_window = frames.DEFAULT_WINDOW
         self.recv_window = frames.DEFAULT_WINDOW
         self.recv_unannounced = 0
@@ -343,13 +366,7 @@ class Connection(asyncio.Protocol):
             raise H2Error(frames.ENHANCE_YOUR_CALM, "header block too large")
 
     def header_block(self, sid: int, flags: int, block: bytes) -> None:
-        try:
-            # raw=True: (bytes, bytes) pairs, as HeaderTuple (a tuple subclass).
-            headers = cast(Headers, list(self.decoder.decode(block, raw=True)))
-        except hpack.OversizedHeaderListError:
-            raise H2Error(frames.ENHANCE_YOUR_CALM, "header list too large") from None
-        except hpack.HPACKError:
-            raise H2Error(frames.COMPRESSION_ERROR, "invalid header block") from None
+        headers = self.decode(block)
         end = bool(flags & frames.END_STREAM)
         leg = self.legs.get(sid)
         if leg is None:
@@ -361,6 +378,35 @@ class Connection(asyncio.Protocol):
         if end:
             self.remote_ended(leg)
         leg.relay.on_headers(leg, headers, end)
+
+    def decode(self, block: bytes) -> Headers:
+        """A header block's list. HPACK in Python costs 10-50 µs a block, and a gRPC call's blocks
+        repeat (the same method, the same response head, ``grpc-status: 0``): once every field is
+        in the dynamic table a block is a few one-byte indexes, which read the table without
+        changing it, so its list is remembered until a block that does change the table. The list
+        is shared: nobody changes a header list after decoding."""
+        headers = self.decoded.get(block)
+        if headers is not None:
+            return headers
+        try:
+            # raw=True: (bytes, bytes) pairs, as HeaderTuple (a tuple subclass).
+            headers = cast(Headers, list(self.decoder.decode(block, raw=True)))
+        except hpack.OversizedHeaderListError:
+            raise H2Error(frames.ENHANCE_YOUR_CALM, "header list too large") from None
+        except hpack.HPACKError:
+            raise H2Error(frames.COMPRESSION_ERROR, "invalid header block") from None
+        remember(self.decoded, block, headers, indexed_only(block))
+        return headers
+
+    def encode(self, headers: Headers) -> bytes:
+        """A header list's block, remembered the same way (see :meth:`decode`). Not Huffman-coded:
+        the router's peers are on the same node or network, where the CPU costs more than bytes."""
+        key = tuple(headers)
+        block = self.encoded.get(key)
+        if block is None:
+            block = self.encoder.encode(headers, huffman=False)
+            remember(self.encoded, key, block, indexed_only(block))
+        return block
 
     def new_stream(self, sid: int, headers: Headers, end: bool) -> None:
         """HEADERS on a stream this connection does not know (a request, for the server role)."""
@@ -391,6 +437,7 @@ class Connection(asyncio.Protocol):
                 self.peer_max_frame = value
             elif key == frames.HEADER_TABLE_SIZE:
                 self.encoder.header_table_size = min(value, r.HEADER_TABLE_BYTES)
+                self.encoded.clear()  # the next block carries the size update
             elif key == frames.MAX_CONCURRENT_STREAMS:
                 self.peer_max_streams = value
                 self.streams_limited(value)
@@ -460,7 +507,7 @@ class Connection(asyncio.Protocol):
             leg.pending_trailers = headers
             leg.pending_end = end
             return
-        self.queue(frames.headers(leg.sid, self.encoder.encode(headers), end_stream=end, max_frame=self.peer_max_frame))
+        self.queue(frames.headers(leg.sid, self.encode(headers), end_stream=end, max_frame=self.peer_max_frame))
         if end:
             self.local_ended(leg)
 

@@ -1,0 +1,35 @@
+"""The connection's remembered HPACK blocks (drain_router.proxy.grpc.connection): a remembered answer
+is used only while the dynamic table is as it was; checked against hpack's own decoder and encoder."""
+
+from __future__ import annotations
+
+import hpack
+
+from drain_router.proxy.grpc.connection import Connection
+
+
+def test_a_remembered_list_is_forgotten_when_the_table_shifts() -> None:
+    conn = Connection()
+    peer = hpack.Encoder()
+    first = peer.encode([(b"x-a", b"1")])  # a literal: entry 62 is now x-a
+    assert conn.decode(first) == [(b"x-a", b"1")]
+    again = peer.encode([(b"x-a", b"1")])  # one indexed byte: 0xBE (index 62)
+    assert again == b"\xbe"
+    assert conn.decode(again) == [(b"x-a", b"1")]
+    assert conn.decoded == {b"\xbe": [(b"x-a", b"1")]}
+    conn.decode(peer.encode([(b"x-b", b"2")]))  # a new entry: index 62 is x-b now
+    assert conn.decoded == {}
+    assert conn.decode(b"\xbe") == [(b"x-b", b"2")]
+
+
+def test_a_remembered_block_is_what_the_encoder_would_write() -> None:
+    conn = Connection()
+    reader = hpack.Decoder()
+    headers = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+    for _ in range(3):
+        assert [tuple(h) for h in reader.decode(conn.encode(headers), raw=True)] == headers
+    assert len(conn.encoded) == 1
+    other = [(b"grpc-status", b"0"), (b"x-new", b"v")]
+    assert [tuple(h) for h in reader.decode(conn.encode(other), raw=True)] == other
+    assert conn.encoded == {}  # x-new entered the table: every index moved
+    assert [tuple(h) for h in reader.decode(conn.encode(headers), raw=True)] == headers
