@@ -158,3 +158,22 @@ def test_health_messages_decode_with_protobuf(status: int) -> None:
 
 def test_grpc_message_is_percent_encoded() -> None:
     assert health.percent_encode("drain 100% — retry") == b"drain 100%25 %E2%80%94 retry"
+
+
+D, H, E, P = frames.DATA, frames.HEADERS, frames.END_STREAM, frames.PADDED
+
+
+@pytest.mark.parametrize(
+    ("found", "merged"),
+    [
+        ([(D, 0, 1, b"a"), (D, 0, 1, b"b"), (D, E, 1, b"c")], [(D, E, 1, b"abc")]),
+        ([(D, E, 1, b"a"), (D, 0, 1, b"b")], [(D, E, 1, b"a"), (D, 0, 1, b"b")]),  # never past an end
+        ([(D, 0, 1, b"a"), (D, 0, 3, b"b"), (D, 0, 1, b"c")], [(D, 0, 1, b"a"), (D, 0, 3, b"b"), (D, 0, 1, b"c")]),
+        ([(D, 0, 1, b"a"), (H, 4, 1, b"h"), (D, 0, 1, b"b")], [(D, 0, 1, b"a"), (H, 4, 1, b"h"), (D, 0, 1, b"b")]),
+        ([(D, 0, 1, b"a"), (D, P, 1, b"\x00b")], [(D, 0, 1, b"a"), (D, P, 1, b"\x00b")]),  # padding kept apart
+        ([(D, 0, 1, b"a" * 10), (D, 0, 1, b"b" * 7)], [(D, 0, 1, b"a" * 10), (D, 0, 1, b"b" * 7)]),  # past 16
+        ([(D, 0, 1, b"a" * 10), (D, 0, 1, b"b" * 6)], [(D, 0, 1, b"a" * 10 + b"b" * 6)]),
+    ],
+)
+def test_data_frames_of_one_stream_are_merged(found: list[frames.Frame], merged: list[frames.Frame]) -> None:
+    assert frames.coalesce(found, 16) == merged

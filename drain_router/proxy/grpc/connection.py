@@ -205,6 +205,8 @@ class Connection(asyncio.Protocol):
                 return
             found, used = frames.split(buffer, frames.DEFAULT_MAX_FRAME)
             del buffer[:used]
+            if len(found) > 1:
+                found = frames.coalesce(found, frames.DEFAULT_MAX_FRAME)
             for frame in found:
                 self.frame_received(*frame)
                 if self.closed:

@@ -136,6 +136,29 @@ def split(buffer: bytearray, max_frame: int) -> tuple[list[Frame], int]:
     return frames, pos
 
 
+def coalesce(found: list[Frame], max_frame: int) -> list[Frame]:
+    """Consecutive DATA frames of one stream merged into one, up to ``max_frame`` bytes and never
+    past an END_STREAM (which the merged frame then carries): a model server that writes one token
+    per frame hands the router many per read, and the router relays them as one frame. Padded
+    frames are left as they are. The bytes and their order do not change, so neither does what
+    flow control counts."""
+    out: list[Frame] = []
+    for frame in found:
+        kind, flags, sid, payload = frame
+        if kind == DATA and not flags & PADDED and out:
+            last_kind, last_flags, last_sid, last_payload = out[-1]
+            if (
+                last_kind == DATA
+                and last_sid == sid
+                and not last_flags & (PADDED | END_STREAM)
+                and len(last_payload) + len(payload) <= max_frame
+            ):
+                out[-1] = (DATA, flags, sid, last_payload + payload)
+                continue
+        out.append(frame)
+    return out
+
+
 def strip_padding(flags: int, payload: bytes) -> bytes | None:
     """A DATA or HEADERS payload without its padding (§6.1); None when the padding is longer than the
     payload (a PROTOCOL_ERROR)."""
