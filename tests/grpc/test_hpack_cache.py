@@ -33,3 +33,15 @@ def test_a_remembered_block_is_what_the_encoder_would_write() -> None:
     assert [tuple(h) for h in reader.decode(conn.encode(other), raw=True)] == other
     assert conn.encoded == {}  # x-new entered the table: every index moved
     assert [tuple(h) for h in reader.decode(conn.encode(headers), raw=True)] == headers
+
+
+def test_a_literal_that_is_not_indexed_is_remembered_too() -> None:
+    """A peer that indexes nothing (SETTINGS_HEADER_TABLE_SIZE 0, or literals without indexing)
+    leaves the table as it was: its blocks are remembered, and an indexed literal after them still
+    forgets them."""
+    conn = Connection()
+    literal = b"\x00\x03x-c\x011"  # literal without indexing: x-c: 1
+    assert conn.decode(literal) == [(b"x-c", b"1")]
+    assert conn.decoded == {literal: [(b"x-c", b"1")]}
+    conn.decode(hpack.Encoder().encode([(b"x-d", b"2")]))
+    assert conn.decoded == {}

@@ -29,10 +29,6 @@ Headers = list[tuple[bytes, bytes]]
 #: Header blocks and header lists a connection remembers, each way (see :meth:`Connection.decode`).
 HPACK_CACHE_ENTRIES = 64
 
-#: The bytes of an HPACK block made only of one-byte indexed fields (0x80-0xFE): decoding or
-#: encoding such a block leaves the dynamic table as it was.
-_INDEXED_BYTES = bytes(range(0x80, 0xFF))
-
 #: Stream ids a connection remembers having reset, so that frames crossing the reset are ignored.
 REMEMBERED_RESETS = 256
 
@@ -40,15 +36,20 @@ _DIRTY: list[Connection] = []
 """Connections with output gathered during this turn of the loop (one thread: a module list)."""
 
 
-def indexed_only(block: bytes) -> bool:
-    """Whether an HPACK block is only one-byte indexed fields (the dynamic table stays as it was)."""
-    return bool(block) and not block.translate(None, _INDEXED_BYTES)
+def table_mark(table: Any) -> tuple[int, object]:
+    """What changes whenever an HPACK dynamic table does: an entry is always added in front (a new
+    object), and an eviction without an addition shortens it."""
+    entries = table.dynamic_entries
+    return len(entries), (entries[0] if entries else None)
 
 
-def remember(cache: dict[Any, Any], key: Any, value: Any, keep: bool) -> None:
-    """Remember ``value`` when it left the HPACK table unchanged (``keep``); a block that changed the
-    table shifts its indexes, so everything remembered is forgotten then."""
-    if not keep:
+def remember(
+    cache: dict[Any, Any], key: Any, value: Any, before: tuple[int, object], after: tuple[int, object]
+) -> None:
+    """Remember ``value`` when the block left the HPACK table as it was (``before`` and ``after`` its
+    :func:`table_mark`); a block that changed the table moves its indexes, so everything remembered
+    is forgotten then."""
+    if before[0] != after[0] or before[1] is not after[1]:
         cache.clear()
     elif len(cache) < HPACK_CACHE_ENTRIES:
         cache[key] = value
@@ -383,13 +384,14 @@ class Connection(asyncio.Protocol):
 
     def decode(self, block: bytes) -> Headers:
         """A header block's list. HPACK in Python costs 10-50 µs a block, and a gRPC call's blocks
-        repeat (the same method, the same response head, ``grpc-status: 0``): once every field is
-        in the dynamic table a block is a few one-byte indexes, which read the table without
-        changing it, so its list is remembered until a block that does change the table. The list
-        is shared: nobody changes a header list after decoding."""
+        repeat (the same method, the same response head, ``grpc-status: 0``): a block that left the
+        dynamic table as it was (indexed fields, literals not indexed) decodes the same way until a
+        block changes the table, so its list is remembered until then. The list is shared: nobody
+        changes a header list after decoding."""
         headers = self.decoded.get(block)
         if headers is not None:
             return headers
+        before = table_mark(self.decoder.header_table)
         try:
             # raw=True: (bytes, bytes) pairs, as HeaderTuple (a tuple subclass).
             headers = cast(Headers, list(self.decoder.decode(block, raw=True)))
@@ -397,7 +399,7 @@ class Connection(asyncio.Protocol):
             raise H2Error(frames.ENHANCE_YOUR_CALM, "header list too large") from None
         except hpack.HPACKError:
             raise H2Error(frames.COMPRESSION_ERROR, "invalid header block") from None
-        remember(self.decoded, block, headers, indexed_only(block))
+        remember(self.decoded, block, headers, before, table_mark(self.decoder.header_table))
         return headers
 
     def encode(self, headers: Headers) -> bytes:
@@ -406,8 +408,9 @@ class Connection(asyncio.Protocol):
         key = tuple(headers)
         block = self.encoded.get(key)
         if block is None:
+            before = table_mark(self.encoder.header_table)
             block = self.encoder.encode(headers, huffman=False)
-            remember(self.encoded, key, block, indexed_only(block))
+            remember(self.encoded, key, block, before, table_mark(self.encoder.header_table))
         return block
 
     def new_stream(self, sid: int, headers: Headers, end: bool) -> None:
