@@ -26,8 +26,10 @@ from drain_router.proxy.grpc import rules as r
 
 Headers = list[tuple[bytes, bytes]]
 
-#: Header blocks and header lists a connection remembers, each way (see :meth:`Connection.decode`).
+#: Header blocks and header lists a connection remembers, each way (see :meth:`Connection.decode`),
+#: and the largest block remembered: at most 64 KiB per connection and direction.
 HPACK_CACHE_ENTRIES = 64
+HPACK_CACHE_BLOCK_BYTES = 1024
 
 #: Stream ids a connection remembers having reset, so that frames crossing the reset are ignored.
 REMEMBERED_RESETS = 256
@@ -44,14 +46,14 @@ def table_mark(table: Any) -> tuple[int, object]:
 
 
 def remember(
-    cache: dict[Any, Any], key: Any, value: Any, before: tuple[int, object], after: tuple[int, object]
+    cache: dict[Any, Any], key: Any, value: Any, block: bytes, before: tuple[int, object], after: tuple[int, object]
 ) -> None:
     """Remember ``value`` when the block left the HPACK table as it was (``before`` and ``after`` its
     :func:`table_mark`); a block that changed the table moves its indexes, so everything remembered
     is forgotten then."""
     if before[0] != after[0] or before[1] is not after[1]:
         cache.clear()
-    elif len(cache) < HPACK_CACHE_ENTRIES:
+    elif len(cache) < HPACK_CACHE_ENTRIES and len(block) <= HPACK_CACHE_BLOCK_BYTES:
         cache[key] = value
 
 
@@ -399,7 +401,7 @@ class Connection(asyncio.Protocol):
             raise H2Error(frames.ENHANCE_YOUR_CALM, "header list too large") from None
         except hpack.HPACKError:
             raise H2Error(frames.COMPRESSION_ERROR, "invalid header block") from None
-        remember(self.decoded, block, headers, before, table_mark(self.decoder.header_table))
+        remember(self.decoded, block, headers, block, before, table_mark(self.decoder.header_table))
         return headers
 
     def encode(self, headers: Headers) -> bytes:
@@ -410,7 +412,7 @@ class Connection(asyncio.Protocol):
         if block is None:
             before = table_mark(self.encoder.header_table)
             block = self.encoder.encode(headers, huffman=False)
-            remember(self.encoded, key, block, before, table_mark(self.encoder.header_table))
+            remember(self.encoded, key, block, block, before, table_mark(self.encoder.header_table))
         return block
 
     def new_stream(self, sid: int, headers: Headers, end: bool) -> None:
