@@ -12,13 +12,20 @@ metadata is not (the demo's calls carry none). Needs grpcio (the demo extra).
 
 from __future__ import annotations
 
+import collections
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 
-if TYPE_CHECKING:
-    from drain_router.tools.balancer import Backend
+
+class Backend(Protocol):
+    """What the relay needs of the balancer's backend (it never imports the balancer): where its gRPC
+    side is, and the counts the balancer shows."""
+
+    grpc_target: str | None
+    active: int
+    errors: collections.Counter[str]
 
 
 CHANNEL_OPTIONS = (
