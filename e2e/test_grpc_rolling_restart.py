@@ -24,6 +24,7 @@ import pytest
 
 from drain_router.tools import grpc_load
 from drain_router.tools.process import wait_until
+from e2e.rolling import restart_in_turn
 
 CYCLES = 5
 REPLICAS = 2
@@ -63,21 +64,13 @@ async def test_grpc_rolling_restarts_through_balancer(
     lb = await start_balancer(balancer_kind, replicas, inter_ms=PROBE_INTER_MS, grpc=True)
 
     calls = grpc_load.GrpcLoad(lb.grpc_target, clients=CLIENTS, tokens=TOKENS)
-    exit_codes: list[int] = []
-    sigterms: list[float] = []
     started = time.monotonic()
     await calls.start()
     try:
         want = 2 * CLIENTS
         await wait_until(lambda: len(calls.records), 20, f"{want} finished calls", until=lambda n: n >= want)
         assert not calls.lost, f"lost before any restart: {_describe(calls.lost)}"
-        for _cycle in range(CYCLES):
-            for replica in replicas:
-                sigterms.append(time.monotonic())
-                replica.sigterm()
-                exit_codes.append(await replica.process.wait_exit(timeout=20))
-                await replica.start(session)
-                await lb.wait_status(replica.name, "UP")
+        exit_codes, sigterms = await restart_in_turn(replicas, lb, session, CYCLES)
         want = len(calls.records) + 2 * CLIENTS
         await wait_until(lambda: len(calls.records), 20, f"{want} finished calls", until=lambda n: n >= want)
     finally:

@@ -17,6 +17,7 @@ import pytest
 
 from drain_router.tools import load
 from drain_router.tools.process import wait_until
+from e2e.rolling import restart_in_turn
 
 CYCLES = 5
 REPLICAS = 2
@@ -52,19 +53,13 @@ async def test_rolling_restarts_through_balancer(
     lb = await start_balancer(balancer_kind, replicas, inter_ms=PROBE_INTER_MS)
 
     stream_load = load.Load(lb.url, clients=CLIENTS, chunks=CHUNKS, interval_ms=INTERVAL_MS)
-    exit_codes: list[int] = []
     started = time.monotonic()
     await stream_load.start()
     try:
         want = 2 * CLIENTS
         await wait_until(lambda: len(stream_load.records), 20, f"{want} finished requests", until=lambda n: n >= want)
         assert not stream_load.lost, f"lost before any restart: {_describe(stream_load.lost)}"
-        for _cycle in range(CYCLES):
-            for replica in replicas:
-                replica.sigterm()
-                exit_codes.append(await replica.process.wait_exit(timeout=20))
-                await replica.start(session)
-                await lb.wait_status(replica.name, "UP")
+        exit_codes, _ = await restart_in_turn(replicas, lb, session, CYCLES)
         want = len(stream_load.records) + 2 * CLIENTS
         await wait_until(lambda: len(stream_load.records), 20, f"{want} finished requests", until=lambda n: n >= want)
     finally:
