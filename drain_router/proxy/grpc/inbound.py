@@ -22,7 +22,7 @@ from drain_router.proxy.grpc import frames, health
 from drain_router.proxy.grpc import rules as r
 from drain_router.proxy.grpc.answered import LocalHealth
 from drain_router.proxy.grpc.call import Call, Site
-from drain_router.proxy.grpc.connection import Connection, H2Error, Headers, Leg, flush_all
+from drain_router.proxy.grpc.connection import HPACK_CACHE_ENTRIES, Connection, H2Error, Headers, Leg, flush_all
 
 #: The opaque bytes of the shutdown PING (its acknowledgement ends the first GOAWAY's round trip).
 SHUTDOWN_PING = b"drain-rt"
@@ -61,6 +61,8 @@ class Inbound(Connection):
         self.shutdown_stage = 0
         """0 serving; 1 first GOAWAY and the PING sent; 2 final GOAWAY sent."""
         self.ping_timer: asyncio.TimerHandle | None = None
+        self.checked: dict[int, tuple[Headers, bytes]] = {}
+        """Request header lists already checked, by identity (see :meth:`checked_path`)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
@@ -144,7 +146,7 @@ class Inbound(Connection):
             self.refuse(sid)
             return
         try:
-            path = r.request(headers)
+            path = self.checked_path(headers)
         except r.Malformed:
             listener.metrics.count_grpc("none", Outcome.REJECTED, 0.0)
             self.refuse(sid, frames.PROTOCOL_ERROR)
@@ -167,6 +169,19 @@ class Inbound(Connection):
         if call.watch:
             listener.watches.add(call)
         call.start()
+
+    def checked_path(self, headers: Headers) -> bytes:
+        """The request's ``:path`` once its fields are checked (:func:`rules.request`). A header list
+        decoded from a remembered block is the same object each time (never changed after decoding):
+        its check is remembered with it, held so its identity cannot be reused."""
+        known = self.checked.get(id(headers))
+        if known is not None and known[0] is headers:
+            return known[1]
+        path = r.request(headers)
+        if len(self.checked) >= HPACK_CACHE_ENTRIES:
+            self.checked.clear()
+        self.checked[id(headers)] = (headers, path)
+        return path
 
     def leg_gone(self, leg: Leg | None) -> None:
         if self.shutdown_stage == 2 and not self.legs:
