@@ -15,9 +15,7 @@ import asyncio
 import math
 import os
 import re
-import resource
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -26,6 +24,7 @@ from functools import cache
 from typing import Any
 
 from bench import h2, stats
+from bench.loadgen import cpu_self, run_tool
 
 GENERATE = "/vllm.grpc.engine.VllmEngine/Generate"
 ECHO = "/inference.GRPCInferenceService/Echo"
@@ -33,16 +32,6 @@ INTERVAL_HEADER = "bench-interval-ms"
 #: The receive windows this client opens: per stream, and for the connection.
 STREAM_WINDOW = 1 << 20
 CONNECTION_WINDOW = 1 << 24
-
-
-def _cpu_self() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _cpu_children() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 @cache
@@ -322,7 +311,7 @@ async def stream(
     unpaced tokens each, a new call as soon as one ends. Messages are counted in the window after
     ``warmup``; the calls still open at its end are cut with the connection."""
     body = generate_request(messages)
-    cpu0, wall0 = _cpu_self(), time.perf_counter()
+    cpu0, wall0 = cpu_self(), time.perf_counter()
     tally = Tally(warm_at=wall0 + warmup, end_at=wall0 + warmup + duration)
     errors = _Errors()
     done = 0
@@ -359,7 +348,7 @@ async def stream(
         "errors": errors.count,
         "first_error": errors.first,
         "seconds": wall,
-        "loadgen_core": (_cpu_self() - cpu0) / wall,
+        "loadgen_core": (cpu_self() - cpu0) / wall,
     }
 
 
@@ -370,7 +359,7 @@ async def unary(
     when h2load is absent, and the smoke run's). ``rate`` counts the calls in the window after
     ``warmup``; ``requests`` every call that came back whole (what the target's CPU is divided by)."""
     body = echo_request(body_bytes)
-    cpu0, wall0 = _cpu_self(), time.perf_counter()
+    cpu0, wall0 = cpu_self(), time.perf_counter()
     warm_at, end_at = wall0 + warmup, wall0 + warmup + duration
     errors = _Errors()
     latencies: list[float] = []
@@ -404,7 +393,7 @@ async def unary(
         "errors": errors.count,
         "first_error": errors.first,
         "seconds": wall,
-        "loadgen_core": (_cpu_self() - cpu0) / wall,
+        "loadgen_core": (cpu_self() - cpu0) / wall,
     }
 
 
@@ -474,25 +463,16 @@ def h2load(
         "te: trailers",
         url + ECHO,
     ]
-    cpu0 = _cpu_children()
-    wall0 = time.perf_counter()
     try:
-        proc = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            timeout=duration + 30,
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
-        )
+        proc, wall, cpu = run_tool(cmd, duration, cpus)
     finally:
         os.unlink(body)
-    wall = time.perf_counter() - wall0
     try:
         out = parse_h2load(proc.stdout)
     except ValueError:
         raise RuntimeError(f"h2load failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}") from None
     out["errors"] += out.get("non_2xx", 0)
-    return {"client": "h2load", **out, "seconds": wall, "loadgen_core": (_cpu_children() - cpu0) / wall}
+    return {"client": "h2load", **out, "seconds": wall, "loadgen_core": cpu / wall}
 
 
 async def hold(
@@ -511,7 +491,7 @@ async def hold(
     growth per open call. Then every connection is closed (the calls cancelled)."""
     body = generate_request(1_000_000)
     metadata = ((INTERVAL_HEADER, str(interval_ms)),)
-    cpu0, wall0 = _cpu_self(), time.perf_counter()
+    cpu0, wall0 = cpu_self(), time.perf_counter()
     errors = _Errors()
     await asyncio.sleep(settle)
     base = rss_kib()
@@ -553,5 +533,5 @@ async def hold(
         "kib_per_stream": (rss - base) / held if held else None,
         "errors": count - held,
         "first_error": errors.first,
-        "loadgen_core": (_cpu_self() - cpu0) / (time.perf_counter() - wall0),
+        "loadgen_core": (cpu_self() - cpu0) / (time.perf_counter() - wall0),
     }

@@ -43,14 +43,33 @@ wrk.headers["Content-Type"] = "application/octet-stream"
 """
 
 
-def _cpu_self() -> float:
+def cpu_self() -> float:
+    """CPU seconds this process (an in-process load generator) has used."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
 
-def _cpu_children() -> float:
+def cpu_children() -> float:
+    """CPU seconds the load tools this process ran (wrk, h2load) have used."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def run_tool(
+    cmd: list[str], duration: float, cpus: set[int] | None
+) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    """Run a load tool (wrk, h2load) pinned to ``cpus`` for about ``duration`` s: its result, the
+    wall seconds it took and the CPU seconds it used."""
+    cpu0 = cpu_children()
+    wall0 = time.perf_counter()
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=duration + 30,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+    )
+    return proc, time.perf_counter() - wall0, cpu_children() - cpu0
 
 
 def session(**kwargs: Any) -> aiohttp.ClientSession:
@@ -80,19 +99,10 @@ def wrk(
         fh.write(WRK_REPORT_LUA)
         script = fh.name
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "--timeout", "10s", "-s", script, url]
-    cpu0 = _cpu_children()
-    wall0 = time.perf_counter()
     try:
-        proc = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            timeout=duration + 30,
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
-        )
+        proc, wall, cpu = run_tool(cmd, duration, cpus)
     finally:
         os.unlink(script)
-    wall = time.perf_counter() - wall0
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH_JSON ")), None)
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"wrk failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
@@ -109,7 +119,7 @@ def wrk(
         "lat_p99_ms": raw["lat_p99_us"] / 1000,
         "errors": errors,
         "seconds": seconds,
-        "loadgen_core": (_cpu_children() - cpu0) / wall,
+        "loadgen_core": cpu / wall,
     }
 
 
@@ -121,7 +131,7 @@ async def requests(url: str, connections: int, duration: float, *, upload_bytes:
     body = b"a" * upload_bytes if upload_bytes else None
     latencies: list[float] = []
     errors = 0
-    cpu0, wall0 = _cpu_self(), time.perf_counter()
+    cpu0, wall0 = cpu_self(), time.perf_counter()
     end_at = wall0 + duration
     async with session() as http:
 
@@ -157,7 +167,7 @@ async def requests(url: str, connections: int, duration: float, *, upload_bytes:
         "lat_p99_ms": pct["p99"] * 1000,
         "errors": errors,
         "seconds": wall,
-        "loadgen_core": (_cpu_self() - cpu0) / wall,
+        "loadgen_core": (cpu_self() - cpu0) / wall,
     }
 
 
@@ -236,7 +246,7 @@ async def sse(
     seconds; streams begun by then are let finish. Returns event rate in the window, time to first
     event (TTFB) and inter-event gap percentiles as the client sees them.
     """
-    cpu0, wall0 = _cpu_self(), time.perf_counter()
+    cpu0, wall0 = cpu_self(), time.perf_counter()
     tally = _SseTally(warm_at=wall0 + warmup, end_at=wall0 + warmup + duration, expected_events=expected_events)
     async with session() as http:
 
@@ -275,7 +285,7 @@ async def sse(
         "errors": tally.errors,
         "first_error": tally.first_error,
         "seconds": wall,
-        "loadgen_core": (_cpu_self() - cpu0) / wall,
+        "loadgen_core": (cpu_self() - cpu0) / wall,
     }
 
 
@@ -299,7 +309,7 @@ async def hold(
     failed = 0
     first_error: str | None = None
     tasks: list[asyncio.Task[None]] = []
-    cpu0, wall0 = _cpu_self(), time.perf_counter()
+    cpu0, wall0 = cpu_self(), time.perf_counter()
     out: dict[str, Any] = {"steps": []}
     async with session() as http:
 
@@ -343,7 +353,7 @@ async def hold(
         release.set()
         await asyncio.wait(tasks, timeout=30)
     out["first_error"] = first_error
-    out["loadgen_core"] = (_cpu_self() - cpu0) / (time.perf_counter() - wall0)
+    out["loadgen_core"] = (cpu_self() - cpu0) / (time.perf_counter() - wall0)
     return out
 
 
@@ -374,7 +384,7 @@ async def ws_echo(url: str, sessions: int, duration: float, *, message_bytes: in
     total = 0
     errors = 0
     first_error: str | None = None
-    cpu0, wall0 = _cpu_self(), time.perf_counter()
+    cpu0, wall0 = cpu_self(), time.perf_counter()
     warm_at, end_at = wall0 + warmup, wall0 + warmup + duration
     async with session() as http:
 
@@ -410,7 +420,7 @@ async def ws_echo(url: str, sessions: int, duration: float, *, message_bytes: in
         "errors": errors,
         "first_error": first_error,
         "seconds": wall,
-        "loadgen_core": (_cpu_self() - cpu0) / wall,
+        "loadgen_core": (cpu_self() - cpu0) / wall,
     }
 
 
@@ -430,7 +440,7 @@ async def ws_hold(
     opened = 0
     failed = 0
     first_error: str | None = None
-    cpu0, wall0 = _cpu_self(), time.perf_counter()
+    cpu0, wall0 = cpu_self(), time.perf_counter()
     async with session() as http:
 
         async def one() -> None:
@@ -469,5 +479,5 @@ async def ws_hold(
         "rss_kib": rss,
         "kib_per_session": (rss - base) / opened if opened else None,
         "errors": failed,
-        "loadgen_core": (_cpu_self() - cpu0) / (time.perf_counter() - wall0),
+        "loadgen_core": (cpu_self() - cpu0) / (time.perf_counter() - wall0),
     }
