@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from drain_router.proxy.grpc import health
+from drain_router.proxy.grpc import frames, health
 from drain_router.proxy.grpc.connection import Connection, Headers, Leg
 
 SERVING_NOW_MESSAGE = "the router is serving now; watch again"
@@ -72,7 +72,7 @@ class LocalHealth:
 
     def on_end_sent(self, leg: Leg) -> None:
         if leg.sid in leg.conn.legs:
-            leg.conn.reset(leg, 0)  # answered while the client was still sending: it may stop
+            leg.conn.reset(leg, frames.NO_ERROR)  # answered while the client was still sending: it may stop
         self.forget(self)
 
     def on_writable(self, leg: Leg) -> None: ...

@@ -478,10 +478,9 @@ class Connection(asyncio.Protocol):
 
     # Hooks for the two roles.
     def reset_received(self, sid: int, code: int) -> None:
-        leg = self.legs.pop(sid, None)
+        leg = self.legs.get(sid)
         if leg is not None:
-            self.blocked.pop(sid, None)
-            leg.local_closed = leg.remote_closed = True
+            self.forget(leg)
             leg.relay.on_reset(leg, code)
             self.leg_gone(leg)
 
@@ -577,16 +576,22 @@ class Connection(asyncio.Protocol):
 
     def reset(self, leg: Leg, code: int) -> None:
         """RST_STREAM ``code`` on ``leg``: it ends both ways and leaves the connection."""
-        if self.legs.pop(leg.sid, None) is None:
+        if not self.forget(leg):
             return
-        self.blocked.pop(leg.sid, None)
         leg.pending.clear()
         leg.pending_trailers = None
-        leg.local_closed = leg.remote_closed = True
         if not self.closed:
             self.queue(frames.rst_stream(leg.sid, code))
         self.note_reset(leg.sid)
         self.leg_gone(leg)
+
+    def forget(self, leg: Leg) -> bool:
+        """``leg`` ends both ways and leaves the connection (no frame is sent); False if it had left."""
+        if self.legs.pop(leg.sid, None) is None:
+            return False
+        self.blocked.pop(leg.sid, None)
+        leg.local_closed = leg.remote_closed = True
+        return True
 
     def note_reset(self, sid: int) -> None:
         resets = self.reset_streams

@@ -22,7 +22,12 @@ log = logs.get("drain_router.grpc")
 class Outbound(Connection):
     CLIENT_SIDE = True
 
-    def __init__(self, on_settled: Callable[[Outbound], None], on_limit: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        on_settled: Callable[[Outbound], None],
+        on_closed: Callable[[Outbound], None],
+        on_limit: Callable[[int], None],
+    ) -> None:
         super().__init__()
         self.next_stream = 1
         self.goaway: int | None = None
@@ -30,6 +35,7 @@ class Outbound(Connection):
         self.settled = asyncio.Event()
         """Set once the model server's first SETTINGS arrived (its stream limit is known)."""
         self._on_settled = on_settled
+        self._on_closed = on_closed
         self._on_limit = on_limit
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -70,9 +76,7 @@ class Outbound(Connection):
         self.goaway = last_stream if self.goaway is None else min(self.goaway, last_stream)
         refused = [leg for sid, leg in self.legs.items() if sid > last_stream]
         for leg in refused:
-            self.legs.pop(leg.sid, None)
-            self.blocked.pop(leg.sid, None)
-            leg.local_closed = leg.remote_closed = True
+            self.forget(leg)
             leg.relay.on_reset(leg, frames.REFUSED_STREAM)
         self.leg_gone(None)
 
@@ -83,4 +87,5 @@ class Outbound(Connection):
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self.settled.set()
+        self._on_closed(self)
         flush_all()

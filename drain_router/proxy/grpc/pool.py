@@ -61,6 +61,7 @@ class GrpcPool:
             await asyncio.wait_for(asyncio.shield(self._task), self.connect_timeout)
 
     def _forget(self, conn: Outbound) -> None:
+        """A connection closed: no stream goes on it again."""
         with contextlib.suppress(ValueError):
             self.conns.remove(conn)
 
@@ -68,7 +69,7 @@ class GrpcPool:
         loop = asyncio.get_running_loop()
         conn: Outbound | None = None
         try:
-            conn = Outbound(self._settled, self.on_limit)
+            conn = Outbound(self.conns.append, self._forget, self.on_limit)
             protocol = conn
             if self.upstream.unix_path is not None:
                 coro = loop.create_unix_connection(lambda: protocol, self.upstream.unix_path)
@@ -95,10 +96,6 @@ class GrpcPool:
         self._task = None
         self._serve_waiters()
 
-    def _settled(self, conn: Outbound) -> None:
-        self.conns.append(conn)
-        conn.settled.set()
-
     def _serve_waiters(self) -> None:
         while self.waiters:
             conn = next((c for c in self.conns if c.usable()), None)
@@ -110,7 +107,6 @@ class GrpcPool:
 
     def released(self) -> None:
         """A stream ended: a waiter may have room now."""
-        self.conns = [c for c in self.conns if not c.closed]
         if self.waiters:
             self._serve_waiters()
 
@@ -118,6 +114,6 @@ class GrpcPool:
         self.closed = True
         if self._task is not None:
             self._task.cancel()
-        for conn in self.conns:
+        for conn in list(self.conns):
             conn.close()
         self.conns.clear()
