@@ -11,6 +11,8 @@ Routes (the path; query parameters as noted):
 - ``/cl?size=N``: 200 with a Content-Length body of N bytes (:func:`pattern`); HEAD: the same head,
   no body. Written in 64 KiB pieces, each awaited (a client that stops reading holds it back).
 - ``/chunked``: 200 chunked, with chunk extensions and a trailer; the body is :data:`CHUNKED_BODY`.
+- ``/burst?n=N``: 200 chunked, the head and N chunks (``event {i}\n``) and the last chunk written in
+  one write, so the router reads them together.
 - ``/close?size=N``: 200 with neither Content-Length nor Transfer-Encoding: the body ends when this
   server closes the connection (no ``Connection: close`` either).
 - ``/status/{code}``: that status and no body (304 also with a Content-Length, as RFC 9110 allows).
@@ -45,6 +47,11 @@ CHUNKED_WIRE = (
     b'5;ext=1\r\nhello\r\n2;name="quoted;value"\r\n, \r\nD\r\nchunked world\r\n0;last\r\nX-Trailer: done\r\n\r\n'
 )
 assert len(b"chunked world") == 0xD
+
+
+def burst_events(n: int) -> list[bytes]:
+    """The chunks of ``/burst?n=N``, each one event."""
+    return [b"event %d\n" % i for i in range(n)]
 
 
 def pattern(size: int) -> bytes:
@@ -139,6 +146,16 @@ class RawUpstream:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
             if request.method != "HEAD":
                 writer.write(CHUNKED_WIRE)
+            await writer.drain()
+            return True
+        if path == "/burst":
+            await _read_body(request, reader)
+            chunks = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in burst_events(int(query.get("n", ["32"])[0])))
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + chunks
+                + b"0\r\n\r\n"
+            )
             await writer.drain()
             return True
         if path == "/close":

@@ -39,6 +39,7 @@ COMPLETED = Outcome.COMPLETED
 
 class Exchange(RequestForwarding):
     __slots__ = (
+        "body_at",
         "client",
         "close",
         "code",
@@ -84,7 +85,10 @@ class Exchange(RequestForwarding):
         self.until_eof = False
         self.resp_done = False
         self.to_client: list[bytes] = []
-        """What one upstream read produced for the client: written in one write by :meth:`flush`."""
+        """What one upstream read produced for the client (heads, and the body's bytes as llhttp
+        hands them over): written in one write by :meth:`flush`."""
+        self.body_at = 0
+        """Where this read's body bytes start in ``to_client`` (after a head that came with them)."""
         self.head_sent = False
         self.close = False
         self.finished = False
@@ -149,7 +153,9 @@ class Exchange(RequestForwarding):
         )
         self.code = status
         self.mode = mode
-        self.to_client.append(head)
+        out = self.to_client
+        out.append(head)
+        self.body_at = len(out)
         if mode == NONE:
             # Whole with its head (llhttp does not know a HEAD response has no body): whatever the
             # upstream sends after it is surplus.
@@ -171,22 +177,19 @@ class Exchange(RequestForwarding):
         listener.metrics.ttfb.observe(listener.loop.time() - self.started_at)
         client.open_tunnel(up, rest)
 
-    def response_body(self, body: bytes) -> None:
-        if self.mode == CHUNKED:
-            self.to_client.append(b"%x\r\n%s\r\n" % (len(body), body))
-        elif self.mode != NONE:
-            self.to_client.append(body)
-
     def flush(self) -> None:
         """After each upstream read: one write to the client; finish when the response is whole.
         The final head counts as sent (its status fixed) only once it is written."""
         if self.finished:
             return
         out = self.to_client
-        if self.resp_done:
-            if self.mode == CHUNKED:
-                out.append(b"0\r\n\r\n")
-        elif not out or (self.mode == SMALL and not self.head_sent):
+        if self.mode == CHUNKED:
+            if len(out) == 1 and not self.body_at and not self.resp_done:  # a streamed read: one body part
+                body = out[0]
+                out[0] = b"%x\r\n%s\r\n" % (len(body), body)
+            else:
+                self._frame_chunk(out)
+        if not self.resp_done and (not out or (self.mode == SMALL and not self.head_sent)):
             return
         transport = self.client.transport
         if transport is not None:
@@ -198,6 +201,22 @@ class Exchange(RequestForwarding):
             listener.metrics.ttfb.observe(listener.loop.time() - self.started_at)
         if self.resp_done:
             self.finish(COMPLETED)
+
+    def _frame_chunk(self, out: list[bytes]) -> None:
+        """What one read brought is one chunk, however many the model server framed (an event's
+        bytes are relayed as they came; only their framing is the router's own), then the last
+        chunk if the response is whole."""
+        at = self.body_at
+        self.body_at = 0
+        parts = len(out) - at
+        if parts == 1:
+            body = out[at]
+            out[at] = b"%x\r\n%s\r\n" % (len(body), body)
+        elif parts > 1:
+            out.insert(at, b"%x\r\n" % sum(map(len, out[at:])))
+            out.append(b"\r\n")
+        if self.resp_done:
+            out.append(b"0\r\n\r\n")
 
     # -- endings -------------------------------------------------------------------------------
 
@@ -212,6 +231,7 @@ class Exchange(RequestForwarding):
             self.flush()
             return
         self.to_client.clear()
+        self.body_at = 0
         if self.reused and not self.retried and not self.code and not invalid and retryable(self.method, self.request):
             # A pooled connection the model server had closed before any answer: one retry on a
             # fresh one.

@@ -51,6 +51,9 @@ class Owner(Protocol):
 
     resp_done: bool
     """Its final response is whole: set here when llhttp ends it."""
+    to_client: list[bytes]
+    """What this read brings the client: the body's bytes are appended here as llhttp hands them
+    over (the owner frames them for the client in ``flush``)."""
 
     @property
     def code(self) -> int: ...
@@ -61,7 +64,6 @@ class Owner(Protocol):
 
     def response_interim(self, status: int, headers: Headers) -> None: ...
     def response_head(self, status: int, headers: Headers) -> None: ...
-    def response_body(self, body: bytes) -> None: ...
     def flush(self) -> None: ...
     def switch(self, up: UpstreamConnection, headers: Headers, rest: bytes) -> None: ...
     def upstream_lost(self, exc: BaseException | None, *, invalid: bool = False) -> None: ...
@@ -268,7 +270,7 @@ class UpstreamConnection(asyncio.Protocol):
         exchange = self.exchange
         if exchange.resp_done:  # type: ignore[union-attr]  # set while parsing; a HEAD answer's body
             raise Surplus
-        exchange.response_body(body)  # type: ignore[union-attr]
+        exchange.to_client.append(body)  # type: ignore[union-attr]
 
     def on_message_complete(self) -> None:
         if self.switching is not None:

@@ -12,11 +12,13 @@ import time
 from pathlib import Path
 
 import aiohttp
+import h11
 import pytest
 
 from drain_router.tools import streams
 from drain_router.tools.fake_model import testing as fake_model_testing
 from drain_router.tools.process import free_port, wait_until
+from tests import rawupstream
 from tests.blackbox import outcomes_in
 
 
@@ -36,6 +38,32 @@ async def test_sse_reaches_client_chunk_by_chunk(fake_upstream, start_router, ht
     assert streams.events_of(first + rest) == ["0", "1", "2", "3", "[DONE]"]
     assert total >= 0.45
     assert first_at < total - 0.3, f"first event at {first_at:.3f}s of {total:.3f}s: buffered"
+
+
+async def test_chunks_that_arrive_in_one_read_reach_the_client_as_one_chunk(start_router):
+    """1. the model server writes a head and 32 chunks in one write  2. the router reads them together.
+    Result (parsed by h11): the client gets the same bytes, in fewer chunks than the model server
+    framed (the read's, not one per upstream chunk), and the stream ends cleanly."""
+    async with rawupstream.running() as raw:
+        r = await start_router(upstream=raw.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", r.router.port)
+        writer.write(b"GET /burst?n=32 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        wire = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method="GET", target="/burst?n=32", headers=[("Host", "t")]))
+    conn.receive_data(wire)
+    conn.receive_data(b"")
+    body, chunks, events = b"", 0, []
+    while (not events or events[-1] != "ConnectionClosed") and len(events) < 100:
+        event = conn.next_event()
+        events.append(type(event).__name__)
+        if isinstance(event, h11.Data):
+            body += event.data
+            chunks += event.chunk_start
+    assert events[0] == "Response" and events[-2:] == ["EndOfMessage", "ConnectionClosed"], events
+    assert body == b"".join(rawupstream.burst_events(32))
+    assert 1 <= chunks < 32, f"{chunks} chunks: framed one per upstream chunk, not one per read"
 
 
 async def test_request_body_streams_and_arrives_intact(fake_upstream, start_router, http):

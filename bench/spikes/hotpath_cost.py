@@ -1,0 +1,128 @@
+"""The router's Python per request and per chunk, without sockets: its protocol objects (a client
+connection, an upstream connection, the pool, the listener, metrics and the in-flight set, all as
+shipped) driven with fake transports, so what is timed is the interpreter's work alone, with none of
+the kernel's and none of the noise of a shared machine (the spread between runs is about 1 %).
+
+    python -m bench.spikes.hotpath_cost [--requests N] [--chunks-per-read K]
+
+Prints µs per small GET (the bench's request and the upstream's 200-byte answer, keep-alive) and µs
+per relayed chunk of a chunked stream: one chunk per upstream read (paced), and K chunks per read
+(a stream arriving in one read). Run it from two checkouts (``PYTHONPATH=...``) to compare a change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from drain_router import config, metrics
+from drain_router.proxy.client import ClientConnection
+from drain_router.proxy.listener import TrafficListener
+from drain_router.proxy.pool import UpstreamPool
+from drain_router.proxy.state import RouterState
+from drain_router.proxy.upstream import UpstreamConnection
+
+REQUEST = b"GET /small HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n"
+SMALL = b'{"object":"model","padding":"' + b"x" * 170 + b'"}'
+RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(SMALL), SMALL)
+STREAM_REQUEST = b"GET /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n"
+STREAM_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+EVENT = b'data: {"id":"cmpl","object":"text_completion","choices":[{"index":0,"text":" token"}]}\n\n'
+CHUNK = b"%x\r\n%s\r\n" % (len(EVENT), EVENT)
+LAST = b"0\r\n\r\n"
+
+
+class FakeTransport:
+    """Takes writes and drops them; answers what the protocols ask."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def write(self, data: bytes) -> None:
+        self.written += len(data)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        raise AssertionError("a keep-alive connection was closed")
+
+    abort = close
+
+
+async def _measure(requests: int, per_read: int) -> dict[str, float]:
+    cfg = config.build_config(upstream="http://127.0.0.1:9", host="127.0.0.1", port=0, admin_port=0)
+    state = RouterState(cfg, metrics.Metrics(CollectorRegistry()))
+    pool = UpstreamPool(cfg, state.note_connect)
+    listener = TrafficListener(state, pool, connection_limit=1000)
+    client = ClientConnection(listener)
+    client_transport = FakeTransport()
+    client.connection_made(client_transport)
+    up = UpstreamConnection(pool)
+    up.connection_made(FakeTransport())
+    pool.idle.append(up)
+
+    def small_gets(n: int) -> None:
+        for _ in range(n):
+            client.data_received(REQUEST)
+            up.data_received(RESPONSE)
+
+    def stream(reads: int, chunks_per_read: int) -> None:
+        body = CHUNK * chunks_per_read
+        client.data_received(STREAM_REQUEST)
+        up.data_received(STREAM_HEAD)
+        for _ in range(reads):
+            up.data_received(body)
+        up.data_received(LAST)
+
+    out: dict[str, float] = {}
+    small_gets(1000)  # warm
+    gc.collect()
+    t0 = time.perf_counter()
+    small_gets(requests)
+    out["small_get_us"] = (time.perf_counter() - t0) / requests * 1e6
+    reads = requests * 4
+    stream(100, 1)
+    t0 = time.perf_counter()
+    stream(reads, 1)
+    out["chunk_paced_us"] = (time.perf_counter() - t0) / reads * 1e6
+    t0 = time.perf_counter()
+    stream(reads // per_read, per_read)
+    out[f"chunk_{per_read}_per_read_us"] = (time.perf_counter() - t0) / (reads // per_read * per_read) * 1e6
+    assert client_transport.written > 0 and len(state.inflight) == 0
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=50_000)
+    parser.add_argument("--chunks-per-read", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=5, help="runs; the best is printed")
+    args = parser.parse_args(argv)
+    best: dict[str, float] = {}
+    for _ in range(args.repeat):
+        for key, value in asyncio.run(_measure(args.requests, args.chunks_per_read)).items():
+            best[key] = min(value, best.get(key, value))
+    for key, value in best.items():
+        print(f"{key}: {value:.3f}")
+
+
+if __name__ == "__main__":
+    main()
