@@ -153,6 +153,10 @@ class Exchange(RequestForwarding):
         )
         self.code = status
         self.mode = mode
+        if self.request is not None:
+            # Answered: the head is never sent again (a retry is only ever before an answer), so a
+            # held stream does not keep it.
+            self.request.head = b""
         out = self.to_client
         out.append(head)
         self.body_at = len(out)

@@ -205,7 +205,8 @@ class RequestParsing(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self.url = b""
-        self.headers = []
+        if self.headers:  # a chunked body's trailers (a head's list is let go once it is admitted)
+            self.headers = []
         self.head_size = 0
         if not self.deadline_is_head or self.deadline is None:
             listener = self.listener
@@ -244,6 +245,7 @@ class RequestParsing(asyncio.Protocol):
             return
         listener = self.listener
         verdict = admit(method, url, version, self.headers, self.peer, self.peer_node, listener.pool.host_header)
+        self.headers = []  # admitted: a held stream keeps the head it sent upstream, not the parsed one
         request, problem, ws_key = verdict.request, verdict.problem, verdict.ws_key
         if request is not None:
             self.body_left = request.content_length or 0
