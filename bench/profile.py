@@ -131,9 +131,9 @@ async def _drive(
         if loadgen.wrk_available():
             return await asyncio.to_thread(loadgen.wrk, url + "/small", concurrency, seconds, cpus=cpus)
         return await loadgen.requests(url + "/small", concurrency, seconds)
-    if workload == "sse_burst":
+    if workload in ("sse_burst", "sse_oneread"):
         return await loadgen.sse(
-            url + "/v1/completions?chunks=64&interval_ms=0",
+            url + "/v1/completions?chunks=64&interval_ms=0" + ("&oneread=1" if workload == "sse_oneread" else ""),
             concurrency,
             seconds,
             expected_events=65,
@@ -155,7 +155,9 @@ async def _drive(
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench profile", description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--workload", choices=["small_get", "sse_burst", "sse_paced", "grpc_stream", "grpc_unary"], default="small_get"
+        "--workload",
+        choices=["small_get", "sse_burst", "sse_oneread", "sse_paced", "grpc_stream", "grpc_unary"],
+        default="small_get",
     )
     parser.add_argument(
         "--concurrency",

@@ -120,6 +120,7 @@ PLANS = {
 WORKLOADS = (
     "small_get",
     "sse_burst",
+    "sse_oneread",
     "sse_paced",
     "upload_1mib",
     "idle_hold",
@@ -132,7 +133,7 @@ WORKLOADS = (
 )
 #: Names that select several workloads at once (``--workloads grpc``).
 WORKLOAD_GROUPS = {
-    "http": ("small_get", "sse_burst", "sse_paced", "upload_1mib", "idle_hold", "drain"),
+    "http": ("small_get", "sse_burst", "sse_oneread", "sse_paced", "upload_1mib", "idle_hold", "drain"),
     "ws": ("ws_echo", "ws_idle_hold"),
     "grpc": ("grpc_stream", "grpc_unary", "grpc_idle_hold"),
 }
@@ -336,8 +337,12 @@ class Bench:
             )
         return await loadgen.requests(url, self.plan.upload_connections, self.plan.seconds, upload_bytes=size)
 
-    async def sse(self, target: targets.Target, concurrency: int, chunks: int, interval_ms: float) -> dict[str, Any]:
-        url = f"{target.url}/v1/completions?chunks={chunks}&interval_ms={interval_ms:g}"
+    async def sse(
+        self, target: targets.Target, concurrency: int, chunks: int, interval_ms: float, *, oneread: bool = False
+    ) -> dict[str, Any]:
+        url = (
+            f"{target.url}/v1/completions?chunks={chunks}&interval_ms={interval_ms:g}{'&oneread=1' if oneread else ''}"
+        )
         stream_secs = chunks * interval_ms / 1000
         # Spread client starts over one stream length (at least a little), so 1000 streams do not
         # arrive in one burst; the window opens once every client has started.
@@ -631,6 +636,15 @@ class Bench:
                             target,
                             "events_total",
                             lambda t=target: self.sse(t, plan.burst_concurrency, plan.burst_chunks, 0),
+                        )
+                if "sse_oneread" in selected:
+                    for target in self.targets:
+                        await self.measure(
+                            round_no,
+                            "sse_oneread",
+                            target,
+                            "events_total",
+                            lambda t=target: self.sse(t, plan.burst_concurrency, plan.burst_chunks, 0, oneread=True),
                         )
                 for concurrency in plan.paced_concurrency if "sse_paced" in selected else ():
                     for target in self.targets:

@@ -12,6 +12,8 @@ Routes (HTTP/1.1, keep-alive, request bodies by Content-Length or chunked):
   ``data: {...}`` events and a final ``data: [DONE]``, one HTTP chunk (one ``write``) per event. The
   headers and the first event go out at once, the rest every ``MS`` ms (0: back to back). ``hold=1``
   sends the headers and the first event, then holds the stream open until the client leaves.
+  ``oneread=1``: the head, the ``N`` events and the end in one ``write`` (a batching engine, or a
+  node so busy that the proxy reads many events at once).
 - ``POST /upload``: reads and discards the body, answers ``{"bytes": n}``.
 - ``GET /v1/realtime`` with ``Upgrade: websocket`` and ``Connection: upgrade``: 101, then a WebSocket echo: every data frame
   from the client comes back as one unmasked frame with the same payload, pings get pongs, a Close
@@ -74,6 +76,12 @@ MAX_HEADER_BYTES = 64 * 1024
 WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 WS_SWITCH = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "
 OP_CLOSE, OP_PING, OP_PONG = 0x8, 0x9, 0xA
+
+
+@cache
+def _whole_stream(chunks: int) -> bytes:
+    """A stream of ``chunks`` events with its head and its end, as one piece of bytes."""
+    return SSE_HEAD + EVENT_CHUNK * max(chunks, 1) + DONE_CHUNK  # at least one event, as a stream has
 
 
 def ws_frame(first: int, payload: bytes) -> bytes:
@@ -227,6 +235,9 @@ class UpstreamProtocol(asyncio.Protocol):
             chunks = int(query.get("chunks", ["64"])[0])
             interval = float(query.get("interval_ms", ["0"])[0]) / 1000.0
             hold = query.get("hold", ["0"])[0] == "1"
+            if query.get("oneread", ["0"])[0] == "1" and not hold:
+                self._one_write(req, chunks)
+                return
             self._stream(req, chunks, interval, hold)
             return
         elif req.path == "/upload":
@@ -305,6 +316,14 @@ class UpstreamProtocol(asyncio.Protocol):
                 self.timer = loop.call_at(start + sent * interval, tick)
 
         self.timer = loop.call_at(start + interval, tick)
+
+    def _one_write(self, req: _Request, chunks: int) -> None:
+        """The whole stream in one ``write``: head, ``chunks`` events and the end (an engine that
+        batches its tokens, or a node so busy that the proxy reads them together)."""
+        assert self.transport is not None
+        self.transport.write(_whole_stream(chunks))
+        if req.close:
+            self.transport.close()
 
     def _finish(self, req: _Request, resume: bool) -> None:
         assert self.transport is not None

@@ -47,7 +47,7 @@ def test_smoke_run_measures_every_workload_on_every_installed_target(tmp_path: P
         assert info["available"] == (name in installed), (name, info)
 
     cells = {(r["workload"], r["target"]): r["metrics"] for r in results["records"]}
-    for workload in ("small_get", "sse_burst", "sse_paced_4", "upload_1mib"):
+    for workload in ("small_get", "sse_burst", "sse_oneread", "sse_paced_4", "upload_1mib"):
         for name in installed:
             metrics = cells[(workload, name)]
             assert "failed" not in metrics, (workload, name, metrics)
