@@ -188,11 +188,19 @@ class Exchange(RequestForwarding):
             return
         out = self.to_client
         if self.mode == CHUNKED:
-            if len(out) == 1 and not self.body_at and not self.resp_done:  # a streamed read: one body part
-                body = out[0]
-                out[0] = b"%x\r\n%s\r\n" % (len(body), body)
-            else:
-                self._frame_chunk(out)
+            # What the read brought is one chunk, however many the model server framed (an event's
+            # bytes are relayed as they came; only their framing is the router's own).
+            at = self.body_at
+            self.body_at = 0
+            parts = len(out) - at
+            if parts == 1:
+                body = out[at]
+                out[at] = b"%x\r\n%s\r\n" % (len(body), body)
+            elif parts > 1:
+                out.insert(at, b"%x\r\n" % sum(map(len, out[at:])))
+                out.append(b"\r\n")
+            if self.resp_done:
+                out.append(b"0\r\n\r\n")
         if not self.resp_done and (not out or (self.mode == SMALL and not self.head_sent)):
             return
         transport = self.client.transport
@@ -205,22 +213,6 @@ class Exchange(RequestForwarding):
             listener.metrics.ttfb.observe(listener.loop.time() - self.started_at)
         if self.resp_done:
             self.finish(COMPLETED)
-
-    def _frame_chunk(self, out: list[bytes]) -> None:
-        """What one read brought is one chunk, however many the model server framed (an event's
-        bytes are relayed as they came; only their framing is the router's own), then the last
-        chunk if the response is whole."""
-        at = self.body_at
-        self.body_at = 0
-        parts = len(out) - at
-        if parts == 1:
-            body = out[at]
-            out[at] = b"%x\r\n%s\r\n" % (len(body), body)
-        elif parts > 1:
-            out.insert(at, b"%x\r\n" % sum(map(len, out[at:])))
-            out.append(b"\r\n")
-        if self.resp_done:
-            out.append(b"0\r\n\r\n")
 
     # -- endings -------------------------------------------------------------------------------
 
