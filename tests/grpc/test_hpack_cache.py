@@ -1,15 +1,15 @@
-"""The connection's remembered HPACK blocks (drain_router.proxy.grpc.connection): a remembered answer
+"""A connection's remembered HPACK blocks (drain_router.proxy.grpc.hpackcache): a remembered answer
 is used only while the dynamic table is as it was; checked against hpack's own decoder and encoder."""
 
 from __future__ import annotations
 
 import hpack
 
-from drain_router.proxy.grpc.connection import Connection
+from drain_router.proxy.grpc.hpackcache import Decoder, Encoder
 
 
 def test_a_remembered_list_is_forgotten_when_the_table_shifts() -> None:
-    conn = Connection()
+    conn = Decoder()
     peer = hpack.Encoder()
     first = peer.encode([(b"x-a", b"1")])  # a literal: entry 62 is now x-a
     assert conn.decode(first) == [(b"x-a", b"1")]
@@ -23,7 +23,7 @@ def test_a_remembered_list_is_forgotten_when_the_table_shifts() -> None:
 
 
 def test_a_remembered_block_is_what_the_encoder_would_write() -> None:
-    conn = Connection()
+    conn = Encoder()
     reader = hpack.Decoder()
     headers = [(b":status", b"200"), (b"content-type", b"application/grpc")]
     for _ in range(3):
@@ -39,7 +39,7 @@ def test_a_literal_that_is_not_indexed_is_remembered_too() -> None:
     """A peer that indexes nothing (SETTINGS_HEADER_TABLE_SIZE 0, or literals without indexing)
     leaves the table as it was: its blocks are remembered, and an indexed literal after them still
     forgets them."""
-    conn = Connection()
+    conn = Decoder()
     literal = b"\x00\x03x-c\x011"  # literal without indexing: x-c: 1
     assert conn.decode(literal) == [(b"x-c", b"1")]
     assert conn.decoded == {literal: [(b"x-c", b"1")]}

@@ -31,15 +31,25 @@ GOOD = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/a.B/C"), (b"
         ([*GOOD[:1], *GOOD], "repeated :method"),
         ([(b":protocol", b"websocket"), *GOOD], "unknown pseudo-header"),
         (GOOD[1:], "missing or invalid :method"),
-        ([GOOD[0], GOOD[2], GOOD[3]], "missing :scheme"),
+        ([GOOD[0], GOOD[2], GOOD[3]], "missing or invalid :scheme"),
+        ([GOOD[0], (b":scheme", b"ht tp"), *GOOD[2:]], "missing or invalid :scheme"),
+        ([GOOD[0], (b":scheme", b"http\r\n"), *GOOD[2:]], "missing or invalid :scheme"),
+        ([*GOOD[:3], (b":authority", b"a b")], "invalid :authority"),
+        ([*GOOD[:3], (b":authority", b"a\r\nx: y")], "invalid :authority"),
+        ([*GOOD[:3], (b":authority", b"a\x00")], "invalid :authority"),
+        ([*GOOD[:3], (b":authority", b"")], "invalid :authority"),
+        ([*GOOD, (b"host", b"other")], "host differs from :authority"),
+        ([*GOOD, (b"host", b"x")], None),
+        ([*GOOD, (b"content-length", b"5"), (b"content-length", b"6")], "content-length given twice"),
         ([*GOOD[:2], GOOD[3]], "missing or invalid :path"),
         ([(b":method", b"CONNECT"), *GOOD[1:]], "CONNECT"),
         ([*GOOD, (b"content-length", b"x1")], "content-length"),
     ],
 )
 def test_request_headers(headers: list[tuple[bytes, bytes]], error: str | None) -> None:
+    """A malformed request head is refused before it is relayed (RFC 9113 §8.2-8.3)."""
     if error is None:
-        assert rules.request(headers) == b"/a.B/C"
+        assert rules.request(headers) == (b"/a.B/C", -1)
     else:
         with pytest.raises(rules.Malformed, match=error):
             rules.request(headers)
@@ -62,7 +72,7 @@ def test_response_heads(headers: list[tuple[bytes, bytes]], status: int | None) 
         with pytest.raises(rules.Malformed):
             rules.response(headers)
     else:
-        assert rules.response(headers) == status
+        assert rules.response(headers) == (status, -1)
 
 
 def test_trailers_carry_no_pseudo_headers() -> None:
@@ -177,3 +187,19 @@ D, H, E, P = frames.DATA, frames.HEADERS, frames.END_STREAM, frames.PADDED
 )
 def test_data_frames_of_one_stream_are_merged(found: list[frames.Frame], merged: list[frames.Frame]) -> None:
     assert frames.coalesce(found, 16) == merged
+
+
+def test_content_length_is_returned_with_the_path() -> None:
+    assert rules.request([*GOOD, (b"content-length", b"12")]) == (b"/a.B/C", 12)
+    assert rules.response([(b":status", b"200"), (b"content-length", b"0")]) == (200, 0)
+
+
+def test_a_budget_earns_from_a_running_total() -> None:
+    """Tokens earned by progress come back on top of the time refill, never past the burst."""
+    budget = rules.Budget((2, 0.0), now=0.0)
+    assert budget.spend(0.0) and budget.spend(0.0)
+    assert not budget.spend(0.0)
+    assert budget.spend(0.0, earned=1)  # one earned
+    assert not budget.spend(0.0, earned=1)  # the same total: nothing new
+    assert budget.spend(0.0, earned=100) and budget.spend(0.0, earned=100)  # capped at the burst
+    assert not budget.spend(0.0, earned=100)

@@ -9,16 +9,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from drain_router.proxy.grpc import frames, health
-from drain_router.proxy.grpc.connection import Connection, Headers, Leg
+from drain_router.proxy.grpc.h2 import Connection
+from drain_router.proxy.grpc.streams import Exit, Headers, Stream
 
 SERVING_NOW_MESSAGE = "the router is serving now; watch again"
 
 
 class LocalHealth:
-    __slots__ = ("answered", "down", "forget", "watch")
+    __slots__ = ("answered", "conn", "down", "forget", "watch")
 
-    def __init__(self, conn: Connection, sid: int, path: bytes, forget: Callable[[LocalHealth], None]) -> None:
-        self.down = Leg(conn, sid, self)
+    def __init__(self, conn: Connection, stream: Stream, path: bytes, forget: Callable[[LocalHealth], None]) -> None:
+        self.conn = conn
+        self.down = stream
+        stream.handler = self
         self.watch = path == health.WATCH
         self.forget = forget
         self.answered = False
@@ -26,9 +29,8 @@ class LocalHealth:
     def start(self, end: bool) -> None:
         if self.watch:
             self.answered = True
-            conn = self.down.conn
-            conn.send_headers(self.down, health.response_head(), False)
-            conn.send_data(self.down, health.message(health.NOT_SERVING), False)
+            self.conn.send_headers(self.down, health.response_head(), False)
+            self.conn.send_data(self.down, health.message(health.NOT_SERVING), False)
         elif end:
             self.answer()
 
@@ -36,43 +38,36 @@ class LocalHealth:
         if self.answered:
             return
         self.answered = True
-        down, conn = self.down, self.down.conn
+        down, conn = self.down, self.conn
         conn.send_headers(down, health.response_head(), False)
         conn.send_data(down, health.message(health.NOT_SERVING), False)
         conn.send_headers(down, health.trailers(0), True)
 
     def serving_now(self) -> None:
         """The router is serving: a Watch ends, so its client watches again (relayed this time)."""
-        self.down.conn.send_headers(self.down, health.trailers(14, SERVING_NOW_MESSAGE), True)
+        self.conn.send_headers(self.down, health.trailers(14, SERVING_NOW_MESSAGE), True)
 
     def not_serving(self) -> None:
         """Already NOT_SERVING: nothing to push."""
 
-    # -- connection.Relay -------------------------------------------------------------------------
+    # -- streams.Handler --------------------------------------------------------------------------
 
-    def on_data(self, leg: Leg, data: bytes, end: bool) -> None:
-        leg.conn.grant(leg, len(data))
+    def on_data(self, stream: Stream, data: bytes, end: bool) -> None:
+        self.conn.grant(stream, len(data))
         if end and not self.watch:
             self.answer()
 
-    def on_headers(self, leg: Leg, headers: Headers, end: bool) -> None:
+    def on_headers(self, stream: Stream, headers: Headers, end: bool) -> None:
         if end and not self.watch:
             self.answer()
 
-    def on_reset(self, leg: Leg, code: int) -> None:
+    def on_closed(self, stream: Stream, exit: Exit, code: int) -> None:
         self.forget(self)
 
-    def on_lost(self, leg: Leg) -> None:
-        self.forget(self)
+    def on_sent(self, stream: Stream, n: int) -> None: ...
 
-    def on_invalid(self, leg: Leg) -> None:
-        self.forget(self)
+    def on_end_sent(self, stream: Stream) -> None:
+        # Answered while the client was still sending: it may stop (RFC 9113 §8.1).
+        self.conn.reset(stream, frames.NO_ERROR)
 
-    def on_sent(self, leg: Leg, n: int) -> None: ...
-
-    def on_end_sent(self, leg: Leg) -> None:
-        if leg.sid in leg.conn.legs:
-            leg.conn.reset(leg, frames.NO_ERROR)  # answered while the client was still sending: it may stop
-        self.forget(self)
-
-    def on_writable(self, leg: Leg) -> None: ...
+    def on_writable(self, stream: Stream) -> None: ...

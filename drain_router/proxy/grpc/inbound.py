@@ -1,9 +1,10 @@
 """One client connection to the gRPC listener (the router is the HTTP/2 server).
 
-It checks the preface, admits each new stream under the bounds (SPEC 4) and hands it to a
+It admits each new stream under the bounds (SPEC 4) and hands it to a
 :class:`~drain_router.proxy.grpc.call.Call` (or, for health while the router is not serving, to a
-:class:`~drain_router.proxy.grpc.answered.LocalHealth`). Past a rate of resets, SETTINGS or PINGs the
-connection gets GOAWAY ENHANCE_YOUR_CALM.
+:class:`~drain_router.proxy.grpc.answered.LocalHealth`); its core pays for frames that cost work
+without progress from the client's budgets. A connection that sends no preface within the client
+header timeout, or has no stream for the keep-alive timeout, gets GOAWAY and is closed.
 
 At closing it gets the graceful shutdown of RFC 9113 §6.8 (:meth:`Inbound.shutdown`): GOAWAY with
 the largest stream id, a PING, and on its acknowledgement (one round trip: every stream the client
@@ -14,21 +15,35 @@ refused with REFUSED_STREAM, and the connection closes when its last stream ends
 from __future__ import annotations
 
 import asyncio
-import socket
-from typing import Protocol, cast
+import enum
+from collections.abc import Callable
+from typing import Protocol
 
 from drain_router.metrics import Outcome
 from drain_router.proxy.grpc import frames, health
 from drain_router.proxy.grpc import rules as r
 from drain_router.proxy.grpc.answered import LocalHealth
+from drain_router.proxy.grpc.blocks import Budgets
 from drain_router.proxy.grpc.call import Call, Site
-from drain_router.proxy.grpc.connection import HPACK_CACHE_ENTRIES, Connection, H2Error, Headers, Leg, flush_all
+from drain_router.proxy.grpc.connection import Wire
+from drain_router.proxy.grpc.h2 import Connection
+from drain_router.proxy.grpc.streams import Exit, Headers, Stream
 
 #: The opaque bytes of the shutdown PING (its acknowledgement ends the first GOAWAY's round trip).
 SHUTDOWN_PING = b"drain-rt"
 #: How long the final GOAWAY waits for the shutdown PING's acknowledgement from a client that does
 #: not answer PINGs (a client that does answers in one round trip).
 SHUTDOWN_PING_SECS = 1.0
+
+
+class Stage(enum.Enum):
+    """Where a client connection is in its own shutdown."""
+
+    WAITING = "waiting for the preface"
+    SERVING = "serving"
+    GOING_AWAY = "first GOAWAY and PING sent"
+    LAST_GOAWAY = "final GOAWAY sent: no new stream"
+    CLOSED = "closed"
 
 
 class Listener(Site, Protocol):
@@ -38,6 +53,8 @@ class Listener(Site, Protocol):
     connection_limit: int
     conns: set[Inbound]
     local_health: set[LocalHealth]
+    preface_timeout: float
+    idle_timeout: float
 
     @property
     def serving(self) -> bool: ...
@@ -46,170 +63,141 @@ class Listener(Site, Protocol):
     def closed(self, conn: Inbound) -> None: ...
 
 
-class Inbound(Connection):
-    CLIENT_SIDE = False
-
+class Inbound(Wire):
     def __init__(self, listener: Listener) -> None:
-        super().__init__()
+        super().__init__(listener.flusher)
         self.listener = listener
-        now = listener.loop.time()
-        self.resets = r.Budget(r.RESETS, now)
-        self.settings_budget = r.Budget(r.SETTINGS_FRAMES, now)
-        self.pings = r.Budget(r.PINGS, now)
-        self.preface = False
-        self.first_settings = False
-        self.shutdown_stage = 0
-        """0 serving; 1 first GOAWAY and the PING sent; 2 final GOAWAY sent."""
-        self.ping_timer: asyncio.TimerHandle | None = None
-        self.checked: dict[int, tuple[Headers, bytes]] = {}
-        """Request header lists already checked, by identity (see :meth:`checked_path`)."""
+        self.core = Connection(
+            self, client_side=False, budgets=Budgets(self.loop.time()), max_backlog=r.MAX_QUEUED_OUTPUT_BYTES
+        )
+        self.core.max_streams = listener.max_streams
+        self.stage = Stage.WAITING
+        self.timer: asyncio.TimerHandle | None = None
+        """The preface timeout, then the idle timeout, then the shutdown PING's."""
+        self.idle_since = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        self.transport = transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family != socket.AF_UNIX:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport = self.attach(transport)
         listener = self.listener
         if len(listener.conns) >= listener.connection_limit:
             # Past the descriptor share: told at once (a client retries elsewhere), never registered.
             listener.metrics.connections_refused.labels("grpc_connection_limit").inc()
             transport.write(frames.settings({}) + frames.goaway(0, frames.ENHANCE_YOUR_CALM, b"connection limit"))
-            self.closed = True
+            self.stage = Stage.CLOSED
+            self.core.failed = True
             transport.close()
             return
-        transport.write(self.local_settings())
+        self.core.initiate()
+        self.timer = self.loop.call_later(listener.preface_timeout, self.preface_timed_out)
         listener.opened(self)
-
-    def extra_settings(self) -> dict[int, int]:
-        return {frames.MAX_CONCURRENT_STREAMS: self.listener.max_streams}
+        self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.ping_timer is not None:
-            self.ping_timer.cancel()
+        self.stage = Stage.CLOSED
+        if self.timer is not None:
+            self.timer.cancel()
         self.listener.closed(self)  # (a refused connection was never registered: a no-op)
         super().connection_lost(exc)
 
-    def before_frames(self) -> bool:
-        if self.preface:
-            return True
-        size = min(len(self.buffer), len(frames.PREFACE))
-        if bytes(self.buffer[:size]) != frames.PREFACE[:size]:
-            raise H2Error(frames.PROTOCOL_ERROR, "not an HTTP/2 connection preface (h2c prior knowledge only)")
-        if size < len(frames.PREFACE):
-            return False
-        del self.buffer[:size]
-        self.preface = True
-        return True
+    def data_received(self, data: bytes) -> None:
+        core = self.core
+        core.receive(data, self.loop.time())
+        if self.stage is Stage.WAITING and core.settings_seen:
+            self.stage = Stage.SERVING
+            self.idle_since = self.loop.time()
+            self.rearm(self.listener.idle_timeout, self.idle_check)
+        self.flusher.flush()
 
-    def frame_received(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
-        if not self.first_settings:
-            if kind != frames.SETTINGS or flags & frames.ACK:
-                raise H2Error(frames.PROTOCOL_ERROR, "the preface must be followed by SETTINGS")
-            self.first_settings = True
-        super().frame_received(kind, flags, sid, payload)
+    # -- timeouts ---------------------------------------------------------------------------------
 
-    # -- bounds -----------------------------------------------------------------------------------
+    def rearm(self, delay: float, then: Callable[[], None]) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = self.loop.call_later(delay, then)
 
-    def calm(self, budget: r.Budget, what: str) -> None:
-        if not budget.spend(self.listener.loop.time()):
-            raise H2Error(frames.ENHANCE_YOUR_CALM, f"too many {what}")
+    def go_away(self, reason: bytes) -> None:
+        """GOAWAY NO_ERROR with the last stream opened, then close (no stream is open)."""
+        self.core.control(frames.goaway(self.core.last_peer_stream, frames.NO_ERROR, reason))
+        self.stage = Stage.CLOSED
+        self.close()
 
-    def reset_received(self, sid: int, code: int) -> None:
-        self.calm(self.resets, "stream resets")
-        super().reset_received(sid, code)
+    def preface_timed_out(self) -> None:
+        self.timer = None
+        if self.stage is Stage.WAITING:
+            self.go_away(b"no connection preface in time")
 
-    def settings_received(self) -> None:
-        self.calm(self.settings_budget, "SETTINGS frames")
+    def idle_check(self) -> None:
+        """A connection with no stream for the keep-alive timeout is closed (as gRPC servers do with
+        ``max_connection_idle``: GOAWAY, then close); one with streams is checked again later."""
+        self.timer = None
+        if self.stage is not Stage.SERVING:
+            return
+        timeout = self.listener.idle_timeout
+        if self.core.streams:
+            self.rearm(timeout, self.idle_check)
+            return
+        left = self.idle_since + timeout - self.loop.time()
+        if left > 0:
+            self.rearm(left, self.idle_check)
+            return
+        self.go_away(b"idle")
 
-    def ping_received(self) -> None:
-        self.calm(self.pings, "PING frames")
+    # -- the core's events ------------------------------------------------------------------------
 
-    def refuse(self, sid: int, code: int = frames.REFUSED_STREAM) -> None:
-        """Refuse a new stream (it never reaches the model server); refusals count as resets."""
-        self.queue(frames.rst_stream(sid, code))
-        self.note_reset(sid)
-        self.calm(self.resets, "refused streams")
+    def connection_failed(self) -> None:
+        self.stage = Stage.CLOSED
 
-    # -- streams ----------------------------------------------------------------------------------
+    def request_rejected(self) -> None:
+        self.listener.metrics.count_grpc("none", Outcome.REJECTED, 0.0)
 
-    def new_stream(self, sid: int, headers: Headers, end: bool) -> None:
-        if sid % 2 == 0:
-            raise H2Error(frames.PROTOCOL_ERROR, "a client's stream ids are odd")
-        if sid <= self.last_peer_stream:
-            if sid in self.reset_streams:
-                return  # sent before the peer saw the router's RST_STREAM: ignored (§5.1)
-            raise H2Error(frames.PROTOCOL_ERROR, "a new stream id must be higher than the last")
-        self.last_peer_stream = sid
+    def stream_requested(self, stream: Stream, headers: Headers, path: bytes, end: bool) -> None:
         listener = self.listener
-        if self.shutdown_stage == 2 or len(self.legs) >= listener.max_streams:
-            self.refuse(sid)
+        core = self.core
+        if self.stage is Stage.LAST_GOAWAY or len(core.streams) > listener.max_streams:
+            core.stream_error(stream, stream.sid, frames.REFUSED_STREAM, Exit.REFUSED)
             return
-        try:
-            path = self.checked_path(headers)
-        except r.Malformed:
-            listener.metrics.count_grpc("none", Outcome.REJECTED, 0.0)
-            self.refuse(sid, frames.PROTOCOL_ERROR)
-            return
-        leg: Leg
         if path in health.PATHS and not listener.serving:
-            local = LocalHealth(self, sid, path, listener.local_health.discard)
-            leg = local.down
-            self.legs[sid] = leg
-            if end:
-                leg.remote_closed = True
+            local = LocalHealth(core, stream, path, listener.local_health.discard)
             listener.local_health.add(local)
             local.start(end)
             return
-        call = Call(listener, self, sid, headers, path, end, counted=path not in health.PATHS)
-        leg = call.down
-        self.legs[sid] = leg
-        if end:
-            leg.remote_closed = True
+        call = Call(listener, core, stream, headers, path, end, counted=path not in health.PATHS)
         if call.watch:
             listener.watches.add(call)
         call.start()
 
-    def checked_path(self, headers: Headers) -> bytes:
-        """The request's ``:path`` once its fields are checked (:func:`rules.request`). A header list
-        decoded from a remembered block is the same object each time (never changed after decoding):
-        its check is remembered with it, held so its identity cannot be reused."""
-        known = self.checked.get(id(headers))
-        if known is not None and known[0] is headers:
-            return known[1]
-        path = r.request(headers)
-        if len(self.checked) >= HPACK_CACHE_ENTRIES:
-            self.checked.clear()
-        self.checked[id(headers)] = (headers, path)
-        return path
-
-    def leg_gone(self, leg: Leg | None) -> None:
-        if self.shutdown_stage == 2 and not self.legs:
-            self.close()
-
-    # -- the graceful shutdown --------------------------------------------------------------------
-
-    def shutdown(self) -> None:
-        """RFC 9113 §6.8: GOAWAY(2^31-1) and a PING now; the final GOAWAY when the PING comes back."""
-        if self.shutdown_stage or self.closed:
-            return
-        self.shutdown_stage = 1
-        self.queue(frames.goaway(frames.MAX_STREAM_ID, frames.NO_ERROR))
-        self.queue(frames.ping(SHUTDOWN_PING))
-        self.ping_timer = self.listener.loop.call_later(SHUTDOWN_PING_SECS, self.final_goaway)
+    def stream_gone(self) -> None:
+        if not self.core.streams:
+            if self.stage is Stage.LAST_GOAWAY:
+                self.stage = Stage.CLOSED
+                self.close()
+            else:
+                self.idle_since = self.loop.time()
 
     def ping_acked(self, opaque: bytes) -> None:
         if opaque == SHUTDOWN_PING:
             self.final_goaway()
 
-    def final_goaway(self) -> None:
-        if self.shutdown_stage != 1 or self.closed:
+    # -- the graceful shutdown --------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """RFC 9113 §6.8: GOAWAY(2^31-1) and a PING now; the final GOAWAY when the PING comes back."""
+        if self.stage is not Stage.SERVING and self.stage is not Stage.WAITING:
             return
-        self.shutdown_stage = 2
-        if self.ping_timer is not None:
-            self.ping_timer.cancel()
-            self.ping_timer = None
-        self.queue(frames.goaway(self.last_peer_stream, frames.NO_ERROR))
-        if not self.legs:
+        self.stage = Stage.GOING_AWAY
+        self.core.control(frames.goaway(frames.MAX_STREAM_ID, frames.NO_ERROR))
+        self.core.control(frames.ping(SHUTDOWN_PING))
+        self.rearm(SHUTDOWN_PING_SECS, self.final_goaway)
+
+    def final_goaway(self) -> None:
+        if self.stage is not Stage.GOING_AWAY:
+            return
+        self.stage = Stage.LAST_GOAWAY
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.core.control(frames.goaway(self.core.last_peer_stream, frames.NO_ERROR))
+        if not self.core.streams:
+            self.stage = Stage.CLOSED
             self.close()
-        flush_all()
+        self.flusher.flush()

@@ -18,7 +18,7 @@ from drain_router.proxy.grpc import frames
 from drain_router.proxy.grpc import rules as r
 from drain_router.proxy.grpc.answered import LocalHealth
 from drain_router.proxy.grpc.call import Call
-from drain_router.proxy.grpc.connection import flush_all
+from drain_router.proxy.grpc.connection import Flusher
 from drain_router.proxy.grpc.inbound import Inbound
 from drain_router.proxy.grpc.pool import GrpcPool
 from drain_router.proxy.state import InFlight, RouterState
@@ -37,7 +37,14 @@ class GrpcListener:
         self.metrics: Metrics = state.metrics
         self.access_log = state.config.log.access_log
         self.loop = asyncio.get_running_loop()
-        self.pool = GrpcPool(upstream, connect_timeout, self.upstream_limit)
+        self.flusher = Flusher()
+        """Every connection of this listener with output waiting, written once per turn of the loop."""
+        proxy = state.config.proxy
+        self.preface_timeout = float(proxy.client_header_timeout_secs)
+        """A client connection's preface must arrive within this (the client header timeout)."""
+        self.idle_timeout = float(proxy.client_keepalive_timeout_secs)
+        """A client connection with no stream for this long gets GOAWAY (the keep-alive timeout)."""
+        self.pool = GrpcPool(upstream, connect_timeout, self.upstream_limit, self.flusher)
         self.max_streams = r.MAX_CONCURRENT_STREAMS
         """Advertised to every client connection: never above the model server's own limit."""
         self.conns: set[Inbound] = set()
@@ -77,8 +84,8 @@ class GrpcListener:
             self.max_streams = lowered
             update = frames.settings({frames.MAX_CONCURRENT_STREAMS: lowered})
             for conn in self.conns:
-                conn.queue(update)
-            flush_all()
+                conn.core.control(update)
+            self.flusher.flush()
 
     def phase_changed(self, phase: drain.Phase) -> None:
         """Health Watches follow the router's state at once."""
@@ -89,7 +96,7 @@ class GrpcListener:
         elif phase in (drain.Phase.DRAINING, drain.Phase.CLOSING):
             for call in list(self.watches):
                 call.not_serving()
-        flush_all()
+        self.flusher.flush()
 
     def stop_accepting(self) -> None:
         """Closing: no new connections; every connection gets the graceful GOAWAY sequence."""
@@ -97,7 +104,7 @@ class GrpcListener:
             self.server.close()
         for conn in list(self.conns):
             conn.shutdown()
-        flush_all()
+        self.flusher.flush()
 
     def close(self) -> None:
         """The process exits: a connection still waiting for its shutdown PING gets the final GOAWAY
@@ -107,7 +114,7 @@ class GrpcListener:
         for conn in list(self.conns):
             conn.final_goaway()
             conn.close()
-        flush_all()
+        self.flusher.flush()
         if self.warming is not None:
             self.warming.cancel()
         self.pool.close()

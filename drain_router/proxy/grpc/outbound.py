@@ -1,37 +1,38 @@
 """One h2c connection to the model server's gRPC port (the router is the HTTP/2 client).
 
 Streams are opened on it by :mod:`~drain_router.proxy.grpc.pool` for relayed calls. When the model
-server sends GOAWAY, the streams it accepted (up to its last stream id) run on and the others are
-refused to the client with REFUSED_STREAM, which gRPC clients retry transparently; the pool opens new
-streams on another connection, and this one closes when its last stream ends.
+server sends GOAWAY, the streams it accepted (up to its last stream id) run on and the others leave
+as REFUSED (the client gets REFUSED_STREAM, which gRPC clients retry transparently); the pool opens
+new streams on another connection, and this one closes when its last stream ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import cast
 
 from drain_router import logs
 from drain_router.proxy.grpc import frames
-from drain_router.proxy.grpc.connection import Connection, H2Error, Headers, Leg, Relay, flush_all
+from drain_router.proxy.grpc.connection import Flusher, Wire
+from drain_router.proxy.grpc.h2 import Connection
+from drain_router.proxy.grpc.streams import Handler, Headers, Stream
 
 log = logs.get("drain_router.grpc")
 
 
-class Outbound(Connection):
-    CLIENT_SIDE = True
-
+class Outbound(Wire):
     def __init__(
         self,
+        flusher: Flusher,
         on_settled: Callable[[Outbound], None],
         on_closed: Callable[[Outbound], None],
         on_limit: Callable[[int], None],
     ) -> None:
-        super().__init__()
-        self.next_stream = 1
+        super().__init__(flusher)
+        self.core = Connection(self, client_side=True)
         self.goaway: int | None = None
         """The last stream id of the model server's GOAWAY: no new streams here."""
+        self.peer_max_streams: int | None = None
         self.settled = asyncio.Event()
         """Set once the model server's first SETTINGS arrived (its stream limit is known)."""
         self._on_settled = on_settled
@@ -39,53 +40,45 @@ class Outbound(Connection):
         self._on_limit = on_limit
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        self.transport = transport = cast(asyncio.Transport, transport)
-        transport.write(frames.PREFACE + self.local_settings())
+        self.attach(transport)
+        self.core.initiate()
+        self.flush()
 
     def usable(self) -> bool:
         """Can take one more stream now."""
-        if self.closed or self.goaway is not None or self.next_stream > frames.MAX_STREAM_ID:
+        core = self.core
+        if core.failed or self.goaway is not None or core.next_stream > frames.MAX_STREAM_ID:
             return False
-        return self.peer_max_streams is None or len(self.legs) < self.peer_max_streams
+        return self.peer_max_streams is None or len(core.streams) < self.peer_max_streams
 
-    def open(self, relay: Relay, headers: Headers, end: bool) -> Leg:
+    def open(self, handler: Handler, headers: Headers, end: bool) -> Stream:
         """A new stream carrying ``headers``."""
-        sid = self.next_stream
-        self.next_stream += 2
-        leg = Leg(self, sid, relay)
-        self.legs[sid] = leg
-        self.send_headers(leg, headers, end)
-        return leg
+        return self.core.open_stream(handler, headers, end)
 
-    def settings_received(self) -> None:
+    # -- the core's events ------------------------------------------------------------------------
+
+    def settings_applied(self, values: dict[int, int]) -> None:
+        limit = values.get(frames.MAX_CONCURRENT_STREAMS)
+        if limit is not None:
+            self.peer_max_streams = limit
+            self._on_limit(limit)
         if not self.settled.is_set():
             self.settled.set()
             self._on_settled(self)
 
-    def streams_limited(self, limit: int) -> None:
-        self._on_limit(limit)
-
-    def new_stream(self, sid: int, headers: Headers, end: bool) -> None:
-        if sid in self.reset_streams:
-            return  # sent before the model server saw the router's RST_STREAM: ignored (§5.1)
-        raise H2Error(frames.PROTOCOL_ERROR, "the model server opened a stream")
-
     def goaway_received(self, last_stream: int, code: int) -> None:
-        log.info("grpc.upstream_goaway", last_stream_id=last_stream, error_code=code, open_streams=len(self.legs))
+        log.info(
+            "grpc.upstream_goaway", last_stream_id=last_stream, error_code=code, open_streams=len(self.core.streams)
+        )
         self.goaway = last_stream if self.goaway is None else min(self.goaway, last_stream)
-        refused = [leg for sid, leg in self.legs.items() if sid > last_stream]
-        for leg in refused:
-            self.forget(leg)
-            leg.relay.on_reset(leg, frames.REFUSED_STREAM)
-        self.leg_gone(None)
+        self.stream_gone()
 
-    def leg_gone(self, leg: Leg | None) -> None:
-        if self.goaway is not None and not self.legs and not self.closed:
+    def stream_gone(self) -> None:
+        if self.goaway is not None and not self.core.streams and self.transport is not None:
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self.settled.set()
         self._on_closed(self)
-        flush_all()
+        self.flusher.flush()

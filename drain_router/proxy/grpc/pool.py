@@ -15,6 +15,7 @@ from typing import Protocol
 
 from drain_router import logs
 from drain_router.config import Upstream
+from drain_router.proxy.grpc.connection import Flusher
 from drain_router.proxy.grpc.outbound import Outbound
 
 log = logs.get("drain_router.grpc")
@@ -28,8 +29,11 @@ class Waiter(Protocol):
 
 
 class GrpcPool:
-    def __init__(self, upstream: Upstream, connect_timeout: float, on_limit: Callable[[int], None]) -> None:
+    def __init__(
+        self, upstream: Upstream, connect_timeout: float, on_limit: Callable[[int], None], flusher: Flusher
+    ) -> None:
         self.upstream = upstream
+        self.flusher = flusher
         self.connect_timeout = connect_timeout
         self.on_limit = on_limit
         self.conns: list[Outbound] = []
@@ -69,7 +73,7 @@ class GrpcPool:
         loop = asyncio.get_running_loop()
         conn: Outbound | None = None
         try:
-            conn = Outbound(self.conns.append, self._forget, self.on_limit)
+            conn = Outbound(self.flusher, self.conns.append, self._forget, self.on_limit)
             protocol = conn
             if self.upstream.unix_path is not None:
                 coro = loop.create_unix_connection(lambda: protocol, self.upstream.unix_path)
@@ -81,7 +85,7 @@ class GrpcPool:
             if sock is not None and sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             await asyncio.wait_for(conn.settled.wait(), self.connect_timeout)
-            if conn.closed:
+            if conn.core.failed:
                 raise ConnectionError("closed before its SETTINGS")
         except (OSError, TimeoutError, ConnectionError) as exc:
             if conn is not None:

@@ -25,20 +25,33 @@ MAX_HEADER_BLOCK_BYTES: Final = MAX_HEADER_LIST_BYTES
 HEADER_TABLE_BYTES: Final = 4096
 #: The flow-control window of one stream in each direction: at most this much of a stream waits in
 #: the router for a slow reader (the window is re-opened to one side only as the other side takes
-#: the bytes), so memory per stream is bounded whatever the peers do.
-STREAM_WINDOW: Final = 256 * 1024
+#: the bytes), so memory per stream is bounded whatever the peers do: a client that stops reading
+#: holds at most this per stream (plus a share of the transport's high-water mark), 6.4 MiB for a
+#: connection's 100 streams. HTTP/2's default window; a window is re-opened a quarter at a time.
+STREAM_WINDOW: Final = 64 * 1024
 #: The connection window the router opens to each peer; re-opened as soon as bytes arrive (the
 #: per-stream windows bound what waits), so one stalled stream never blocks the others.
 CONNECTION_WINDOW: Final = 16 * 1024 * 1024
 #: Rates past which a client connection gets GOAWAY ENHANCE_YOUR_CALM: (burst, per second).
-#: Rapid reset (CVE-2023-44487) is streams reset by the client (or refused by the router) at a rate no
-#: real client needs; SETTINGS and PING floods make the router answer frame for frame.
+#: Rapid reset (CVE-2023-44487) is streams reset by the client, or reset or refused by the router
+#: because of what the client sent, at a rate no real client needs; SETTINGS and PING floods make
+#: the router answer frame for frame.
 RESETS: Final = (200, 100.0)
 SETTINGS_FRAMES: Final = (50, 10.0)
 PINGS: Final = (50, 10.0)
-#: Output queued for a client that does not read (control frames answered to a flood) past which the
-#: connection is cut: relayed data never queues past the windows.
+#: Frames that cost work without progress: PRIORITY, WINDOW_UPDATE and DATA that is empty and does
+#: not end its stream. A client earns more of them by what it is relayed: each DATA frame the
+#: router sends it (answered by a WINDOW_UPDATE for the stream and one for the connection) and each
+#: stream it opens (a PRIORITY or two with it); past the burst and the rate, GOAWAY ENHANCE_YOUR_CALM.
+IDLE_FRAMES: Final = (1000, 100.0)
+IDLE_FRAMES_PER_DATA_SENT: Final = 2
+IDLE_FRAMES_PER_STREAM: Final = 4
+#: Output queued for a client that does not read, other than relayed DATA (which the windows bound):
+#: control frames and header blocks. Past it, while the transport is paused, the connection is cut.
 MAX_QUEUED_OUTPUT_BYTES: Final = 4 * 1024 * 1024
+#: Closed streams a connection remembers with how they closed (streams.ClosedStreams): enough for
+#: every frame in flight, since the router resets at most RESETS' burst before a client is cut.
+REMEMBERED_CLOSED_STREAMS: Final = 512
 
 _CONNECTION_SPECIFIC: Final = frozenset(
     (b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade")
@@ -46,6 +59,8 @@ _CONNECTION_SPECIFIC: Final = frozenset(
 _REQUEST_PSEUDO: Final = frozenset((b":method", b":scheme", b":path", b":authority"))
 _NAME: Final = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9a-z]+$")
 _BAD_VALUE: Final = re.compile(rb"[\x00\r\n]|^[ \t]|[ \t]$")
+_SCHEME: Final = re.compile(rb"^[A-Za-z][A-Za-z0-9+.\-]*$")
+_BAD_AUTHORITY: Final = re.compile(rb"[\x00-\x20\x7f]")
 _TIMEOUT: Final = re.compile(rb"^([0-9]{1,8})([HMSmun])$")
 _TIMEOUT_UNITS: Final = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 
@@ -67,10 +82,23 @@ def _field(name: bytes, value: bytes) -> None:
         raise Malformed("te other than trailers")
 
 
-def request(headers: Headers) -> bytes:
-    """Check a request's header list (§8.3.1); returns its ``:path``. Raises :class:`Malformed`."""
+def _content_length(value: bytes, known: int) -> int:
+    """A ``content-length`` value, checked against one seen before in the same list (-1: none)."""
+    if not value.isdigit() or len(value) > 18:
+        raise Malformed("content-length is not a number")
+    length = int(value)
+    if known not in (-1, length):
+        raise Malformed("content-length given twice with different values")
+    return length
+
+
+def request(headers: Headers) -> tuple[bytes, int]:
+    """Check a request's header list (§8.3.1); returns its ``:path`` and its ``content-length`` (-1:
+    none). Raises :class:`Malformed`."""
     pseudo: dict[bytes, bytes] = {}
     regular = False
+    length = -1
+    host = None
     for name, value in headers:
         if name[:1] == b":":
             if regular:
@@ -83,37 +111,49 @@ def request(headers: Headers) -> bytes:
             continue
         regular = True
         _field(name, value)
-        if name == b"content-length" and not value.isdigit():
-            raise Malformed("content-length is not a number")
+        if name == b"content-length":
+            length = _content_length(value, length)
+        elif name == b"host":
+            host = value
     method = pseudo.get(b":method")
     if method is None or not method or not _NAME.match(method.lower()):
         raise Malformed("missing or invalid :method")
     if method == b"CONNECT":
         raise Malformed("CONNECT is not relayed")
-    if not pseudo.get(b":scheme"):
-        raise Malformed("missing :scheme")
+    scheme = pseudo.get(b":scheme")
+    if not scheme or not _SCHEME.match(scheme):
+        raise Malformed("missing or invalid :scheme")
     path = pseudo.get(b":path")
     if not path or _BAD_VALUE.search(path) or b" " in path:
         raise Malformed("missing or invalid :path")
-    return path
+    authority = pseudo.get(b":authority")
+    if authority is not None and (not authority or _BAD_AUTHORITY.search(authority)):
+        raise Malformed("invalid :authority (empty, or a control character or space)")
+    if host is not None and authority is not None and host != authority:
+        raise Malformed("host differs from :authority (RFC 9113 §8.3.1)")
+    return path, length
 
 
-def response(headers: Headers) -> int:
-    """Check a response head from the model server (§8.3.2); returns its status."""
+def response(headers: Headers) -> tuple[int, int]:
+    """Check a response head from the model server (§8.3.2); returns its status and its
+    ``content-length`` (-1: none)."""
     if not headers or headers[0][0] != b":status":
         raise Malformed("a response head must start with :status")
     status = headers[0][1]
     if len(status) != 3 or not status.isdigit():
         raise Malformed("invalid :status")
+    length = -1
     for name, value in headers[1:]:
         if name[:1] == b":":
             raise Malformed(f"pseudo-header {name[:32]!r} in a response")
         _field(name, value)
-    return int(status)
+        if name == b"content-length":
+            length = _content_length(value, length)
+    return int(status), length
 
 
 def trailers(headers: Headers) -> None:
-    """Check a trailer section (§8.1): regular fields only."""
+    """Check a trailer section (§8.1): regular fields only, each as in a head."""
     for name, value in headers:
         if name[:1] == b":":
             raise Malformed(f"pseudo-header {name[:32]!r} in trailers")
@@ -148,19 +188,24 @@ def is_grpc(headers: Headers) -> bool:
 
 
 class Budget:
-    """A token bucket: ``burst`` events at once, refilled at ``rate`` per second. Time is passed in."""
+    """A token bucket: ``burst`` events at once, refilled at ``rate`` per second and by what the peer
+    earned (a running total passed in, so earning costs the hot path nothing). Time is passed in."""
 
-    __slots__ = ("_at", "_rate", "_tokens", "burst")
+    __slots__ = ("_at", "_earned", "_rate", "_tokens", "burst")
 
     def __init__(self, limits: tuple[int, float], now: float) -> None:
         self.burst, self._rate = limits
         self._tokens = float(self.burst)
         self._at = now
+        self._earned = 0
 
-    def spend(self, now: float) -> bool:
-        """Count one event; False once the rate is exceeded."""
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self._rate)
+    def spend(self, now: float, earned: int = 0) -> bool:
+        """Count one event; False once the rate is exceeded. ``earned``: the running total of tokens
+        the peer earned so far (only its growth since the last call counts)."""
+        gained = (now - self._at) * self._rate + (earned - self._earned)
+        self._tokens = min(self.burst, self._tokens + gained)
         self._at = now
+        self._earned = earned
         if self._tokens < 1.0:
             return False
         self._tokens -= 1.0
