@@ -140,12 +140,13 @@ def coalesce(found: list[Frame], max_frame: int) -> list[Frame]:
     """Consecutive DATA frames of one stream merged into one, up to ``max_frame`` bytes and never
     past an END_STREAM (which the merged frame then carries): a model server that writes one token
     per frame hands the router many per read, and the router relays them as one frame. Padded
-    frames are left as they are. The bytes and their order do not change, so neither does what
+    frames are left as they are, and so are empty ones that do not end their stream (each is paid
+    for from the connection's budget). The bytes and their order do not change, so neither does what
     flow control counts."""
     out: list[Frame] = []
     for frame in found:
         kind, flags, sid, payload = frame
-        if kind == DATA and not flags & PADDED and out:
+        if kind == DATA and not flags & PADDED and (payload or flags & END_STREAM) and out:
             last_kind, last_flags, last_sid, last_payload = out[-1]
             if (
                 last_kind == DATA
