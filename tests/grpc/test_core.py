@@ -14,6 +14,7 @@ from hyperframe import frame as hf
 from drain_router.proxy.grpc import frames, rules
 from drain_router.proxy.grpc.blocks import Budgets
 from drain_router.proxy.grpc.h2 import Connection
+from drain_router.proxy.grpc.rules import Request
 from drain_router.proxy.grpc.streams import Exit, Headers, State, Stream
 
 REQUEST = [
@@ -50,10 +51,10 @@ class Recorder:
     def request_rejected(self) -> None:
         self.events.append(("rejected",))
 
-    def stream_requested(self, stream: Stream, headers: Headers, path: bytes, end: bool) -> None:
+    def stream_requested(self, stream: Stream, headers: Headers, request: Request, end: bool) -> None:
         stream.handler = self
         self.streams[stream.sid] = stream
-        self.events.append(("request", stream.sid, path, end))
+        self.events.append(("request", stream.sid, request.path, end))
 
     # stream events
     def on_headers(self, stream: Stream, headers: Headers, end: bool) -> None:
@@ -288,7 +289,7 @@ def test_the_peers_goaway_refuses_the_streams_it_did_not_process() -> None:
 
 def test_a_late_headers_on_a_long_forgotten_reset_stream_is_a_stream_error_not_the_connection() -> None:
     core, rec, peer = server()
-    count = rules.REMEMBERED_CLOSED_STREAMS + 10
+    count = 2 * rules.REMEMBERED_CLOSED_STREAMS + 1  # past twice the remembered: the oldest half goes
     for i in range(count):
         sid = 2 * i + 1
         core.receive(peer.headers(sid, REQUEST), float(i))

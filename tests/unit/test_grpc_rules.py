@@ -49,7 +49,8 @@ GOOD = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/a.B/C"), (b"
 def test_request_headers(headers: list[tuple[bytes, bytes]], error: str | None) -> None:
     """A malformed request head is refused before it is relayed (RFC 9113 §8.2-8.3)."""
     if error is None:
-        assert rules.request(headers) == (b"/a.B/C", -1)
+        request = rules.request(headers)
+        assert (request.path, request.length) == (b"/a.B/C", -1)
     else:
         with pytest.raises(rules.Malformed, match=error):
             rules.request(headers)
@@ -97,14 +98,15 @@ def test_trailers_carry_no_pseudo_headers() -> None:
     ],
 )
 def test_grpc_timeout(value: bytes, seconds: float | None) -> None:
-    assert rules.grpc_timeout([(b"grpc-timeout", value)]) == (pytest.approx(seconds) if seconds else None)
+    request = rules.request([*GOOD, (b"grpc-timeout", value)])
+    assert request.timeout == (pytest.approx(seconds) if seconds else None)
 
 
 def test_grpc_status_and_kind() -> None:
     assert rules.grpc_status([(b"grpc-status", b"14"), (b"grpc-message", b"x")]) == "14"
     assert rules.grpc_status([(b"grpc-status", b"x")]) is None
-    assert rules.is_grpc([(b"content-type", b"application/grpc+proto")])
-    assert not rules.is_grpc([(b"content-type", b"application/json")])
+    assert rules.request([*GOOD, (b"content-type", b"application/grpc+proto")]).grpc
+    assert not rules.request([*GOOD, (b"content-type", b"application/json")]).grpc
 
 
 def test_budget_allows_its_burst_then_its_rate() -> None:
@@ -190,7 +192,7 @@ def test_data_frames_of_one_stream_are_merged(found: list[frames.Frame], merged:
 
 
 def test_content_length_is_returned_with_the_path() -> None:
-    assert rules.request([*GOOD, (b"content-length", b"12")]) == (b"/a.B/C", 12)
+    assert rules.request([*GOOD, (b"content-length", b"12")]).length == 12
     assert rules.response([(b":status", b"200"), (b"content-length", b"0")]) == (200, 0)
 
 

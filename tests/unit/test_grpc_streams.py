@@ -68,15 +68,14 @@ def test_the_table_says_what_rfc_9113_says(state: object, kind: int, verdict: Ve
     assert received(state, kind) is verdict  # type: ignore[arg-type]
 
 
-def test_closed_streams_are_forgotten_oldest_first_and_known_as_forgotten() -> None:
-    closed = ClosedStreams(3)
+def test_closed_streams_are_forgotten_oldest_half_first_and_known_as_forgotten() -> None:
+    closed = ClosedStreams(2)  # remembers at least 2, at most 4
     for sid, how in ((1, Closed.ENDED), (5, Closed.RESET_HERE), (3, Closed.RESET_THERE), (7, Closed.ENDED)):
         closed.add(sid, how)
-    assert closed.state(1) is Closed.FORGOTTEN  # the first to close
-    assert closed.state(5) is Closed.RESET_HERE
-    assert closed.state(3) is Closed.RESET_THERE
-    closed.add(9, Closed.ENDED)  # forgets 5: everything at or below 5 not remembered is forgotten
+    assert (closed.state(1), closed.state(5), closed.state(3)) == (Closed.ENDED, Closed.RESET_HERE, Closed.RESET_THERE)
+    closed.add(9, Closed.RESET_HERE)  # past four: the three that closed first are forgotten
     assert closed.forgotten_up_to == 5
-    assert closed.state(5) is Closed.FORGOTTEN
-    assert closed.state(3) is Closed.RESET_THERE  # closed after 5: still remembered
+    assert [closed.state(sid) for sid in (1, 3, 5)] == [Closed.FORGOTTEN] * 3
+    assert (closed.state(7), closed.state(9)) == (Closed.ENDED, Closed.RESET_HERE)
     assert closed.state(11) is None  # never seen
+    assert len(closed.how) == 2

@@ -10,11 +10,29 @@ reaches the stream's handler; ``content-length`` is held against the DATA that f
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeVar, cast
 
 from drain_router.proxy.grpc import frames, hpackcache, sending
 from drain_router.proxy.grpc import rules as r
-from drain_router.proxy.grpc.streams import IDLE, Closed, Exit, Handler, Headers, State, Stream, Verdict, received
+from drain_router.proxy.grpc.streams import (
+    ACCEPT,
+    CLOSED,
+    HALF_CLOSED_REMOTE,
+    IDLE,
+    OPEN,
+    VERDICTS,
+    Closed,
+    Exit,
+    Handler,
+    Headers,
+    Stream,
+    Verdict,
+    received,
+)
+
+_ENDED, _EXIT_ENDED = Closed.ENDED, Exit.ENDED  # module globals: see streams.OPEN
+T = TypeVar("T")
 
 
 class H2Error(Exception):
@@ -26,7 +44,7 @@ class H2Error(Exception):
 
 
 class Events(sending.Events, Protocol):
-    def stream_requested(self, stream: Stream, headers: Headers, path: bytes, end: bool) -> None:
+    def stream_requested(self, stream: Stream, headers: Headers, request: r.Request, end: bool) -> None:
         """A new stream's checked request head (server role): give it a handler, or refuse it."""
 
     def request_rejected(self) -> None:
@@ -62,8 +80,8 @@ class Blocks(sending.Sender):
         """Concurrent streams the peer may open (server role; advertised in SETTINGS)."""
         self.budgets = budgets or Budgets(0.0, limited=False)
         self.now = 0.0
-        self.checked: dict[int, tuple[Headers, bytes, int]] = {}
-        """Request header lists already checked, by identity (see :meth:`checked_request`)."""
+        self.checked_lists: dict[int, tuple[Headers, object, object]] = {}
+        """Header lists already checked, by identity (see :meth:`checked`)."""
 
     def spend(self, budget: r.Budget, what: str) -> None:
         """Pay for a frame that costs work without progress; past the budget, ENHANCE_YOUR_CALM."""
@@ -83,7 +101,7 @@ class Blocks(sending.Sender):
         """The stream a frame is on (None: not on the connection) and what the frame does to it."""
         stream = self.streams.get(sid)
         if stream is not None:
-            return stream, received(stream.state, kind)
+            return stream, VERDICTS[id(stream.state)][kind]
         if sid == 0:
             raise H2Error(frames.PROTOCOL_ERROR, f"frame type {kind} on stream 0")
         own = (sid % 2 == 1) == self.client_side
@@ -97,7 +115,7 @@ class Blocks(sending.Sender):
 
     def judge(self, stream: Stream | None, sid: int, verdict: Verdict, what: str) -> bool:
         """Act on a verdict other than ACCEPT; True when the frame goes on to its stream."""
-        if verdict is Verdict.ACCEPT:
+        if verdict is ACCEPT:
             return True
         if verdict is Verdict.STREAM_CLOSED:
             self.stream_error(stream, sid, frames.STREAM_CLOSED)
@@ -158,7 +176,7 @@ class Blocks(sending.Sender):
             raise H2Error(frames.COMPRESSION_ERROR, "invalid header block") from None
         end = bool(flags & frames.END_STREAM)
         stream, verdict = self.stream_verdict(sid, frames.HEADERS)
-        if stream is None and verdict is Verdict.ACCEPT:
+        if stream is None and verdict is ACCEPT:
             self.new_stream(sid, headers, end, self_dependent)
             return
         if not self.judge(stream, sid, verdict, "HEADERS") or stream is None:
@@ -172,15 +190,13 @@ class Blocks(sending.Sender):
         except r.Malformed:
             self.stream_error(stream, sid, frames.PROTOCOL_ERROR, Exit.MALFORMED)
             return
-        stream.handler.on_headers(stream, headers, end)
-        if end:
-            self.end_received(stream)
+        self.deliver_headers(stream, headers, end)
 
     def later_block(self, stream: Stream, headers: Headers, end: bool) -> bool:
         """Check a block on a stream that is open: a response's head (client role) or trailers; False
         for an informational response (dropped). Raises :class:`rules.Malformed`."""
         if self.client_side and not stream.heads:
-            status, length = r.response(headers)
+            status, length = self.checked(headers, r.response)
             if status < 200:
                 if end:
                     raise r.Malformed("an informational response ends its stream")
@@ -190,7 +206,7 @@ class Blocks(sending.Sender):
         else:
             if not end:
                 raise r.Malformed("a second header block that does not end the stream")
-            r.trailers(headers)
+            self.checked(headers, r.trailers)
         if end and stream.body_left > 0:
             raise r.Malformed("the stream ended short of its content-length")
         return True
@@ -204,34 +220,34 @@ class Blocks(sending.Sender):
         self.last_peer_stream = sid
         stream = Stream(sid, None, self.peer_initial_window, r.STREAM_WINDOW)
         if end:
-            stream.state = State.HALF_CLOSED_REMOTE
+            stream.state = HALF_CLOSED_REMOTE
         self.streams[sid] = stream
         if self_dependent:
             self.stream_error(stream, sid, frames.PROTOCOL_ERROR)
             return
         try:
-            path, length = self.checked_request(headers)
-            if end and length > 0:
+            request = self.checked(headers, r.request)
+            if end and request.length > 0:
                 raise r.Malformed("the stream ended short of its content-length")
         except r.Malformed:
             self.block_events.request_rejected()
             self.stream_error(stream, sid, frames.PROTOCOL_ERROR, Exit.MALFORMED)
             return
-        stream.body_left = length
-        self.block_events.stream_requested(stream, headers, path, end)
+        stream.body_left = request.length
+        self.block_events.stream_requested(stream, headers, request, end)
 
-    def checked_request(self, headers: Headers) -> tuple[bytes, int]:
-        """:func:`rules.request` of a header list. One decoded from a remembered block is the same
-        object each time (never changed after decoding): its check is remembered with it, held so
-        its identity cannot be reused."""
-        known = self.checked.get(id(headers))
-        if known is not None and known[0] is headers:
-            return known[1], known[2]
-        path, length = r.request(headers)
-        if len(self.checked) >= hpackcache.CACHE_ENTRIES:
-            self.checked.clear()
-        self.checked[id(headers)] = (headers, path, length)
-        return path, length
+    def checked(self, headers: Headers, rule: Callable[[Headers], T]) -> T:
+        """``rule(headers)``, remembered: a list decoded from a remembered block is the same object
+        each time (never changed after decoding), so its check is remembered with it, held so its
+        identity cannot be reused. Raises :class:`rules.Malformed` (never remembered)."""
+        known = self.checked_lists.get(id(headers))
+        if known is not None and known[0] is headers and known[1] is rule:
+            return cast(T, known[2])
+        result = rule(headers)
+        if len(self.checked_lists) >= hpackcache.CACHE_ENTRIES:
+            self.checked_lists.clear()
+        self.checked_lists[id(headers)] = (headers, rule, result)
+        return result
 
     def open_stream(self, handler: Handler, headers: Headers, end: bool) -> Stream:
         """A new stream carrying ``headers`` (client role)."""
@@ -242,11 +258,13 @@ class Blocks(sending.Sender):
         self.send_headers(stream, headers, end)
         return stream
 
-    def end_received(self, stream: Stream) -> None:
-        """The peer's END_STREAM (after its handler saw the frame that carried it)."""
-        if stream.sid not in self.streams:
-            return  # its handler reset it on the way
-        if stream.state is State.OPEN:
-            stream.state = State.HALF_CLOSED_REMOTE
+    def deliver_headers(self, stream: Stream, headers: Headers, end: bool) -> None:
+        """Hand a checked block to the stream's handler; with END_STREAM the stream's state moves
+        first, so the handler sees where it stands (a stream both ends have ended is never reset)."""
+        if end:
+            stream.state = HALF_CLOSED_REMOTE if stream.state is OPEN else CLOSED
+            stream.handler.on_headers(stream, headers, end)
+            if stream.state is CLOSED:
+                self.close_stream(stream, _ENDED, _EXIT_ENDED, frames.NO_ERROR)
         else:
-            self.close_stream(stream, Closed.ENDED, Exit.ENDED, frames.NO_ERROR)
+            stream.handler.on_headers(stream, headers, end)

@@ -75,6 +75,7 @@ class Call:
         "site",
         "started_at",
         "status",
+        "timeout",
         "timer",
         "up",
         "up_conn",
@@ -83,7 +84,15 @@ class Call:
     )
 
     def __init__(
-        self, site: Site, conn: Connection, stream: Stream, headers: Headers, path: bytes, end: bool, *, counted: bool
+        self,
+        site: Site,
+        conn: Connection,
+        stream: Stream,
+        headers: Headers,
+        request: r.Request,
+        end: bool,
+        *,
+        counted: bool,
     ) -> None:
         self.site = site
         self.down = stream
@@ -92,9 +101,10 @@ class Call:
         self.up: Stream | None = None
         self.up_conn: Connection | None = None
         self.headers = headers
-        self.path = path
+        self.path = path = request.path
+        self.timeout = request.timeout
         self.request_end = end
-        self.grpc = r.is_grpc(headers)
+        self.grpc = request.grpc
         self.counted = counted
         self.watch = path == health.WATCH
         self.boundaries = MessageBoundaries() if self.watch else None
@@ -114,9 +124,8 @@ class Call:
         self.started_at = site.loop.time()
         if self.counted:
             site.inflight.enter(self)
-        timeout = r.grpc_timeout(self.headers)
-        if timeout is not None:
-            self.timer = site.loop.call_later(timeout, self.timed_out)
+        if self.timeout is not None:
+            self.timer = site.loop.call_later(self.timeout, self.timed_out)
         site.pool.acquire(self)
 
     # -- pool.Waiter ------------------------------------------------------------------------------
@@ -278,13 +287,15 @@ class Call:
                     outcome=outcome,
                     duration_s=round(duration, 6),
                 )
-        # The response is whole but the client is still sending: it may stop (RFC 9113 §8.1).
-        self.down_conn.reset(self.down, frames.NO_ERROR if outcome == Outcome.COMPLETED else frames.CANCEL)
-        up = self.up
-        if up is not None and self.up_conn is not None:
-            self.up_conn.reset(up, frames.CANCEL)
-        elif up is None:
+        down = self.down
+        if down.sid in self.down_conn.streams:
+            # The response is whole but the client is still sending: it may stop (RFC 9113 §8.1).
+            self.down_conn.reset(down, frames.NO_ERROR if outcome == Outcome.COMPLETED else frames.CANCEL)
+        up, up_conn = self.up, self.up_conn
+        if up is None:
             site.pool.cancel(self)
+        elif up_conn is not None and up.sid in up_conn.streams:
+            up_conn.reset(up, frames.CANCEL)
         site.pool.released()
 
     # -- health Watch relayed while serving ------------------------------------------------------

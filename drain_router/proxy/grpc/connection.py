@@ -16,6 +16,7 @@ from typing import cast
 
 from drain_router.proxy.client import BODY_LINGER_SECS
 from drain_router.proxy.grpc import h2
+from drain_router.proxy.grpc.rules import Request
 from drain_router.proxy.grpc.streams import Headers, Stream
 
 
@@ -66,7 +67,7 @@ class Wire(asyncio.Protocol):
     def ping_acked(self, opaque: bytes) -> None: ...
     def goaway_received(self, last_stream: int, code: int) -> None: ...
 
-    def stream_requested(self, stream: Stream, headers: Headers, path: bytes, end: bool) -> None:
+    def stream_requested(self, stream: Stream, headers: Headers, request: Request, end: bool) -> None:
         raise NotImplementedError  # the server role's (never reached for the client role: see blocks)
 
     def request_rejected(self) -> None: ...

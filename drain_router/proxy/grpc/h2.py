@@ -15,7 +15,19 @@ from typing import Protocol
 from drain_router.proxy.grpc import blocks, frames
 from drain_router.proxy.grpc import rules as r
 from drain_router.proxy.grpc.blocks import Blocks, Budgets, H2Error
-from drain_router.proxy.grpc.streams import Closed, Exit, Stream, Verdict
+from drain_router.proxy.grpc.streams import (
+    ACCEPT,
+    CLOSED,
+    HALF_CLOSED_REMOTE,
+    OPEN,
+    VERDICTS,
+    Closed,
+    Exit,
+    Stream,
+    Verdict,
+)
+
+_ENDED, _EXIT_ENDED = Closed.ENDED, Exit.ENDED  # module globals: see streams.OPEN
 
 
 class Events(blocks.Events, Protocol):
@@ -130,11 +142,15 @@ class Connection(Blocks):
 
     def data_frame(self, flags: int, sid: int, payload: bytes) -> None:
         length = len(payload)
-        if sid == 0:
+        stream = self.streams.get(sid)
+        if stream is not None:
+            verdict = VERDICTS[id(stream.state)][frames.DATA]
+        elif sid == 0:
             raise H2Error(frames.PROTOCOL_ERROR, "DATA on stream 0")
-        stream, verdict = self.stream_verdict(sid, frames.DATA)
-        if verdict is Verdict.PROTOCOL_ERROR:
-            raise H2Error(frames.PROTOCOL_ERROR, "DATA on an idle stream")
+        else:
+            verdict = self.stream_verdict(sid, frames.DATA)[1]
+            if verdict is Verdict.PROTOCOL_ERROR:
+                raise H2Error(frames.PROTOCOL_ERROR, "DATA on an idle stream")
         if length > self.recv_window:
             raise H2Error(frames.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
         self.recv_window -= length
@@ -143,13 +159,14 @@ class Connection(Blocks):
             self.control(frames.window_update(0, self.recv_unannounced))
             self.recv_window += self.recv_unannounced
             self.recv_unannounced = 0
-        if not self.judge(stream, sid, verdict, "DATA") or stream is None:
+        if verdict is not ACCEPT or stream is None:
+            self.judge(stream, sid, verdict, "DATA")  # in flight (ignored), or a stream error
             return
         if length > stream.recv_window:
             self.stream_error(stream, sid, frames.FLOW_CONTROL_ERROR)
             return
         stream.recv_window -= length
-        data = frames.strip_padding(flags, payload)
+        data = frames.strip_padding(flags, payload) if flags & frames.PADDED else payload
         if data is None:
             raise H2Error(frames.PROTOCOL_ERROR, "invalid padding")
         end = bool(flags & frames.END_STREAM)
@@ -159,9 +176,13 @@ class Connection(Blocks):
             self.grant(stream, length - len(data))  # padding is never relayed: its window comes back now
         if stream.body_left >= 0 and not self.body_fits(stream, len(data), end):
             return
-        stream.handler.on_data(stream, data, end)
         if end:
-            self.end_received(stream)
+            stream.state = HALF_CLOSED_REMOTE if stream.state is OPEN else CLOSED
+            stream.handler.on_data(stream, data, end)
+            if stream.state is CLOSED:
+                self.close_stream(stream, _ENDED, _EXIT_ENDED, frames.NO_ERROR)
+        else:
+            stream.handler.on_data(stream, data, end)
 
     def body_fits(self, stream: Stream, n: int, end: bool) -> bool:
         """The DATA agrees with the message's ``content-length`` (§8.1.1); else the stream is malformed."""

@@ -27,6 +27,7 @@ from drain_router.proxy.grpc.blocks import Budgets
 from drain_router.proxy.grpc.call import Call, Site
 from drain_router.proxy.grpc.connection import Wire
 from drain_router.proxy.grpc.h2 import Connection
+from drain_router.proxy.grpc.rules import Request
 from drain_router.proxy.grpc.streams import Exit, Headers, Stream
 
 #: The opaque bytes of the shutdown PING (its acknowledgement ends the first GOAWAY's round trip).
@@ -150,18 +151,19 @@ class Inbound(Wire):
     def request_rejected(self) -> None:
         self.listener.metrics.count_grpc("none", Outcome.REJECTED, 0.0)
 
-    def stream_requested(self, stream: Stream, headers: Headers, path: bytes, end: bool) -> None:
+    def stream_requested(self, stream: Stream, headers: Headers, request: Request, end: bool) -> None:
         listener = self.listener
         core = self.core
         if self.stage is Stage.LAST_GOAWAY or len(core.streams) > listener.max_streams:
             core.stream_error(stream, stream.sid, frames.REFUSED_STREAM, Exit.REFUSED)
             return
+        path = request.path
         if path in health.PATHS and not listener.serving:
             local = LocalHealth(core, stream, path, listener.local_health.discard)
             listener.local_health.add(local)
             local.start(end)
             return
-        call = Call(listener, core, stream, headers, path, end, counted=path not in health.PATHS)
+        call = Call(listener, core, stream, headers, request, end, counted=path not in health.PATHS)
         if call.watch:
             listener.watches.add(call)
         call.start()

@@ -49,9 +49,10 @@ IDLE_FRAMES_PER_STREAM: Final = 4
 #: Output queued for a client that does not read, other than relayed DATA (which the windows bound):
 #: control frames and header blocks. Past it, while the transport is paused, the connection is cut.
 MAX_QUEUED_OUTPUT_BYTES: Final = 4 * 1024 * 1024
-#: Closed streams a connection remembers with how they closed (streams.ClosedStreams): enough for
-#: every frame in flight, since the router resets at most RESETS' burst before a client is cut.
-REMEMBERED_CLOSED_STREAMS: Final = 512
+#: Closed streams a connection remembers with how they closed (streams.ClosedStreams: at least this
+#: many, at most twice): more than RESETS' burst, so a frame in flight across any reset the router
+#: sent before a client is cut is known as such; one on a stream forgotten since is a stream error.
+REMEMBERED_CLOSED_STREAMS: Final = 256
 
 _CONNECTION_SPECIFIC: Final = frozenset(
     (b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade")
@@ -92,13 +93,30 @@ def _content_length(value: bytes, known: int) -> int:
     return length
 
 
-def request(headers: Headers) -> tuple[bytes, int]:
-    """Check a request's header list (§8.3.1); returns its ``:path`` and its ``content-length`` (-1:
-    none). Raises :class:`Malformed`."""
+class Request:
+    """What the router needs of a checked request head, read in the same pass as the check."""
+
+    __slots__ = ("grpc", "length", "path", "timeout")
+
+    def __init__(self, path: bytes, length: int, grpc: bool, timeout: float | None) -> None:
+        self.path = path
+        self.length = length
+        """Its ``content-length`` (-1: none)."""
+        self.grpc = grpc
+        """A gRPC call (``content-type: application/grpc[+proto|;...]``): ended with gRPC trailers,
+        not a reset."""
+        self.timeout = timeout
+        """Its ``grpc-timeout`` in seconds (gRPC PROTOCOL-HTTP2: 1-8 digits and a unit), or None."""
+
+
+def request(headers: Headers) -> Request:
+    """Check a request's header list (§8.3.1). Raises :class:`Malformed`."""
     pseudo: dict[bytes, bytes] = {}
     regular = False
     length = -1
     host = None
+    grpc = False
+    timeout = None
     for name, value in headers:
         if name[:1] == b":":
             if regular:
@@ -111,7 +129,11 @@ def request(headers: Headers) -> tuple[bytes, int]:
             continue
         regular = True
         _field(name, value)
-        if name == b"content-length":
+        if name == b"content-type":
+            grpc = value.startswith(b"application/grpc")
+        elif name == b"grpc-timeout":
+            timeout = _grpc_timeout(value)
+        elif name == b"content-length":
             length = _content_length(value, length)
         elif name == b"host":
             host = value
@@ -131,7 +153,7 @@ def request(headers: Headers) -> tuple[bytes, int]:
         raise Malformed("invalid :authority (empty, or a control character or space)")
     if host is not None and authority is not None and host != authority:
         raise Malformed("host differs from :authority (RFC 9113 §8.3.1)")
-    return path, length
+    return Request(path, length, grpc, timeout)
 
 
 def response(headers: Headers) -> tuple[int, int]:
@@ -160,15 +182,11 @@ def trailers(headers: Headers) -> None:
         _field(name, value)
 
 
-def grpc_timeout(headers: Headers) -> float | None:
-    """The call's ``grpc-timeout`` in seconds (gRPC PROTOCOL-HTTP2: 1-8 digits and a unit), or None."""
-    for name, value in headers:
-        if name == b"grpc-timeout":
-            match = _TIMEOUT.match(value)
-            if match is None:
-                return None
-            return int(match.group(1)) * _TIMEOUT_UNITS[match.group(2)]
-    return None
+def _grpc_timeout(value: bytes) -> float | None:
+    match = _TIMEOUT.match(value)
+    if match is None:
+        return None
+    return int(match.group(1)) * _TIMEOUT_UNITS[match.group(2)]
 
 
 def grpc_status(headers: Headers) -> str | None:
@@ -177,14 +195,6 @@ def grpc_status(headers: Headers) -> str | None:
         if name == b"grpc-status":
             return value.decode("latin-1") if value.isdigit() else None
     return None
-
-
-def is_grpc(headers: Headers) -> bool:
-    """A gRPC call (``content-type: application/grpc[+proto|;...]``): ended with gRPC trailers, not a reset."""
-    for name, value in headers:
-        if name == b"content-type":
-            return value.startswith(b"application/grpc")
-    return False
 
 
 class Budget:

@@ -15,7 +15,19 @@ from typing import Protocol
 
 from drain_router.proxy.grpc import frames, hpackcache
 from drain_router.proxy.grpc import rules as r
-from drain_router.proxy.grpc.streams import Closed, ClosedStreams, Exit, Headers, State, Stream, after_end_sent
+from drain_router.proxy.grpc.streams import (
+    CLOSED,
+    HALF_CLOSED_LOCAL,
+    HALF_CLOSED_REMOTE,
+    OPEN,
+    Closed,
+    ClosedStreams,
+    Exit,
+    Headers,
+    Stream,
+)
+
+_ENDED, _EXIT_ENDED = Closed.ENDED, Exit.ENDED  # module globals: see streams.OPEN
 
 
 class Events(Protocol):
@@ -70,7 +82,9 @@ class Sender:
             if self.backlog > self.max_backlog:
                 self.fail(frames.ENHANCE_YOUR_CALM, "output not read")
                 return
-        self.queue(data)
+        if not self.out:
+            self.events.output_ready()
+        self.out.append(data)
 
     def data_to_send(self) -> bytes:
         data = b"".join(self.out)
@@ -106,11 +120,16 @@ class Sender:
         only place it is). False if it had left already."""
         if self.streams.pop(stream.sid, None) is None:
             return False
-        self.blocked.pop(stream.sid, None)
-        stream.state = State.CLOSED
-        stream.pending.clear()
-        stream.pending_trailers = None
-        self.closed.add(stream.sid, how)
+        if self.blocked:
+            self.blocked.pop(stream.sid, None)
+        stream.state = CLOSED
+        if stream.pending:
+            stream.pending.clear()
+            stream.pending_trailers = None
+        closed = self.closed
+        closed.how[stream.sid] = how
+        if len(closed.how) > 2 * closed.capacity:
+            closed.forget_oldest()
         handler = stream.handler
         if handler is not None:
             handler.on_closed(stream, exit, code)
@@ -121,6 +140,8 @@ class Sender:
         """RST_STREAM ``code`` on ``stream``: it leaves the connection. False if it had left."""
         if stream.sid not in self.streams:
             return False
+        if stream.state is CLOSED:  # both ends are done (its last frame is being handed on)
+            return self.close_stream(stream, _ENDED, _EXIT_ENDED, frames.NO_ERROR)
         if not self.failed:
             self.control(frames.rst_stream(stream.sid, code))
         return self.close_stream(stream, Closed.RESET_HERE, exit, code)
@@ -128,17 +149,17 @@ class Sender:
     def end_sent(self, stream: Stream) -> None:
         """This end's END_STREAM went out: the stream is closed (its handler told so), or half-closed
         with the peer still sending (its handler told :meth:`Handler.on_end_sent`)."""
-        stream.state = after_end_sent(stream.state)
-        if stream.state is State.CLOSED:
-            self.close_stream(stream, Closed.ENDED, Exit.ENDED, frames.NO_ERROR)
-        else:
+        if stream.state is OPEN:
+            stream.state = HALF_CLOSED_LOCAL
             stream.handler.on_end_sent(stream)
+        else:
+            self.close_stream(stream, _ENDED, _EXIT_ENDED, frames.NO_ERROR)
 
     # -- streams out ------------------------------------------------------------------------------
 
     def grant(self, stream: Stream, n: int) -> None:
         """The other side took ``n`` bytes of this stream's data: re-open its window (batched)."""
-        if n <= 0 or (stream.state is not State.OPEN and stream.state is not State.HALF_CLOSED_LOCAL):
+        if n <= 0 or (stream.state is not OPEN and stream.state is not HALF_CLOSED_LOCAL):
             return
         stream.ungranted += n
         if stream.ungranted >= r.STREAM_WINDOW // 4:
@@ -147,12 +168,14 @@ class Sender:
             stream.ungranted = 0
 
     def sending(self, stream: Stream) -> bool:
-        return not self.failed and (stream.state is State.OPEN or stream.state is State.HALF_CLOSED_REMOTE)
+        """This end may still send on ``stream`` (send_headers and send_data test it inline)."""
+        return not self.failed and (stream.state is OPEN or stream.state is HALF_CLOSED_REMOTE)
 
     def send_headers(self, stream: Stream, headers: Headers, end: bool) -> None:
         """A header block on ``stream``: now, or after the data waiting for a window (trailers). It is
         HPACK-encoded as it is written, so blocks reach the peer in the order they were encoded."""
-        if not self.sending(stream):
+        state = stream.state
+        if self.failed or (state is not OPEN and state is not HALF_CLOSED_REMOTE):
             return
         if stream.pending:
             stream.pending_trailers = headers
@@ -166,7 +189,8 @@ class Sender:
     def send_data(self, stream: Stream, data: bytes, end: bool) -> int:
         """Relay ``data`` on ``stream``; returns how many bytes went out now (the rest waits for the
         peer's window, and :meth:`Handler.on_sent` reports them)."""
-        if not self.sending(stream):
+        state = stream.state
+        if self.failed or (state is not OPEN and state is not HALF_CLOSED_REMOTE):
             return len(data)
         n = len(data)
         if not stream.pending and n <= stream.send_window and n <= self.send_window and n <= self.peer_max_frame:
