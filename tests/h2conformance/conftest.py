@@ -1,0 +1,150 @@
+"""The targets of the conformance suite, one of each per test module (module-scoped, in the module's
+event loop): a router process, the gRPC listener built in this process, and the reference server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import socket
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from prometheus_client import CollectorRegistry
+
+from drain_router import config, metrics
+from drain_router.proxy.grpc.listener import GrpcListener
+from drain_router.proxy.state import RouterState
+from tests import grpcupstream
+from tests.h2conformance.cases import Case, Target
+from tests.process import router_starter
+
+#: The reference server's response to ``GET /``, and the large file the flow-control cases read.
+INDEX_HTML = b"<!DOCTYPE html>\n<title>h2spec</title>\n<p>The reference server's index.</p>\n"
+LARGE_FILE_BYTES = 100_000
+NGHTTPD_START_SECS = 10.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A case the reference server is known to fail is a strict xfail for that target alone."""
+    for item in items:
+        params = getattr(item, "callspec", None)
+        if params is None or params.params.get("target") != "nghttpd":
+            continue
+        case = params.params.get("case")
+        if isinstance(case, Case) and case.reference_xfail is not None:
+            item.add_marker(pytest.mark.xfail(reason=case.reference_xfail, strict=True))
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def conformance_upstream() -> AsyncIterator[grpcupstream.Upstream]:
+    """The gRPC test upstream (tests/grpcupstream.py), shared by the module's router targets."""
+    async with grpcupstream.running() as up:
+        yield up
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def target(
+    request: pytest.FixtureRequest,
+    conformance_upstream: grpcupstream.Upstream,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[Target]:
+    """The server under test, by name (the test's ``target`` parameter)."""
+    name = request.param
+    upstream_url = f"http://127.0.0.1:{conformance_upstream.port}"
+    if name == "router":
+        # What the ``grpc_router`` fixture starts (tests/grpc/conftest.py), once for the module.
+        async with router_starter("http://127.0.0.1:9") as start:
+            router = await start("--grpc-port", "0", "--grpc-upstream", upstream_url)
+            assert router.grpc_port is not None
+            yield Target("router", router.grpc_port, grpc=True)
+    elif name == "listener":
+        async with in_process_listener(upstream_url) as port:
+            yield Target("listener", port, grpc=True)
+    elif name == "nghttpd":
+        if shutil.which("nghttpd") is None:
+            pytest.skip("nghttpd is not on PATH (Debian package nghttp2-server): the reference target is skipped")
+        docroot = tmp_path_factory.mktemp("nghttpd-docroot")
+        (docroot / "index.html").write_bytes(INDEX_HTML)
+        (docroot / "large.bin").write_bytes(b"x" * LARGE_FILE_BYTES)
+        async with nghttpd(docroot) as port:
+            yield Target("nghttpd", port, grpc=False, large_path="/large.bin")
+    else:
+        raise AssertionError(f"unknown target {name}")
+
+
+@contextlib.asynccontextmanager
+async def in_process_listener(upstream_url: str) -> AsyncIterator[int]:
+    """A :class:`GrpcListener` in this event loop, built as the router's lifecycle builds it: the
+    minimum of a RouterState (a config with the gRPC upstream), warmed (the model server's stream
+    limit learnt), then bound."""
+    cfg = config.build_config(
+        upstream="http://127.0.0.1:9", host="127.0.0.1", port=0, admin_port=0, grpc_port=0, grpc_upstream=upstream_url
+    )
+    assert cfg.grpc.upstream is not None
+    state = RouterState(cfg, metrics.Metrics(CollectorRegistry()))
+    listener = GrpcListener(
+        state, cfg.grpc.upstream, float(cfg.proxy.upstream_connect_timeout_secs), connection_limit=256
+    )
+    try:
+        await listener.warm(asyncio.Event())
+        yield await listener.bind("127.0.0.1", 0)
+    finally:
+        listener.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def nghttpd(docroot: Path) -> AsyncIterator[int]:
+    """``nghttpd --no-tls`` serving ``docroot`` on a free loopback port, until it accepts connections."""
+    for _ in range(3):  # a port taken between free_port() and nghttpd's bind: try another
+        port = free_port()
+        proc = await asyncio.create_subprocess_exec(
+            "nghttpd",
+            "--no-tls",
+            "-a",
+            "127.0.0.1",
+            "-d",
+            str(docroot),
+            str(port),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            if await _accepting(port, proc):
+                yield port
+                return
+        finally:
+            if proc.returncode is None:
+                proc.terminate()
+                try:
+                    await asyncio.wait_for(proc.wait(), 5)
+                except TimeoutError:
+                    proc.kill()
+                    await proc.wait()
+    raise AssertionError("nghttpd did not start")
+
+
+async def _accepting(port: int, proc: asyncio.subprocess.Process) -> bool:
+    deadline = time.monotonic() + NGHTTPD_START_SECS
+    while time.monotonic() < deadline and proc.returncode is None:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            try:
+                await asyncio.wait_for(proc.wait(), 0.05)  # exited (port taken), or still starting
+            except TimeoutError:
+                pass
+            continue
+        writer.close()
+        await writer.wait_closed()
+        return True
+    return False
