@@ -32,7 +32,9 @@ A gRPC relay answers gRPC calls, so for the two router targets h2spec's ``GET /`
 call to the upstream's ``/t.T/Echo`` (and its flow-control cases read the server-streaming
 ``/t.T/Stream``); :class:`~tests.h2conformance.cases.Target` says exactly how. The reference server
 gets h2spec's requests as they are. A case that fails against the router while nghttpd passes it is
-the router's failure.
+the router's failure. The router targets are held stricter than h2spec holds a server: a GOAWAY
+there must carry the code the RFC names (h2spec passes a GOAWAY with another code once the
+connection closes).
 
 Run it (from the repository's root, after ``make venv``)::
 

@@ -383,6 +383,7 @@ async def run(case: Case, target: Target) -> None:
     """Run ``case`` against ``target`` on a new connection; a failed verdict fails the test with what
     h2spec expects and what came."""
     peer = await Peer.open(target.port, preface=case.handshake)
+    peer.exact_codes = target.grpc
     failed: Verdict | None = None
     try:
         state = Run(peer, target)

@@ -127,6 +127,9 @@ class Peer(RawClient):
     windows: dict[int, int] = field(default_factory=dict)
     error: BaseException | None = None
     """A frame from the server that could not be parsed (a failure, never a close)."""
+    exact_codes: bool = False
+    """Stricter than h2spec: a GOAWAY must carry a code the verdict expects (h2spec passes a GOAWAY
+    with another code once the connection closes after it)."""
 
     async def _read(self) -> None:
         try:
@@ -201,19 +204,35 @@ class Peer(RawClient):
             if event is CLOSED or event is TIMEOUT:
                 raise Verdict(expected, event, self)
 
+    def wrong_goaway(self, event: Any, codes: tuple[int, ...]) -> bool:
+        return self.exact_codes and isinstance(event, hf.GoAwayFrame) and event.error_code not in codes
+
     async def connection_error(self, *codes: int) -> None:
         names = " or ".join(f"GOAWAY({CODES[c]})" for c in codes)
+        expected = f"{names} or the connection closed"
         await self._until(
-            f"{names} or the connection closed",
-            lambda e: e is CLOSED or (isinstance(e, hf.GoAwayFrame) and e.error_code in codes),
+            expected,
+            lambda e: (
+                self.refuse(expected, e)
+                if self.wrong_goaway(e, codes)
+                else e is CLOSED or (isinstance(e, hf.GoAwayFrame) and e.error_code in codes)
+            ),
         )
 
     async def stream_error(self, *codes: int) -> None:
         names = " or ".join(f"GOAWAY({CODES[c]}) or RST_STREAM({CODES[c]})" for c in codes)
+        expected = f"{names} or the connection closed"
         await self._until(
-            f"{names} or the connection closed",
-            lambda e: e is CLOSED or (isinstance(e, (hf.GoAwayFrame, hf.RstStreamFrame)) and e.error_code in codes),
+            expected,
+            lambda e: (
+                self.refuse(expected, e)
+                if self.wrong_goaway(e, codes)
+                else e is CLOSED or (isinstance(e, (hf.GoAwayFrame, hf.RstStreamFrame)) and e.error_code in codes)
+            ),
         )
+
+    def refuse(self, expected: str, event: Any) -> bool:
+        raise Verdict(expected + " (exactly: a GOAWAY with another code fails here)", event, self)
 
     async def connection_close(self) -> None:
         await self._until("the connection closed", lambda e: e is CLOSED)
