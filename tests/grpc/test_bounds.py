@@ -258,3 +258,20 @@ async def test_connections_past_the_grpc_share_of_descriptors_get_goaway(upstrea
             client.close()
     finally:
         await router.kill()
+
+
+async def test_a_request_still_sending_after_a_complete_response_is_reset_with_no_error(
+    grpc_router: StartGrpcRouter, upstream: grpcupstream.Upstream
+) -> None:
+    """RFC 9113 §8.1: the response ended while the client is still sending (an unknown method is
+    answered UNIMPLEMENTED at once): the router resets the request with NO_ERROR, never CANCEL, so the
+    client keeps the response, and the call is counted completed."""
+    router = await grpc_router()
+    client = await RawClient.connect(router.grpc_port)
+    client.headers(1, request_headers("/t.T/Nope"))
+    await client.wait_for(lambda c: c.of(hf.RstStreamFrame, 1), what="the reset after the response")
+    client.decode_all()
+    assert dict(client.response_headers(1)[-1])[b"grpc-status"] == b"12"
+    assert [f.error_code for f in client.of(hf.RstStreamFrame, 1)] == [0]
+    assert await grpc_requests(router) == {("12", "completed"): 1.0}
+    client.close()
