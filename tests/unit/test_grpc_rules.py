@@ -8,7 +8,7 @@ import pytest
 from grpc_health.v1 import health_pb2
 from hyperframe import frame as hf
 
-from drain_router.proxy.grpc import frames, health, rules
+from drain_router.proxy.grpc import answers, frames, health, rules
 
 GOOD = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/a.B/C"), (b":authority", b"x")]
 
@@ -169,7 +169,7 @@ def test_health_messages_decode_with_protobuf(status: int) -> None:
 
 
 def test_grpc_message_is_percent_encoded() -> None:
-    assert health.percent_encode("drain 100% — retry") == b"drain 100%25 %E2%80%94 retry"
+    assert answers.percent_encode("drain 100% — retry") == b"drain 100%25 %E2%80%94 retry"
 
 
 D, H, E, P = frames.DATA, frames.HEADERS, frames.END_STREAM, frames.PADDED

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from drain_router.proxy.grpc import frames, health
+from drain_router.proxy.grpc import answers, frames, health
 from drain_router.proxy.grpc.h2 import Connection
 from drain_router.proxy.grpc.streams import Exit, Headers, Stream
 
@@ -29,7 +29,7 @@ class LocalHealth:
     def start(self, end: bool) -> None:
         if self.watch:
             self.answered = True
-            self.conn.send_headers(self.down, health.response_head(), False)
+            self.conn.send_headers(self.down, answers.response_head(), False)
             self.conn.send_data(self.down, health.message(health.NOT_SERVING), False)
         elif end:
             self.answer()
@@ -39,13 +39,13 @@ class LocalHealth:
             return
         self.answered = True
         down, conn = self.down, self.conn
-        conn.send_headers(down, health.response_head(), False)
+        conn.send_headers(down, answers.response_head(), False)
         conn.send_data(down, health.message(health.NOT_SERVING), False)
-        conn.send_headers(down, health.trailers(0), True)
+        conn.send_headers(down, answers.trailers(answers.OK), True)
 
     def serving_now(self) -> None:
         """The router is serving: a Watch ends, so its client watches again (relayed this time)."""
-        self.conn.send_headers(self.down, health.trailers(14, SERVING_NOW_MESSAGE), True)
+        self.conn.send_headers(self.down, answers.trailers(answers.UNAVAILABLE, SERVING_NOW_MESSAGE), True)
 
     def not_serving(self) -> None:
         """Already NOT_SERVING: nothing to push."""

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from drain_router import logs
 from drain_router.metrics import Metrics, Outcome
-from drain_router.proxy.grpc import frames, health
+from drain_router.proxy.grpc import answers, frames, health
 from drain_router.proxy.grpc import rules as r
 from drain_router.proxy.grpc.connection import Flusher
 from drain_router.proxy.grpc.h2 import Connection
@@ -31,13 +31,6 @@ from drain_router.proxy.grpc.watch import MessageBoundaries
 from drain_router.proxy.state import InFlight
 
 log = logs.get("drain_router.grpc")
-
-UNAVAILABLE = 14
-DEADLINE_EXCEEDED = 4
-DEADLINE_MESSAGE = "the router's drain deadline was reached (the pod is terminating); retry on another replica"
-UPSTREAM_LOST_MESSAGE = "the model server's connection was lost"
-UNREACHABLE_MESSAGE = "the model server is unreachable"
-INVALID_MESSAGE = "the model server sent an invalid response"
 
 
 class Site(Protocol):
@@ -53,12 +46,6 @@ class Site(Protocol):
     """Health Watch calls relayed while serving (they get NOT_SERVING at SIGTERM)."""
 
 
-def unavailable_head(message: str, *, head_sent: bool) -> Headers:
-    """The trailers that end a gRPC call with UNAVAILABLE (a trailers-only response before any head)."""
-    trailers = health.trailers(UNAVAILABLE, message)
-    return trailers if head_sent else health.response_head() + trailers
-
-
 class Call:
     __slots__ = (
         "boundaries",
@@ -67,20 +54,17 @@ class Call:
         "down_conn",
         "ending",
         "finished",
-        "grpc",
         "head_seen",
         "headers",
-        "path",
+        "request",
         "request_end",
         "site",
         "started_at",
         "status",
-        "timeout",
         "timer",
         "up",
         "up_conn",
         "waiting",
-        "watch",
     )
 
     def __init__(
@@ -101,16 +85,14 @@ class Call:
         self.up: Stream | None = None
         self.up_conn: Connection | None = None
         self.headers = headers
-        self.path = path = request.path
-        self.timeout = request.timeout
+        self.request = request
         self.request_end = end
-        self.grpc = request.grpc
         self.counted = counted
-        self.watch = path == health.WATCH
-        self.boundaries = MessageBoundaries() if self.watch else None
+        self.boundaries = MessageBoundaries() if request.path == health.WATCH else None
+        """Where a relayed health Watch is between messages (None: not a Watch)."""
         self.waiting: list[tuple[bytes | Headers, bool]] = []
-        """What arrived from the client before the stream to the model server was open: data, and
-        trailers (a header list), in order."""
+        """What arrived from the client while no stream to the model server was open: data, and
+        trailers (a header list), in order. Bounded by the stream's window (none of it is granted)."""
         self.status: str | None = None
         self.head_seen = False
         self.finished = False
@@ -124,8 +106,8 @@ class Call:
         self.started_at = site.loop.time()
         if self.counted:
             site.inflight.enter(self)
-        if self.timeout is not None:
-            self.timer = site.loop.call_later(self.timeout, self.timed_out)
+        if self.request.timeout is not None:
+            self.timer = site.loop.call_later(self.request.timeout, self.timed_out)
         site.pool.acquire(self)
 
     # -- pool.Waiter ------------------------------------------------------------------------------
@@ -144,20 +126,18 @@ class Call:
         self.site.flusher.flush()
 
     def unreachable(self, reason: str) -> None:
-        self.end_unavailable(UNREACHABLE_MESSAGE, Outcome.UPSTREAM_ERROR)
+        self.end_unavailable(answers.UNREACHABLE_MESSAGE, Outcome.UPSTREAM_ERROR)
         self.site.flusher.flush()
 
     # -- streams.Handler --------------------------------------------------------------------------
 
     def on_data(self, stream: Stream, data: bytes, end: bool) -> None:
         if stream is self.down:
-            up = self.up
-            if up is None:
+            up, up_conn = self.up, self.up_conn
+            if up is None or up_conn is None:
                 self.waiting.append((data, end))
-                return
-            up_conn = self.up_conn
-            assert up_conn is not None
-            self.acknowledge(stream, up_conn.send_data(up, data, end), up_conn)
+            else:
+                self.acknowledge(stream, up_conn.send_data(up, data, end), up_conn)
             return
         boundaries = self.boundaries
         if boundaries is not None:
@@ -170,9 +150,9 @@ class Call:
     def on_headers(self, stream: Stream, headers: Headers, end: bool) -> None:
         """Checked already by the connection: request trailers, the response's head or trailers."""
         if stream is self.down:
-            if self.up is None:
+            if self.up is None or self.up_conn is None:
                 self.waiting.append((headers, end))
-            elif self.up_conn is not None:
+            else:
                 self.up_conn.send_headers(self.up, headers, end)
             return
         if end:
@@ -195,10 +175,10 @@ class Call:
             self.down_conn.reset(self.down, code)
             self.finish(Outcome.UPSTREAM_ERROR)
         elif exit is Exit.LOST:
-            self.end_unavailable(UPSTREAM_LOST_MESSAGE, Outcome.UPSTREAM_ERROR)
+            self.end_unavailable(answers.UPSTREAM_LOST_MESSAGE, Outcome.UPSTREAM_ERROR)
         else:
-            log.warning("grpc.upstream_invalid", path=self.path.decode("latin-1"), error=exit.value)
-            self.end_unavailable(INVALID_MESSAGE, Outcome.UPSTREAM_ERROR)
+            log.warning("grpc.upstream_invalid", path=self.request.path.decode("latin-1"), error=exit.value)
+            self.end_unavailable(answers.INVALID_MESSAGE, Outcome.UPSTREAM_ERROR)
 
     def on_sent(self, stream: Stream, n: int) -> None:
         if stream is self.up:
@@ -211,13 +191,10 @@ class Call:
             self.finish(self.ending or Outcome.COMPLETED)
 
     def on_writable(self, stream: Stream) -> None:
-        if stream is self.up:
-            source, conn = self.down, self.down_conn
-        else:
-            source, conn = self.up, self.up_conn  # type: ignore[assignment]
+        source, conn = (self.down, self.down_conn) if stream is self.up else (self.up, self.up_conn)
         if source is not None and conn is not None and source.owed:
-            owed, source.owed = source.owed, 0
-            conn.grant(source, owed)
+            conn.grant(source, source.owed)
+            source.owed = 0
 
     def acknowledge(self, source: Stream, n: int, target: Connection | None) -> None:
         """``n`` bytes of ``source`` went into the other side's transport: re-open ``source``'s window,
@@ -238,9 +215,9 @@ class Call:
             return
         self.ending = outcome
         down, conn = self.down, self.down_conn
-        if self.grpc and conn.sending(down):
-            self.status = str(UNAVAILABLE)
-            conn.send_headers(down, unavailable_head(message, head_sent=self.head_seen), True)
+        if self.request.grpc and conn.sending(down):
+            self.status = str(answers.UNAVAILABLE)
+            conn.send_headers(down, answers.ending(answers.UNAVAILABLE, message, head_sent=self.head_seen), True)
             return  # finish() follows when the trailers go out
         conn.reset(down, frames.CANCEL)
         self.finish(outcome)
@@ -248,7 +225,7 @@ class Call:
     def abort_deadline(self) -> None:
         """The drain deadline: what waits for the client's window is dropped, the trailers go now."""
         self.down_conn.discard_pending(self.down)
-        self.end_unavailable(DEADLINE_MESSAGE, Outcome.DEADLINE_ABORTED)
+        self.end_unavailable(answers.DEADLINE_MESSAGE, Outcome.DEADLINE_ABORTED)
         self.finish(Outcome.DEADLINE_ABORTED)
         self.site.flusher.flush()
 
@@ -259,10 +236,10 @@ class Call:
             return
         down, conn = self.down, self.down_conn
         self.ending = Outcome.COMPLETED
-        self.status = str(DEADLINE_EXCEEDED)
-        trailers = health.trailers(DEADLINE_EXCEEDED, "deadline exceeded")
+        self.status = str(answers.DEADLINE_EXCEEDED)
         conn.discard_pending(down)
-        conn.send_headers(down, trailers if self.head_seen else health.response_head() + trailers, True)
+        ending = answers.ending(answers.DEADLINE_EXCEEDED, answers.TIMEOUT_MESSAGE, head_sent=self.head_seen)
+        conn.send_headers(down, ending, True)
         self.site.flusher.flush()
 
     def finish(self, outcome: Outcome) -> None:
@@ -271,7 +248,7 @@ class Call:
             return
         self.finished = True
         site = self.site
-        if self.watch:
+        if self.boundaries is not None:
             site.watches.discard(self)
         if self.timer is not None:
             self.timer.cancel()
@@ -282,7 +259,7 @@ class Call:
             if site.access_log:
                 log.info(
                     "grpc.call",
-                    method=self.path.decode("latin-1"),
+                    method=self.request.path.decode("latin-1"),
                     grpc_status=self.status,
                     outcome=outcome,
                     duration_s=round(duration, 6),
@@ -316,6 +293,6 @@ class Call:
             self.up_conn.reset(up, frames.CANCEL)
         if not self.head_seen:
             self.head_seen = True
-            conn.send_headers(down, health.response_head(), False)
+            conn.send_headers(down, answers.response_head(), False)
         conn.send_data(down, health.message(health.NOT_SERVING), False)
         self.site.pool.released()

@@ -20,20 +20,3 @@ def message(status: int) -> bytes:
     """A length-prefixed gRPC message holding ``HealthCheckResponse{status}`` (field 1, varint)."""
     body = bytes((0x08, status))
     return b"\x00" + len(body).to_bytes(4, "big") + body
-
-
-def response_head() -> list[tuple[bytes, bytes]]:
-    return [(b":status", b"200"), (b"content-type", b"application/grpc")]
-
-
-def trailers(status: int, text: str = "") -> list[tuple[bytes, bytes]]:
-    """The trailers of a call the router ends itself: ``grpc-status`` and, when given, the message
-    (percent-encoded as gRPC requires for bytes outside printable ASCII)."""
-    out = [(b"grpc-status", str(status).encode())]
-    if text:
-        out.append((b"grpc-message", percent_encode(text)))
-    return out
-
-
-def percent_encode(text: str) -> bytes:
-    return b"".join(bytes((b,)) if 0x20 <= b <= 0x7E and b != 0x25 else b"%%%02X" % b for b in text.encode("utf-8"))

@@ -164,7 +164,7 @@ class Inbound(Wire):
             local.start(end)
             return
         call = Call(listener, core, stream, headers, request, end, counted=path not in health.PATHS)
-        if call.watch:
+        if call.boundaries is not None:
             listener.watches.add(call)
         call.start()
 
