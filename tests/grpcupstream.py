@@ -42,6 +42,8 @@ class Upstream:
     calls: list[str] = field(default_factory=list)
     """Each call's method, as it started."""
     active: int = 0
+    max_active: int = 0
+    """The most ``Stream`` calls active at once."""
     cancelled_at: list[float] = field(default_factory=list)
     """time.monotonic() when a call saw its cancellation."""
     metadata: list[dict[str, str]] = field(default_factory=list)
@@ -65,6 +67,7 @@ class Upstream:
         self.calls.append("Stream")
         count, interval, *size = (int(x) for x in request.split())
         self.active += 1
+        self.max_active = max(self.max_active, self.active)
         try:
             for i in range(count):
                 if interval and i:
