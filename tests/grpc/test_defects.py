@@ -607,12 +607,14 @@ async def test_defect6_output_queued_for_a_client_that_does_not_read_is_bounded(
 # -- 7. memory held per slow-reading stream -------------------------------------------------------
 
 
-async def test_defect7_a_slow_reading_stream_holds_at_most_80_kib(
+async def test_defect7_a_slow_reading_stream_holds_one_stream_window(
     opened: list[Any], grpc_router: StartGrpcRouter, upstream: grpcupstream.Upstream
 ) -> None:
     """100 streams on one connection from a client that opened its windows and never reads, each
     receiving a server stream of 16 KiB messages without end: once flow control holds the model
-    server (its ``sent_bytes`` stops moving), the router's RSS grew by at most 80 KiB per stream."""
+    server (its ``sent_bytes`` stops moving), the router's RSS grew by at most one stream window
+    (64 KiB of relayed data) and 32 KiB of bookkeeping and allocator slack per stream (measured:
+    68-78 KiB; 261 KiB with the 256 KiB window before)."""
     router = await grpc_router()
     sock = await silent_socket(router.grpc_port, opened)
     encoder = hpack.Encoder()
@@ -636,7 +638,7 @@ async def test_defect7_a_slow_reading_stream_holds_at_most_80_kib(
     await wait_until(held, timeout=15, what="the model server held by flow control")
     grown = rss(router) - before
     per_stream = grown / streams
-    assert per_stream <= 80 * 1024, (
+    assert per_stream <= rules.STREAM_WINDOW + 32 * 1024, (
         f"{per_stream / 1024:.0f} KiB held per slow-reading stream ({grown / 2**20:.1f} MiB for {streams} streams; "
         f"the model server sent {upstream.sent_bytes / 2**20:.1f} MiB)"
     )

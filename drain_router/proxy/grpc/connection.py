@@ -5,7 +5,8 @@ Output is written once per turn of the loop: a connection with output joins its 
 :class:`Flusher`, which is flushed at the end of every read and every timer, so what one read relays
 to several connections goes out in one write each. A connection error's GOAWAY is followed by a
 lingering close (half-close, then read and drop for a while), so the peer reads the GOAWAY instead of
-a reset caused by what it is still sending.
+a reset caused by what it is still sending; a peer that does not read is cut at once (its transport
+would never finish closing).
 """
 
 from __future__ import annotations
@@ -83,11 +84,11 @@ class Wire(asyncio.Protocol):
                 transport.write(data)
         if core.failed and not self.lingering and transport is not None:
             self.lingering = True
-            if transport.can_write_eof():
-                transport.write_eof()
-                self.loop.call_later(BODY_LINGER_SECS, transport.close)
+            if core.paused or not transport.can_write_eof():
+                transport.abort()  # a peer that does not read would hold a closing transport forever
             else:
-                transport.close()
+                transport.write_eof()
+                self.loop.call_later(BODY_LINGER_SECS, transport.abort)
 
     def close(self) -> None:
         """Close after what is gathered is written (a graceful end: every stream is done)."""
