@@ -76,7 +76,10 @@ class Sender:
         self.out.append(data)
 
     def control(self, data: bytes) -> None:
-        """Queue a frame that is not relayed DATA: counted against the backlog bound while paused."""
+        """Queue a frame that is not relayed DATA: counted against the backlog bound while paused.
+        Nothing follows a connection error's GOAWAY."""
+        if self.failed:
+            return
         if self.paused and self.max_backlog is not None:
             self.backlog += len(data)
             if self.backlog > self.max_backlog:
