@@ -10,7 +10,8 @@ idle and closed streams; an interrupted header block; unknown frame types; and c
 Frames on any stream the example opened (still open or not) are chosen freely. Each stream also
 chooses what the model server does with it (:data:`tests.recordingh2upstream.BEHAVIOURS`: answers,
 resets, a malformed head, trailers-only, malformed trailers, GOAWAY, DATA past the window, closes its
-connection, never answers). After every step a PING's acknowledgement proves the router read it.
+connection) and when: as the stream arrives, at a later step (``model_server_acts``), or never. After
+every step a PING's acknowledgement proves the router read what the client sent.
 
 Invariants, checked at the end of each example:
 
