@@ -15,7 +15,8 @@ every step a PING's acknowledgement proves the router read what the client sent.
 
 Invariants, checked at the end of each example:
 
-1. In flight (``/admin/inflight``) returns to 0 once the client's connection is closed.
+1. In flight (``/admin/inflight``) returns to 0 within :data:`INFLIGHT_SECS` once the client's
+   connection is closed.
 2. Every stream's call ends exactly once: each stream that reached the model server logs exactly one
    ``grpc.call`` event (``--access-log``), no stream logs two, and the calls counted by
    ``drain_router_grpc_requests_total`` during the example are exactly the streams the router
@@ -33,7 +34,8 @@ Invariants, checked at the end of each example:
 5. What the router sends the client follows the same rules: response heads and trailers without
    forbidden fields, and no frame on a stream after the router's RST_STREAM, nor HEADERS or DATA
    after its END_STREAM (§5.1).
-6. The router's RSS grows less than :data:`RSS_GROWTH_BOUND` (64 MiB) over all the examples.
+6. The router's RSS grows less than :data:`RSS_GROWTH_BOUND` (64 MiB) over all the examples it
+   serves (from its RSS after its first call).
 
 Assumptions where RFC 9113 leaves a choice: DATA from the model server past a stream's window (not
 the connection's) is a stream error for the router, not a connection error (so the bystander keeps
