@@ -41,10 +41,12 @@ RFC = [
     # closed streams after it has sent a RST_STREAM frame"
     *[(Closed.RESET_HERE, kind, I) for kind in (D, H, PR, RS, WU)],
     # closed after the peer's RST_STREAM: "any frame other than PRIORITY ... MUST treat that as a
-    # stream error of type STREAM_CLOSED" (a second RST_STREAM is never answered: no loops)
-    (Closed.RESET_THERE, D, S),
-    (Closed.RESET_THERE, H, S),
-    (Closed.RESET_THERE, WU, S),
+    # stream error of type STREAM_CLOSED", but "after receiving a RST_STREAM on a stream, the
+    # receiver MUST NOT send additional frames for that stream" (§6.4): so the connection's error
+    # (a second RST_STREAM is never answered: no loops)
+    (Closed.RESET_THERE, D, C),
+    (Closed.RESET_THERE, H, C),
+    (Closed.RESET_THERE, WU, C),
     (Closed.RESET_THERE, PR, I),
     (Closed.RESET_THERE, RS, I),
     # closed after both END_STREAMs: "any frames after receiving a frame with the END_STREAM flag

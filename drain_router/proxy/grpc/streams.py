@@ -104,7 +104,7 @@ RECEIVED: Final[dict[Any, dict[int, Verdict]]] = {
     State.HALF_CLOSED_LOCAL: {_D: A,    _H: A,    _PR: A,   _RS: A,     _WU: A},
     State.HALF_CLOSED_REMOTE: {_D: S,   _H: S,    _PR: A,   _RS: A,     _WU: A},
     Closed.RESET_HERE:       {_D: I,    _H: I,    _PR: I,   _RS: I,     _WU: I},
-    Closed.RESET_THERE:      {_D: S,    _H: S,    _PR: I,   _RS: I,     _WU: S},
+    Closed.RESET_THERE:      {_D: C,    _H: C,    _PR: I,   _RS: I,     _WU: C},
     Closed.ENDED:            {_D: C,    _H: C,    _PR: I,   _RS: I,     _WU: I},
     Closed.FORGOTTEN:        {_D: S,    _H: S,    _PR: I,   _RS: I,     _WU: I},
 }  # fmt: skip
@@ -113,7 +113,8 @@ this end never saw opened and that is not idle (a skipped id below the highest o
 error PROTOCOL_ERROR (§5.1.1). Reading it: in half-closed (remote) the peer has ended its side, so
 its DATA or HEADERS is STREAM_CLOSED (§5.1); after this end's RST_STREAM the peer's frames are in
 flight and ignored; after the peer's RST_STREAM anything but PRIORITY is STREAM_CLOSED, a late
-RST_STREAM excepted; after both END_STREAMs a WINDOW_UPDATE or RST_STREAM may still cross and is
+RST_STREAM excepted, and since nothing but PRIORITY may be sent on a stream after its RST_STREAM
+(§6.4), it is a connection error; after both END_STREAMs a WINDOW_UPDATE or RST_STREAM may still cross and is
 ignored, DATA or HEADERS is a connection error; a stream closed so long ago that it is forgotten
 gets the mildest answer that is still an error (a stream error, never the whole connection)."""
 
