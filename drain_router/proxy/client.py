@@ -17,7 +17,6 @@ from typing import Any, Protocol
 from drain_router import logs
 from drain_router.metrics import Outcome
 from drain_router.proxy import health, responses
-from drain_router.proxy.backpressure import PIPELINE
 from drain_router.proxy.exchange import Exchange
 from drain_router.proxy.parsing import Reading, RequestReader
 from drain_router.proxy.rewrite import forwarded_node
@@ -50,8 +49,6 @@ class Listener(Reading, Protocol):
     def keepalive_timeout(self) -> float: ...
     @property
     def timeout_log(self) -> logs.RateLimited: ...
-    @property
-    def bad_request_log(self) -> logs.RateLimited: ...
 
 
 class ClientConnection(asyncio.Protocol):
@@ -214,44 +211,6 @@ class ClientConnection(asyncio.Protocol):
 
     # -- answering in order ----------------------------------------------------------------------
 
-    def bad_request(self, error: responses.Error, reason: str) -> None:
-        """The client sent something llhttp (or the head limit) refuses. The requests before it are
-        answered in order, then this error in its turn, and then the connection closes; nothing
-        after it is parsed."""
-        if self.transport is None:
-            return
-        self.listener.bad_request_log.emit(status=error[0], reason=reason[:120])
-        reader = self.reader
-        reader.input_closed = reader.dropped = True
-        reader.unparsed = b""
-        self.pause_reading(PIPELINE)
-        current = reader.current
-        reader.current = None
-        if current is None:  # a malformed head, or garbage between requests: a refusal of its own
-            refusal = Exchange(self, b"", b"", False, False, None, error)
-            if self.active is None and not reader.queue:
-                self.active = refusal
-                refusal.start()
-            else:  # after the requests that came first (one of them may still be starting)
-                reader.enqueue(refusal)
-            return
-        # The malformed part is this request's body.
-        current.req_done = True
-        current.keep_alive = False
-        if current is reader.starting:
-            reader.starting = None
-        if not current.started:
-            current.problem = error  # refused in its turn: its head never reaches the model server
-            current.discard = True
-            if current is self.active:
-                current.start()
-        elif not current.head_sent:
-            current.discard = True
-            current.reply(error, Outcome.REJECTED, close=True)
-        else:  # its response is streaming already: the status can no longer change
-            current.abort(Outcome.REJECTED)
-            self.transport.abort()
-
     def answer_probe(self, path: bytes, method: bytes, keep_alive: bool, http10: bool) -> None:
         state = self.listener.state
         code, body = state.readiness() if path == b"/readyz" else (200, health.ALIVE)
@@ -287,12 +246,7 @@ class ClientConnection(asyncio.Protocol):
             current.discard = True  # the rest of its body is read and dropped
         queue = reader.queue
         while queue:
-            entry = queue.popleft()
-            if reader.unparsed and not reader.resume_scheduled:
-                reader.resume_scheduled = True
-                self.listener.loop.call_soon(reader.resume_parse)
-            elif not queue and not reader.unparsed:
-                self.resume_reading(PIPELINE)
+            entry = queue.take()
             if isinstance(entry, Exchange):
                 if not entry.finished:
                     self.active = entry

@@ -1,36 +1,30 @@
 """Reading requests from a client connection: llhttp's strict parsing (no smuggling through both
 Content-Length and Transfer-Encoding, no bare LF), the head limits and the verdict on each head
-(:mod:`.admission`), and the queue of pipelined requests. A :class:`RequestReader` is what llhttp
-calls back on: each :class:`~drain_router.proxy.client.ClientConnection` holds one, and answers what
-it reads in order; what the reader needs from its connection is declared here (:class:`Connection`).
+(:mod:`.admission`), and each head's exchange, started at once or left waiting for its turn
+(:mod:`.pipeline`). A :class:`RequestReader` is what llhttp calls back on: each
+:class:`~drain_router.proxy.client.ClientConnection` holds one, and answers what it reads in order;
+what the reader needs from its connection is declared here (:class:`Connection`).
 
-At most :data:`MAX_PIPELINED` parsed requests wait for their turn; the rest of what the client sent
-stays unparsed, and reading pauses, until they start, so a pipelining client costs bounded memory.
-Nothing after a malformed request, or one that closes the connection, is parsed.
+A malformed request is answered in its turn (:meth:`RequestReader.bad_request`); nothing after it,
+or after one that closes the connection, is parsed.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Any, Protocol
+from typing import Protocol
 
 import httptools
 
 from drain_router import logs
+from drain_router.metrics import Outcome
 from drain_router.proxy import responses
 from drain_router.proxy.admission import MAX_HEAD_BYTES, MAX_HEADERS, MAX_LINE_BYTES, HeadTooLarge, admit, probe_path
 from drain_router.proxy.backpressure import PIPELINE
 from drain_router.proxy.exchange import Exchange
+from drain_router.proxy.pipeline import HEAD_END, Pipeline, enqueue, feed_heads
 from drain_router.proxy.roles import Client, Site
 
 log = logs.get("drain_router.proxy")
-
-#: Parsed requests that may wait for their turn on a connection (what follows waits unread).
-MAX_PIPELINED = 8
-
-_HEAD_END = b"\r\n\r\n"
-
-Queued = Exchange | tuple[bytes, bytes, bool, bool]  # an exchange, or a probe: path, method, keep-alive, 1.0
 
 
 class Reading(Site, Protocol):
@@ -40,6 +34,8 @@ class Reading(Site, Protocol):
     def header_timeout(self) -> float: ...
     @property
     def bad_target_log(self) -> logs.RateLimited: ...
+    @property
+    def bad_request_log(self) -> logs.RateLimited: ...
 
 
 class Connection(Client, Protocol):
@@ -56,18 +52,8 @@ class Connection(Client, Protocol):
     @property
     def peer_node(self) -> bytes: ...
 
-    def bad_request(self, error: responses.Error, reason: str) -> None: ...
     def answer_probe(self, path: bytes, method: bytes, keep_alive: bool, http10: bool) -> None: ...
     def close(self) -> None: ...
-
-
-def _feed(parser: Any, chunk: bytes | memoryview, at: int) -> None:
-    """Feed ``chunk``, which starts ``at`` bytes into the read: an upgrade's offset (where what
-    follows the handshake starts) is reported from the start of the read, as a whole read's is."""
-    try:
-        parser.feed_data(chunk)
-    except httptools.HttpParserUpgrade as exc:
-        raise httptools.HttpParserUpgrade(at + exc.args[0]) from None
 
 
 class RequestReader:
@@ -87,7 +73,6 @@ class RequestReader:
         "keep_alive",
         "parser",
         "queue",
-        "resume_scheduled",
         "starting",
         "unparsed",
         "upgrading",
@@ -111,11 +96,10 @@ class RequestReader:
         """The request being parsed lets the connection be kept."""
         self.current: Exchange | None = None
         """The exchange whose request body is being parsed."""
-        self.queue: deque[Queued] | None = None
-        """Parsed requests waiting for their turn (at most MAX_PIPELINED)."""
+        self.queue: Pipeline | None = None
+        """Parsed requests waiting for their turn."""
         self.unparsed = b""
         """What the client sent after the requests waiting in the queue, parsed once one starts."""
-        self.resume_scheduled = False
         self.starting: Exchange | None = None
         """The exchange to start once the read being parsed is parsed whole."""
         self.input_closed = False
@@ -138,7 +122,7 @@ class RequestReader:
 
     def received(self, data: bytes, resumed: bool = False) -> None:
         """Feed ``data`` to llhttp, then start the request that came first. A read that may hold
-        more than one request head is fed one head at a time (:meth:`_feed_heads`).
+        more than one request head is fed one head at a time (:func:`~.pipeline.feed_heads`).
         ``resumed``: ``data`` is what waited in ``unparsed`` (already counted)."""
         end = len(data)
         if not resumed:
@@ -153,11 +137,11 @@ class RequestReader:
         try:
             # Where the first head in the read ends (-1: none does); the rest of a Content-Length
             # body is not searched (find starts past it, and past the end finds nothing at once).
-            cut = data.find(_HEAD_END, self.body_left)
+            cut = data.find(HEAD_END, self.body_left)
             if (cut < 0 or cut + 4 == end) and not self.queue:  # at most one head, nothing waiting: the usual read
                 self.parser.feed_data(data)
             else:
-                self._feed_heads(data, cut + 4)
+                feed_heads(self, data, cut + 4)
         except httptools.HttpParserUpgrade as exc:
             # Answered 501 (or 400 for CONNECT) in turn; nothing after it is parsed. A WebSocket
             # handshake is forwarded: what followed it in this read is held (reading pauses here,
@@ -172,7 +156,7 @@ class RequestReader:
                 self.current = None
         except httptools.HttpParserCallbackError as exc:
             if isinstance(exc.__context__, HeadTooLarge):
-                self.conn.bad_request(responses.HEAD_TOO_LARGE, "head too large")
+                self.bad_request(responses.HEAD_TOO_LARGE, "head too large")
             else:  # a bug of ours, raised in a callback: say so loudly, and end this connection
                 log.error("proxy.internal_error", error=repr(exc.__context__), exc_info=exc.__context__)
                 if self.conn.transport is not None:
@@ -182,36 +166,14 @@ class RequestReader:
             if self.input_closed:
                 self.dropped = True  # bytes after a request that closes the connection: not a request
             else:
-                self.conn.bad_request(responses.BAD_REQUEST, str(exc))
+                self.bad_request(responses.BAD_REQUEST, str(exc))
         else:
             if self.in_head and self.head_bytes > MAX_HEAD_BYTES and not self.input_closed:
-                self.conn.bad_request(responses.HEAD_TOO_LARGE, "head too large")
+                self.bad_request(responses.HEAD_TOO_LARGE, "head too large")
         if self.starting is not None:
             exchange, self.starting = self.starting, None
             if not exchange.finished:
                 exchange.start()
-
-    def _feed_heads(self, data: bytes, cut: int) -> None:
-        """Feed ``data`` one request head at a time (llhttp ends a head only at a blank line), so
-        that the queue never holds more than MAX_PIPELINED requests: the rest waits in
-        ``unparsed``. ``cut``: where the first head ends (3: none does)."""
-        parser = self.parser
-        at = 0  # what of data is parsed
-        end = len(data)
-        while True:
-            if self.queue and len(self.queue) >= MAX_PIPELINED:
-                self.unparsed = data[at:]
-                self.conn.pause_reading(PIPELINE)
-                return
-            if cut < 4 or cut >= end:  # no head ends before the end of this read
-                _feed(parser, memoryview(data)[at:] if at else data, at)
-                return
-            _feed(parser, memoryview(data)[at:cut], at)
-            at = cut
-            if self.input_closed:
-                self.dropped = True
-                return
-            cut = data.find(_HEAD_END, at + self.body_left) + 4
 
     def on_message_begin(self) -> None:
         self.url = b""
@@ -253,7 +215,7 @@ class RequestReader:
             if conn.active is None and not self.queue:
                 conn.answer_probe(*entry)
             else:
-                self.enqueue(entry)
+                enqueue(self, entry)
             return
         listener = conn.listener
         verdict = admit(method, url, version, self.headers, conn.peer, conn.peer_node, listener.pool.host_header)
@@ -276,7 +238,7 @@ class RequestReader:
             # with the head in one write.
             conn.active = self.starting = exchange
         else:
-            self.enqueue(exchange)
+            enqueue(self, exchange)
 
     def on_body(self, body: bytes) -> None:
         if self.body_left:
@@ -296,18 +258,40 @@ class RequestReader:
             if exchange.finished and self.input_closed and self.conn.active is None:
                 self.conn.close()  # the rest of a refused body has been read: the answer is safe
 
-    def enqueue(self, entry: Queued) -> None:
-        if self.queue is None:
-            self.queue = deque()
-        self.queue.append(entry)
-        self.conn.pause_reading(PIPELINE)  # its body (and what follows) waits for its turn
-
-    def resume_parse(self) -> None:
-        """A queued request started: parse what waited behind it (with the loop's stack clean)."""
-        self.resume_scheduled = False
-        if self.conn.transport is None or self.input_closed or not self.unparsed:
+    def bad_request(self, error: responses.Error, reason: str) -> None:
+        """The client sent something llhttp (or the head limit) refuses. The requests before it are
+        answered in order, then this error in its turn, and then the connection closes; nothing
+        after it is parsed."""
+        conn = self.conn
+        if conn.transport is None:
             return
-        data, self.unparsed = self.unparsed, b""
-        self.received(data, True)
-        if not self.unparsed and not self.queue:
-            self.conn.resume_reading(PIPELINE)
+        conn.listener.bad_request_log.emit(status=error[0], reason=reason[:120])
+        self.input_closed = self.dropped = True
+        self.unparsed = b""
+        conn.pause_reading(PIPELINE)
+        current = self.current
+        self.current = None
+        if current is None:  # a malformed head, or garbage between requests: a refusal of its own
+            refusal = Exchange(conn, b"", b"", False, False, None, error)
+            if conn.active is None and not self.queue:
+                conn.active = refusal
+                refusal.start()
+            else:  # after the requests that came first (one of them may still be starting)
+                enqueue(self, refusal)
+            return
+        # The malformed part is this request's body.
+        current.req_done = True
+        current.keep_alive = False
+        if current is self.starting:
+            self.starting = None
+        if not current.started:
+            current.problem = error  # refused in its turn: its head never reaches the model server
+            current.discard = True
+            if current is conn.active:
+                current.start()
+        elif not current.head_sent:
+            current.discard = True
+            current.reply(error, Outcome.REJECTED, close=True)
+        else:  # its response is streaming already: the status can no longer change
+            current.abort(Outcome.REJECTED)
+            conn.transport.abort()
