@@ -18,7 +18,7 @@ from drain_router import logs
 from drain_router.metrics import Outcome
 from drain_router.proxy import forwarding, responses
 from drain_router.proxy.forwarding import RequestBody
-from drain_router.proxy.rewrite import CHUNKED, NONE, SMALL, RequestHead, client_head, interim_head, switching_head
+from drain_router.proxy.rewrite import CHUNKED, NONE, SMALL, RequestHead, client_head, interim_head
 from drain_router.proxy.roles import Client
 from drain_router.proxy.upstream import UpstreamConnection
 
@@ -104,7 +104,8 @@ class Exchange:
         self.started_at = 0.0
         """The loop time it entered the in-flight count (its duration and time to first byte)."""
         self.ws_key: bytes | None = None
-        """A WebSocket handshake's ``Sec-WebSocket-Key`` (the 101 must answer it), else None."""
+        """A :class:`~drain_router.proxy.handshake.Handshake`'s ``Sec-WebSocket-Key`` (the 101 must
+        answer it), else None."""
 
     @property
     def path(self) -> str:
@@ -166,20 +167,9 @@ class Exchange:
             self.resp_done = True
 
     def switch(self, up: UpstreamConnection, headers: list[tuple[bytes, bytes]], rest: bytes) -> None:
-        """The upstream's 101 answered this WebSocket handshake: relay it, and tunnel both
-        connections from here on (``rest``: what the upstream sent after it in the same read)."""
-        client = self.client
-        self.code = 101
-        self.upstream = None
-        if client.transport is None:
-            self.finish(Outcome.CLIENT_ABORTED)
-            up.transport.abort()
-            return
-        client.transport.write(switching_head(headers))
-        self.head_sent = True
-        listener = client.listener
-        listener.metrics.ttfb.observe(listener.loop.time() - self.started_at)
-        client.open_tunnel(up, rest)
+        """Only a :class:`~drain_router.proxy.handshake.Handshake` is switched: the upstream
+        connection refuses a 101 that answers no ``Sec-WebSocket-Key``."""
+        raise AssertionError("101 Switching Protocols for a request that is no WebSocket handshake")
 
     def flush(self) -> None:
         """After each upstream read: one write to the client; finish when the response is whole.
@@ -251,10 +241,6 @@ class Exchange:
             self.finish(outcome)
 
     def abort_deadline(self) -> None:
-        tunnel = self.client.tunnel
-        if tunnel is not None and not self.finished and self.code == 101:
-            tunnel.going_away(Outcome.DEADLINE_ABORTED)  # Close 1001 both ways; it finishes when they are done
-            return
         if not self.finished:
             self.finish(Outcome.DEADLINE_ABORTED)
             self.client.abort_for_deadline()

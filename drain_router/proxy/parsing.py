@@ -21,6 +21,7 @@ from drain_router.proxy import responses
 from drain_router.proxy.admission import MAX_HEAD_BYTES, MAX_HEADERS, MAX_LINE_BYTES, HeadTooLarge, admit, probe_path
 from drain_router.proxy.backpressure import PIPELINE
 from drain_router.proxy.exchange import Exchange
+from drain_router.proxy.handshake import Handshake
 from drain_router.proxy.pipeline import HEAD_END, Pipeline, enqueue, feed_heads
 from drain_router.proxy.roles import Client, Site
 
@@ -227,10 +228,11 @@ class RequestReader:
             listener.bad_target_log.emit(method=method.decode("latin-1"), target=url[:120].decode("latin-1"))
         if verdict.close:
             self.keep_alive = False
-        exchange = Exchange(conn, method, url, version == "1.0", self.keep_alive, request, problem)
-        if ws_key is not None:
-            exchange.ws_key = ws_key
-            self.upgrading = exchange
+        http10 = version == "1.0"
+        if ws_key is None or request is None:
+            exchange = Exchange(conn, method, url, http10, self.keep_alive, request, problem)
+        else:
+            exchange = self.upgrading = Handshake(conn, method, url, http10, self.keep_alive, request, ws_key)
         self.current = exchange
         if conn.active is None and not self.queue:
             # Started once this read is parsed whole: a request whose body turns out malformed in
