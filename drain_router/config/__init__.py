@@ -10,10 +10,10 @@ Durations have one representation everywhere: whole seconds in ``int`` fields na
 one place, :func:`parse_seconds`. Each setting is declared once, as a dataclass field with its flag,
 default, help and parser (:func:`setting`); the CLI generates its options from them.
 
-Modules: ``sections`` (the section dataclasses), ``tree`` (:class:`Config`, :func:`settings`: the
-sections' order and headings) and ``values`` (:class:`ConfigError`, the upstream address, the Flag
-machinery and the parsers); this package
-re-exports their public names and builds the tree (:func:`build_config`, :func:`effective`).
+Modules: ``sections`` (the section dataclasses), ``shutdown`` (the drain's section and its
+bounds), ``tree`` (:class:`Config`, :func:`settings`: the sections' order and headings) and
+``values`` (:class:`ConfigError`, the upstream address, the Flag machinery and the parsers); this
+package re-exports their public names and builds the tree (:func:`build_config`, :func:`effective`).
 """
 
 from __future__ import annotations
@@ -25,17 +25,19 @@ from drain_router.config.sections import (
     DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
     DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS,
     DEFAULT_MAX_REQUEST_BODY_BYTES,
-    K8S_DEFAULT_GRACE_SECS,
     LOG_FORMATS,
     LOG_LEVELS,
-    MAX_SHUTDOWN_DRAIN_SECS,
-    SHUTDOWN_DEADLINE_MARGIN_SECS,
     AdminSettings,
-    DrainSettings,
     GrpcSettings,
     HealthSettings,
     LogSettings,
     ProxySettings,
+)
+from drain_router.config.shutdown import (
+    K8S_DEFAULT_GRACE_SECS,
+    MAX_SHUTDOWN_DRAIN_SECS,
+    SHUTDOWN_DEADLINE_MARGIN_SECS,
+    DrainSettings,
 )
 from drain_router.config.tree import SECTIONS, Config, help_title, settings
 from drain_router.config.values import (

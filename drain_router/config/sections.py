@@ -1,5 +1,7 @@
-"""The sections of the settings tree: one frozen dataclass per section, each setting declared once as
-a field with its flag, default, help and parser (:func:`setting`).
+"""The sections of the settings tree but the drain's (:mod:`.shutdown`): what the router serves
+(the traffic and gRPC listeners, the model server, the admin listener), the model server's health
+and the logs. One frozen dataclass per section, each setting declared once as a field with its
+flag, default, help and parser (:func:`setting`).
 
 :class:`~drain_router.config.tree.Config` holds the sections and lists their settings for the CLI.
 Durations are whole seconds in ``int`` fields named ``*_secs``.
@@ -20,24 +22,10 @@ from drain_router.config.values import (
     path,
     port,
     required_seconds,
-    seconds,
     setting,
     text,
     upstream,
 )
-from drain_router.decisions import advisory
-
-#: The Kubernetes default ``terminationGracePeriodSeconds``, assumed when the operator declares none:
-#: defined once, beside the advisory that compares against it (decisions import nothing of ours).
-K8S_DEFAULT_GRACE_SECS = advisory.K8S_DEFAULT_GRACE_SECS
-
-#: Hard ceiling for ``--shutdown-drain-secs``. A longer value is a typo (an extra digit, or
-#: milliseconds for seconds), not a drain: no grace period rescues it.
-MAX_SHUTDOWN_DRAIN_SECS = 1800
-
-#: The deadline fires this many seconds before the declared grace ends, so the router can abort,
-#: count and log what is left and exit 1 before the kubelet's SIGKILL takes the choice away.
-SHUTDOWN_DEADLINE_MARGIN_SECS = 2
 
 DEFAULT_MAX_REQUEST_BODY_BYTES = 100 * 1024 * 1024
 
@@ -51,7 +39,6 @@ DEFAULT_CLIENT_HEADER_TIMEOUT_SECS = 10
 DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS = 650
 
 LOG_FORMATS = ("json", "console")
-WEBSOCKET_CLOSE_AT = ("deadline", "closing")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -180,87 +167,6 @@ class AdminSettings:
             "hook calls /admin/drain-wait here. Must differ from --port.",
         ),
     )
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class DrainSettings:
-    TITLE: ClassVar[str] = "Drain"
-    """The heading of this section's flags in ``serve --help``."""
-
-    shutdown_drain_secs: int = setting(
-        30,
-        Flag(
-            name="shutdown-drain-secs",
-            metavar="SECS",
-            parse=required_seconds(),
-            help="After SIGTERM, keep serving this long with /readyz answering 503, so endpoint removal "
-            "reaches kube-proxy and gateways before the listener closes. If a probe-driven load "
-            "balancer removes the pod, size it above failureThreshold * periodSeconds. It must "
-            "leave room under terminationGracePeriodSeconds for in-flight streams: the default "
-            "equals the Kubernetes default grace, so startup warns until you declare a larger "
-            "--termination-grace-secs. 0 disables the pause. At most 1800.",
-        ),
-    )
-    termination_grace_secs: int | None = setting(
-        None,
-        Flag(
-            name="termination-grace-secs",
-            metavar="SECS",
-            parse=seconds(minimum=1, optional=True),
-            help="The pod's real terminationGracePeriodSeconds (feed both from one value). Enables the "
-            "deadline: at SIGTERM + grace - 2 s, remaining requests are aborted, counted and the "
-            "router exits 1. Unset: the advisory assumes the Kubernetes default 30, and the router "
-            "waits for in-flight work until it is killed.",
-        ),
-    )
-    readiness_probe_period_secs: int | None = setting(
-        None,
-        Flag(
-            name="readiness-probe-period-secs",
-            metavar="SECS",
-            parse=seconds(minimum=1, optional=True),
-            help="The load balancer's readiness probe period, declared so startup can check the drain "
-            "window against failureThreshold * periodSeconds.",
-        ),
-    )
-    readiness_probe_failure_threshold: int | None = setting(
-        None,
-        Flag(
-            name="readiness-probe-failure-threshold",
-            metavar="N",
-            parse=integer(minimum=1, optional=True),
-            help="The load balancer's readiness probe failure threshold (with the period above).",
-        ),
-    )
-    websocket_close_at: Literal["deadline", "closing"] = setting(
-        "deadline",
-        Flag(
-            name="websocket-close-at",
-            parse=choice(WEBSOCKET_CLOSE_AT),
-            choices=WEBSOCKET_CLOSE_AT,
-            help="When open WebSocket sessions are sent Close 1001 (Going Away): at the in-flight "
-            "deadline (a session lives as long as the pod may, its client reconnects only then), or at "
-            "the start of closing (sessions end sooner, so clients reconnect to a new replica faster, "
-            "but a session that could have finished is cut short).",
-        ),
-    )
-
-    def deadline_secs(self) -> int | None:
-        """Seconds from the first SIGTERM at which in-flight work is aborted; ``None`` without a
-        declared grace."""
-        if self.termination_grace_secs is None:
-            return None
-        return max(self.termination_grace_secs - SHUTDOWN_DEADLINE_MARGIN_SECS, 0)
-
-    def drain_wait_cap_secs(self) -> int:
-        """Longest /admin/drain-wait hold: the declared grace, else the longest drain there can be."""
-        grace = self.termination_grace_secs
-        return MAX_SHUTDOWN_DRAIN_SECS if grace is None else grace
-
-    def drain_wait_timeout_secs(self) -> int:
-        """Default timeout of /admin/drain-wait: the declared grace, else the Kubernetes default."""
-        grace = self.termination_grace_secs
-        return K8S_DEFAULT_GRACE_SECS if grace is None else grace
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

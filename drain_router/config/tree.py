@@ -11,14 +11,8 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-from drain_router.config.sections import (
-    AdminSettings,
-    DrainSettings,
-    GrpcSettings,
-    HealthSettings,
-    LogSettings,
-    ProxySettings,
-)
+from drain_router.config.sections import AdminSettings, GrpcSettings, HealthSettings, LogSettings, ProxySettings
+from drain_router.config.shutdown import DrainSettings
 from drain_router.config.values import Flag
 
 

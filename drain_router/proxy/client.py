@@ -1,5 +1,5 @@
-"""One client connection of the traffic listener. Its reading half (:mod:`.parsing`) turns what
-llhttp parses into exchanges; this half answers ``/livez`` and ``/readyz`` itself and each request
+"""One client connection of the traffic listener. The :class:`~.parsing.RequestReader` it holds
+turns what llhttp parses into exchanges; the connection answers ``/livez`` and ``/readyz`` itself and each request
 in its turn (a waiting one enters the in-flight count when its turn comes), keeps the header timeout
 (a head must arrive whole within ``--client-header-timeout-secs``: slowloris) and the keep-alive
 idle timeout (never during a response or a body) for the listener's sweep, and closes: a connection
@@ -10,15 +10,15 @@ closes the transport). Callbacks only: no task per request."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, Protocol
 
 from drain_router import logs
 from drain_router.metrics import Outcome
 from drain_router.proxy import health, responses
-from drain_router.proxy.backpressure import PIPELINE
 from drain_router.proxy.exchange import Exchange
-from drain_router.proxy.parsing import Reading, RequestParsing
+from drain_router.proxy.parsing import Reading, RequestReader
 from drain_router.proxy.rewrite import forwarded_node
 from drain_router.proxy.roles import Finished
 from drain_router.proxy.state import RouterState
@@ -49,27 +49,26 @@ class Listener(Reading, Protocol):
     def keepalive_timeout(self) -> float: ...
     @property
     def timeout_log(self) -> logs.RateLimited: ...
-    @property
-    def bad_request_log(self) -> logs.RateLimited: ...
 
 
-class ClientConnection(RequestParsing):
-    listener: Listener
-
+class ClientConnection(asyncio.Protocol):
     __slots__ = (
+        "active",
         "close_after",
+        "deadline",
+        "deadline_is_head",
         "listener",
         "lost_outcome",
         "paused_for",
         "peer",
         "peer_node",
+        "reader",
         "transport",
         "tunnel",
         "write_paused",
     )
 
     def __init__(self, listener: Listener) -> None:
-        super().__init__()
         self.listener = listener
         self.transport: Any = None
         self.peer = self.peer_node = b""
@@ -79,6 +78,12 @@ class ClientConnection(RequestParsing):
         self.write_paused = False
         self.tunnel: Tunnel | None = None
         """The WebSocket tunnel this connection became, if it did."""
+        self.active: Exchange | None = None
+        """The exchange whose response is being relayed (the next parsed one waits for its turn)."""
+        self.deadline: float | None = None
+        """When the head being read (or the keep-alive wait) times out; the listener's sweep checks it."""
+        self.deadline_is_head = True
+        self.reader = RequestReader(self)
 
     # -- the connection --------------------------------------------------------------------------
 
@@ -92,16 +97,21 @@ class ClientConnection(RequestParsing):
         transport.set_write_buffer_limits(high=CLIENT_HIGH_WATER_BYTES)
         self.deadline = listener.loop.time() + listener.header_timeout
 
+    def data_received(self, data: bytes) -> None:
+        self.reader.received(data)
+
     def connection_lost(self, exc: BaseException | None) -> None:
         self.transport = None
-        self.unparsed = b""
+        reader = self.reader
+        reader.unparsed = b""
         self.listener.clients.discard(self)
         outcome = self.lost_outcome
-        for exchange in (self.active, self.current):
+        for exchange in (self.active, reader.current):
             if exchange is not None:
                 exchange.abort(outcome)
-        while self.queue:
-            entry = self.queue.popleft()
+        queue = reader.queue
+        while queue:
+            entry = queue.popleft()
             if isinstance(entry, Exchange):
                 entry.abort(outcome)
 
@@ -134,15 +144,11 @@ class ClientConnection(RequestParsing):
         """The upstream's 101 went to the client: this connection and ``up`` become a tunnel, which
         the active exchange (the handshake) stays in flight for. ``early_down``: what the upstream
         sent after its 101 in the same read."""
-        # No HTTP is parsed here again: the parser (and the parsed head) go, which is most of what an
-        # idle session would otherwise hold; no header or keep-alive timeout applies to a tunnel.
-        del self.parser
-        self.headers = []
-        self.deadline = None
+        early_up = self.reader.stop()
+        self.deadline = None  # no header or keep-alive timeout applies to a tunnel
         self.paused_for = 0
         listener = self.listener
         tunnel = self.tunnel = Tunnel(self, self.transport, up, listener.tunnels)
-        early_up, self.ws_early = self.ws_early, b""
         tunnel.start(early_up, early_down, client_paused=self.write_paused)
         if listener.state.websocket_close_now:
             tunnel.going_away(None)
@@ -162,7 +168,8 @@ class ClientConnection(RequestParsing):
 
     def close_when_idle(self) -> None:
         self.close_after = True
-        if self.active is None and self.in_head and not self.head_bytes and self.transport is not None:
+        reader = self.reader
+        if self.active is None and reader.in_head and not reader.head_bytes and self.transport is not None:
             self.transport.close()
 
     def deadline_passed(self) -> None:
@@ -181,16 +188,19 @@ class ClientConnection(RequestParsing):
         if self.transport is not None:
             self.transport.abort()
 
-    def _close(self) -> None:
+    def close(self) -> None:
         """Close after the last answer: at once when nothing the client sent is left unread, else
         a lingering close (half-close, then read and drop for BODY_LINGER_SECS)."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
         self.deadline = None
-        unread = self.dropped or self.unparsed or self.current is not None or not self.in_head or self.head_bytes
-        self.input_closed = True
-        self.unparsed = b""
+        reader = self.reader
+        unread = (
+            reader.dropped or reader.unparsed or reader.current is not None or not reader.in_head or reader.head_bytes
+        )
+        reader.input_closed = True
+        reader.unparsed = b""
         if not unread or not transport.can_write_eof():
             transport.close()
             return
@@ -201,44 +211,7 @@ class ClientConnection(RequestParsing):
 
     # -- answering in order ----------------------------------------------------------------------
 
-    def bad_request(self, error: responses.Error, reason: str) -> None:
-        """The client sent something llhttp (or the head limit) refuses. The requests before it are
-        answered in order, then this error in its turn, and then the connection closes; nothing
-        after it is parsed."""
-        if self.transport is None:
-            return
-        self.listener.bad_request_log.emit(status=error[0], reason=reason[:120])
-        self.input_closed = self.dropped = True
-        self.unparsed = b""
-        self.pause_reading(PIPELINE)
-        current = self.current
-        self.current = None
-        if current is None:  # a malformed head, or garbage between requests: a refusal of its own
-            refusal = Exchange(self, b"", b"", False, False, None, error)
-            if self.active is None and not self.queue:
-                self.active = refusal
-                refusal.start()
-            else:  # after the requests that came first (one of them may still be starting)
-                self._enqueue(refusal)
-            return
-        # The malformed part is this request's body.
-        current.req_done = True
-        current.keep_alive = False
-        if current is self.starting:
-            self.starting = None
-        if not current.started:
-            current.problem = error  # refused in its turn: its head never reaches the model server
-            current.discard = True
-            if current is self.active:
-                current.start()
-        elif not current.head_sent:
-            current.discard = True
-            current.reply(error, Outcome.REJECTED, close=True)
-        else:  # its response is streaming already: the status can no longer change
-            current.abort(Outcome.REJECTED)
-            self.transport.abort()
-
-    def _probe(self, path: bytes, method: bytes, keep_alive: bool, http10: bool) -> None:
+    def answer_probe(self, path: bytes, method: bytes, keep_alive: bool, http10: bool) -> None:
         state = self.listener.state
         code, body = state.readiness() if path == b"/readyz" else (200, health.ALIVE)
         close = self.closes_after(keep_alive)
@@ -261,38 +234,35 @@ class ClientConnection(RequestParsing):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
+        reader = self.reader
+        current = reader.current
         if close or self.close_after:
             self.close_after = True
-            if unread_body and self.current is not None:
-                self.current.discard = True  # read and drop the rest, so the answer is not reset
-            self._close()
+            if unread_body and current is not None:
+                current.discard = True  # read and drop the rest, so the answer is not reset
+            self.close()
             return
-        if unread_body and self.current is not None:
-            self.current.discard = True  # the rest of its body is read and dropped
-        queue = self.queue
+        if unread_body and current is not None:
+            current.discard = True  # the rest of its body is read and dropped
+        queue = reader.queue
         while queue:
-            entry = queue.popleft()
-            if self.unparsed and not self.resume_scheduled:
-                self.resume_scheduled = True
-                self.listener.loop.call_soon(self._resume_parse)
-            elif not queue and not self.unparsed:
-                self.resume_reading(PIPELINE)
+            entry = queue.take()
             if isinstance(entry, Exchange):
                 if not entry.finished:
                     self.active = entry
                     entry.start()
                     return
             else:
-                self._probe(*entry)
-                return  # _probe came back here for the rest
+                self.answer_probe(*entry)
+                return  # answer_probe came back here for the rest
         listener = self.listener
-        if self.input_closed:
-            if self.active is None and self.current is None:
-                self._close()  # the last request has been answered
+        if reader.input_closed:
+            if self.active is None and reader.current is None:
+                self.close()  # the last request has been answered
             return
-        if self.current is not None:
+        if reader.current is not None:
             self.deadline = None  # a body is still being read: no timeout applies to a body
-        elif self.in_head and not self.head_bytes:
+        elif reader.in_head and not reader.head_bytes:
             self.deadline = listener.loop.time() + listener.keepalive_timeout
             self.deadline_is_head = False
         else:

@@ -16,18 +16,9 @@ from __future__ import annotations
 
 from drain_router import logs
 from drain_router.metrics import Outcome
-from drain_router.proxy import responses
-from drain_router.proxy.forwarding import RequestForwarding
-from drain_router.proxy.rewrite import (
-    CHUNKED,
-    NONE,
-    SMALL,
-    RequestHead,
-    client_head,
-    interim_head,
-    retryable,
-    switching_head,
-)
+from drain_router.proxy import forwarding, responses
+from drain_router.proxy.forwarding import RequestBody
+from drain_router.proxy.rewrite import CHUNKED, NONE, SMALL, RequestHead, client_head, interim_head
 from drain_router.proxy.roles import Client
 from drain_router.proxy.upstream import UpstreamConnection
 
@@ -37,12 +28,14 @@ COMPLETED = Outcome.COMPLETED
 """Bound once for the hot path: a global is read in nanoseconds, an enum member (on 3.11) in ~70."""
 
 
-class Exchange(RequestForwarding):
+class Exchange:
     __slots__ = (
+        "body",
         "body_at",
         "client",
         "close",
         "code",
+        "discard",
         "finished",
         "head_sent",
         "http10",
@@ -50,14 +43,17 @@ class Exchange(RequestForwarding):
         "method",
         "mode",
         "problem",
+        "req_done",
         "request",
         "resp_done",
         "retried",
+        "reused",
         "started",
         "started_at",
         "target",
         "to_client",
         "until_eof",
+        "upstream",
         "ws_key",
     )
 
@@ -71,7 +67,6 @@ class Exchange(RequestForwarding):
         request: RequestHead | None,
         problem: responses.Error | None,
     ) -> None:
-        super().__init__(request, request is None or problem is not None)
         self.client = client
         self.method = method
         self.target = target
@@ -80,6 +75,19 @@ class Exchange(RequestForwarding):
         self.request = request
         self.problem = problem
         """Why the router refuses it (answered in its turn), or None."""
+        self.discard = request is None or problem is not None
+        """Its body is read and dropped (a refused request's, or past a limit)."""
+        self.body = (
+            RequestBody(request.chunked)
+            if request is not None and (request.chunked or request.content_length)
+            else None
+        )
+        """Its body, forwarded as it arrives (None: it has none)."""
+        self.req_done = False
+        self.upstream: UpstreamConnection | None = None
+        """The pooled connection it holds, from :meth:`attach` to its end."""
+        self.reused = False
+        self.retried = False
         self.code = 0
         self.mode = NONE
         self.until_eof = False
@@ -92,12 +100,12 @@ class Exchange(RequestForwarding):
         self.head_sent = False
         self.close = False
         self.finished = False
-        self.retried = False
         self.started = False
         self.started_at = 0.0
         """The loop time it entered the in-flight count (its duration and time to first byte)."""
         self.ws_key: bytes | None = None
-        """A WebSocket handshake's ``Sec-WebSocket-Key`` (the 101 must answer it), else None."""
+        """A :class:`~drain_router.proxy.handshake.Handshake`'s ``Sec-WebSocket-Key`` (the 101 must
+        answer it), else None."""
 
     @property
     def path(self) -> str:
@@ -115,27 +123,20 @@ class Exchange(RequestForwarding):
         self.started = True
         self.started_at = listener.loop.time()
         listener.inflight.enter(self)
-        request = self.request
-        if request is None or self.problem is not None:
-            self.discard = True
-            self.reply(self.problem or responses.BAD_REQUEST, Outcome.REJECTED, close=self.client.close_after)
-            return
-        length = request.content_length
-        if request.upgrade and self.ws_key is not None:
-            self.client.close_after = True  # unless the upstream switches protocols
-        elif request.upgrade:
-            self.client.close_after = True
-            self.discard = True
-            self.reply(responses.UPGRADE, Outcome.REJECTED, close=True)
-            return
-        limit = listener.max_body
-        if length is not None and length > limit:
-            self.discard = True
-            self.reply(responses.too_large(limit), Outcome.REJECTED, close=True)
-            return
-        if request.expect_continue and not self.http10 and not self.req_done:
-            self.client.transport.write(responses.CONTINUE)
-        listener.pool.acquire(self)
+        forwarding.send(self)
+
+    def attach(self, up: UpstreamConnection, *, reused: bool) -> None:
+        """The pool gave it a connection: the head and what of the body has arrived go on it."""
+        forwarding.attach(self, up, reused)
+
+    def request_body(self, data: bytes) -> None:
+        if not (self.discard or self.finished) and self.body is not None:
+            self.body.received(self, data)
+
+    def request_done(self) -> None:
+        self.req_done = True
+        if not (self.discard or self.finished) and self.body is not None:
+            self.body.ended(self)
 
     # -- the response (called from the upstream's parser callbacks, then flush()) --------------
 
@@ -166,20 +167,9 @@ class Exchange(RequestForwarding):
             self.resp_done = True
 
     def switch(self, up: UpstreamConnection, headers: list[tuple[bytes, bytes]], rest: bytes) -> None:
-        """The upstream's 101 answered this WebSocket handshake: relay it, and tunnel both
-        connections from here on (``rest``: what the upstream sent after it in the same read)."""
-        client = self.client
-        self.code = 101
-        self.upstream = None
-        if client.transport is None:
-            self.finish(Outcome.CLIENT_ABORTED)
-            up.transport.abort()
-            return
-        client.transport.write(switching_head(headers))
-        self.head_sent = True
-        listener = client.listener
-        listener.metrics.ttfb.observe(listener.loop.time() - self.started_at)
-        client.open_tunnel(up, rest)
+        """Only a :class:`~drain_router.proxy.handshake.Handshake` is switched: the upstream
+        connection refuses a 101 that answers no ``Sec-WebSocket-Key``."""
+        raise AssertionError("101 Switching Protocols for a request that is no WebSocket handshake")
 
     def flush(self) -> None:
         """After each upstream read: one write to the client; finish when the response is whole.
@@ -228,11 +218,7 @@ class Exchange(RequestForwarding):
             return
         self.to_client.clear()
         self.body_at = 0
-        if self.reused and not self.retried and not self.code and not invalid and retryable(self.method, self.request):
-            # A pooled connection the model server had closed before any answer: one retry on a
-            # fresh one.
-            self.retried = True
-            self.client.listener.pool.acquire(self)
+        if not self.code and not invalid and forwarding.retry(self):
             return
         log.warning("proxy.upstream_invalid" if invalid else "proxy.upstream_cut", error=repr(exc), path=self.path)
         if not self.head_sent:
@@ -255,10 +241,6 @@ class Exchange(RequestForwarding):
             self.finish(outcome)
 
     def abort_deadline(self) -> None:
-        tunnel = self.client.tunnel
-        if tunnel is not None and not self.finished and self.code == 101:
-            tunnel.going_away(Outcome.DEADLINE_ABORTED)  # Close 1001 both ways; it finishes when they are done
-            return
         if not self.finished:
             self.finish(Outcome.DEADLINE_ABORTED)
             self.client.abort_for_deadline()

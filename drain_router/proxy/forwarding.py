@@ -1,17 +1,20 @@
-"""The request half of an exchange: its head and body forwarded to the upstream connection the pool
-gave it, re-chunked when the client's body is chunked, bounded by ``--max-request-body-bytes``, and
-buffered (at most :data:`PENDING_BODY_BYTES`) while that connection is still being opened.
-:class:`RequestForwarding` is the base of :class:`~drain_router.proxy.exchange.Exchange`."""
+"""The request half of an exchange: sent in its turn unless the router refuses it, its head and body
+forwarded to the upstream connection the pool gives it, re-chunked when the client's body is
+chunked, bounded by ``--max-request-body-bytes``, and buffered (at most :data:`PENDING_BODY_BYTES`)
+while that connection is still being opened; sent once more, on a fresh connection, when the pooled
+one it was given turns out closed. An :class:`~drain_router.proxy.exchange.Exchange` calls these
+with itself, as the :class:`Forwarded` they act on (no back-reference: a finished exchange is freed
+at once), and holds a :class:`RequestBody` when its request has a body."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import cast
+from typing import Protocol
 
 from drain_router.metrics import Outcome
 from drain_router.proxy import responses
 from drain_router.proxy.backpressure import PENDING
-from drain_router.proxy.rewrite import RequestHead, websocket_request
+from drain_router.proxy.pool import Waiter
+from drain_router.proxy.rewrite import RequestHead, retryable, websocket_request
 from drain_router.proxy.roles import Client
 from drain_router.proxy.upstream import Owner, UpstreamConnection
 
@@ -20,78 +23,141 @@ from drain_router.proxy.upstream import Owner, UpstreamConnection
 PENDING_BODY_BYTES = 64 * 1024
 
 
-class RequestForwarding:
-    __slots__ = ("body_seen", "chunked", "discard", "pending", "pending_size", "req_done", "reused", "upstream")
+class Forwarded(Owner, Waiter, Protocol):
+    """The exchange whose request is forwarded, as forwarding acts on it (the pool's waiter, then
+    the owner of the connection it is given)."""
 
-    # The exchange's state and acts that forwarding uses.
-    client: Client
-    request: RequestHead | None
-    ws_key: bytes | None
-    finished: bool
-    head_sent: bool
-    abort: Callable[[Outcome], None]
-    reply: Callable[..., None]
+    upstream: UpstreamConnection | None
+    """The pooled connection it holds."""
+    reused: bool
+    """That connection had served requests before."""
+    retried: bool
+    discard: bool
+    """Its body is read and dropped (a refused request's, or past a limit)."""
 
-    def __init__(self, request: RequestHead | None, refused: bool) -> None:
-        self.chunked = request is not None and request.chunked
-        """The client's body is chunked (re-chunked upstream)."""
-        self.upstream: UpstreamConnection | None = None
-        """The pooled connection it holds, from :meth:`attach` to the exchange's end."""
-        self.reused = False
-        self.pending: list[bytes] | None = None
-        self.pending_size = 0
-        self.req_done = False
-        self.body_seen = 0
-        """Request body bytes received so far (bounded by ``--max-request-body-bytes``)."""
-        self.discard = refused
-        """Its body is read and dropped (a refused request's, or past a limit)."""
+    @property
+    def client(self) -> Client: ...
+    @property
+    def request(self) -> RequestHead | None: ...
+    @property
+    def problem(self) -> responses.Error | None: ...
+    @property
+    def body(self) -> RequestBody | None: ...
+    @property
+    def method(self) -> bytes: ...
+    @property
+    def http10(self) -> bool: ...
+    @property
+    def req_done(self) -> bool: ...
+    @property
+    def head_sent(self) -> bool: ...
 
-    def attach(self, up: UpstreamConnection, *, reused: bool) -> None:
-        """The pool gave it a connection: write the head and what of the body has arrived."""
-        self.upstream = up
-        self.reused = reused
-        assert self.request is not None
-        if self.client.write_paused:
-            up.transport.pause_reading()
-        head = self.request.head
-        pending = self.pending
-        if self.ws_key is not None:
-            head = websocket_request(head)
-        elif pending:
-            self.pending = None
-            self.pending_size = 0
+    def abort(self, outcome: Outcome) -> None: ...
+    def reply(self, error: responses.Error, outcome: Outcome, *, close: bool = False) -> None: ...
+
+
+def send(exchange: Forwarded) -> None:
+    """Its turn has come: refused (its head was, or it is past a limit), else handed to the pool
+    (which gives it a connection: :func:`attach`)."""
+    client = exchange.client
+    request = exchange.request
+    if request is None or exchange.problem is not None:
+        exchange.discard = True
+        exchange.reply(exchange.problem or responses.BAD_REQUEST, Outcome.REJECTED, close=client.close_after)
+        return
+    if request.upgrade and exchange.ws_key is not None:
+        client.close_after = True  # unless the upstream switches protocols
+    elif request.upgrade:
+        client.close_after = True
+        exchange.discard = True
+        exchange.reply(responses.UPGRADE, Outcome.REJECTED, close=True)
+        return
+    length = request.content_length
+    listener = client.listener
+    limit = listener.max_body
+    if length is not None and length > limit:
+        exchange.discard = True
+        exchange.reply(responses.too_large(limit), Outcome.REJECTED, close=True)
+        return
+    if request.expect_continue and not exchange.http10 and not exchange.req_done:
+        client.transport.write(responses.CONTINUE)
+    listener.pool.acquire(exchange)
+
+
+def attach(exchange: Forwarded, up: UpstreamConnection, reused: bool) -> None:
+    """The pool gave ``exchange`` a connection: write the head and what of the body has arrived."""
+    exchange.upstream = up
+    exchange.reused = reused
+    request = exchange.request
+    assert request is not None
+    client = exchange.client
+    if client.write_paused:
+        up.transport.pause_reading()
+    head = request.head
+    body = exchange.body
+    pending = None
+    if exchange.ws_key is not None:
+        head = websocket_request(head)
+    elif body is not None:
+        pending = body.take_pending()
+        if pending:
             head += b"".join(pending)
-        # This class is only ever an Exchange's request half: the connection's owner is the exchange.
-        up.start(cast(Owner, self), head)
-        if pending and self.ws_key is None:
-            self.client.resume_reading(PENDING)
+    up.start(exchange, head)
+    if pending:
+        client.resume_reading(PENDING)
 
-    def request_body(self, data: bytes) -> None:
-        if self.discard or self.finished:
-            return
-        self.body_seen += len(data)
-        limit = self.client.listener.max_body
-        if self.body_seen > limit:
-            self.discard = True
-            if self.head_sent:
-                if self.client.transport is not None:
-                    self.client.transport.abort()
-                self.abort(Outcome.REJECTED)
+
+def retry(exchange: Forwarded) -> bool:
+    """The connection was lost before any answer: a pooled one the model server had closed is worth
+    one retry on a fresh one, for a request that can be sent again."""
+    if exchange.reused and not exchange.retried and retryable(exchange.method, exchange.request):
+        exchange.retried = True
+        exchange.client.listener.pool.acquire(exchange)
+        return True
+    return False
+
+
+class RequestBody:
+    """One request's body, forwarded as it arrives (while its exchange has not dropped it)."""
+
+    __slots__ = ("chunked", "pending", "pending_size", "seen")
+
+    def __init__(self, chunked: bool) -> None:
+        self.chunked = chunked
+        """The client's body is chunked (re-chunked upstream)."""
+        self.pending: list[bytes] | None = None
+        """What arrived before the upstream connection did."""
+        self.pending_size = 0
+        self.seen = 0
+        """Bytes received so far (bounded by ``--max-request-body-bytes``)."""
+
+    def received(self, exchange: Forwarded, data: bytes) -> None:
+        client = exchange.client
+        self.seen += len(data)
+        limit = client.listener.max_body
+        if self.seen > limit:
+            exchange.discard = True
+            if exchange.head_sent:
+                if client.transport is not None:
+                    client.transport.abort()
+                exchange.abort(Outcome.REJECTED)
             else:
-                self.reply(responses.too_large(limit), Outcome.REJECTED, close=True)
+                exchange.reply(responses.too_large(limit), Outcome.REJECTED, close=True)
             return
-        framed = b"%x\r\n%s\r\n" % (len(data), data) if self.chunked else data
-        self._send(framed)
+        self._send(exchange, b"%x\r\n%s\r\n" % (len(data), data) if self.chunked else data)
 
-    def request_done(self) -> None:
-        self.req_done = True
-        if self.discard or self.finished:
-            return
+    def ended(self, exchange: Forwarded) -> None:
         if self.chunked:
-            self._send(b"0\r\n\r\n")
+            self._send(exchange, b"0\r\n\r\n")
 
-    def _send(self, data: bytes) -> None:
-        up = self.upstream
+    def take_pending(self) -> list[bytes] | None:
+        """What arrived before the upstream connection, to go with the head."""
+        pending, self.pending = self.pending, None
+        self.pending_size = 0
+        return pending
+
+    def _send(self, exchange: Forwarded, data: bytes) -> None:
+        up = exchange.upstream
         if up is not None and up.transport is not None:
             up.transport.write(data)
             return
@@ -101,4 +167,4 @@ class RequestForwarding:
             self.pending.append(data)
         self.pending_size += len(data)
         if self.pending_size > PENDING_BODY_BYTES:
-            self.client.pause_reading(PENDING)
+            exchange.client.pause_reading(PENDING)

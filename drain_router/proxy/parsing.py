@@ -1,37 +1,31 @@
 """Reading requests from a client connection: llhttp's strict parsing (no smuggling through both
 Content-Length and Transfer-Encoding, no bare LF), the head limits and the verdict on each head
-(:mod:`.admission`), and the queue of pipelined requests. :class:`RequestParsing` is the reading
-half of :class:`~drain_router.proxy.client.ClientConnection`, which answers them in order.
+(:mod:`.admission`), and each head's exchange, started at once or left waiting for its turn
+(:mod:`.pipeline`). A :class:`RequestReader` is what llhttp calls back on: each
+:class:`~drain_router.proxy.client.ClientConnection` holds one, and answers what it reads in order;
+what the reader needs from its connection is declared here (:class:`Connection`).
 
-At most :data:`MAX_PIPELINED` parsed requests wait for their turn; the rest of what the client sent
-stays unparsed, and reading pauses, until they start, so a pipelining client costs bounded memory.
-Nothing after a malformed request, or one that closes the connection, is parsed.
+A malformed request is answered in its turn (:meth:`RequestReader.bad_request`); nothing after it,
+or after one that closes the connection, is parsed.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
-from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Protocol
 
 import httptools
 
 from drain_router import logs
+from drain_router.metrics import Outcome
 from drain_router.proxy import responses
 from drain_router.proxy.admission import MAX_HEAD_BYTES, MAX_HEADERS, MAX_LINE_BYTES, HeadTooLarge, admit, probe_path
 from drain_router.proxy.backpressure import PIPELINE
 from drain_router.proxy.exchange import Exchange
+from drain_router.proxy.handshake import Handshake
+from drain_router.proxy.pipeline import HEAD_END, Pipeline, enqueue, feed_heads
 from drain_router.proxy.roles import Client, Site
 
 log = logs.get("drain_router.proxy")
-
-#: Parsed requests that may wait for their turn on a connection (what follows waits unread).
-MAX_PIPELINED = 8
-
-_HEAD_END = b"\r\n\r\n"
-
-Queued = Exchange | tuple[bytes, bytes, bool, bool]  # an exchange, or a probe: path, method, keep-alive, 1.0
 
 
 class Reading(Site, Protocol):
@@ -41,27 +35,36 @@ class Reading(Site, Protocol):
     def header_timeout(self) -> float: ...
     @property
     def bad_target_log(self) -> logs.RateLimited: ...
+    @property
+    def bad_request_log(self) -> logs.RateLimited: ...
 
 
-def _feed(parser: Any, chunk: bytes | memoryview, at: int) -> None:
-    """Feed ``chunk``, which starts ``at`` bytes into the read: an upgrade's offset (where what
-    follows the handshake starts) is reported from the start of the read, as a whole read's is."""
-    try:
-        parser.feed_data(chunk)
-    except httptools.HttpParserUpgrade as exc:
-        raise httptools.HttpParserUpgrade(at + exc.args[0]) from None
+class Connection(Client, Protocol):
+    """The client connection a reader reads for, as reading acts on it."""
+
+    active: Exchange | None
+    """The exchange whose response is being relayed (the next parsed one waits for its turn)."""
+    deadline: float | None
+    """When the head being read (or the keep-alive wait) times out."""
+    deadline_is_head: bool
+
+    @property
+    def listener(self) -> Reading: ...
+    @property
+    def peer_node(self) -> bytes: ...
+
+    def answer_probe(self, path: bytes, method: bytes, keep_alive: bool, http10: bool) -> None: ...
+    def close(self) -> None: ...
 
 
-class RequestParsing(asyncio.Protocol):
-    """The reading half of a client connection: what llhttp parses becomes exchanges, started at
-    once or queued for their turn. What it needs from the connection half is declared below."""
+class RequestReader:
+    """What llhttp parses on one client connection becomes exchanges, started at once or queued for
+    their turn; the connection answers them (the reader reads, the connection writes)."""
 
     __slots__ = (
-        "active",
         "body_left",
+        "conn",
         "current",
-        "deadline",
-        "deadline_is_head",
         "dropped",
         "head_bytes",
         "head_size",
@@ -71,7 +74,6 @@ class RequestParsing(asyncio.Protocol):
         "keep_alive",
         "parser",
         "queue",
-        "resume_scheduled",
         "starting",
         "unparsed",
         "upgrading",
@@ -79,24 +81,9 @@ class RequestParsing(asyncio.Protocol):
         "ws_early",
     )
 
-    listener: Reading
-    transport: Any
-    peer: bytes
-    peer_node: bytes
-
-    pause_reading: Callable[[int], None]
-    resume_reading: Callable[[int], None]
-    bad_request: Callable[[responses.Error, str], None]
-    _probe: Callable[[bytes, bytes, bool, bool], None]
-    _close: Callable[[], None]
-
-    def __init__(self) -> None:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
         self.parser = httptools.HttpRequestParser(self)
-        self.active: Exchange | None = None
-        """The exchange whose response is being relayed (the next parsed one waits for its turn)."""
-        self.deadline: float | None = None
-        """When the head being read (or the keep-alive wait) times out; the listener's sweep checks it."""
-        self.deadline_is_head = True
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_bytes = 0
@@ -110,11 +97,10 @@ class RequestParsing(asyncio.Protocol):
         """The request being parsed lets the connection be kept."""
         self.current: Exchange | None = None
         """The exchange whose request body is being parsed."""
-        self.queue: deque[Queued] | None = None
-        """Parsed requests waiting for their turn (at most MAX_PIPELINED)."""
+        self.queue: Pipeline | None = None
+        """Parsed requests waiting for their turn."""
         self.unparsed = b""
         """What the client sent after the requests waiting in the queue, parsed once one starts."""
-        self.resume_scheduled = False
         self.starting: Exchange | None = None
         """The exchange to start once the read being parsed is parsed whole."""
         self.input_closed = False
@@ -126,9 +112,18 @@ class RequestParsing(asyncio.Protocol):
         self.ws_early = b""
         """What the client sent after its WebSocket handshake, before the 101 (one read at most)."""
 
-    def data_received(self, data: bytes, resumed: bool = False) -> None:
+    def stop(self) -> bytes:
+        """The connection became a WebSocket tunnel: no HTTP is parsed on it again, so the parser
+        (and the parsed head) go, which is most of what an idle session would otherwise hold.
+        Returns what the client sent after its handshake (to go to the upstream after the 101)."""
+        del self.parser
+        self.headers = []
+        early, self.ws_early = self.ws_early, b""
+        return early
+
+    def received(self, data: bytes, resumed: bool = False) -> None:
         """Feed ``data`` to llhttp, then start the request that came first. A read that may hold
-        more than one request head is fed one head at a time (:meth:`_feed_heads`).
+        more than one request head is fed one head at a time (:func:`~.pipeline.feed_heads`).
         ``resumed``: ``data`` is what waited in ``unparsed`` (already counted)."""
         end = len(data)
         if not resumed:
@@ -143,17 +138,17 @@ class RequestParsing(asyncio.Protocol):
         try:
             # Where the first head in the read ends (-1: none does); the rest of a Content-Length
             # body is not searched (find starts past it, and past the end finds nothing at once).
-            cut = data.find(_HEAD_END, self.body_left)
+            cut = data.find(HEAD_END, self.body_left)
             if (cut < 0 or cut + 4 == end) and not self.queue:  # at most one head, nothing waiting: the usual read
                 self.parser.feed_data(data)
             else:
-                self._feed_heads(data, cut + 4)
+                feed_heads(self, data, cut + 4)
         except httptools.HttpParserUpgrade as exc:
             # Answered 501 (or 400 for CONNECT) in turn; nothing after it is parsed. A WebSocket
             # handshake is forwarded: what followed it in this read is held (reading pauses here,
             # so one read at most) and goes to the upstream after its 101.
             self.input_closed = self.dropped = True
-            self.pause_reading(PIPELINE)
+            self.conn.pause_reading(PIPELINE)
             if self.upgrading is not None:
                 self.ws_early = data[exc.args[0] :]
                 self.upgrading = None
@@ -165,8 +160,8 @@ class RequestParsing(asyncio.Protocol):
                 self.bad_request(responses.HEAD_TOO_LARGE, "head too large")
             else:  # a bug of ours, raised in a callback: say so loudly, and end this connection
                 log.error("proxy.internal_error", error=repr(exc.__context__), exc_info=exc.__context__)
-                if self.transport is not None:
-                    self.transport.abort()
+                if self.conn.transport is not None:
+                    self.conn.transport.abort()
                 return
         except httptools.HttpParserError as exc:
             if self.input_closed:
@@ -181,37 +176,16 @@ class RequestParsing(asyncio.Protocol):
             if not exchange.finished:
                 exchange.start()
 
-    def _feed_heads(self, data: bytes, cut: int) -> None:
-        """Feed ``data`` one request head at a time (llhttp ends a head only at a blank line), so
-        that the queue never holds more than MAX_PIPELINED requests: the rest waits in
-        ``unparsed``. ``cut``: where the first head ends (3: none does)."""
-        parser = self.parser
-        at = 0  # what of data is parsed
-        end = len(data)
-        while True:
-            if self.queue and len(self.queue) >= MAX_PIPELINED:
-                self.unparsed = data[at:]
-                self.pause_reading(PIPELINE)
-                return
-            if cut < 4 or cut >= end:  # no head ends before the end of this read
-                _feed(parser, memoryview(data)[at:] if at else data, at)
-                return
-            _feed(parser, memoryview(data)[at:cut], at)
-            at = cut
-            if self.input_closed:
-                self.dropped = True
-                return
-            cut = data.find(_HEAD_END, at + self.body_left) + 4
-
     def on_message_begin(self) -> None:
         self.url = b""
         if self.headers:  # a chunked body's trailers (a head's list is let go once it is admitted)
             self.headers = []
         self.head_size = 0
-        if not self.deadline_is_head or self.deadline is None:
-            listener = self.listener
-            self.deadline = listener.loop.time() + listener.header_timeout
-            self.deadline_is_head = True
+        conn = self.conn
+        if not conn.deadline_is_head or conn.deadline is None:
+            listener = conn.listener
+            conn.deadline = listener.loop.time() + listener.header_timeout
+            conn.deadline_is_head = True
 
     def on_url(self, url: bytes) -> None:
         self.url += url
@@ -228,7 +202,8 @@ class RequestParsing(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self.in_head = False
         self.head_bytes = 0
-        self.deadline = None
+        conn = self.conn
+        conn.deadline = None
         parser = self.parser
         method = parser.get_method()
         version = parser.get_http_version()
@@ -238,13 +213,13 @@ class RequestParsing(asyncio.Protocol):
         if probe is not None:
             entry = (probe, method, self.keep_alive, version == "1.0")
             self.current = None
-            if self.active is None and not self.queue:
-                self._probe(*entry)
+            if conn.active is None and not self.queue:
+                conn.answer_probe(*entry)
             else:
-                self._enqueue(entry)
+                enqueue(self, entry)
             return
-        listener = self.listener
-        verdict = admit(method, url, version, self.headers, self.peer, self.peer_node, listener.pool.host_header)
+        listener = conn.listener
+        verdict = admit(method, url, version, self.headers, conn.peer, conn.peer_node, listener.pool.host_header)
         self.headers = []  # admitted: a held stream keeps the head it sent upstream, not the parsed one
         request, problem, ws_key = verdict.request, verdict.problem, verdict.ws_key
         if request is not None:
@@ -253,19 +228,19 @@ class RequestParsing(asyncio.Protocol):
             listener.bad_target_log.emit(method=method.decode("latin-1"), target=url[:120].decode("latin-1"))
         if verdict.close:
             self.keep_alive = False
-        # This class is only ever ClientConnection's reading half: the exchange's client is that.
-        exchange = Exchange(cast(Client, self), method, url, version == "1.0", self.keep_alive, request, problem)
-        if ws_key is not None:
-            exchange.ws_key = ws_key
-            self.upgrading = exchange
+        http10 = version == "1.0"
+        if ws_key is None or request is None:
+            exchange = Exchange(conn, method, url, http10, self.keep_alive, request, problem)
+        else:
+            exchange = self.upgrading = Handshake(conn, method, url, http10, self.keep_alive, request, ws_key)
         self.current = exchange
-        if self.active is None and not self.queue:
+        if conn.active is None and not self.queue:
             # Started once this read is parsed whole: a request whose body turns out malformed in
             # the same read never reaches the model server, and a body that came along is sent
             # with the head in one write.
-            self.active = self.starting = exchange
+            conn.active = self.starting = exchange
         else:
-            self._enqueue(exchange)
+            enqueue(self, exchange)
 
     def on_body(self, body: bytes) -> None:
         if self.body_left:
@@ -282,21 +257,43 @@ class RequestParsing(asyncio.Protocol):
         self.current = None
         if exchange is not None:
             exchange.request_done()
-            if exchange.finished and self.input_closed and self.active is None:
-                self._close()  # the rest of a refused body has been read: the answer is safe
+            if exchange.finished and self.input_closed and self.conn.active is None:
+                self.conn.close()  # the rest of a refused body has been read: the answer is safe
 
-    def _enqueue(self, entry: Queued) -> None:
-        if self.queue is None:
-            self.queue = deque()
-        self.queue.append(entry)
-        self.pause_reading(PIPELINE)  # its body (and what follows) waits for its turn
-
-    def _resume_parse(self) -> None:
-        """A queued request started: parse what waited behind it (with the loop's stack clean)."""
-        self.resume_scheduled = False
-        if self.transport is None or self.input_closed or not self.unparsed:
+    def bad_request(self, error: responses.Error, reason: str) -> None:
+        """The client sent something llhttp (or the head limit) refuses. The requests before it are
+        answered in order, then this error in its turn, and then the connection closes; nothing
+        after it is parsed."""
+        conn = self.conn
+        if conn.transport is None:
             return
-        data, self.unparsed = self.unparsed, b""
-        self.data_received(data, True)
-        if not self.unparsed and not self.queue:
-            self.resume_reading(PIPELINE)
+        conn.listener.bad_request_log.emit(status=error[0], reason=reason[:120])
+        self.input_closed = self.dropped = True
+        self.unparsed = b""
+        conn.pause_reading(PIPELINE)
+        current = self.current
+        self.current = None
+        if current is None:  # a malformed head, or garbage between requests: a refusal of its own
+            refusal = Exchange(conn, b"", b"", False, False, None, error)
+            if conn.active is None and not self.queue:
+                conn.active = refusal
+                refusal.start()
+            else:  # after the requests that came first (one of them may still be starting)
+                enqueue(self, refusal)
+            return
+        # The malformed part is this request's body.
+        current.req_done = True
+        current.keep_alive = False
+        if current is self.starting:
+            self.starting = None
+        if not current.started:
+            current.problem = error  # refused in its turn: its head never reaches the model server
+            current.discard = True
+            if current is conn.active:
+                current.start()
+        elif not current.head_sent:
+            current.discard = True
+            current.reply(error, Outcome.REJECTED, close=True)
+        else:  # its response is streaming already: the status can no longer change
+            current.abort(Outcome.REJECTED)
+            conn.transport.abort()

@@ -1,6 +1,6 @@
 """The router's shared runtime state: the in-flight set, the drain status, upstream health.
 
-Handlers read it; only :mod:`drain_router.proxy.lifecycle` changes the drain status (through
+Handlers read it; only :mod:`drain_router.proxy.draining` changes the drain status (through
 :func:`drain_router.decisions.drain.next_stage`).
 """
 
