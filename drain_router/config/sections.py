@@ -106,7 +106,8 @@ class ProxySettings:
             parse=required_seconds(minimum=1),
             help="A client's request head must arrive whole within this long (from the connection opening, "
             "or from its first byte on a reused connection), else the connection is closed: bounds "
-            "slowloris clients. Never applies to request bodies or streaming responses.",
+            "slowloris clients. Never applies to request bodies or streaming responses. On the gRPC "
+            "port: the connection preface and SETTINGS, else GOAWAY and close.",
         ),
     )
     client_keepalive_timeout_secs: int = setting(
@@ -117,7 +118,8 @@ class ProxySettings:
             parse=required_seconds(minimum=1),
             help="Close a client's keep-alive connection after this long with no request. Keep it above "
             "your load balancer's own idle timeout for pooled connections (AWS ALB 60, GCP 600), so "
-            "the balancer always closes first and no pooled request races the close.",
+            "the balancer always closes first and no pooled request races the close. On the gRPC "
+            "port: a connection with no open stream for this long gets GOAWAY and is closed.",
         ),
     )
 
