@@ -1,8 +1,8 @@
 """The ``drain-router`` command line. It only translates: flags -> :func:`config.build_config` -> run.
 
 Every flag of ``serve`` and ``check`` can also come from ``DRAIN_ROUTER_<FLAG_IN_CAPS>`` (for example
-``DRAIN_ROUTER_SHUTDOWN_DRAIN_SECS=60``). Exit status: 0 clean, 1 deadline aborted requests,
-2 configuration error.
+``DRAIN_ROUTER_SHUTDOWN_DRAIN_SECS=60``). Exit status: 0 clean, 1 deadline aborted requests (for
+``check --strict``: an advisory is active), 2 configuration error.
 """
 
 from __future__ import annotations
@@ -140,7 +140,21 @@ def serve(**params: Any) -> None:
 
 @main.command(cls=SettingsCommand)
 @router_options
-def check(**params: Any) -> None:
-    """Print the effective configuration and advisories as JSON; exit 0, or 2 on a hard error."""
+@click.option(
+    "--strict",
+    is_flag=True,
+    default=False,
+    envvar=_env("strict"),
+    show_envvar=True,
+    help="Exit 1 when any advisory is active (the JSON is printed all the same): a CI gate that "
+    "refuses a configuration which starts but would lose requests or cut streams at the next "
+    "rollout, as the Helm chart refuses the same values.",
+)
+def check(strict: bool, **params: Any) -> None:
+    """Print the effective configuration and advisories as JSON; exit 0, 1 with --strict and an
+    advisory, or 2 on a hard error."""
     cfg = _build(params)
-    click.echo(json.dumps(config.effective(cfg), indent=2, sort_keys=True))
+    effective = config.effective(cfg)
+    click.echo(json.dumps(effective, indent=2, sort_keys=True))
+    if strict and effective["advisories"]:
+        sys.exit(1)

@@ -159,6 +159,8 @@ def test_http_route_targets_the_service(helm: Helm) -> None:
 
 
 def test_notes_warn_about_a_drain_inside_the_probe_window(helm: Helm) -> None:
+    """With the probe declared to the router such a drain fails the render (test_strict_agreement);
+    undeclared, the install notes still warn."""
     done = helm.run(
         "install",
         RELEASE,
@@ -168,6 +170,8 @@ def test_notes_warn_about_a_drain_inside_the_probe_window(helm: Helm) -> None:
         "--dry-run=client",
         "--set",
         "shutdownDrainSecs=10",
+        "--set",
+        "router.readinessProbe.declareToRouter=false",
         "--set",
         "modelService.enabled=true",
     )

@@ -43,6 +43,8 @@ def test_schema_rejects(helm: Helm, values: dict[str, Any], expected: str) -> No
         pytest.param(
             {"shutdownDrainSecs": 60, "terminationGraceSecs": 30}, "shutdownDrainSecs (60)", id="drain-over-grace"
         ),
+        pytest.param({"shutdownDrainSecs": 15}, "must be above the readiness probe window", id="drain-equals-window"),
+        pytest.param({"shutdownDrainSecs": 0}, "shutdownDrainSecs (0) must be above", id="no-drain-probe-declared"),
         pytest.param({"router": {"adminPort": 8080}}, "router.port and router.adminPort", id="same-router-ports"),
         pytest.param({"modelServer": {"port": 9091}}, "modelServer.port 9091 collides", id="model-port-collides"),
     ],
@@ -51,8 +53,12 @@ def test_render_checks_refuse(helm: Helm, values: dict[str, Any], expected: str)
     assert expected in helm.template_error(values)
 
 
-@pytest.mark.parametrize(("drain", "grace"), [(0, 1), (1800, 1802), (17, 30)])
-def test_edges_that_are_accepted(helm: Helm, drain: int, grace: int) -> None:
-    args = containers(helm.template({"shutdownDrainSecs": drain, "terminationGraceSecs": grace}))["router"]["args"]
+@pytest.mark.parametrize(("drain", "grace", "declared"), [(0, 1, False), (1800, 1802, True), (16, 30, True)])
+def test_edges_that_are_accepted(helm: Helm, drain: int, grace: int, declared: bool) -> None:
+    """No drain is accepted only when the probe is not declared to the router (no balancer follows
+    it); with the default probe (5 s x 3) the drain must be above 15 s."""
+    probe = {"readinessProbe": {"declareToRouter": declared}}
+    values = {"shutdownDrainSecs": drain, "terminationGraceSecs": grace, "router": probe}
+    args = containers(helm.template(values))["router"]["args"]
     assert flag(args, "--shutdown-drain-secs") == str(drain)
     assert flag(args, "--termination-grace-secs") == str(grace)

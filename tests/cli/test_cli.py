@@ -152,6 +152,45 @@ def test_check_silent_with_declared_grace() -> None:
     assert json.loads(result.output)["advisories"] == []
 
 
+PROBE_15 = ["--readiness-probe-period-secs", "5", "--readiness-probe-failure-threshold", "3"]
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "advised", "code"),
+    [
+        pytest.param([], {}, True, 0, id="advisory-without-strict-exits-0"),
+        pytest.param(["--strict"], {}, True, 1, id="advisory-with-strict-exits-1"),
+        pytest.param([], {"DRAIN_ROUTER_STRICT": "1"}, True, 1, id="strict-from-its-variable"),
+        pytest.param(["--strict", "--termination-grace-secs", "120"], {}, False, 0, id="silent-exits-0"),
+        pytest.param(
+            ["--strict", "--shutdown-drain-secs", "60", "--termination-grace-secs", "30"], {}, True, 1, id="over-grace"
+        ),
+        pytest.param(
+            ["--strict", "--termination-grace-secs", "120", "--shutdown-drain-secs", "15", *PROBE_15],
+            {},
+            True,
+            1,
+            id="drain-inside-probe-window",
+        ),
+    ],
+)
+def test_check_strict_exits_1_on_any_advisory(args: list[str], env: dict[str, str], advised: bool, code: int) -> None:
+    result = CliRunner().invoke(cli.main, ["check", *UPSTREAM, *args], env=env)
+    assert result.exit_code == code, result.output
+    assert bool(json.loads(result.output)["advisories"]) == advised, "the JSON is printed whatever the exit"
+
+
+def test_check_strict_still_exits_2_on_a_hard_error() -> None:
+    result = CliRunner().invoke(cli.main, ["check", *UPSTREAM, "--strict", "--shutdown-drain-secs", "1801"])
+    assert result.exit_code == 2
+    assert "--shutdown-drain-secs" in result.output
+
+
+def test_check_strict_help_says_what_it_is_for() -> None:
+    text = " ".join(run(["check", "--help"]).output.split())
+    assert "--strict" in text and "CI gate" in text and "DRAIN_ROUTER_STRICT" in text
+
+
 def test_help_carries_the_operational_meaning() -> None:
     text = " ".join(run(["serve", "--help"]).output.split())
     assert "failureThreshold * periodSeconds" in text

@@ -103,6 +103,11 @@ helm.sh/resource-policy: keep
 {{- if and (gt $drain 0) (ge $drain $grace) -}}
 {{- fail (printf "shutdownDrainSecs (%d) must be below terminationGraceSecs (%d): the router's deadline (grace - 2 s) would abort every in-flight stream before the drain even ends. Raise terminationGraceSecs to the drain plus your longest completion" $drain $grace) -}}
 {{- end -}}
+{{- $rp := $r.readinessProbe -}}
+{{- $window := mul (int $rp.periodSeconds) (int $rp.failureThreshold) -}}
+{{- if and $rp.declareToRouter (le $drain (int $window)) -}}
+{{- fail (printf "shutdownDrainSecs (%d) must be above the readiness probe window (router.readinessProbe.failureThreshold %v x periodSeconds %v = %d s): a probe-driven load balancer would still send requests after the listener closes. Raise shutdownDrainSecs above %d, or set router.readinessProbe.declareToRouter false if no balancer follows this probe" $drain $rp.failureThreshold $rp.periodSeconds (int $window) (int $window)) -}}
+{{- end -}}
 {{- $a := .Values.autoscaling -}}
 {{- if $a.enabled -}}
 {{- if gt (int $a.minReplicas) (int $a.maxReplicas) -}}

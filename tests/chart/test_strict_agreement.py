@@ -1,0 +1,107 @@
+"""The chart's hard refusals and ``drain-router check --strict`` agree: for each value set, helm
+refuses to render exactly when the router, run with the flags the rendered pod would get, reports
+an advisory (``check --strict`` exits 1). A CI gate running ``check --strict`` on a pod's flags
+and the chart's own render-time checks then refuse the same configurations.
+
+Both sides are real: helm renders the model chart, and ``drain-router check --strict`` runs as a
+process with the router container's arguments (``serve`` replaced by ``check --strict``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.chart import values_sets
+from tests.chart.helm import Helm, RenderError, containers, flag
+
+
+def drain_values(drain: int, grace: int, period: int = 5, threshold: int = 3, declared: bool = True) -> dict[str, Any]:
+    probe = {"periodSeconds": period, "failureThreshold": threshold, "declareToRouter": declared}
+    return {"shutdownDrainSecs": drain, "terminationGraceSecs": grace, "router": {"readinessProbe": probe}}
+
+
+#: (id, values, whether both refuse). The drain against the grace (DRAIN_CONSUMES_GRACE) and against
+#: the declared probe window (DRAIN_SHORTER_THAN_PROBE_WINDOW), on both sides of each edge.
+CASES: list[tuple[str, dict[str, Any], bool]] = [
+    ("defaults", {}, False),
+    ("drain-just-below-grace", drain_values(179, 180), False),
+    ("drain-equals-grace", drain_values(180, 180), True),
+    ("drain-over-grace", drain_values(60, 30), True),
+    ("ceiling-under-grace", drain_values(1800, 1802), False),
+    ("ceiling-equals-grace", drain_values(1800, 1800), True),
+    ("drain-equals-probe-window", drain_values(15, 180), True),
+    ("drain-just-above-probe-window", drain_values(16, 180), False),
+    ("drain-inside-a-longer-window", drain_values(40, 60, period=10, threshold=4), True),
+    ("drain-above-a-longer-window", drain_values(41, 60, period=10, threshold=4), False),
+    ("inside-window-probe-not-declared", drain_values(10, 180, declared=False), False),
+    ("no-drain-probe-declared", drain_values(0, 180), True),
+    ("no-drain-probe-not-declared", drain_values(0, 1, declared=False), False),
+    ("both-advisories", drain_values(31, 30, period=10, threshold=4), True),
+]
+
+
+def pod_flags(values: dict[str, Any]) -> dict[str, str | None]:
+    """The router flags these values set (``None``: the flag is absent), as the deployment template
+    passes them. Checked against every render that succeeds, so it is the template's own mapping;
+    for values helm refuses it says what the pod would have been given."""
+    v = values_sets.merged(values)
+    probe = v["router"]["readinessProbe"]
+    declared = bool(probe["declareToRouter"])
+    return {
+        "--shutdown-drain-secs": str(v["shutdownDrainSecs"]),
+        "--termination-grace-secs": str(v["terminationGraceSecs"]),
+        "--readiness-probe-period-secs": str(probe["periodSeconds"]) if declared else None,
+        "--readiness-probe-failure-threshold": str(probe["failureThreshold"]) if declared else None,
+    }
+
+
+def with_flags(args: list[str], flags: dict[str, str | None]) -> list[str]:
+    """``args`` with each of ``flags`` set to its value, or removed when ``None``."""
+    out = list(args)
+    for name, value in flags.items():
+        if name in out:
+            at = out.index(name)
+            del out[at : at + 2]
+        if value is not None:
+            out += [name, value]
+    return out
+
+
+def check_strict(serve_args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``drain-router check --strict`` with a rendered router container's arguments."""
+    assert serve_args[0] == "serve", serve_args
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DRAIN_ROUTER_")}
+    return subprocess.run(
+        [sys.executable, "-m", "drain_router", "check", "--strict", *serve_args[1:]],
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(("values", "refused"), [pytest.param(v, r, id=i) for i, v, r in CASES])
+def test_helm_refuses_exactly_when_check_strict_exits_1(helm: Helm, values: dict[str, Any], refused: bool) -> None:
+    try:
+        args = containers(helm.template(values))["router"]["args"]
+        rendered = True
+    except RenderError:
+        # What the pod would have been given: the default pod's flags with these values' own.
+        args = with_flags(containers(helm.template({}))["router"]["args"], pod_flags(values))
+        rendered = False
+    else:
+        for name, value in pod_flags(values).items():
+            assert flag(args, name) == value, f"pod_flags is not the template's mapping for {name}"
+    done = check_strict(args)
+    assert done.returncode in (0, 1), f"check refused the pod's flags outright: {done.stderr}"
+    assert bool(json.loads(done.stdout)["advisories"]) == (done.returncode == 1)
+    assert (not rendered) == (done.returncode == 1), (
+        f"helm {'rendered' if rendered else 'refused'} but check --strict exited {done.returncode}: {done.stdout}"
+    )
+    assert (not rendered) == refused, "the table's expectation (both sides agree, but not as the table says)"
