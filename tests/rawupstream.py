@@ -27,6 +27,11 @@ Routes (the path; query parameters as noted):
   it all and answers like ``/echo`` (a slow model server: back-pressure on uploads).
 - ``/silent``: never answers; waits for the router to close the connection and counts it in
   :attr:`RawUpstream.peer_closed` (a long prefill).
+- ``/health``: a health path whose answers the test scripts, one per poll: each poll counts in
+  :attr:`RawUpstream.health_polls` and waits for its item of :attr:`RawUpstream.health_answers`,
+  ``(delay, status)``: that status with an empty body, ``delay`` seconds later (longer than the
+  router's timeout: a poll that times out). A poll waiting for its item is held, so the router's
+  verdict on the polls before it can be read at leisure.
 - anything else: 404, empty body.
 """
 
@@ -90,6 +95,9 @@ class RawUpstream:
     upload_started: asyncio.Event = field(default_factory=asyncio.Event)
     silent_started: asyncio.Event = field(default_factory=asyncio.Event)
     peer_closed_event: asyncio.Event = field(default_factory=asyncio.Event)
+    health_answers: asyncio.Queue[tuple[float, int]] = field(default_factory=asyncio.Queue)
+    health_polls: int = 0
+    """Polls of ``/health`` received, the one waiting for its answer included."""
 
     @property
     def url(self) -> str:
@@ -187,6 +195,13 @@ class RawUpstream:
             self.upload_started.set()
             await self.resume_upload.wait()
             await _echo(request, reader, writer)
+            return True
+        if path == "/health":
+            self.health_polls += 1
+            delay, status = await self.health_answers.get()
+            await asyncio.sleep(delay)  # the answer's lateness is what is under test
+            writer.write(b"HTTP/1.1 %d Health\r\nContent-Length: 0\r\n\r\n" % status)
+            await writer.drain()
             return True
         if path == "/silent":
             self.silent_started.set()

@@ -156,6 +156,13 @@ def advisories(cfg: Config) -> tuple[advisory.Advisory, ...]:
         termination_grace_secs=cfg.drain.termination_grace_secs,
         probe_period_secs=cfg.drain.readiness_probe_period_secs,
         probe_failure_threshold=cfg.drain.readiness_probe_failure_threshold,
+        health_polling=None
+        if cfg.health.upstream_health_path is None
+        else advisory.HealthPolling(
+            interval_secs=cfg.health.upstream_health_interval_secs,
+            failure_threshold=cfg.health.upstream_health_failure_threshold,
+            timeout_secs=cfg.health.upstream_health_timeout_secs,
+        ),
     )
 
 

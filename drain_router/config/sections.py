@@ -33,6 +33,14 @@ DEFAULT_MAX_REQUEST_BODY_BYTES = 100 * 1024 * 1024
 #: broken or a slowloris. nginx's client_header_timeout is 60 s for clients on the open internet.
 DEFAULT_CLIENT_HEADER_TIMEOUT_SECS = 10
 
+#: What one poll of the health path was allowed before it had a flag (the poll interval, whose
+#: default is 2 s); above the Kubernetes probe default (1 s), because an engine's health handler can
+#: wait behind a model lock under load.
+DEFAULT_UPSTREAM_HEALTH_TIMEOUT_SECS = 2
+
+#: As a Kubernetes probe's failureThreshold: one slow or failed answer is not an outage.
+DEFAULT_UPSTREAM_HEALTH_FAILURE_THRESHOLD = 3
+
 #: Above every common load balancer's own pool idle timeout (AWS ALB 60 s, nginx 60 s, GCP's 600 s),
 #: so the balancer closes an idle pooled connection before the router does and no request races the
 #: close. nginx's keepalive_timeout is 75 s; Envoy's idle_timeout is 1 h.
@@ -192,7 +200,31 @@ class HealthSettings:
             name="upstream-health-interval-secs",
             metavar="SECS",
             parse=required_seconds(minimum=1),
-            help="How often the upstream health path is polled.",
+            help="How often the upstream health path is polled: a poll starts every SECS (at once "
+            "after one that took longer).",
+        ),
+    )
+    upstream_health_timeout_secs: int = setting(
+        DEFAULT_UPSTREAM_HEALTH_TIMEOUT_SECS,
+        Flag(
+            name="upstream-health-timeout-secs",
+            metavar="SECS",
+            parse=required_seconds(minimum=1),
+            help="A poll of the health path not answered within this long counts as a failure. 2 s: "
+            "what a poll was allowed before this flag (the default interval), above the Kubernetes "
+            "probe default of 1 s because an engine's health handler can wait behind a model lock "
+            "under load.",
+        ),
+    )
+    upstream_health_failure_threshold: int = setting(
+        DEFAULT_UPSTREAM_HEALTH_FAILURE_THRESHOLD,
+        Flag(
+            name="upstream-health-failure-threshold",
+            metavar="N",
+            parse=integer(minimum=1),
+            help="/readyz turns 503 (upstream_unavailable) only after N consecutive failed or timed-out "
+            "polls, and one success brings it back, as Kubernetes probes do: a loaded engine that answers "
+            "one poll late does not take the pod out of its Service. 1: the first failure.",
         ),
     )
 

@@ -11,6 +11,8 @@ import dataclasses
 import enum
 from typing import Any
 
+from drain_router.decisions import health
+
 #: The Kubernetes default ``terminationGracePeriodSeconds``, assumed when none is declared
 #: (``drain_router.config`` re-exports it).
 K8S_DEFAULT_GRACE_SECS = 30
@@ -19,6 +21,7 @@ K8S_DEFAULT_GRACE_SECS = 30
 class Code(str, enum.Enum):
     DRAIN_CONSUMES_GRACE = "DRAIN_CONSUMES_GRACE"
     DRAIN_SHORTER_THAN_PROBE_WINDOW = "DRAIN_SHORTER_THAN_PROBE_WINDOW"
+    UPSTREAM_HEALTH_SLOWER_THAN_DRAIN = "UPSTREAM_HEALTH_SLOWER_THAN_DRAIN"
 
 
 MESSAGES: dict[Code, str] = {
@@ -31,6 +34,13 @@ MESSAGES: dict[Code, str] = {
         "shutdown drain ends before a probe-driven load balancer can see /readyz fail "
         "(failureThreshold * periodSeconds); new requests may reach a closed listener. "
         "Raise --shutdown-drain-secs above the probe window"
+    ),
+    Code.UPSTREAM_HEALTH_SLOWER_THAN_DRAIN: (
+        "the router takes longer to notice a model server that stopped answering its health path "
+        "(failure threshold * poll period + timeout) than the drain window gives load balancers to stop "
+        "sending to a pod; requests keep reaching a dead model server longer than a shutdown takes to "
+        "shed them. Lower --upstream-health-interval-secs, --upstream-health-failure-threshold or "
+        "--upstream-health-timeout-secs, or raise --shutdown-drain-secs"
     ),
 }
 
@@ -88,16 +98,55 @@ def drain_shorter_than_probe_window(
     )
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class HealthPolling:
+    """How the model server's health path is polled (when one is set)."""
+
+    interval_secs: int
+    failure_threshold: int
+    timeout_secs: int
+
+
+def upstream_health_slower_than_drain(shutdown_drain_secs: int, polling: HealthPolling | None) -> Advisory | None:
+    """Warn when noticing a model server that stopped answering takes longer than the drain window.
+
+    The drain window is how long the operator gives load balancers to stop sending to a pod once its
+    ``/readyz`` says 503 (sized above their probe window). A model server that stops answering is the
+    same event without a SIGTERM, except that ``/readyz`` turns 503 only once the router has noticed
+    (:func:`health.notice_secs`). When that alone is longer than the window, a dead model server keeps
+    getting traffic longer than a deliberate shutdown would ever take to shed it. ``>``: noticing
+    within the window is within the budget. Silent without a health path (``polling`` is ``None``)
+    and with no drain window (0: no budget is declared to compare with).
+    """
+    if polling is None or shutdown_drain_secs == 0:
+        return None
+    notice = health.notice_secs(polling.interval_secs, polling.failure_threshold, polling.timeout_secs)
+    if notice <= shutdown_drain_secs:
+        return None
+    return Advisory(
+        Code.UPSTREAM_HEALTH_SLOWER_THAN_DRAIN,
+        (
+            ("shutdown_drain_secs", shutdown_drain_secs),
+            ("upstream_health_interval_secs", polling.interval_secs),
+            ("upstream_health_failure_threshold", polling.failure_threshold),
+            ("upstream_health_timeout_secs", polling.timeout_secs),
+            ("upstream_health_notice_secs", notice),
+        ),
+    )
+
+
 def advisories(
     *,
     shutdown_drain_secs: int,
     termination_grace_secs: int | None,
     probe_period_secs: int | None = None,
     probe_failure_threshold: int | None = None,
+    health_polling: HealthPolling | None = None,
 ) -> tuple[Advisory, ...]:
     """Every advisory that applies, in a stable order."""
     found = (
         drain_consumes_grace(shutdown_drain_secs, termination_grace_secs),
         drain_shorter_than_probe_window(shutdown_drain_secs, probe_period_secs, probe_failure_threshold),
+        upstream_health_slower_than_drain(shutdown_drain_secs, health_polling),
     )
     return tuple(a for a in found if a is not None)

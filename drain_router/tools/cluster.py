@@ -123,6 +123,9 @@ class Replica:
             *("--admin-host", process_.LOOPBACK, "--admin-port", str(self.admin_port)),
             *("--shutdown-drain-secs", str(self.shutdown_drain_secs)),
             *("--upstream-health-interval-secs", "1"),
+            # A crashed local model server refuses connections at once: notice it at the first failed
+            # poll, so the demo's and e2e's fault windows stay about a second long.
+            *("--upstream-health-timeout-secs", "1", "--upstream-health-failure-threshold", "1"),
         ]
         if self.termination_grace_secs is not None:
             args += ["--termination-grace-secs", str(self.termination_grace_secs)]

@@ -79,6 +79,10 @@ def test_every_flag_reaches_config(served: list[config.Config]) -> None:
             "/health",
             "--upstream-health-interval-secs",
             "4",
+            "--upstream-health-timeout-secs",
+            "3",
+            "--upstream-health-failure-threshold",
+            "5",
             "--upstream-connect-timeout-secs",
             "7",
             "--upstream-max-connections",
@@ -99,6 +103,7 @@ def test_every_flag_reaches_config(served: list[config.Config]) -> None:
     assert (cfg.drain.shutdown_drain_secs, cfg.drain.termination_grace_secs) == (45, 120)
     assert (cfg.drain.readiness_probe_period_secs, cfg.drain.readiness_probe_failure_threshold) == (5, 3)
     assert (cfg.health.upstream_health_path, cfg.health.upstream_health_interval_secs) == ("/health", 4)
+    assert (cfg.health.upstream_health_timeout_secs, cfg.health.upstream_health_failure_threshold) == (3, 5)
     assert (cfg.proxy.upstream_connect_timeout_secs, cfg.proxy.upstream_max_connections) == (7, 500)
     assert cfg.proxy.max_request_body_bytes == 1024
     assert (cfg.log.format, cfg.log.level, cfg.log.access_log) == ("console", "debug", True)
@@ -111,12 +116,15 @@ def test_environment_variables(served: list[config.Config]) -> None:
         "DRAIN_ROUTER_TERMINATION_GRACE_SECS": "180",
         "DRAIN_ROUTER_ADMIN_PORT": "9999",
         "DRAIN_ROUTER_ACCESS_LOG": "true",
+        "DRAIN_ROUTER_UPSTREAM_HEALTH_TIMEOUT_SECS": "4",
+        "DRAIN_ROUTER_UPSTREAM_HEALTH_FAILURE_THRESHOLD": "2",
     }
     assert run(["serve"], env=env).exit_code == 0
     cfg = served[0]
     assert cfg.proxy.upstream.base_url == "http://10.0.0.1:8000"
     assert (cfg.drain.shutdown_drain_secs, cfg.drain.termination_grace_secs, cfg.admin.port) == (60, 180, 9999)
     assert cfg.log.access_log is True
+    assert (cfg.health.upstream_health_timeout_secs, cfg.health.upstream_health_failure_threshold) == (4, 2)
 
 
 @pytest.mark.parametrize("case", casefiles.params(casefiles.load("config_errors.yaml")))

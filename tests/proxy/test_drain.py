@@ -266,7 +266,7 @@ async def test_upstream_health_gates_readiness(fake_upstream, start_router, http
     async with http.get(f"{r.admin}/readyz") as resp:
         assert resp.status == 200
     fake_upstream.healthy = False
-    await wait_until(lambda: r.state.upstream_up is False, 3, "the upstream seen down")
+    await wait_until(lambda: r.state.upstream_up is False, 10, "the upstream seen down (3 failed polls, 1 s apart)")
     async with http.get(f"{r.url}/readyz") as resp:
         assert resp.status == 503 and (await resp.json())["status"] == "upstream_unavailable"
 

@@ -73,15 +73,24 @@ async def test_admin_config_and_advisory_metric(fake_upstream, start_router, htt
         termination_grace_secs=10,
         readiness_probe_period_secs=5,
         readiness_probe_failure_threshold=3,
+        upstream_health_path="/health",
+        upstream_health_interval_secs=3,  # 3 x 3 + 2 = 11 s to notice a dead model server > the 10 s drain
     )
     async with http.get(f"{r.admin}/admin/config") as resp:
         data = await resp.json()
     assert data["config"]["drain"]["termination_grace_secs"] == 10
-    assert sorted(a["code"] for a in data["advisories"]) == ["DRAIN_CONSUMES_GRACE", "DRAIN_SHORTER_THAN_PROBE_WINDOW"]
+    assert sorted(a["code"] for a in data["advisories"]) == [
+        "DRAIN_CONSUMES_GRACE",
+        "DRAIN_SHORTER_THAN_PROBE_WINDOW",
+        "UPSTREAM_HEALTH_SLOWER_THAN_DRAIN",
+    ]
+    [slow] = [a for a in data["advisories"] if a["code"] == "UPSTREAM_HEALTH_SLOWER_THAN_DRAIN"]
+    assert (slow["upstream_health_notice_secs"], slow["shutdown_drain_secs"]) == (11, 10)
     async with http.get(f"{r.admin}/metrics") as resp:
         text = await resp.text()
     assert 'drain_router_advisory{code="DRAIN_CONSUMES_GRACE"} 1.0' in text
     assert 'drain_router_advisory{code="DRAIN_SHORTER_THAN_PROBE_WINDOW"} 1.0' in text
+    assert 'drain_router_advisory{code="UPSTREAM_HEALTH_SLOWER_THAN_DRAIN"} 1.0' in text
     assert "drain_router_termination_grace_seconds 10.0" in text
 
 
