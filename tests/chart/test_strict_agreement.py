@@ -26,8 +26,24 @@ def drain_values(drain: int, grace: int, period: int = 5, threshold: int = 3, de
     return {"shutdownDrainSecs": drain, "terminationGraceSecs": grace, "router": {"readinessProbe": probe}}
 
 
-#: (id, values, whether both refuse). The drain against the grace (DRAIN_CONSUMES_GRACE) and against
-#: the declared probe window (DRAIN_SHORTER_THAN_PROBE_WINDOW), on both sides of each edge.
+def health_values(
+    interval: int, threshold: int, timeout: int, *, path: str | None = None, drain: int = 30, declared: bool = True
+) -> dict[str, Any]:
+    """The upstream health polling (the default drain, 30 s, and grace, 180 s, unless told)."""
+    values = drain_values(drain, 180, declared=declared)
+    values["router"].update(
+        upstreamHealthPath=path,
+        upstreamHealthIntervalSecs=interval,
+        upstreamHealthFailureThreshold=threshold,
+        upstreamHealthTimeoutSecs=timeout,
+    )
+    return values
+
+
+#: (id, values, whether both refuse). The drain against the grace (DRAIN_CONSUMES_GRACE), against
+#: the declared probe window (DRAIN_SHORTER_THAN_PROBE_WINDOW) and against the time to notice a
+#: dead model server, threshold x max(interval, timeout) + timeout (UPSTREAM_HEALTH_SLOWER_THAN_DRAIN),
+#: on both sides of each edge.
 CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("defaults", {}, False),
     ("drain-just-below-grace", drain_values(179, 180), False),
@@ -43,6 +59,15 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("no-drain-probe-declared", drain_values(0, 180), True),
     ("no-drain-probe-not-declared", drain_values(0, 1, declared=False), False),
     ("both-advisories", drain_values(31, 30, period=10, threshold=4), True),
+    ("health-defaults", health_values(2, 3, 2), False),
+    ("health-notice-equals-drain", health_values(4, 7, 2), False),
+    ("health-notice-over-drain", health_values(4, 8, 2), True),
+    ("health-slow-interval", health_values(10, 3, 2), True),
+    ("health-timeout-paces-the-polls", health_values(1, 3, 7), False),
+    ("health-timeout-past-the-drain", health_values(1, 3, 8), True),
+    ("health-threshold-one", health_values(15, 1, 15), False),
+    ("health-slow-without-a-health-path", health_values(60, 10, 60, path=""), False),
+    ("health-slow-with-no-drain", health_values(60, 10, 60, drain=0, declared=False), False),
 ]
 
 
@@ -51,13 +76,20 @@ def pod_flags(values: dict[str, Any]) -> dict[str, str | None]:
     passes them. Checked against every render that succeeds, so it is the template's own mapping;
     for values helm refuses it says what the pod would have been given."""
     v = values_sets.merged(values)
-    probe = v["router"]["readinessProbe"]
+    router = v["router"]
+    probe = router["readinessProbe"]
     declared = bool(probe["declareToRouter"])
+    path = router.get("upstreamHealthPath")
+    path = "/health" if path is None else path  # the default engine's (vLLM's) preset
     return {
         "--shutdown-drain-secs": str(v["shutdownDrainSecs"]),
         "--termination-grace-secs": str(v["terminationGraceSecs"]),
         "--readiness-probe-period-secs": str(probe["periodSeconds"]) if declared else None,
         "--readiness-probe-failure-threshold": str(probe["failureThreshold"]) if declared else None,
+        "--upstream-health-path": path or None,
+        "--upstream-health-interval-secs": str(router["upstreamHealthIntervalSecs"]) if path else None,
+        "--upstream-health-timeout-secs": str(router["upstreamHealthTimeoutSecs"]) if path else None,
+        "--upstream-health-failure-threshold": str(router["upstreamHealthFailureThreshold"]) if path else None,
     }
 
 

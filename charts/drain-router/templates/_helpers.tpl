@@ -108,6 +108,11 @@ helm.sh/resource-policy: keep
 {{- if and $rp.declareToRouter (le $drain (int $window)) -}}
 {{- fail (printf "shutdownDrainSecs (%d) must be above the readiness probe window (router.readinessProbe.failureThreshold %v x periodSeconds %v = %d s): a probe-driven load balancer would still send requests after the listener closes. Raise shutdownDrainSecs above %d, or set router.readinessProbe.declareToRouter false if no balancer follows this probe" $drain $rp.failureThreshold $rp.periodSeconds (int $window) (int $window)) -}}
 {{- end -}}
+{{- $timeout := int $r.upstreamHealthTimeoutSecs -}}
+{{- $notice := add (mul (int $r.upstreamHealthFailureThreshold) (max (int $r.upstreamHealthIntervalSecs) $timeout)) $timeout -}}
+{{- if and $engine.healthPath (gt $drain 0) (gt (int $notice) $drain) -}}
+{{- fail (printf "noticing a model server that stopped answering its health path takes up to %d s (router.upstreamHealthFailureThreshold %v x max(upstreamHealthIntervalSecs %v, upstreamHealthTimeoutSecs %v) + upstreamHealthTimeoutSecs), longer than shutdownDrainSecs (%d), the time load balancers are given to stop sending to a pod: lower those, or raise shutdownDrainSecs" (int $notice) $r.upstreamHealthFailureThreshold $r.upstreamHealthIntervalSecs $r.upstreamHealthTimeoutSecs $drain) -}}
+{{- end -}}
 {{- $a := .Values.autoscaling -}}
 {{- if $a.enabled -}}
 {{- if gt (int $a.minReplicas) (int $a.maxReplicas) -}}
