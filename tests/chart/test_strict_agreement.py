@@ -4,7 +4,11 @@ an advisory (``check --strict`` exits 1). A CI gate running ``check --strict`` o
 and the chart's own render-time checks then refuse the same configurations.
 
 Both sides are real: helm renders the model chart, and ``drain-router check --strict`` runs as a
-process with the router container's arguments (``serve`` replaced by ``check --strict``).
+process with the router container's arguments (``serve`` replaced by ``check --strict``). Values
+helm refuses have no pod: their flags are the default pod's with these values' own set
+(:func:`pod_flags`, which every successful render checks against the template). Flags added through
+``router.extraArgs`` or ``router.env`` are outside the chart's checks: only ``check --strict`` sees
+them.
 """
 
 from __future__ import annotations
