@@ -401,7 +401,9 @@ async def _session(port: int) -> tuple[aiohttp.ClientSession, Any]:
 
 
 async def test_at_the_deadline_the_session_gets_1001_both_ways(start_process, ws_upstream):
-    p = await start_process("--termination-grace-secs", "4", "--access-log", drain_secs="1")
+    p = await start_process(
+        "--termination-grace-secs", "4", "--websocket-close-at", "deadline", "--access-log", drain_secs="1"
+    )
     s, ws = await _session(p.port)
     try:
         p.signal(signal.SIGTERM)
@@ -495,12 +497,12 @@ async def _busy_until_closed(ws: Any, pace: float, timeout: float) -> Any:
     raise AssertionError("unreachable")
 
 
-async def test_idle_a_session_quiet_at_closing_gets_1001_after_the_quiet_period(start_process, ws_upstream):
+@pytest.mark.parametrize("flag", [("--websocket-close-at", "idle"), ()], ids=["idle", "the-default"])
+async def test_idle_a_session_quiet_at_closing_gets_1001_after_the_quiet_period(start_process, ws_upstream, flag):
     """Quiet from the window on: its 1001 comes once it has been quiet for the quiet period, long
-    before the deadline (60 s), and the router exits 0 as soon as the closing handshakes are done."""
-    p = await start_process(
-        "--termination-grace-secs", "60", "--websocket-close-at", "idle", "--access-log", drain_secs="1"
-    )
+    before the deadline (60 s), and the router exits 0 as soon as the closing handshakes are done.
+    ``idle`` is the default."""
+    p = await start_process("--termination-grace-secs", "60", *flag, "--access-log", drain_secs="1")
     s, ws = await _session(p.port)
     try:
         p.signal(signal.SIGTERM)
@@ -606,7 +608,7 @@ async def test_a_handshake_with_a_body_is_a_400(start_process, ws_upstream):
 async def test_the_deadline_close_waits_for_the_frame_in_flight_to_end(start_process, ws_upstream):
     """A client frame half sent at the deadline: the client gets its 1001 at once, the upstream
     gets the rest of that frame and then the masked 1001, never a Close inside a frame."""
-    p = await start_process("--termination-grace-secs", "3")
+    p = await start_process("--termination-grace-secs", "3", "--websocket-close-at", "deadline")
     reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
     writer.write(_handshake())
     assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
@@ -691,7 +693,7 @@ async def test_the_upstream_gets_a_masked_1001_at_the_deadline(ws_upstream):
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     async with server, router_starter(f"http://127.0.0.1:{port}") as start:
-        p = await start("--termination-grace-secs", "3")
+        p = await start("--termination-grace-secs", "3", "--websocket-close-at", "deadline")
         async with aiohttp.ClientSession() as s, s.ws_connect(f"http://127.0.0.1:{p.port}/v1/realtime") as ws:
             await ws.send_str("before")
             p.signal(signal.SIGTERM)
