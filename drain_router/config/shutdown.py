@@ -13,7 +13,7 @@ import dataclasses
 from typing import ClassVar, Literal
 
 from drain_router.config.values import Flag, choice, integer, required_seconds, seconds, setting
-from drain_router.decisions import advisory
+from drain_router.decisions import advisory, websocket_close
 
 #: The Kubernetes default ``terminationGracePeriodSeconds``, assumed when the operator declares none:
 #: defined once, beside the advisory that compares against it (decisions import nothing of ours).
@@ -27,7 +27,7 @@ MAX_SHUTDOWN_DRAIN_SECS = 1800
 #: count and log what is left and exit 1 before the kubelet's SIGKILL takes the choice away.
 SHUTDOWN_DEADLINE_MARGIN_SECS = 2
 
-WEBSOCKET_CLOSE_AT = ("deadline", "closing")
+WEBSOCKET_CLOSE_AT = websocket_close.MODES
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,16 +80,19 @@ class DrainSettings:
             help="The load balancer's readiness probe failure threshold (with the period above).",
         ),
     )
-    websocket_close_at: Literal["deadline", "closing"] = setting(
-        "deadline",
+    websocket_close_at: Literal["deadline", "closing", "idle"] = setting(
+        websocket_close.DEFAULT,
         Flag(
             name="websocket-close-at",
             parse=choice(WEBSOCKET_CLOSE_AT),
             choices=WEBSOCKET_CLOSE_AT,
-            help="When open WebSocket sessions are sent Close 1001 (Going Away): at the in-flight "
-            "deadline (a session lives as long as the pod may, its client reconnects only then), or at "
-            "the start of closing (sessions end sooner, so clients reconnect to a new replica faster, "
-            "but a session that could have finished is cut short).",
+            help="When open WebSocket sessions are sent Close 1001 (Going Away), so their clients "
+            "reconnect to another replica. deadline: at the in-flight deadline (a session lives as long "
+            "as the pod may, but a pod with a live session is held for the whole grace and its router "
+            "exits 1). closing: at the start of closing, every session at once (the pod goes quickly, "
+            "but a session in the middle of a response is cut). idle: from the start of closing, each "
+            f"session as soon as it has been quiet both ways for {websocket_close.WEBSOCKET_QUIET_SECS:g} s "
+            "(between turns), else at the deadline (the pod goes soon after its sessions' current turns).",
         ),
     )
 

@@ -150,8 +150,8 @@ class ClientConnection(asyncio.Protocol):
         listener = self.listener
         tunnel = self.tunnel = Tunnel(self, self.transport, up, listener.tunnels)
         tunnel.start(early_up, early_down, client_paused=self.write_paused)
-        if listener.state.websocket_close_now:
-            tunnel.going_away(None)
+        if listener.state.websocket_at_closing is not None:
+            tunnel.at_closing(listener.state.websocket_at_closing)
 
     def tunnel_client_lost(self) -> None:
         self.transport = None

@@ -34,7 +34,8 @@ class Process(Protocol):
     """The router process, as the drain acts on its listeners."""
 
     def close_listeners(self) -> None:
-        """Closing: stop accepting (and send open WebSocket tunnels Close 1001 if so configured)."""
+        """Closing: stop accepting; open WebSocket tunnels get Close 1001 now or once quiet, as
+        ``--websocket-close-at`` says."""
 
     def phase_changed(self, phase: drain.Phase) -> None: ...
 

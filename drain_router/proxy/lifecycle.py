@@ -20,7 +20,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from drain_router import config, logs, metrics
-from drain_router.decisions import drain
+from drain_router.decisions import drain, websocket_close
+from drain_router.decisions.websocket_close import AtClosing
 from drain_router.proxy import admin_listener, health, signals, tuning, upstream_health
 from drain_router.proxy.draining import Drain
 from drain_router.proxy.grpc.listener import GrpcListener
@@ -87,10 +88,11 @@ class Router:
 
     async def _close_listeners(self) -> None:
         if self.listener is not None:
-            if self.config.drain.websocket_close_at == "closing":
-                self.state.websocket_close_now = True
+            action = websocket_close.at_closing(self.config.drain.websocket_close_at)
+            if action is not AtClosing.KEEP:
+                self.state.websocket_at_closing = action
                 for tunnel in self.listener.tunnels:
-                    tunnel.going_away(None)
+                    tunnel.at_closing(action)
             self.listener.stop_accepting()
         if self.grpc is not None:
             self.grpc.stop_accepting()

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from drain_router import config, metrics
 from drain_router.decisions import drain
+from drain_router.decisions.websocket_close import AtClosing
 
 
 class Request(Protocol):
@@ -93,8 +94,9 @@ class RouterState:
         self.drain_finished = asyncio.Event()
         """Set once the drain is over (clean, deadline or abort), just before exit."""
         self.drained_cleanly = False
-        self.websocket_close_now = False
-        """New WebSocket sessions are sent Close 1001 at once (closing, with ``--websocket-close-at closing``)."""
+        self.websocket_at_closing: AtClosing | None = None
+        """Set at closing: what a WebSocket session opened from then on gets at once (its 1001 now,
+        or watching for quiet), as ``--websocket-close-at`` says."""
         registry_metrics.track_inflight(self.inflight.__len__)
 
     def note_connect(self, ok: bool) -> None:

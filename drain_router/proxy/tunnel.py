@@ -10,6 +10,10 @@ with its top bit set closes the tunnel. The upstream connection never returns to
 The tunnel is one request in flight, from the handshake until either side closes: ``completed``
 once a Close frame went either way, else ``client_aborted`` or ``upstream_error`` for the side that
 vanished; ``deadline_aborted`` when the deadline ended it.
+
+Closing (:meth:`Tunnel.at_closing`) sends the 1001 at once, or with ``idle`` once nothing was read
+from either side for ``WEBSOCKET_QUIET_SECS``: each read stamps ``last_read``; one timer per session
+checks it, re-armed for when the quiet period would end.
 """
 
 from __future__ import annotations
@@ -17,17 +21,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 from prometheus_client import Gauge
 
 from drain_router import logs
+from drain_router.decisions import websocket_close
+from drain_router.decisions.websocket_close import AtClosing
 from drain_router.metrics import Outcome
 from drain_router.proxy import websocket
 from drain_router.proxy.upstream import UpstreamConnection
 
 log = logs.get("drain_router.proxy")
+
+_now = time.monotonic
 
 #: How long the router waits, once it sent Close 1001 both ways (or waits for a frame boundary to
 #: send it), for the closing handshakes before it closes both connections.
@@ -97,6 +106,7 @@ class _Side(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         tunnel = self.tunnel
+        tunnel.last_read = _now()  # for --websocket-close-at idle: one clock read per read
         other = self.other
         if tunnel.going or tunnel.ending or other.close_sent:
             tunnel.relay(self, data)
@@ -126,7 +136,7 @@ class _Side(asyncio.Protocol):
 
 
 class Tunnel:
-    __slots__ = ("client", "ending", "going", "host", "open_tunnels", "outcome", "timer", "up", "upstream")
+    __slots__ = ("client", "ending", "going", "host", "last_read", "open_tunnels", "outcome", "timer", "up", "upstream")
 
     def __init__(self, host: Host, client_transport: Any, up: UpstreamConnection, open_tunnels: OpenTunnels) -> None:
         """Take over both connections after the 101 was written to the client (their protocols
@@ -138,6 +148,9 @@ class Tunnel:
         self.ending = False
         self.going = False
         self.timer: asyncio.TimerHandle | None = None
+        """Before the 1001, ``idle``'s quiet check; after it, the closing handshakes' time limit."""
+        self.last_read = _now()
+        """``time.monotonic()`` of the last bytes read from either side (the handshake's, at first)."""
         client = self.client = _Side(self, client_transport, websocket.close_frame(websocket.GOING_AWAY))
         upstream = self.upstream = _Side(self, up.transport, websocket.close_frame(websocket.GOING_AWAY, os.urandom(4)))
         client.other, upstream.other = upstream, client
@@ -192,6 +205,25 @@ class Tunnel:
             self.outcome = Outcome.CLIENT_ABORTED if side is self.client else Outcome.UPSTREAM_ERROR
         self._close_both(abort=True)
 
+    def at_closing(self, action: AtClosing) -> None:
+        """Closing started (or this session opened during closing): carry out ``action``."""
+        if action is AtClosing.GO_AWAY:
+            self.going_away(None)
+        elif action is AtClosing.WATCH and self.timer is None:
+            self._check_quiet()
+
+    def _check_quiet(self) -> None:
+        """Send the 1001 if the session has been quiet both ways long enough, else check again when
+        it would have been (a read since then moves that moment on)."""
+        self.timer = None
+        if self.going or self.ending:
+            return
+        left = websocket_close.quiet_left(_now(), self.last_read)
+        if left <= 0.0:
+            self.going_away(None)
+        else:
+            self.timer = asyncio.get_running_loop().call_later(left, self._check_quiet)
+
     def going_away(self, outcome: Outcome | None) -> None:
         """End the session with Close 1001 both ways, each at a frame boundary, then wait up to
         :data:`WEBSOCKET_CLOSE_SECS` for the closing handshakes. ``outcome``: what it counts as
@@ -201,6 +233,8 @@ class Tunnel:
         if self.going or self.ending:
             return
         self.going = True
+        if self.timer is not None:  # idle's quiet check
+            self.timer.cancel()
         for side in (self.client, self.upstream):
             if side.tracker.at_boundary:
                 self._send_close(side.other)

@@ -43,6 +43,7 @@ def test_router_args_point_at_the_model_server_and_the_declared_ports(
     assert flag(args, "--upstream") == f"http://127.0.0.1:{engine_port(values)}"
     assert flag(args, "--port") == str(values["router"]["port"])
     assert flag(args, "--admin-port") == str(values["router"]["adminPort"])
+    assert flag(args, "--websocket-close-at") == values["router"]["websocketCloseAt"]
     ports = {p["name"]: p["containerPort"] for p in router["ports"]}
     expected = {"http": values["router"]["port"], "admin": values["router"]["adminPort"]}
     if values["grpc"]["enabled"]:

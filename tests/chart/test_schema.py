@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from drain_router import config
+from drain_router.decisions import websocket_close
 from tests.chart.helm import Helm, containers, flag
 
 
@@ -21,6 +26,7 @@ from tests.chart.helm import Helm, containers, flag
         pytest.param({"router": {"adminPort": 70000}}, "/router/adminPort", id="port-range"),
         pytest.param({"router": {"securityContext": {"runAsNonRoot": False}}}, "runAsNonRoot", id="root-router"),
         pytest.param({"router": {"readinesProbe": {}}}, "readinesProbe", id="typo-key"),
+        pytest.param({"router": {"websocketCloseAt": "never"}}, "websocketCloseAt", id="websocket-close-at"),
         pytest.param({"httpRoute": {"enabled": True}}, "/httpRoute/parentRefs", id="route-without-parent"),
         pytest.param({"modelService": {"deletion": {"routeSettle": "1 minute"}}}, "routeSettle", id="bad-duration"),
         pytest.param(
@@ -62,3 +68,12 @@ def test_edges_that_are_accepted(helm: Helm, drain: int, grace: int, declared: b
     args = containers(helm.template(values))["router"]["args"]
     assert flag(args, "--shutdown-drain-secs") == str(drain)
     assert flag(args, "--termination-grace-secs") == str(grace)
+
+
+def test_websocket_close_at_offers_the_routers_choices_and_default() -> None:
+    """The chart's value is passed to --websocket-close-at: the same choices, and the same default."""
+    chart = Path(__file__).resolve().parents[2] / "charts" / "drain-router"
+    schema = json.loads((chart / "values.schema.json").read_text())
+    assert set(schema["properties"]["router"]["properties"]["websocketCloseAt"]["enum"]) == set(websocket_close.MODES)
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    assert values["router"]["websocketCloseAt"] == websocket_close.DEFAULT == config.DrainSettings().websocket_close_at

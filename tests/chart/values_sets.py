@@ -54,7 +54,11 @@ FULL: dict[str, Any] = {
         "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
         "volumeMounts": [{"name": "cache", "mountPath": "/root/.cache/huggingface"}],
     },
-    "router": {"accessLog": True, "extraArgs": ["--upstream-max-connections", "512"]},
+    "router": {
+        "accessLog": True,
+        "websocketCloseAt": "closing",
+        "extraArgs": ["--upstream-max-connections", "512"],
+    },
     "monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
 }
 

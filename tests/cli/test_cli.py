@@ -118,9 +118,11 @@ def test_environment_variables(served: list[config.Config]) -> None:
         "DRAIN_ROUTER_ACCESS_LOG": "true",
         "DRAIN_ROUTER_UPSTREAM_HEALTH_TIMEOUT_SECS": "4",
         "DRAIN_ROUTER_UPSTREAM_HEALTH_FAILURE_THRESHOLD": "2",
+        "DRAIN_ROUTER_WEBSOCKET_CLOSE_AT": "closing",
     }
     assert run(["serve"], env=env).exit_code == 0
     cfg = served[0]
+    assert cfg.drain.websocket_close_at == "closing"
     assert cfg.proxy.upstream.base_url == "http://10.0.0.1:8000"
     assert (cfg.drain.shutdown_drain_secs, cfg.drain.termination_grace_secs, cfg.admin.port) == (60, 180, 9999)
     assert cfg.log.access_log is True

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
+import itertools
 import os
 import signal
 import struct
@@ -26,6 +28,7 @@ import pytest
 from aiohttp import WSMsgType, web
 from prometheus_client.parser import text_string_to_metric_families
 
+from drain_router.decisions.websocket_close import WEBSOCKET_QUIET_SECS
 from drain_router.tools.process import wait_until
 from tests.blackbox import by_outcome, inflight, requests_total, wait_idle
 from tests.process import RouterProcess, Start, router_starter
@@ -69,6 +72,14 @@ async def _ws_handler(request: web.Request) -> web.StreamResponse:
             if msg.data.startswith("close:"):
                 await ws.close(code=int(msg.data[6:]))
                 break
+            if msg.data.startswith("mute:"):  # received, not answered: the client's direction only
+                continue
+            if msg.data.startswith("tick:"):  # tick:N:MS, N messages MS apart: the upstream's direction only
+                count, interval_ms = (int(x) for x in msg.data[5:].split(":"))
+                for i in range(count):
+                    await asyncio.sleep(interval_ms / 1000)
+                    await ws.send_str(f"tick {i}")
+                continue
             if msg.data.startswith("flood:"):  # send this many 64 KiB binary messages
                 chunk = os.urandom(64 * 1024)
                 upstream.flooding = request.protocol
@@ -390,7 +401,9 @@ async def _session(port: int) -> tuple[aiohttp.ClientSession, Any]:
 
 
 async def test_at_the_deadline_the_session_gets_1001_both_ways(start_process, ws_upstream):
-    p = await start_process("--termination-grace-secs", "4", "--access-log", drain_secs="1")
+    p = await start_process(
+        "--termination-grace-secs", "4", "--websocket-close-at", "deadline", "--access-log", drain_secs="1"
+    )
     s, ws = await _session(p.port)
     try:
         p.signal(signal.SIGTERM)
@@ -432,6 +445,155 @@ async def test_with_close_at_closing_the_1001_comes_at_closing(start_process, ws
         await s.close()
 
 
+QUIET = WEBSOCKET_QUIET_SECS
+MARGIN = 2.0
+"""How late a 1001 may come after the moment it is due (process start-up noise on a busy machine)."""
+PACE = 0.5
+"""Seconds between the frames of a session kept busy: well within the quiet period."""
+
+
+async def _talk(ws: Any, direction: str, secs: float) -> None:
+    """Keep a session busy for ``secs``, a frame every :data:`PACE` in ``direction`` (``both``: the
+    client's and the upstream's echo; ``client``: the client's only; ``upstream``: the upstream's
+    only). Fails if anything but the expected frames arrives (a Close)."""
+    count = int(secs / PACE)
+    if direction == "upstream":
+        await ws.send_str(f"tick:{count}:{int(PACE * 1000)}")
+        for i in range(count):
+            msg = await ws.receive(timeout=PACE + 5)
+            assert (msg.type, msg.data) == (WSMsgType.TEXT, f"tick {i}")
+        return
+    for i in range(count):
+        if direction == "both":
+            await ws.send_str(f"busy {i}")
+            msg = await ws.receive(timeout=5)
+            assert (msg.type, msg.data) == (WSMsgType.TEXT, f"echo:busy {i}")
+            await asyncio.sleep(PACE)  # the client's pace between frames, not a wait for an event
+        else:
+            await ws.send_str(f"mute:{i}")
+            with contextlib.suppress(TimeoutError):  # nothing may arrive before the next frame is due
+                msg = await ws.receive(timeout=PACE)
+                raise AssertionError(f"the session got {msg.type} {msg.data!r} while the client was talking")
+
+
+async def _closed_1001(ws: Any, timeout: float) -> float:
+    """Wait for the router's Close 1001; return when it came (``time.monotonic()``)."""
+    msg = await ws.receive(timeout=timeout)
+    assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1001)
+    return time.monotonic()
+
+
+async def _busy_until_closed(ws: Any, pace: float, timeout: float) -> Any:
+    """Messages both ways every ``pace`` until the router's Close (within ``timeout``): the Close."""
+    async with asyncio.timeout(timeout):
+        for i in itertools.count():
+            with contextlib.suppress(aiohttp.ClientConnectionResetError):  # the Close came in meanwhile
+                await ws.send_str(f"busy {i}")
+            msg = await ws.receive()
+            if msg.type == WSMsgType.CLOSE:
+                return msg
+            assert msg.data == f"echo:busy {i}"
+            await asyncio.sleep(pace)  # the client's pace between frames, not a wait for an event
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("flag", [("--websocket-close-at", "idle"), ()], ids=["idle", "the-default"])
+async def test_idle_a_session_quiet_at_closing_gets_1001_after_the_quiet_period(start_process, ws_upstream, flag):
+    """Quiet from the window on: its 1001 comes once it has been quiet for the quiet period, long
+    before the deadline (60 s), and the router exits 0 as soon as the closing handshakes are done.
+    ``idle`` is the default."""
+    p = await start_process("--termination-grace-secs", "60", *flag, "--access-log", drain_secs="1")
+    s, ws = await _session(p.port)
+    try:
+        p.signal(signal.SIGTERM)
+        await p.wait_event("drain.start")
+        await ws.send_str("in the window")
+        assert (await ws.receive(timeout=5)).data == "echo:in the window"
+        last_frame = time.monotonic()
+        closed = await _closed_1001(ws, QUIET + MARGIN + 1)
+        assert "drain.closing" in p.names()
+        assert QUIET - 0.3 <= closed - last_frame <= QUIET + MARGIN
+        await wait_until(lambda: ws_upstream.closes == [1001], timeout=5, what="the upstream saw a masked 1001")
+        assert await p.wait(10) == 0
+        assert [e["outcome"] for e in p.events if e.get("event") == "request"] == ["completed"]
+    finally:
+        await ws.close()
+        await s.close()
+
+
+@pytest.mark.parametrize("direction", ["both", "client", "upstream"])
+async def test_idle_a_busy_session_gets_1001_only_once_quiet(start_process, ws_upstream, direction):
+    """Frames in either direction through closing and past the quiet period keep the session; once
+    they stop, the 1001 comes after the quiet period."""
+    p = await start_process("--termination-grace-secs", "60", "--websocket-close-at", "idle", drain_secs="1")
+    s, ws = await _session(p.port)
+    try:
+        p.signal(signal.SIGTERM)
+        await p.wait_event("drain.start")
+        await _talk(ws, direction, 1 + QUIET + 1.5)  # the window, then more than a quiet period of closing
+        assert "drain.closing" in p.names()
+        last_frame = time.monotonic()
+        closed = await _closed_1001(ws, QUIET + MARGIN + 1)
+        assert QUIET - 0.3 - PACE <= closed - last_frame <= QUIET + MARGIN
+        assert await p.wait(10) == 0
+    finally:
+        await ws.close()
+        await s.close()
+
+
+async def test_idle_a_session_never_quiet_gets_1001_at_the_deadline(start_process, ws_upstream):
+    p = await start_process(
+        "--termination-grace-secs", "7", "--websocket-close-at", "idle", "--access-log", drain_secs="1"
+    )
+    s, ws = await _session(p.port)
+    try:
+        p.signal(signal.SIGTERM)
+        await p.wait_event("drain.start")
+        msg = await _busy_until_closed(ws, PACE, 15)  # the deadline is t0 + 5 s
+        assert msg.data == 1001
+        await p.wait_event("drain.deadline")
+        assert await p.wait(10) == 1
+        assert [e["outcome"] for e in p.events if e.get("event") == "request"] == ["deadline_aborted"]
+    finally:
+        await ws.close()
+        await s.close()
+
+
+async def test_deadline_mode_a_quiet_session_lives_until_the_deadline(start_process, ws_upstream):
+    """``deadline`` is unchanged: a session quiet for longer than idle's quiet period keeps going."""
+    p = await start_process(
+        "--termination-grace-secs", str(int(QUIET) + 6), "--websocket-close-at", "deadline", drain_secs="1"
+    )
+    s, ws = await _session(p.port)
+    try:
+        signalled = time.monotonic()
+        p.signal(signal.SIGTERM)
+        closed = await _closed_1001(ws, QUIET + 10)
+        assert closed - signalled >= QUIET + 3
+        await p.wait_event("drain.deadline")
+        assert await p.wait(10) == 1
+    finally:
+        await ws.close()
+        await s.close()
+
+
+async def test_closing_mode_a_busy_session_gets_1001_at_closing(start_process, ws_upstream):
+    """``closing`` is unchanged: the 1001 comes at the start of closing, busy or not."""
+    p = await start_process("--termination-grace-secs", "60", "--websocket-close-at", "closing", drain_secs="1")
+    s, ws = await _session(p.port)
+    try:
+        p.signal(signal.SIGTERM)
+        await p.wait_event("drain.start")
+        msg = await _busy_until_closed(ws, 0.1, 10)
+        assert msg.data == 1001
+        closing = await p.wait_event("drain.closing")
+        assert time.time() - closing["t0"] < 1 + MARGIN  # at closing (t0 + 1 s), not later
+        assert await p.wait(10) == 0
+    finally:
+        await ws.close()
+        await s.close()
+
+
 async def test_a_handshake_with_a_body_is_a_400(start_process, ws_upstream):
     """Where the frames start would be the upstream's guess: refused, never forwarded."""
     p = await start_process()
@@ -446,7 +608,7 @@ async def test_a_handshake_with_a_body_is_a_400(start_process, ws_upstream):
 async def test_the_deadline_close_waits_for_the_frame_in_flight_to_end(start_process, ws_upstream):
     """A client frame half sent at the deadline: the client gets its 1001 at once, the upstream
     gets the rest of that frame and then the masked 1001, never a Close inside a frame."""
-    p = await start_process("--termination-grace-secs", "3")
+    p = await start_process("--termination-grace-secs", "3", "--websocket-close-at", "deadline")
     reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
     writer.write(_handshake())
     assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
@@ -531,7 +693,7 @@ async def test_the_upstream_gets_a_masked_1001_at_the_deadline(ws_upstream):
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     async with server, router_starter(f"http://127.0.0.1:{port}") as start:
-        p = await start("--termination-grace-secs", "3")
+        p = await start("--termination-grace-secs", "3", "--websocket-close-at", "deadline")
         async with aiohttp.ClientSession() as s, s.ws_connect(f"http://127.0.0.1:{p.port}/v1/realtime") as ws:
             await ws.send_str("before")
             p.signal(signal.SIGTERM)

@@ -70,3 +70,15 @@ def test_effective_lists_advisories() -> None:
     assert [a["code"] for a in eff["advisories"]] == ["DRAIN_CONSUMES_GRACE"]
     assert eff["config"]["proxy"]["upstream"] == "http://h:1"
     assert eff["config"]["drain"]["deadline_secs"] is None
+
+
+@pytest.mark.parametrize("mode", ["deadline", "closing", "idle", "IDLE"])
+def test_websocket_close_at_takes_each_mode(mode: str) -> None:
+    assert config.build_config(upstream="http://h:1", websocket_close_at=mode).drain.websocket_close_at == mode.lower()
+
+
+def test_websocket_close_at_defaults_to_idle_and_refuses_others() -> None:
+    assert config.build_config(upstream="http://h:1").drain.websocket_close_at == "idle"
+    with pytest.raises(config.ConfigError) as err:
+        config.build_config(upstream="http://h:1", websocket_close_at="never")
+    assert "deadline, closing, idle" in err.value.reason
