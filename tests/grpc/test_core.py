@@ -33,9 +33,7 @@ class Recorder:
 
     events: list[tuple[Any, ...]] = field(default_factory=list)
     streams: dict[int, Stream] = field(default_factory=dict)
-    refuse: bool = False
     failed: bool = False
-    core: Any = None
 
     # connection events
     def output_ready(self) -> None: ...
@@ -105,7 +103,6 @@ def server(settings: dict[int, int] | None = None) -> tuple[Connection, Recorder
     """A server-role core past the client's preface and SETTINGS; its own opening taken."""
     rec = Recorder()
     core = Connection(rec, client_side=False, budgets=Budgets(0.0), max_backlog=rules.MAX_QUEUED_OUTPUT_BYTES)
-    rec.core = core
     core.initiate()
     opening = hf.SettingsFrame(0)
     opening.settings = settings or {}

@@ -209,25 +209,21 @@ class Peer(RawClient):
 
     async def connection_error(self, *codes: int) -> None:
         names = " or ".join(f"GOAWAY({CODES[c]})" for c in codes)
-        expected = f"{names} or the connection closed"
-        await self._until(
-            expected,
-            lambda e: (
-                self.refuse(expected, e)
-                if self.wrong_goaway(e, codes)
-                else e is CLOSED or (isinstance(e, hf.GoAwayFrame) and e.error_code in codes)
-            ),
-        )
+        await self._error(f"{names} or the connection closed", (hf.GoAwayFrame,), codes)
 
     async def stream_error(self, *codes: int) -> None:
         names = " or ".join(f"GOAWAY({CODES[c]}) or RST_STREAM({CODES[c]})" for c in codes)
-        expected = f"{names} or the connection closed"
+        await self._error(f"{names} or the connection closed", (hf.GoAwayFrame, hf.RstStreamFrame), codes)
+
+    async def _error(self, expected: str, kinds: tuple[type, ...], codes: tuple[int, ...]) -> None:
+        """A frame of ``kinds`` with one of ``codes``, or the close (a wrong GOAWAY fails at once
+        under :attr:`exact_codes`)."""
         await self._until(
             expected,
             lambda e: (
                 self.refuse(expected, e)
                 if self.wrong_goaway(e, codes)
-                else e is CLOSED or (isinstance(e, (hf.GoAwayFrame, hf.RstStreamFrame)) and e.error_code in codes)
+                else e is CLOSED or (isinstance(e, kinds) and e.error_code in codes)
             ),
         )
 
