@@ -194,6 +194,10 @@ class Fleet:
                 shutdown_drain_secs=drain_secs,
                 termination_grace_secs=GRACE_SECS,
                 grpc_upstream=model.grpc_url,
+                # The faults' expectations are written for realtime sessions closed at the deadline
+                # (a stalled model server leaves them quiet, which `idle` would close sooner and
+                # count completed); the idle mode has its own tests.
+                extra_args=("--websocket-close-at", "deadline"),
             )
             self.pods.append(Pod(model, replica))
         self.rolled = self.pods[:pods]

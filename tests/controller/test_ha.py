@@ -135,11 +135,15 @@ async def test_one_acts_and_a_killed_leader_is_replaced_mid_recycle_each_pod_evi
     originals = await eventually(lambda: len(p := ready_pods(emu)) == 3 and p, what="three Ready pods", timeout=15)
     names = {p["metadata"]["name"] for p in originals}
     emu.ready_after = 2.0
+    # No replacement turns Ready until a is killed, however slowly this process runs: a is killed
+    # mid-recycle, with exactly its first eviction done (one at a time holds it there).
+    emu.pod_may_be_ready = lambda pod: False
     a, b = await leader_and_standby(emu, replicas)
     await eventually(lambda: any(e.code == 201 for e in emu.evictions), what="a's first eviction", timeout=30)
     assert not b.acted(), f"the standby acted: {b.acted()}"
     assert len([e for e in emu.evictions if e.code == 201]) == 1
     a.proc.kill()
+    emu.pod_may_be_ready = None
     taken = await eventually(lambda: takeover(emu, b.identity), what="b to take the Lease", timeout=BOUND + 10)
     last_renewal = max(w.at for w in emu.lease_writes if w.holder == a.identity)
     assert taken.at - last_renewal <= BOUND + SLACK, taken.at - last_renewal
