@@ -24,10 +24,11 @@ KEY = re.compile(r"^(\s*)([A-Za-z0-9_]+):")
 
 #: Each chart's install line, from the archive `make dist` packages (dist/<chart>-<version>.tgz).
 INSTALL = {
-    "drain-router": "helm install llama {archive} -n models --create-namespace -f values.yaml",
+    "drain-router": "helm install llama {archive} -n models --create-namespace -f llama.yaml",
     "drain-router-controller": (
-        "helm install drain-router-controller {archive} -n drain-router-system --create-namespace \\\n"
-        "  --set watch.allNamespaces=true"
+        "helm install drain-router-controller {archive} -n drain-router-system \\\n"
+        "  --create-namespace --set watch.allNamespaces=true \\\n"
+        "  --set image.repository=registry.example.com/drain-router"
     ),
 }
 PURPOSE = {

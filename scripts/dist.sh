@@ -39,13 +39,13 @@ install_txt() {
         echo "drain-router-controller-$VERSION.tgz"
         echo "    Once per cluster (installs the ModelService CRD):"
         echo "    helm install drain-router-controller drain-router-controller-$VERSION.tgz -n drain-router-system \\"
-        echo "        --create-namespace --set image.repository=registry.example.com/drain-router"
+        echo "        --create-namespace --set watch.allNamespaces=true \\"
+        echo "        --set image.repository=registry.example.com/drain-router"
         echo
         echo "drain-router-$VERSION.tgz"
-        echo "    One release per model (values: the chart's README):"
-        echo "    helm install llama drain-router-$VERSION.tgz -n models --create-namespace \\"
-        echo "        --set image.repository=registry.example.com/drain-router --set modelServer.engine=vllm \\"
-        echo "        --set modelServer.model=meta-llama/Llama-3.1-8B-Instruct"
+        echo "    One release per model (llama.yaml and why the controller watches every namespace:"
+        echo "    docs/install.md):"
+        echo "    helm install llama drain-router-$VERSION.tgz -n models --create-namespace -f llama.yaml"
         if [ -f "dist/$oci" ]; then
             echo
             echo "$oci"

@@ -33,9 +33,10 @@ GRPCROUTES: Rule = (("gateway.networking.k8s.io",), ("grpcroutes",), ("get", "de
 INFERENCEPOOLS: Rule = (("inference.networking.k8s.io",), ("inferencepools",), ("get", "delete"))
 NODES: Rule = (("",), ("nodes",), ("get",))
 
-#: The default features: HTTPRoutes, recycling, lifecycle rules; no force delete, no GRPCRoutes, no
-#: InferencePools.
-DEFAULT_RULES = [MODELSERVICES_DELETE, STATUS, EVENTS, PODS_LIST, EVICTION, SERVICES, DEPLOYMENTS_PATCH, HTTPROUTES]
+#: The default features: every route kind the model chart renders (HTTPRoute, GRPCRoute,
+#: InferencePool), recycling, lifecycle rules; no force delete.
+ROUTES = [HTTPROUTES, GRPCROUTES, INFERENCEPOOLS]
+DEFAULT_RULES = [MODELSERVICES_DELETE, STATUS, EVENTS, PODS_LIST, EVICTION, SERVICES, DEPLOYMENTS_PATCH, *ROUTES]
 
 
 def rules(role: dict[str, Any]) -> list[Rule]:
@@ -99,31 +100,57 @@ def test_all_namespaces_uses_one_cluster_role_with_node_reads(helm: Helm) -> Non
     [
         pytest.param(
             {"forceDelete": True},
-            [MODELSERVICES_DELETE, STATUS, EVENTS, PODS_DELETE, EVICTION, SERVICES, DEPLOYMENTS_PATCH, HTTPROUTES],
+            [MODELSERVICES_DELETE, STATUS, EVENTS, PODS_DELETE, EVICTION, SERVICES, DEPLOYMENTS_PATCH, *ROUTES],
             id="force-delete-adds-pods-delete",
         ),
         pytest.param(
-            {"inferencePools": True},
-            [*DEFAULT_RULES, INFERENCEPOOLS],
-            id="inference-pools",
+            {"inferencePools": False},
+            [
+                MODELSERVICES_DELETE,
+                STATUS,
+                EVENTS,
+                PODS_LIST,
+                EVICTION,
+                SERVICES,
+                DEPLOYMENTS_PATCH,
+                HTTPROUTES,
+                GRPCROUTES,
+            ],
+            id="no-inference-pools",
         ),
         pytest.param(
-            {"grpcRoutes": True, "inferencePools": True},
-            [*DEFAULT_RULES, GRPCROUTES, INFERENCEPOOLS],
-            id="grpc-routes",
+            {"grpcRoutes": False},
+            [
+                MODELSERVICES_DELETE,
+                STATUS,
+                EVENTS,
+                PODS_LIST,
+                EVICTION,
+                SERVICES,
+                DEPLOYMENTS_PATCH,
+                HTTPROUTES,
+                INFERENCEPOOLS,
+            ],
+            id="no-grpc-routes",
         ),
         pytest.param(
             {"recycling": False},
-            [MODELSERVICES_DELETE, STATUS, EVENTS, PODS_LIST, SERVICES, DEPLOYMENTS_PATCH, HTTPROUTES],
+            [MODELSERVICES_DELETE, STATUS, EVENTS, PODS_LIST, SERVICES, DEPLOYMENTS_PATCH, *ROUTES],
             id="no-recycling-no-eviction",
         ),
         pytest.param(
             {"lifecycleRules": False},
-            [MODELSERVICES_READ, STATUS, EVENTS, PODS_LIST, EVICTION, SERVICES, DEPLOYMENTS, HTTPROUTES],
+            [MODELSERVICES_READ, STATUS, EVENTS, PODS_LIST, EVICTION, SERVICES, DEPLOYMENTS, *ROUTES],
             id="no-lifecycle-no-patch-no-self-delete",
         ),
         pytest.param(
-            {"httpRoutes": False, "recycling": False, "lifecycleRules": False},
+            {
+                "httpRoutes": False,
+                "grpcRoutes": False,
+                "inferencePools": False,
+                "recycling": False,
+                "lifecycleRules": False,
+            },
             [MODELSERVICES_READ, STATUS, EVENTS, PODS_LIST, SERVICES, DEPLOYMENTS],
             id="minimal",
         ),

@@ -69,7 +69,12 @@ def test_service_grpc_port_is_h2c_and_targets_the_routers_grpc_listener(helm: He
     server_ports = {int(flag(router(docs)["args"], "--upstream").rsplit(":", 1)[1])}
     server_ports.add(int(flag(router(docs)["args"], "--grpc-upstream").rsplit(":", 1)[1]))
     assert merged["grpc"]["port"] not in server_ports, "the Service never reaches the model server directly"
-    assert service_port(docs, "http")["targetPort"] == "http", "the HTTP port stays as it was"
+    names = [p["name"] for p in one(docs, "Service")["spec"]["ports"]]
+    if merged["modelServer"]["engine"] in GRPC_ENGINES:
+        assert names == ["grpc"], "an engine serving gRPC only gets no http port: nothing would answer it"
+    else:
+        assert names == ["http", "grpc"]
+        assert service_port(docs, "http")["targetPort"] == "http", "the HTTP port stays as it was"
 
 
 @pytest.mark.parametrize("engine", sorted(GRPC_ENGINES))
@@ -154,12 +159,24 @@ def test_engines_refused_or_incomplete(helm: Helm, values: dict[str, Any], expec
             "grpc.modelServerPort 9091 collides with a router port",
             id="custom-grpc-on-admin",
         ),
-        pytest.param({"grpc": {"servicePort": 80}}, "grpc.servicePort and service.port are both 80", id="service-port"),
+        pytest.param(
+            {**values_sets.GRPC_TRITON, "grpc": {"modelServerPort": 8001, "servicePort": 80}},
+            "grpc.servicePort and service.port are both 80",
+            id="service-port",
+        ),
     ],
 )
 def test_port_collisions_are_refused(helm: Helm, values: dict[str, Any], expected: str) -> None:
     values = {**values, "grpc": {"enabled": True, **values["grpc"]}}
     assert expected in helm.template_error(values)
+
+
+def test_a_grpc_only_engine_may_serve_grpc_on_the_http_service_port(helm: Helm) -> None:
+    """vllm in gRPC mode has no http Service port, so service.port is unused and cannot collide."""
+    docs = helm.template({"grpc": {"enabled": True, "servicePort": 80}})
+    assert one(docs, "Service")["spec"]["ports"] == [
+        {"name": "grpc", "port": 80, "targetPort": "grpc", "protocol": "TCP", "appProtocol": "kubernetes.io/h2c"}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -328,10 +345,12 @@ def test_model_service_removes_the_grpc_route(helm: Helm) -> None:
 
 def test_network_policy_opens_the_grpc_port_like_the_http_port(helm: Helm) -> None:
     policy = one(helm.template(GRPC), "NetworkPolicy")
-    assert _allowed(policy, {"app": "anyone"}, 8081) and _allowed(policy, {"app": "anyone"}, 8080)
+    assert _allowed(policy, {"app": "anyone"}, 8081)
+    assert not _allowed(policy, {"app": "anyone"}, 8080), "vllm serves gRPC only: nothing behind the HTTP port"
     assert not _allowed(policy, {"app": "anyone"}, 8000), "the model server's own (gRPC) port stays closed"
     narrowed = one(helm.template(values_sets.GRPC_TRITON), "NetworkPolicy")
     assert _allowed(narrowed, {"app": "gateway"}, 8081) and not _allowed(narrowed, {"app": "other"}, 8081)
+    assert _allowed(narrowed, {"app": "gateway"}, 8080), "custom (Triton) serves HTTP too"
     assert not _allowed(narrowed, {"app": "gateway"}, 8001)
     assert not _allowed(one(helm.template(), "NetworkPolicy"), {"app": "anyone"}, 8081), "closed when off"
 
@@ -343,4 +362,5 @@ def test_notes_show_the_grpc_path(helm: Helm) -> None:
     notes = done.stdout.split("NOTES:", 1)[1]
     assert f"gRPC: Service {FULLNAME}:8081 (h2c) -> router :8081 -> vllm model server 127.0.0.1:8000" in notes
     assert "vllm serves gRPC only" in notes and 'pip install "vllm[grpc]"' in notes
+    assert "Traffic: Service" not in notes, "no http Service port to show"
     assert "gRPC" not in helm.run(*install).stdout.split("NOTES:", 1)[1]

@@ -6,35 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.chart import values_sets
+from tests.chart import netpol, values_sets
 from tests.chart.helm import CONTROLLER_CHART, NAMESPACE, Helm, find, model_deployment, one
 
 
 def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
-
-
-def _peer_admits(peer: dict[str, Any], pod_labels: dict[str, str], namespace: str) -> bool:
-    if "ipBlock" in peer:
-        return False
-    if "namespaceSelector" in peer:
-        ns_ok = _selects(peer["namespaceSelector"], {"kubernetes.io/metadata.name": namespace})
-    else:
-        ns_ok = namespace == NAMESPACE  # a bare podSelector means the policy's own namespace
-    return ns_ok and _selects(peer.get("podSelector", {}), pod_labels)
+    return netpol.selects(selector, labels)
 
 
 def _allowed(policy: dict[str, Any], pod_labels: dict[str, str], port: int, namespace: str = NAMESPACE) -> bool:
     """Whether a pod of ``namespace`` with ``pod_labels`` may connect to ``port`` of the policy's pods."""
-    for rule in policy["spec"]["ingress"]:
-        if port not in [p["port"] for p in rule.get("ports", [])]:
-            continue
-        peers = rule.get("from")
-        if peers is None:
-            return True
-        if any(_peer_admits(peer, pod_labels, namespace) for peer in peers):
-            return True
-    return False
+    target = netpol.Pod(namespace=NAMESPACE, labels=dict(policy["spec"]["podSelector"]["matchLabels"]))
+    return netpol.ingress_allowed([policy], netpol.Pod(namespace=namespace, labels=pod_labels), target, port)
 
 
 def _pod_labels(deployment: dict[str, Any]) -> dict[str, str]:
@@ -57,10 +40,21 @@ def test_admin_port_is_closed_to_everyone_but_the_controller(helm: Helm) -> None
     assert _allowed(policy, client, 8080), "anyone reaches the traffic port"
     assert not _allowed(policy, client, 9091), "a client does not reach the admin port"
     assert not _allowed(policy, client, 8000), "nor the model server's own port"
-    controller = _controller_pod_labels(helm)
-    assert _allowed(policy, controller, 9091), "the controller's idle probe does"
-    assert not _allowed(policy, controller, 9091, namespace="elsewhere"), "the same labels elsewhere do not"
+    controller = _controller_pod_labels(helm, namespace="drain-router-system")
+    assert _allowed(policy, controller, 9091, namespace="drain-router-system"), (
+        "the controller's idle probe does, from the namespace the README installs it in"
+    )
+    assert not _allowed(policy, controller, 9091), "the same labels in the model's namespace do not"
+    assert not _allowed(policy, controller, 9091, namespace="elsewhere"), "nor elsewhere"
     assert not _allowed(policy, _pod_labels(model), 9091), "another model pod does not"
+
+
+def test_an_empty_controller_namespace_means_the_releases_own(helm: Helm) -> None:
+    """A controller installed beside the model (watch.namespaces): networkPolicy.controller.namespace ""."""
+    policy = one(helm.template({"networkPolicy": {"controller": {"namespace": ""}}}), "NetworkPolicy")
+    controller = _controller_pod_labels(helm)
+    assert _allowed(policy, controller, 9091)
+    assert not _allowed(policy, controller, 9091, namespace="drain-router-system")
 
 
 def test_a_controller_in_its_own_namespace_is_admitted(helm: Helm) -> None:

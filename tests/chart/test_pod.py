@@ -117,7 +117,12 @@ def test_service_and_pdb_select_only_model_server_pods(rendered: tuple[dict[str,
     values, docs = rendered
     pod_labels = model_deployment(docs)["spec"]["template"]["metadata"]["labels"]
     service = one(docs, "Service")
-    expected = [{"name": "http", "port": values["service"]["port"], "targetPort": "http", "protocol": "TCP"}]
+    grpc_only = values["grpc"]["enabled"] and values["modelServer"]["engine"] in ("vllm", "sglang")
+    expected = (
+        []
+        if grpc_only
+        else [{"name": "http", "port": values["service"]["port"], "targetPort": "http", "protocol": "TCP"}]
+    )
     if values["grpc"]["enabled"]:
         port = values["grpc"]["servicePort"]
         expected.append(

@@ -254,7 +254,13 @@ CONTROLLER_CLUSTER: dict[str, Any] = {
 }
 CONTROLLER_NAMESPACES: dict[str, Any] = {"watch": {"namespaces": ["a", "b"]}}
 CONTROLLER_MINIMAL: dict[str, Any] = {
-    "features": {"httpRoutes": False, "recycling": False, "lifecycleRules": False},
+    "features": {
+        "httpRoutes": False,
+        "grpcRoutes": False,
+        "inferencePools": False,
+        "recycling": False,
+        "lifecycleRules": False,
+    },
     "metricsPort": 0,
 }
 CONTROLLER_EXTRAS: dict[str, Any] = {

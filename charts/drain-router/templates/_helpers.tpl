@@ -187,7 +187,7 @@ helm.sh/resource-policy: keep
 {{- if has (int $e.grpc.port) (list (int $r.port) (int $r.adminPort)) -}}
 {{- fail (printf "grpc.modelServerPort %v collides with a router port (%v, %v): the containers share the pod's network namespace" $e.grpc.port $r.port $r.adminPort) -}}
 {{- end -}}
-{{- if eq (int $g.servicePort) (int $v.service.port) -}}
+{{- if and (not $e.grpc.only) (eq (int $g.servicePort) (int $v.service.port)) -}}
 {{- fail (printf "grpc.servicePort and service.port are both %v: the Service needs one port for HTTP and one for gRPC" $g.servicePort) -}}
 {{- end -}}
 {{- if and $e.grpc.only $v.httpRoute.enabled -}}
