@@ -1,4 +1,5 @@
-"""The three ways a pod can end that the demo and the e2e suite compare, as pods on this machine.
+"""The ways a pod can end that the demo and the e2e suite compare, as pods on this machine: three
+recipes, the sleep recipe behind two balancers, so four runs (:data:`LABELS`).
 
 - **drain-router**: ``drain-router serve --shutdown-drain-secs D`` in front of the model server. At
   t0 the router gets SIGTERM, its ``/readyz`` says 503 at once and it keeps serving for D s, then
@@ -54,6 +55,16 @@ class Recipe:
 #: The label of the sleep recipe behind a balancer that probes only the engine.
 PROBE_ONLY_LABEL = "sleep (probe-only LB)"
 
+#: The runs :func:`compared` returns, by label, in order: the columns of the demo's table.
+LABELS = ("drain-router", "sleep + engine drain", PROBE_ONLY_LABEL, "no drain")
+
+_NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+
+
+def how_many() -> str:
+    """The number of runs the demo compares, in words (``four``), for its help."""
+    return _NUMBERS.get(len(LABELS), str(len(LABELS)))
+
 
 def compared(
     model_url: str,
@@ -108,10 +119,11 @@ def compared(
         f"preStop sleep {sleep.prestop_sleep_secs:g} s, --shutdown-timeout {sleep.shutdown_timeout_secs:g} s"
     )
     engine_marks = {"t0_name": "pod deleted: preStop sleep", "closing_name": "engine SIGTERM"}
+    router, sleep_lb, probe_only, no_drain = LABELS
     return [
-        Recipe("drain-router", f"--shutdown-drain-secs {drain_secs}", drain_secs, routers(drain_secs)),
+        Recipe(router, f"--shutdown-drain-secs {drain_secs}", drain_secs, routers(drain_secs)),
         Recipe(
-            "sleep + engine drain",
+            sleep_lb,
             sleep_setting,
             sleep.prestop_sleep_secs,
             engines(True),
@@ -121,7 +133,7 @@ def compared(
             **engine_marks,
         ),
         Recipe(
-            PROBE_ONLY_LABEL,
+            probe_only,
             sleep_setting,
             sleep.prestop_sleep_secs,
             engines(False),
@@ -131,5 +143,5 @@ def compared(
             probe_name="engine /health",
             **engine_marks,
         ),
-        Recipe("no drain", "--shutdown-drain-secs 0", 0, routers(0)),
+        Recipe(no_drain, "--shutdown-drain-secs 0", 0, routers(0)),
     ]
