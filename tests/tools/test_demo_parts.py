@@ -278,3 +278,26 @@ def test_the_runs_compared_are_the_labelled_ones_and_the_help_counts_them(tmp_pa
     result = CliRunner().invoke(demo.command, ["--help"])
     assert result.exit_code == 0, result.output
     assert f"under {words[len(made)]} shutdown recipes" in " ".join(result.output.split())
+
+
+def test_with_sessions_no_drain_closes_none_and_is_killed_at_the_grace(tmp_path: Path) -> None:
+    """With realtime sessions the routers are told the pod's grace (sessions get 1001 by its
+    deadline), but no drain's: it closes no session (--websocket-close-at deadline, no deadline) and
+    the demo SIGKILLs it at the grace, so its open sessions end 1006 as without a drain (every run's
+    sessions ended 1001, no drain's included, and "sessions cut" was 0 in every column)."""
+    made = recipes.compared(
+        "http://127.0.0.1:1", replicas=1, drain_secs=2, chunks=3, interval_ms=1, termination_grace_secs=6
+    )
+    by_label = {r.label: r.pods(tmp_path / str(i))[0] for i, r in enumerate(made)}
+    router, no_drain = by_label["drain-router"], by_label["no drain"]
+    assert isinstance(router, pods.RouterPod) and isinstance(no_drain, pods.RouterPod)
+    assert router.kill_after_secs is None
+    assert "--termination-grace-secs" in router.process.argv and "--websocket-close-at" not in router.process.argv
+    assert no_drain.kill_after_secs == 6
+    assert "--termination-grace-secs" not in no_drain.process.argv
+    argv = no_drain.process.argv
+    assert argv[argv.index("--websocket-close-at") + 1] == "deadline"
+    without = recipes.compared("http://127.0.0.1:1", replicas=1, drain_secs=2, chunks=3, interval_ms=1)
+    plain = without[-1].pods(tmp_path / "plain")[0]
+    assert isinstance(plain, pods.RouterPod) and plain.kill_after_secs is None
+    assert "--websocket-close-at" not in plain.process.argv
