@@ -71,9 +71,10 @@ chart-readme: $(STAMP)
 	$(BIN)/python scripts/chart_readme.py
 
 ## make dist: wheel, sdist, both packaged charts, the tested versions and INSTALL.txt (the command that
-## installs each) in dist/ (DIST_IMAGE=1 adds the image archive, needs root); docs/install.md
-dist: $(STAMP)
-	PYTHON=$(BIN)/python bash scripts/dist.sh
+## installs each) in dist/ (DIST_IMAGE=1 adds the image archive, needs root); docs/install.md. Built by
+## PEP 517 from a throwaway venv with only `build`, not the development environment.
+dist:
+	PYTHON=$(PYTHON) bash scripts/dist.sh
 
 ## make dist-check: the wheel with the controller extra installs (tested versions) into a fresh venv and
 ## runs; both packaged charts lint and render; INSTALL.txt names every artifact

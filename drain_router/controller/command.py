@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from drain_router.config import usage
 from drain_router.controller import crd
 from drain_router.controller import settings as settings_
 
@@ -21,12 +22,12 @@ Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def _click_option(field: dataclasses.Field[Any], option: settings_.Option) -> Decorator:
-    """The click option of a setting: flag, variable, type, default and help are said once, in
-    :mod:`drain_router.controller.settings`. The parameter is the field's name."""
+    """The click option of a setting: flag, variable, type, metavar, default, help and heading are said
+    once, in :mod:`drain_router.controller.settings`. The parameter is the field's name."""
     default = field.default if option.cli_default is None else option.cli_default
     flags = f"--{option.flag}/--no-{option.flag}" if option.kind == "switch" else f"--{option.flag}"
     extra: dict[str, Any] = {"flag": {"is_flag": True}, "repeated": {"multiple": True}}.get(option.kind, {})
-    return click.option(
+    return usage.option(
         flags,
         field.name,
         type=option.type,
@@ -36,6 +37,7 @@ def _click_option(field: dataclasses.Field[Any], option: settings_.Option) -> De
         show_envvar=True,
         metavar=option.metavar,
         help=option.help,
+        heading=option.heading,
         **extra,
     )
 
@@ -46,7 +48,11 @@ def _settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-@click.command("controller", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(
+    "controller",
+    cls=usage.SectionedCommand,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @_settings_options
 @click.option("--print-crd", is_flag=True, help="Print the ModelService CRD (what the chart ships) and exit.")
 def command(print_crd: bool, **given: Any) -> None:

@@ -1,8 +1,9 @@
 """The controller's settings: one frozen object built by the ``controller`` subcommand. No kopf here.
 
 Each setting a user gives is declared once, as a field with its default and its :class:`Option` (flag,
-click type, help); ``drain-router controller`` generates its options, and their
-``DRAIN_ROUTER_CONTROLLER_*`` variables, from them (:func:`options`). The other fields are for tests
+click type, metavar, help, heading); ``drain-router controller`` generates its options, and their
+``DRAIN_ROUTER_CONTROLLER_*`` variables, from them (:func:`options`), listed under headings as
+``serve`` lists its own (:mod:`drain_router.config.usage`). The other fields are for tests
 and for the command itself (``identity``).
 """
 
@@ -20,6 +21,17 @@ from drain_router.decisions import lifecycle, recycling
 _PORT = click.IntRange(0, 65535)
 _POSITIVE_SECS = click.FloatRange(min=0, min_open=True)
 
+#: The headings of ``controller --help``, in the order they are listed.
+WATCH = "What to watch"
+DELETION = "Staged deletion"
+LEADER_ELECTION = "Leader election"
+ENDPOINTS = "Metrics and liveness"
+LOGGING = "Logging"
+
+#: The port of kopf's /healthz when none is given: the chart's ``health.port``, which its
+#: livenessProbe reads (a test keeps them equal). 8081, as controller-runtime's health probes.
+DEFAULT_LIVENESS_PORT = 8081
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Option:
@@ -27,13 +39,15 @@ class Option:
     for a ``switch``) or ``DRAIN_ROUTER_CONTROLLER_<FLAG>``."""
 
     flag: str
-    help: str | None = None
+    help: str
+    heading: str
+    """The heading it is listed under in ``--help``."""
     type: click.ParamType[Any] | None = None
     metavar: str | None = None
     kind: Literal["value", "switch", "flag", "repeated"] = "value"
     """``switch``: a boolean with its ``--no-`` form; ``flag``: a boolean given by the flag alone;
     ``repeated``: given once per value (its variable takes a space-separated list)."""
-    cli_default: bool | None = None
+    cli_default: Any = None
     """The command's default where it differs from the field's (which library callers and tests get)."""
     show_default: bool = True
     """``--help`` shows the default (never for a ``flag`` or a ``repeated`` option)."""
@@ -61,6 +75,7 @@ class ControllerSettings:
         (),
         Option(
             flag="namespace",
+            heading=WATCH,
             kind="repeated",
             metavar="NS",
             help="Watch ModelServices in this namespace; repeat for several (the environment variable "
@@ -70,13 +85,15 @@ class ControllerSettings:
     """Empty only together with ``all_namespaces``."""
     all_namespaces: bool = setting(
         False,
-        Option(flag="all-namespaces", kind="flag", help="Watch every namespace (needs a ClusterRole)."),
+        Option(flag="all-namespaces", heading=WATCH, kind="flag", help="Watch every namespace (needs a ClusterRole)."),
     )
     metrics_port: int = setting(
         9092,
         Option(
             flag="metrics-port",
+            heading=ENDPOINTS,
             type=_PORT,
+            metavar="PORT",
             help="Prometheus /metrics port for drain_router_controller_*; 0 disables it.",
         ),
     )
@@ -85,15 +102,20 @@ class ControllerSettings:
         0,
         Option(
             flag="liveness-port",
+            heading=ENDPOINTS,
             type=_PORT,
+            metavar="PORT",
+            cli_default=DEFAULT_LIVENESS_PORT,
             help="Serve kopf's liveness endpoint GET /healthz on this port (for a livenessProbe); 0: none.",
         ),
     )
-    """kopf serves it on 0.0.0.0."""
+    """kopf serves it on 0.0.0.0. The command's default is :data:`DEFAULT_LIVENESS_PORT`; the field's
+    (library callers and tests) is 0: none."""
     read_nodes: bool = setting(
         True,
         Option(
             flag="node-reads",
+            heading=WATCH,
             kind="switch",
             help="Read the node of a pod stuck terminating (needs get on nodes, cluster-scoped). "
             "--no-node-reads for a namespaced install without a ClusterRole: nodes then count as Ready.",
@@ -105,29 +127,20 @@ class ControllerSettings:
         5.0,
         Option(
             flag="requeue-secs",
+            heading=DELETION,
             type=_POSITIVE_SECS,
+            metavar="SECS",
             help="Every wait of a staged deletion is a requeue after this long (the route settle "
             "requeues for its exact remainder).",
         ),
     )
     """5 s: short against a 60 s settle and a 30 s pod grace, cheap in API calls (a handful of GETs
     per ModelService being deleted)."""
-    log_format: str = setting(
-        "json",
-        Option(
-            flag="log-format",
-            type=click.Choice(config.LOG_FORMATS),
-            help="json: one object a line on stdout, as the router logs. console: for a terminal.",
-        ),
-    )
-    log_level: str = setting(
-        "info", Option(flag="log-level", type=click.Choice(config.LOG_LEVELS, case_sensitive=False))
-    )
-    """kopf's and the controller's log level."""
     leader_election: bool = setting(
         False,
         Option(
             flag="leader-election",
+            heading=LEADER_ELECTION,
             kind="switch",
             cli_default=True,
             help="Act only while holding a coordination.k8s.io/v1 Lease, so that of several replicas "
@@ -142,6 +155,7 @@ class ControllerSettings:
         "drain-router-controller",
         Option(
             flag="leader-election-lease",
+            heading=LEADER_ELECTION,
             metavar="NAME",
             help="The Lease the replicas of one install compete for (one per install).",
         ),
@@ -151,6 +165,7 @@ class ControllerSettings:
         "",
         Option(
             flag="leader-election-namespace",
+            heading=LEADER_ELECTION,
             metavar="NS",
             show_default=False,
             help="The Lease's namespace. Default: the pod's own (its service account's namespace), else "
@@ -162,6 +177,7 @@ class ControllerSettings:
         15,
         Option(
             flag="leader-election-lease-duration",
+            heading=LEADER_ELECTION,
             type=click.IntRange(min=1),
             metavar="SECS",
             help="A standby takes the Lease from a leader that has not renewed it for this long (whole seconds).",
@@ -175,6 +191,7 @@ class ControllerSettings:
         10.0,
         Option(
             flag="leader-election-renew-deadline",
+            heading=LEADER_ELECTION,
             type=_POSITIVE_SECS,
             metavar="SECS",
             help="A leader that cannot renew for this long stops acting: it exits with status 3 and "
@@ -189,12 +206,32 @@ class ControllerSettings:
         2.0,
         Option(
             flag="leader-election-retry-period",
+            heading=LEADER_ELECTION,
             type=_POSITIVE_SECS,
             metavar="SECS",
             help="The leader renews, and a standby looks at the Lease, this often. At most half the renew deadline.",
         ),
     )
     """2 s as in client-go."""
+    log_format: str = setting(
+        "json",
+        Option(
+            flag="log-format",
+            heading=LOGGING,
+            type=click.Choice(config.LOG_FORMATS),
+            help="json: one object a line on stdout, as the router logs. console: for a terminal.",
+        ),
+    )
+    log_level: str = setting(
+        "info",
+        Option(
+            flag="log-level",
+            heading=LOGGING,
+            type=click.Choice(config.LOG_LEVELS, case_sensitive=False),
+            help="Minimum level logged, the controller's and kopf's alike.",
+        ),
+    )
+    """kopf's and the controller's log level."""
     identity: str = ""
     """This process's ``holderIdentity``: the pod name plus a per-process suffix (set by the CLI)."""
     finalizer: str = "drainrouter.dev/staged-deletion"

@@ -1,4 +1,4 @@
-"""``drain-router demo``: a rolling restart under three shutdown recipes, on this machine.
+"""``drain-router demo``: a rolling restart under each shutdown recipe, on this machine.
 
 The whole story with nothing but the package: clients stream completions (and, with grpcio from
 the ``demo`` extra, call vLLM's gRPC ``Generate``) through a small probe-driven balancer
@@ -46,8 +46,8 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
             try:
                 out.write(
                     f"Streaming completions ({opts.chunks} chunks every {opts.interval_ms} ms) through a "
-                    f"balancer to {opts.replicas} pods on 127.0.0.1, restarted under three recipes (the sleep "
-                    "recipe behind two balancers)...\n"
+                    f"balancer to {opts.replicas} pods on 127.0.0.1, restarted under {recipes.how_many()} "
+                    f"recipes ({', '.join(recipes.LABELS)})...\n"
                 )
                 out.flush()
                 await model.start(session)
@@ -96,37 +96,54 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
     return 1 if first.lost or first.grpc_lost or any(not r.end.clean for r in first.sessions) else 0
 
 
-@click.command("demo")
-@field_option(Options, "replicas", type=click.IntRange(2, 6), help="Pods per run.")
-@field_option(Options, "clients", type=click.IntRange(1, 500), help="Streaming clients.")
+HELP = f"""Show a rolling restart under {recipes.how_many()} shutdown recipes, on this machine.
+
+Streams completions through a probe-driven balancer to two pods on 127.0.0.1 and restarts them
+one at a time: with drain-router (--shutdown-drain-secs set to --drain-secs); with KServe's preStop sleep
+and the engine's own drain (vLLM's --shutdown-timeout; 15 s and 45 s scaled by --drain-secs/30),
+once with the balancer told of the pod's deletion and once with a balancer that probes only the
+engine; and with no drain. Realtime sessions and gRPC calls (vLLM's Generate, through the
+balancer's gRPC side) run beside the streams and the table says how each ended. Prints a
+comparison and what each run lost, writes a PNG timeline. Exits 1 if drain-router lost a
+request or a gRPC call, or cut a session.
+"""
+
+
+@click.command("demo", help=HELP)
+@field_option(Options, "replicas", type=click.IntRange(2, 6), metavar="N", help="Pods per run.")
+@field_option(Options, "clients", type=click.IntRange(1, 500), metavar="N", help="Streaming clients.")
 @field_option(
     Options,
     "drain_secs",
     type=click.IntRange(1, 60),
-    help="--shutdown-drain-secs of the drain-router run; the sleep recipe's windows scale with it (DRAIN_SECS/30).",
+    metavar="SECS",
+    help="--shutdown-drain-secs of the drain-router run; the sleep recipe's windows scale with it (--drain-secs/30).",
 )
-@field_option(Options, "probe_interval_ms", type=click.IntRange(50, 10_000), help="Probe period.")
+@field_option(Options, "probe_interval_ms", type=click.IntRange(50, 10_000), metavar="MS", help="Probe period.")
 @field_option(
     Options,
     "probe_fall",
     type=click.IntRange(1, 10),
+    metavar="N",
     help="Failed probes before the balancer takes a pod out of rotation.",
 )
 @field_option(
     Options,
     "realtime_clients",
     type=click.IntRange(0, 500),
+    metavar="N",
     help="Realtime (WebSocket) sessions beside the streams, when the router tunnels WebSocket; 0: none.",
 )
 @field_option(
     Options,
     "grpc_clients",
     type=click.IntRange(0, 500),
+    metavar="N",
     help="gRPC clients calling vLLM's Generate through the balancer's gRPC side beside the streams "
     "(needs the 'demo' extra); 0: none.",
 )
-@field_option(Options, "chunks", type=click.IntRange(1, 10_000), help="Chunks per stream.")
-@field_option(Options, "interval_ms", type=click.IntRange(0, 10_000), help="Milliseconds between chunks.")
+@field_option(Options, "chunks", type=click.IntRange(1, 10_000), metavar="N", help="Chunks per stream.")
+@field_option(Options, "interval_ms", type=click.IntRange(0, 10_000), metavar="MS", help="Milliseconds between chunks.")
 @click.option(
     "--png",
     "png",
@@ -140,17 +157,7 @@ async def run_demo(opts: Options, out: TextIO, *, live: bool, png: Path | None) 
     "--live/--plain", default=None, help="A redrawn live view, or plain event lines. Default: live on a terminal."
 )
 def command(png: Path, no_png: bool, live: bool | None, **params: int) -> None:
-    """Show a rolling restart under three shutdown recipes, on this machine.
-
-    Streams completions through a probe-driven balancer to two pods on 127.0.0.1 and restarts them
-    one at a time: with drain-router (--shutdown-drain-secs DRAIN_SECS); with KServe's preStop sleep
-    and the engine's own drain (vLLM's --shutdown-timeout; 15 s and 45 s scaled by DRAIN_SECS/30),
-    once with the balancer told of the pod's deletion and once with a balancer that probes only the
-    engine; and with no drain. Realtime sessions and gRPC calls (vLLM's Generate, through the
-    balancer's gRPC side) run beside the streams and the table says how each ended. Prints a
-    comparison and what each run lost, writes a PNG timeline. Exits 1 if drain-router lost a
-    request or a gRPC call, or cut a session.
-    """
+    """The demo (its help: :data:`HELP`)."""
     opts = Options(**params)
     if opts.drain_secs * 1000 <= opts.probe_interval_ms * opts.probe_fall:
         click.echo(

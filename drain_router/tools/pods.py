@@ -73,12 +73,16 @@ class Pod(Protocol):
 
 
 class RouterPod:
-    """A router replica (drain on or off) in front of a shared model server."""
+    """A router replica (drain on or off) in front of a shared model server.
 
-    def __init__(self, replica: cluster.Replica) -> None:
+    ``kill_after_secs``: the pod's grace, after which the demo SIGKILLs a router still running, as
+    the kubelet does (None: wait for it to exit)."""
+
+    def __init__(self, replica: cluster.Replica, *, kill_after_secs: float | None = None) -> None:
         self.replica = replica
         self.name = replica.name
         self.process = replica.process
+        self.kill_after_secs = kill_after_secs
 
     @property
     def url(self) -> str:
@@ -97,7 +101,13 @@ class RouterPod:
 
     async def terminate(self) -> int:
         self.replica.sigterm()
-        return await self.process.wait_exit(timeout=self.replica.shutdown_drain_secs + 60)
+        if self.kill_after_secs is None:
+            return await self.process.wait_exit(timeout=self.replica.shutdown_drain_secs + 60)
+        try:
+            return await self.process.wait_exit(timeout=self.kill_after_secs)
+        except TimeoutError:
+            self.process.kill()  # the grace is over: SIGKILL, what is still open is cut
+            return await self.process.wait_exit(timeout=10)
 
     async def state(self, session: aiohttp.ClientSession) -> str:
         try:

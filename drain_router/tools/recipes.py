@@ -1,4 +1,5 @@
-"""The three ways a pod can end that the demo and the e2e suite compare, as pods on this machine.
+"""The ways a pod can end that the demo and the e2e suite compare, as pods on this machine: three
+recipes, the sleep recipe behind two balancers, so four runs (:data:`LABELS`).
 
 - **drain-router**: ``drain-router serve --shutdown-drain-secs D`` in front of the model server. At
   t0 the router gets SIGTERM, its ``/readyz`` says 503 at once and it keeps serving for D s, then
@@ -6,7 +7,10 @@
 - **preStop sleep + engine drain** (KServe v0.19's recipe, also in vLLM's and llm-d's guides): no
   router. At t0 the kubelet runs a preStop ``sleep 15``; then the engine gets SIGTERM and drains
   with ``--shutdown-timeout = grace - 15`` (KServe: grace 60 s, timeout 45 s) (:class:`EnginePod`).
-- **no drain**: the router with ``--shutdown-drain-secs 0``: SIGTERM goes straight to closing.
+- **no drain**: the router with ``--shutdown-drain-secs 0``: SIGTERM goes straight to closing. With
+  realtime sessions it is not told the pod's grace and closes no session (``--websocket-close-at
+  deadline`` without a deadline), and the demo SIGKILLs it at the grace as the kubelet does: its open
+  sessions end 1006, as a server's without a drain do.
 
 The pods themselves, and how the balancer learns that one is going, are :mod:`drain_router.tools.pods`.
 Kubernetes windows are scaled to the demo's: :func:`scaled_sleep_recipe`.
@@ -54,6 +58,16 @@ class Recipe:
 #: The label of the sleep recipe behind a balancer that probes only the engine.
 PROBE_ONLY_LABEL = "sleep (probe-only LB)"
 
+#: The runs :func:`compared` returns, by label, in order: the columns of the demo's table.
+LABELS = ("drain-router", "sleep + engine drain", PROBE_ONLY_LABEL, "no drain")
+
+_NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+
+
+def how_many() -> str:
+    """The number of runs the demo compares, in words (``four``), for its help."""
+    return _NUMBERS.get(len(LABELS), str(len(LABELS)))
+
 
 def compared(
     model_url: str,
@@ -69,13 +83,20 @@ def compared(
     the same sleep recipe behind a balancer that probes only the engine (the e2e's case where
     drain-router wins against it), and no drain. The router pods share the model server at
     ``model_url``, each engine pod runs its own. ``termination_grace_secs`` is declared on the
-    routers (their in-flight deadline: where realtime sessions get 1001). With ``grpc_url`` (the
+    routers (their in-flight deadline: where realtime sessions get 1001), but for no drain: its
+    routers close no session and are SIGKILLed at that grace. With ``grpc_url`` (the
     shared model server's gRPC endpoint) every pod takes gRPC calls too: the routers relay them
     there, each engine serves them on its own gRPC port."""
     sleep = scaled_sleep_recipe(drain_secs)
     names = [f"pod-{i}" for i in range(replicas)]
 
-    def routers(drain: int) -> Callable[[Path], list[Pod]]:
+    def routers(drain: int, *, closes_sessions: bool = True) -> Callable[[Path], list[Pod]]:
+        extra: tuple[str, ...] = ()
+        if closes_sessions or termination_grace_secs is None:
+            grace, kill_after = termination_grace_secs, None
+        else:  # no drain: nothing tells a session to go; the kubelet's SIGKILL at the grace cuts it
+            grace, kill_after = None, termination_grace_secs
+            extra = ("--websocket-close-at", "deadline")
         return lambda logs: [
             RouterPod(
                 cluster.Replica(
@@ -83,9 +104,11 @@ def compared(
                     model_url,
                     logs,
                     shutdown_drain_secs=drain,
-                    termination_grace_secs=termination_grace_secs,
+                    termination_grace_secs=grace,
                     grpc_upstream=grpc_url,
-                )
+                    extra_args=extra,
+                ),
+                kill_after_secs=kill_after,
             )
             for n in names
         ]
@@ -108,10 +131,11 @@ def compared(
         f"preStop sleep {sleep.prestop_sleep_secs:g} s, --shutdown-timeout {sleep.shutdown_timeout_secs:g} s"
     )
     engine_marks = {"t0_name": "pod deleted: preStop sleep", "closing_name": "engine SIGTERM"}
+    router, sleep_lb, probe_only, no_drain = LABELS
     return [
-        Recipe("drain-router", f"--shutdown-drain-secs {drain_secs}", drain_secs, routers(drain_secs)),
+        Recipe(router, f"--shutdown-drain-secs {drain_secs}", drain_secs, routers(drain_secs)),
         Recipe(
-            "sleep + engine drain",
+            sleep_lb,
             sleep_setting,
             sleep.prestop_sleep_secs,
             engines(True),
@@ -121,7 +145,7 @@ def compared(
             **engine_marks,
         ),
         Recipe(
-            PROBE_ONLY_LABEL,
+            probe_only,
             sleep_setting,
             sleep.prestop_sleep_secs,
             engines(False),
@@ -131,5 +155,14 @@ def compared(
             probe_name="engine /health",
             **engine_marks,
         ),
-        Recipe("no drain", "--shutdown-drain-secs 0", 0, routers(0)),
+        Recipe(
+            no_drain,
+            "--shutdown-drain-secs 0",
+            0,
+            routers(0, closes_sessions=False),
+            note=""
+            if termination_grace_secs is None
+            else "no session is told to go: --websocket-close-at deadline and no grace declared; SIGKILL "
+            f"at the pod's grace, {termination_grace_secs} s, cuts the ones still open",
+        ),
     ]

@@ -8,7 +8,11 @@ import re
 import subprocess
 import sys
 
+import click
 import pytest
+
+from drain_router import cli
+from drain_router.config import usage
 
 UPSTREAM = ["--upstream", "http://127.0.0.1:8000"]
 
@@ -143,3 +147,55 @@ def test_help_lists_the_flags_needed_first_first_then_by_section(command: str) -
     ], result.stdout
     first_section = result.stdout.split("Set these first:\n", 1)[1].split("\n\n", 1)[0]
     assert re.findall(r"^  (--[a-z-]+)", first_section, flags=re.MULTILINE) == flags[:3]
+
+
+def _every_command() -> list[tuple[str, click.Command, click.Context]]:
+    """Every command of ``drain-router`` (the group, then each subcommand, the lazy ones imported),
+    with a context to render its options in."""
+    top = click.Context(cli.main, info_name="drain-router")
+    found = [("drain-router", cli.main, top)]
+    for name in cli.main.list_commands(top):
+        command = cli.main.get_command(top, name)
+        assert command is not None, name
+        found.append((name, command, click.Context(command, parent=top, info_name=name)))
+    return found
+
+
+def test_every_option_of_every_command_has_help_and_says_what_its_value_is() -> None:
+    """Each option of each command (the controller, the demo and the fake model included) has help
+    text, and an option that takes a value names it as serve's do (PORT, SECS, N, a choice), not by
+    click's type (INTEGER RANGE, FLOAT RANGE, TEXT): the controller showed INTEGER RANGE for its
+    ports and --log-level had no help."""
+    bad = []
+    for name, command, ctx in _every_command():
+        for param in command.get_params(ctx):
+            if not isinstance(param, click.Option) or param.hidden:
+                continue
+            flag = f"{name} {param.opts[0]}"
+            if not (param.help or "").strip():
+                bad.append(f"{flag}: no help")
+            if not (param.is_flag or param.count) and param.make_metavar(ctx) in usage.GENERIC_METAVARS:
+                bad.append(f"{flag}: metavar {param.make_metavar(ctx)}")
+    assert not bad, "\n".join(bad)
+
+
+def test_controller_help_lists_its_options_under_headings_as_serve_does() -> None:
+    """``controller --help`` has headings, as ``serve --help`` has (it had one "Options" list), its
+    logging flags under serve's "Logging" heading and --help under "Other options", last; its ports
+    and durations read PORT and SECS."""
+    result = drain_router("controller", "--help")
+    assert result.returncode == 0, result.stderr
+    headings = re.findall(r"^(\S[^\n]*):$", result.stdout, flags=re.MULTILINE)
+    assert headings == [
+        "What to watch",
+        "Metrics and liveness",
+        "Staged deletion",
+        "Leader election",
+        "Logging",
+        "Other options",
+    ], result.stdout
+    logging_section = result.stdout.split("Logging:\n", 1)[1].split("\n\n", 1)[0]
+    assert re.findall(r"^  (--[a-z-]+)", logging_section, flags=re.MULTILINE) == ["--log-format", "--log-level"]
+    text = words(result.stdout)
+    assert "--metrics-port PORT" in text and "--liveness-port PORT" in text and "--requeue-secs SECS" in text
+    assert "RANGE" not in text and "INTEGER" not in text and "FLOAT" not in text

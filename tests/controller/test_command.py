@@ -22,7 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "drain_router", "controller", "--namespace", NAMESPACE, "--metrics-port", "0", *args]
+    return [
+        *(sys.executable, "-m", "drain_router", "controller", "--namespace", NAMESPACE),
+        *("--metrics-port", "0", "--liveness-port", "0", *args),
+    ]
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
@@ -101,3 +104,14 @@ def test_outside_a_cluster_says_why_and_what_to_do_in_one_line(tmp_path: Path) -
     assert event["event"] == "controller.no_cluster" and event["level"] == "error"
     assert "not in a cluster" in event["error"] and str(tmp_path / ".kube" / "config") in event["error"]
     assert "KUBECONFIG" in event["remedy"]
+
+
+def test_the_liveness_port_default_is_the_charts() -> None:
+    """``drain-router controller`` serves /healthz, without --liveness-port, on the port the chart's
+    livenessProbe reads (values.yaml's health.port): the command defaulted to 0 (none) while the
+    chart set 8081."""
+    from drain_router.controller.command import command
+
+    chart = yaml.safe_load((REPO / "charts" / "drain-router-controller" / "values.yaml").read_text())
+    option = next(p for p in command.params if p.name == "liveness_port")
+    assert option.default == chart["health"]["port"] != 0

@@ -74,7 +74,17 @@ async def replicas(
 
     def start(name: str, *extra: str) -> Replica:
         argv = [
-            *("-m", "drain_router", "controller", "--namespace", NAMESPACE, "--metrics-port", "0"),
+            *(
+                "-m",
+                "drain_router",
+                "controller",
+                "--namespace",
+                NAMESPACE,
+                "--metrics-port",
+                "0",
+                "--liveness-port",
+                "0",
+            ),
             *("--requeue-secs", "0.2", "--leader-election-lease-duration", str(DURATION)),
             *("--leader-election-renew-deadline", str(RENEW), "--leader-election-retry-period", str(RETRY)),
             *extra,

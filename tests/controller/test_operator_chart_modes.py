@@ -145,7 +145,7 @@ async def test_liveness_endpoint_answers_while_the_operator_runs(start_operator:
 
 def test_the_flags_the_controller_chart_passes_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """The chart's args (--no-node-reads, --liveness-port) become settings; the defaults keep node
-    reads on and no liveness listener."""
+    reads on and /healthz on the chart's port, 8081."""
     from click.testing import CliRunner
 
     from drain_router import cli
@@ -153,11 +153,11 @@ def test_the_flags_the_controller_chart_passes_reach_the_settings(monkeypatch: p
 
     received: list[settings.ControllerSettings] = []
     monkeypatch.setattr(operator, "run", lambda cfg: received.append(cfg) or 0)
-    args = ["controller", "--namespace", "ns", "--no-node-reads", "--liveness-port", "8081", "--metrics-port", "9092"]
+    args = ["controller", "--namespace", "ns", "--no-node-reads", "--liveness-port", "8082", "--metrics-port", "9092"]
     assert CliRunner().invoke(cli.main, args).exit_code == 0
     assert CliRunner().invoke(cli.main, ["controller", "--all-namespaces", "--no-leader-election"]).exit_code == 0
     chosen, default = received
-    assert chosen.read_nodes is False and chosen.liveness_port == 8081
-    assert default.read_nodes is True and default.liveness_port == 0
+    assert chosen.read_nodes is False and chosen.liveness_port == 8082
+    assert default.read_nodes is True and default.liveness_port == 8081
     same = CliRunner().invoke(cli.main, ["controller", "--namespace", "ns", "--liveness-port", "9092"])
     assert same.exit_code != 0 and "liveness_port and metrics_port" in same.output

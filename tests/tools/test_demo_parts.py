@@ -232,3 +232,72 @@ def test_compared_runs_in_order(tmp_path: Path) -> None:
     assert compared[1].setting == compared[2].setting == "preStop sleep 1 s, --shutdown-timeout 3 s"
     sees = [[p.readiness.sees_deletion for p in r.pods(tmp_path / str(i))] for i, r in enumerate(compared[1:3])]  # type: ignore[attr-defined]
     assert sees == [[True, True], [False, False]]
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _readme_demo_table() -> tuple[list[str], list[str]]:
+    """The README's table from ``make demo`` (the first ``text`` block after "What it changes"):
+    its column labels and its row labels."""
+    text = README.read_text().split("What it changes, from `make demo`", 1)[1]
+    block = text.split("```text\n", 1)[1].split("```", 1)[0]
+    header, _rule, *rows = block.strip("\n").splitlines()
+    columns = [c.strip() for c in header.split("  ") if c.strip()]
+    return columns, [row.split("  ")[0].strip() for row in rows]
+
+
+def test_the_readmes_demo_table_has_every_row_and_column_the_demo_prints() -> None:
+    """The README shows the demo's table: each run the demo compares is a column and each row the
+    demo prints for a run with streams, realtime sessions and gRPC calls (its defaults) is a row, in
+    the demo's order. The README's table lacked the p50, realtime and gRPC rows the demo printed."""
+    full = []
+    for label in recipes.LABELS:
+        run = runs_mod.RunResult(label, "-", ["pod-0"], drain_durations=[1.0])
+        run.records = [_record(0, 0.5, streams.Outcome.OK)]
+        run.sessions = [_session(sessions.End.GOING_AWAY, 1001)]
+        run.grpc = [_call(grpc_load.Outcome.OK)]
+        full.append(run)
+    printed = runs_mod.comparison_table(full).split("\n\n", 1)[0].splitlines()
+    printed_rows = [line.split("  ")[0].strip() for line in printed[2:]]
+    columns, rows = _readme_demo_table()
+    assert columns == list(recipes.LABELS)
+    assert rows == printed_rows
+
+
+def test_the_runs_compared_are_the_labelled_ones_and_the_help_counts_them(tmp_path: Path) -> None:
+    """compared() returns one run per label of recipes.LABELS, in order, and ``demo --help`` says how
+    many (it said three while the demo printed four)."""
+    from click.testing import CliRunner
+
+    from drain_router.tools import demo
+
+    made = recipes.compared("http://127.0.0.1:1", replicas=1, drain_secs=2, chunks=3, interval_ms=1)
+    assert [r.label for r in made] == list(recipes.LABELS)
+    words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+    result = CliRunner().invoke(demo.command, ["--help"])
+    assert result.exit_code == 0, result.output
+    assert f"under {words[len(made)]} shutdown recipes" in " ".join(result.output.split())
+
+
+def test_with_sessions_no_drain_closes_none_and_is_killed_at_the_grace(tmp_path: Path) -> None:
+    """With realtime sessions the routers are told the pod's grace (sessions get 1001 by its
+    deadline), but no drain's: it closes no session (--websocket-close-at deadline, no deadline) and
+    the demo SIGKILLs it at the grace, so its open sessions end 1006 as without a drain (every run's
+    sessions ended 1001, no drain's included, and "sessions cut" was 0 in every column)."""
+    made = recipes.compared(
+        "http://127.0.0.1:1", replicas=1, drain_secs=2, chunks=3, interval_ms=1, termination_grace_secs=6
+    )
+    by_label = {r.label: r.pods(tmp_path / str(i))[0] for i, r in enumerate(made)}
+    router, no_drain = by_label["drain-router"], by_label["no drain"]
+    assert isinstance(router, pods.RouterPod) and isinstance(no_drain, pods.RouterPod)
+    assert router.kill_after_secs is None
+    assert "--termination-grace-secs" in router.process.argv and "--websocket-close-at" not in router.process.argv
+    assert no_drain.kill_after_secs == 6
+    assert "--termination-grace-secs" not in no_drain.process.argv
+    argv = no_drain.process.argv
+    assert argv[argv.index("--websocket-close-at") + 1] == "deadline"
+    without = recipes.compared("http://127.0.0.1:1", replicas=1, drain_secs=2, chunks=3, interval_ms=1)
+    plain = without[-1].pods(tmp_path / "plain")[0]
+    assert isinstance(plain, pods.RouterPod) and plain.kill_after_secs is None
+    assert "--websocket-close-at" not in plain.process.argv

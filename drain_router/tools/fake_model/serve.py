@@ -126,12 +126,13 @@ def _log(event: str, **fields: Any) -> None:
 
 
 @click.command("fake-model")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Listen address.")
+@click.option("--host", default="127.0.0.1", show_default=True, metavar="ADDRESS", help="Listen address.")
 @click.option(
     "--port",
     default=8000,
     show_default=True,
     type=click.IntRange(0, 65535),
+    metavar="PORT",
     help="Listen port; 0 picks a free one (printed in the 'fake_model.listening' line).",
 )
 @click.option("--uds", default=None, metavar="PATH", help="Listen on this Unix socket instead of TCP.")
@@ -139,6 +140,7 @@ def _log(event: str, **fields: Any) -> None:
     "--grpc-port",
     default=None,
     type=click.IntRange(0, 65535),
+    metavar="PORT",
     help="Also serve gRPC on --host and this port: vLLM's engine service (vllm.grpc.engine.VllmEngine), "
     "grpc.health.v1 and a Triton-shaped raw-bytes service; 0 picks a free one (printed as grpc_port in the "
     "'fake_model.listening' line). Unset: no gRPC. Needs the demo extra.",
@@ -147,18 +149,24 @@ def _log(event: str, **fields: Any) -> None:
     openai.Settings,
     "chunks",
     type=click.IntRange(0, openai.MAX_CHUNKS),
+    metavar="N",
     help="Chunks (tokens) per completion; a request's 'chunks' or 'max_tokens' overrides it.",
 )
 @field_option(
-    openai.Settings, "interval_ms", type=click.IntRange(0, openai.MAX_INTERVAL_MS), help="Milliseconds between chunks."
+    openai.Settings,
+    "interval_ms",
+    type=click.IntRange(0, openai.MAX_INTERVAL_MS),
+    metavar="MS",
+    help="Milliseconds between chunks.",
 )
 @field_option(
     openai.Settings,
     "first_token_ms",
     type=click.IntRange(0, openai.MAX_INTERVAL_MS),
+    metavar="MS",
     help="Silent milliseconds before the first chunk.",
 )
-@field_option(openai.Settings, "model", help="Model name in answers.")
+@field_option(openai.Settings, "model", metavar="NAME", help="Model name in answers.")
 @click.option(
     "--shutdown-timeout-secs",
     "--shutdown-timeout",
@@ -166,6 +174,7 @@ def _log(event: str, **fields: Any) -> None:
     default=60.0,
     show_default=True,
     type=click.FloatRange(0),
+    metavar="SECS",
     help="vLLM's --shutdown-timeout: on SIGTERM stop accepting at once (listener and idle keep-alive "
     "connections closed), let in-flight completions finish for up to this many seconds, abort the rest, "
     "exit 0. 0 aborts in-flight completions at once (vLLM's default).",
