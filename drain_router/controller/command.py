@@ -17,11 +17,12 @@ import click
 from drain_router.config import usage
 from drain_router.controller import crd
 from drain_router.controller import settings as settings_
+from drain_router.controller.options import Option
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-def _click_option(field: dataclasses.Field[Any], option: settings_.Option) -> Decorator:
+def _click_option(field: dataclasses.Field[Any], option: Option) -> Decorator:
     """The click option of a setting: flag, variable, type, metavar, default, help and heading are said
     once, in :mod:`drain_router.controller.settings`. The parameter is the field's name."""
     default = field.default if option.cli_default is None else option.cli_default

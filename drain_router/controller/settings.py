@@ -11,55 +11,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import click
 
 from drain_router import config
+from drain_router.controller.options import DELETION, ENDPOINTS, LEADER_ELECTION, LOGGING, WATCH, Option, setting
 from drain_router.decisions import lifecycle, recycling
 
 _PORT = click.IntRange(0, 65535)
 _POSITIVE_SECS = click.FloatRange(min=0, min_open=True)
 
-#: The headings of ``controller --help``, in the order they are listed.
-WATCH = "What to watch"
-DELETION = "Staged deletion"
-LEADER_ELECTION = "Leader election"
-ENDPOINTS = "Metrics and liveness"
-LOGGING = "Logging"
-
 #: The port of kopf's /healthz when none is given: the chart's ``health.port``, which its
 #: livenessProbe reads (a test keeps them equal). 8081, as controller-runtime's health probes.
 DEFAULT_LIVENESS_PORT = 8081
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Option:
-    """How a setting is given to ``drain-router controller``: ``--<flag>`` (``--<flag>/--no-<flag>``
-    for a ``switch``) or ``DRAIN_ROUTER_CONTROLLER_<FLAG>``."""
-
-    flag: str
-    help: str
-    heading: str
-    """The heading it is listed under in ``--help``."""
-    type: click.ParamType[Any] | None = None
-    metavar: str | None = None
-    kind: Literal["value", "switch", "flag", "repeated"] = "value"
-    """``switch``: a boolean with its ``--no-`` form; ``flag``: a boolean given by the flag alone;
-    ``repeated``: given once per value (its variable takes a space-separated list)."""
-    cli_default: Any = None
-    """The command's default where it differs from the field's (which library callers and tests get)."""
-    show_default: bool = True
-    """``--help`` shows the default (never for a ``flag`` or a ``repeated`` option)."""
-
-    @property
-    def envvar(self) -> str:
-        return "DRAIN_ROUTER_CONTROLLER_" + self.flag.upper().replace("-", "_")
-
-
-def setting(default: Any, option: Option) -> Any:
-    """A dataclass field that the command line sets, through ``option``."""
-    return dataclasses.field(default=default, metadata={"option": option})
 
 
 def options() -> Iterator[tuple[dataclasses.Field[Any], Option]]:
