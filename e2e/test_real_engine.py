@@ -18,8 +18,8 @@ clients can see a loss. And the router passes the engine's stream through unchan
 greedy, seeded request straight to the engine and through a router gives the same bytes, but for
 the completion's ``id`` and ``created``.
 
-Run alone with ``pytest e2e/test_real_engine.py``; needs ``make engine`` (skipped without it, failed
-with ``CI`` set).
+Run alone with ``pytest e2e/test_real_engine.py`` (or ``pytest -m engine``); needs ``make engine``
+(skipped without it, failed with ``CI`` set).
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from drain_router.tools import cluster
 from drain_router.tools.process import Process, wait_until
 from e2e import haproxy, probed, real_engine
 from e2e.real_engine import Engine, Outcome
+
+pytestmark = pytest.mark.engine
 
 REPLICAS = 2
 CYCLES = 2  # four restarts per arm
