@@ -107,9 +107,8 @@ class Exchange:
         self.tail = sse.START
         self.tail_max = sse.TAIL_MAX
         self.event_name: bytes | None = None
-        """Its response's stream kind, the tail of the body relayed so far, the longest last piece of
-        a read kept whole as the tail (-1: none, every read goes through :func:`~.sse.advance`) and
-        a ``NAMED`` stream's last event name: see :mod:`~drain_router.proxy.sse`."""
+        """Stream kind, tail of the body relayed so far, longest read kept whole as the tail (-1:
+        none, each read goes through :func:`~.sse.advance`), last event name: see :mod:`.sse`."""
         self.truncated = 0
         """An SSE stream that ended without its terminal event (counted ``upstream_error``): 0 (no),
         :data:`~.relaying.TRUNCATED` or :data:`~.relaying.CUT` (its client connection is cut)."""
@@ -160,9 +159,8 @@ class Exchange:
         """A 1xx other than 100 (``103 Early Hints``): relayed to an HTTP/1.1 client ahead of the
         final response (RFC 9110 §15.2); an HTTP/1.0 client cannot be sent one."""
         if not self.http10:
-            out = self.to_client
-            out.append(interim_head(status, headers))
-            self.body_at = len(out)  # not body bytes
+            self.to_client.append(interim_head(status, headers))
+            self.body_at = len(self.to_client)  # not body bytes
 
     def response_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         """The final response's head (raises :class:`~drain_router.proxy.rewrite.BadFraming`: a 502)."""
@@ -214,20 +212,25 @@ class Exchange:
                     relaying.keep(self, out, at)
                 out[at] = b"%x\r\n%s\r\n" % (size, body)
             elif parts > 1:
-                relaying.keep(self, out, at)
+                if TAIL <= len(out[-1]) <= self.tail_max:
+                    self.tail = out[-1]
+                else:
+                    relaying.keep(self, out, at)
                 out.insert(at, b"%x\r\n" % sum(map(len, out[at:])))
                 out.append(b"\r\n")
             if self.resp_done:
                 relaying.last_chunk(self, out)
+            elif not out:
+                return
         else:
             relaying.track(self, out)
-        if not self.resp_done and (not out or (self.mode == SMALL and not self.head_sent)):
-            return
+            if not self.resp_done and (not out or (self.mode == SMALL and not self.head_sent)):
+                return
         transport = self.client.transport
         if transport is not None:
             transport.write(out[0] if len(out) == 1 else b"".join(out))
         out.clear()
-        if self.code and not self.head_sent:
+        if not self.head_sent and self.code:
             self.head_sent = True
             listener = self.client.listener
             listener.metrics.ttfb.observe(listener.loop.time() - self.started_at)
