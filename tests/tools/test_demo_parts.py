@@ -238,9 +238,9 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _readme_demo_table() -> tuple[list[str], list[str]]:
-    """The README's table from ``make demo`` (the first ``text`` block after "What it changes"):
-    its column labels and its row labels."""
-    text = README.read_text().split("What it changes, from `make demo`", 1)[1]
+    """The README's table from ``make demo`` (the first ``text`` block after the stand-in's
+    heading): its column labels and its row labels."""
+    text = README.read_text().split("**With the stand-in**, from `make demo`", 1)[1]
     block = text.split("```text\n", 1)[1].split("```", 1)[0]
     header, _rule, *rows = block.strip("\n").splitlines()
     columns = [c.strip() for c in header.split("  ") if c.strip()]
