@@ -27,15 +27,11 @@ REQUEST = [
 ]
 
 
-@dataclass
-class Recorder:
-    """A handler for every stream, and the connection's events: what happened, in order."""
+class QuietEvents:
+    """The connection's events a test does not watch, and a failure noted."""
 
-    events: list[tuple[Any, ...]] = field(default_factory=list)
-    streams: dict[int, Stream] = field(default_factory=dict)
-    failed: bool = False
+    failed = False
 
-    # connection events
     def output_ready(self) -> None: ...
     def stream_gone(self) -> None: ...
     def connection_failed(self) -> None:
@@ -43,6 +39,17 @@ class Recorder:
 
     def settings_applied(self, values: dict[int, int]) -> None: ...
     def ping_acked(self, opaque: bytes) -> None: ...
+    def on_end_sent(self, stream: Stream) -> None: ...
+    def on_writable(self, stream: Stream) -> None: ...
+
+
+@dataclass
+class Recorder(QuietEvents):
+    """A handler for every stream, and the connection's events: what happened, in order."""
+
+    events: list[tuple[Any, ...]] = field(default_factory=list)
+    streams: dict[int, Stream] = field(default_factory=dict)
+
     def goaway_received(self, last_stream: int, code: int) -> None:
         self.events.append(("goaway", last_stream, code))
 
@@ -63,9 +70,6 @@ class Recorder:
 
     def on_sent(self, stream: Stream, n: int) -> None:
         self.events.append(("sent", stream.sid, n))
-
-    def on_end_sent(self, stream: Stream) -> None: ...
-    def on_writable(self, stream: Stream) -> None: ...
 
     def on_closed(self, stream: Stream, exit: Exit, code: int) -> None:
         self.events.append(("closed", stream.sid, exit, code))

@@ -29,7 +29,7 @@ from drain_router.proxy.grpc.blocks import Budgets
 from drain_router.proxy.grpc.h2 import Connection
 from drain_router.proxy.grpc.rules import Request
 from drain_router.proxy.grpc.streams import Exit, Headers, Stream
-from tests.grpc.test_core import REQUEST, parse
+from tests.grpc.test_core import REQUEST, QuietEvents, parse
 
 NAME = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9a-z]+$")
 FORBIDDEN = {b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade"}
@@ -68,7 +68,7 @@ def independent_check(headers: Headers, *, first: bool) -> None:
         assert name != b"te" or value == b"trailers", value
 
 
-class Handlers:
+class Handlers(QuietEvents):
     """The role above the core, and every stream's handler: it records what the core told it."""
 
     def __init__(self) -> None:
@@ -76,15 +76,7 @@ class Handlers:
         self.opened: dict[int, Stream] = {}
         self.ended: set[int] = set()
         """Streams whose END_STREAM from the client reached their handler."""
-        self.failed = False
 
-    def output_ready(self) -> None: ...
-    def stream_gone(self) -> None: ...
-    def connection_failed(self) -> None:
-        self.failed = True
-
-    def settings_applied(self, values: dict[int, int]) -> None: ...
-    def ping_acked(self, opaque: bytes) -> None: ...
     def goaway_received(self, last_stream: int, code: int) -> None: ...
     def request_rejected(self) -> None: ...
 
@@ -110,8 +102,6 @@ class Handlers:
             self.ended.add(stream.sid)
 
     def on_sent(self, stream: Stream, n: int) -> None: ...
-    def on_end_sent(self, stream: Stream) -> None: ...
-    def on_writable(self, stream: Stream) -> None: ...
 
     def on_closed(self, stream: Stream, exit: Exit, code: int) -> None:
         self.closes.setdefault(stream.sid, []).append(exit)
