@@ -101,13 +101,11 @@ class Inbound(Wire):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        core = self.core
-        core.receive(data, self.loop.time())
-        if self.stage is Stage.WAITING and core.settings_seen:
+        super().data_received(data)
+        if self.stage is Stage.WAITING and self.core.settings_seen:
             self.stage = Stage.SERVING
             self.idle_since = self.loop.time()
             self.rearm(self.listener.idle_timeout, self.idle_check)
-        self.flusher.flush()
 
     # -- timeouts ---------------------------------------------------------------------------------
 
