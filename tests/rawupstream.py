@@ -27,6 +27,9 @@ Routes (the path; query parameters as noted):
   it all and answers like ``/echo`` (a slow model server: back-pressure on uploads).
 - ``/silent``: never answers; waits for the router to close the connection and counts it in
   :attr:`RawUpstream.peer_closed` (a long prefill).
+- ``.../completions``, ``.../responses``, ``/sse``: the stream the test put in
+  :attr:`RawUpstream.stream` (a :class:`Stream`: its pieces, framing, content type, pauses; whether
+  the connection is held open after it, a stream that never ends).
 - ``/health``: a health path whose answers the test scripts, one per poll: each poll counts in
   :attr:`RawUpstream.health_polls` and waits for its item of :attr:`RawUpstream.health_answers`,
   ``(delay, status)``: that status with an empty body, ``delay`` seconds later (longer than the
@@ -66,6 +69,22 @@ def pattern(size: int) -> bytes:
 
 
 @dataclass
+class Stream:
+    """What the streaming routes answer: ``pieces`` written one at a time (``pause`` seconds apart:
+    each its own read at the router; 0: all in one write), framed as ``framing`` says: ``chunked``
+    (each piece one chunk, then the last chunk), ``close`` (the body ends with the connection) or
+    ``length`` (a Content-Length of the whole). ``hold``: after the pieces, neither end the body
+    nor close, until the router closes the connection."""
+
+    pieces: list[bytes]
+    framing: str = "chunked"
+    content_type: bytes = b"text/event-stream"
+    status: int = 200
+    pause: float = 0.02
+    hold: bool = False
+
+
+@dataclass
 class Seen:
     """One request as it reached the upstream."""
 
@@ -98,6 +117,10 @@ class RawUpstream:
     health_answers: asyncio.Queue[tuple[float, int]] = field(default_factory=asyncio.Queue)
     health_polls: int = 0
     """Polls of ``/health`` received, the one waiting for its answer included."""
+    stream: Stream = field(default_factory=lambda: Stream([b"data: [DONE]\n\n"]))
+    """What the streaming routes answer."""
+    stream_held: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once a ``hold`` stream has written its pieces."""
 
     @property
     def url(self) -> str:
@@ -196,6 +219,9 @@ class RawUpstream:
             await self.resume_upload.wait()
             await _echo(request, reader, writer)
             return True
+        if path.endswith(("/completions", "/responses")) or path == "/sse":
+            await _read_body(request, reader)
+            return await self._stream(self.stream, reader, writer)
         if path == "/health":
             self.health_polls += 1
             delay, status = await self.health_answers.get()
@@ -213,6 +239,32 @@ class RawUpstream:
         writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
         await writer.drain()
         return True
+
+    async def _stream(self, stream: Stream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        framing = {
+            "chunked": b"Transfer-Encoding: chunked\r\n",
+            "close": b"",
+            "length": b"Content-Length: %d\r\n" % sum(map(len, stream.pieces)),
+        }[stream.framing]
+        writer.write(b"HTTP/1.1 %d OK\r\nContent-Type: %s\r\n%s\r\n" % (stream.status, stream.content_type, framing))
+        chunked = stream.framing == "chunked"
+        wire = [b"%x\r\n%s\r\n" % (len(p), p) if chunked else p for p in stream.pieces if p]
+        if stream.pause:
+            for piece in wire:
+                await writer.drain()
+                await asyncio.sleep(stream.pause)
+                writer.write(piece)
+        else:
+            writer.write(b"".join(wire))
+        if stream.hold:
+            await writer.drain()
+            self.stream_held.set()
+            await reader.read()  # until the router closes its side
+            return False
+        if chunked:
+            writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return stream.framing != "close"
 
 
 def _parse(conn: int, head: bytes) -> Seen:

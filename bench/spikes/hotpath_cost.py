@@ -34,7 +34,8 @@ STREAM_REQUEST = b"GET /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n"
 STREAM_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 EVENT = b'data: {"id":"cmpl","object":"text_completion","choices":[{"index":0,"text":" token"}]}\n\n'
 CHUNK = b"%x\r\n%s\r\n" % (len(EVENT), EVENT)
-LAST = b"0\r\n\r\n"
+# The stream's terminal event, then the last chunk (a stream ending without it is a truncated one).
+LAST = b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
 
 
 class FakeTransport:

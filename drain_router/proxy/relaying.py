@@ -1,0 +1,144 @@
+"""The response half of an exchange, off the per-chunk path: a body not re-chunked (its tail), how a
+server-sent-events stream ends without its terminal event or at the deadline (:mod:`.sse` decides
+what the client gets), the upstream connection lost mid-response, and the router's own error
+answers. An :class:`~drain_router.proxy.exchange.Exchange` calls these with itself, as the
+:class:`Relayed` they act on; relaying a chunked body read by read (``flush``) and the final head
+stay the exchange's own (the hot path: no extra call)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from drain_router import logs
+from drain_router.metrics import Outcome
+from drain_router.proxy import forwarding, responses, sse
+from drain_router.proxy.forwarding import Forwarded
+from drain_router.proxy.rewrite import SMALL
+
+log = logs.get("drain_router.proxy")
+
+#: ``Exchange.truncated``: the stream ended without its terminal event; CUT: and the client
+#: connection is to be cut (mid-event, a chunked body).
+TRUNCATED, CUT = 1, 2
+
+
+class Relayed(Forwarded, Protocol):
+    """The exchange whose response is relayed, as relaying acts on it."""
+
+    code: int
+    mode: int
+    until_eof: bool
+    close: bool
+    body_at: int
+    head_sent: bool
+    stream: int
+    tail: bytes
+    tail_max: int
+    event_name: bytes | None
+    truncated: int
+
+    @property
+    def keep_alive(self) -> bool: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def finished(self) -> bool: ...
+
+    def finish(self, outcome: Outcome) -> None: ...
+
+
+def keep(exchange: Relayed, out: list[bytes], at: int) -> None:
+    """The tail after a read whose body pieces are ``out[at:]``, off the hot path (:func:`~.sse.advance`)."""
+    exchange.tail, exchange.event_name = sse.advance(exchange.stream, exchange.tail, exchange.event_name, out[at:])
+
+
+def last_chunk(exchange: Relayed, out: list[bytes]) -> None:
+    """A chunked body ended: the last chunk, or what a truncated stream gets (:func:`truncated`)."""
+    if sse.ended_honestly(exchange.stream, exchange.tail, exchange.event_name):
+        out.append(sse.LAST_CHUNK)
+    else:
+        truncated(exchange, out)
+
+
+def track(exchange: Relayed, out: list[bytes]) -> None:
+    """A read of a body that is not re-chunked (of known length, or close-delimited for an HTTP/1.0
+    client): its tail kept, and a stream that ended without its terminal event told
+    (:func:`truncated`). A small body of known length waits whole in ``out`` for its one write."""
+    at = exchange.body_at
+    if len(out) > at:
+        last = out[-1]
+        if sse.TAIL <= len(last) <= exchange.tail_max:
+            exchange.tail = last
+        else:
+            keep(exchange, out, at)
+    if exchange.mode != SMALL:
+        exchange.body_at = 0  # what this read brought is written now
+    if exchange.resp_done and not sse.ended_honestly(exchange.stream, exchange.tail, exchange.event_name):
+        truncated(exchange, out)
+
+
+def truncated(exchange: Relayed, out: list[bytes]) -> None:
+    """The stream ended without its terminal event: what :func:`~.sse.truncated_end` says goes on
+    ``out`` (this read's last bytes), and it is logged."""
+    end, cut = sse.truncated_end(exchange.mode, exchange.tail)
+    exchange.truncated = CUT if cut else TRUNCATED
+    out.append(end)
+    log.warning("proxy.stream_truncated", path=exchange.path, status=exchange.code, error_event=bool(end), cut=cut)
+
+
+def end_truncated(exchange: Relayed) -> None:
+    """After the last write of a truncated stream: cut the client connection if it must be, and
+    count it the model server's failure."""
+    transport = exchange.client.transport
+    if exchange.truncated == CUT and transport is not None:
+        transport.abort()
+    exchange.finish(Outcome.UPSTREAM_ERROR)
+
+
+def deadline(exchange: Relayed) -> None:
+    """Before the in-flight deadline cuts it, a stream gets what :func:`~.sse.deadline_end` says."""
+    transport = exchange.client.transport
+    if exchange.stream and exchange.head_sent and transport is not None:
+        transport.write(sse.deadline_end(exchange.mode, exchange.tail))
+
+
+def upstream_lost(exchange: Relayed, exc: BaseException | None, invalid: bool) -> None:
+    """The upstream connection closed (or sent something the router will not relay) while the
+    exchange owned it. Until the final head is written the client can still be told with a 502."""
+    exchange.upstream = None
+    if exchange.finished:
+        return
+    if not invalid and exc is None and exchange.until_eof and exchange.code:
+        exchange.resp_done = True  # a close-delimited body ends with the connection
+        exchange.flush()
+        return
+    exchange.to_client.clear()
+    exchange.body_at = 0
+    if not exchange.code and not invalid and forwarding.retry(exchange):
+        return
+    log.warning("proxy.upstream_invalid" if invalid else "proxy.upstream_cut", error=repr(exc), path=exchange.path)
+    if not exchange.head_sent:
+        exchange.reply(responses.BAD_RESPONSE if invalid else responses.CUT, Outcome.UPSTREAM_ERROR)
+        return
+    # The status went out and can no longer change: close the client connection without the
+    # terminating chunk, so the client sees the stream cut.
+    if exchange.client.transport is not None:
+        exchange.client.transport.abort()
+    exchange.finish(Outcome.UPSTREAM_ERROR)
+
+
+def reply(exchange: Relayed, error: responses.Error, outcome: Outcome, close: bool) -> None:
+    """A JSON error of the router's own, written now (in-flight covers it)."""
+    status, kind, message = error
+    exchange.code = status
+    client = exchange.client
+    close = close or client.closes_after(exchange.keep_alive)
+    exchange.close = close
+    if client.transport is not None:
+        client.transport.write(
+            responses.error(
+                status, kind, message, close=close, keep_alive_10=exchange.http10, head_only=exchange.method == b"HEAD"
+            )
+        )
+    exchange.head_sent = True
+    exchange.finish(outcome)
