@@ -259,3 +259,62 @@ async def test_router_passes_the_engines_stream_unchanged(
     chunks = direct[2].count(b"data: {")
     assert chunks > 1 and len(_VARIABLE.findall(direct[2])) == 2 * chunks, "the mask finds each chunk's id and created"
     assert _VARIABLE.sub(rb'"\1": "-"', direct[2]) == _VARIABLE.sub(rb'"\1": "-"', routed[2])
+
+
+async def _first_chunk_then_sigterm(base_url: str, engine: Engine) -> real_engine.Record:
+    """A long streamed chat completion through ``base_url`` with the OpenAI SDK: once its first
+    chunk is in, the engine gets SIGTERM (a pod's deletion without the drain's preStop hold), and the
+    stream is read on to its end, as an application would."""
+    import openai
+
+    t0 = time.monotonic()
+    async with openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0, timeout=30.0) as client:
+        stream = await client.chat.completions.create(stream=True, **real_engine.request_body(LONG_TOKENS))
+        finish: str | None = None
+        try:
+            async for chunk in stream:
+                if engine.process.alive and chunk.choices and chunk.choices[0].delta.content:
+                    engine.process.signal(signal.SIGTERM)
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    finish = chunk.choices[0].finish_reason
+        except openai.APIError as exc:
+            return real_engine.Record(Outcome.TRUNCATED, time.monotonic() - t0, f"raised {type(exc).__name__}: {exc}")
+    detail = "ended without finish_reason" if finish is None else finish
+    return real_engine.Record(Outcome.TRUNCATED if finish is None else Outcome.COMPLETED, time.monotonic() - t0, detail)
+
+
+LONG_TOKENS = 400
+"""Far more than the engine writes before its SIGTERM lands: the stream is cut, never finished."""
+
+
+@pytest.mark.timeout(120)
+async def test_an_engine_stopped_mid_stream_makes_the_sdk_raise_through_the_router(
+    engine_installed: None,
+    processes: list[Process],
+    session: aiohttp.ClientSession,
+    logs: Path,
+) -> None:
+    """The engine gets SIGTERM mid-stream. Straight to the engine, the SDK returns a shorter answer
+    and raises nothing (the engine ends the stream cleanly, without ``data: [DONE]`` or a
+    ``finish_reason``). Through a router, the SDK raises the router's ``upstream_truncated`` error
+    event, and the router counts the stream ``upstream_error`` and logs it truncated."""
+    pod = RouterPod("pod", logs, DRAIN_SECS)
+    processes.extend(pod.processes)
+    await pod.start(session)
+
+    direct = await _first_chunk_then_sigterm(pod.engine.url, pod.engine)
+    assert await pod.engine.process.wait_exit(timeout=20) == CLEAN_EXIT["engine"]
+    assert direct.detail == "ended without finish_reason", direct
+
+    await pod.engine.start(session)
+    await wait_until(lambda: pod.router.readyz(session), 30, "the router ready again", until=lambda r: r[0] == 200)
+    routed = await _first_chunk_then_sigterm(pod.router.url, pod.engine)
+    assert "raised APIError" in routed.detail and "without its terminal event" in routed.detail, routed
+    assert (await pod.router.metrics(session)).every_outcome.get("upstream_error") == 1
+    seen: list[str] = []
+
+    def truncated_logged() -> bool:
+        seen.extend(line for line in pod.router.process.new_lines() if "proxy.stream_truncated" in line)
+        return bool(seen)
+
+    await wait_until(truncated_logged, 5, "the router's proxy.stream_truncated log line")

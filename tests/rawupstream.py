@@ -72,8 +72,9 @@ def pattern(size: int) -> bytes:
 class Stream:
     """What the streaming routes answer: ``pieces`` written one at a time (``pause`` seconds apart:
     each its own read at the router; 0: all in one write), framed as ``framing`` says: ``chunked``
-    (each piece one chunk, then the last chunk), ``close`` (the body ends with the connection) or
-    ``length`` (a Content-Length of the whole). ``hold``: after the pieces, neither end the body
+    (each piece one chunk, then the last chunk), ``cut`` (chunked, then the connection closes
+    without the last chunk: a crash), ``close`` (the body ends with the connection) or ``length`` (a
+    Content-Length of the whole). ``hold``: after the pieces, neither end the body
     nor close, until the router closes the connection."""
 
     pieces: list[bytes]
@@ -243,11 +244,12 @@ class RawUpstream:
     async def _stream(self, stream: Stream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         framing = {
             "chunked": b"Transfer-Encoding: chunked\r\n",
+            "cut": b"Transfer-Encoding: chunked\r\n",
             "close": b"",
             "length": b"Content-Length: %d\r\n" % sum(map(len, stream.pieces)),
         }[stream.framing]
         writer.write(b"HTTP/1.1 %d OK\r\nContent-Type: %s\r\n%s\r\n" % (stream.status, stream.content_type, framing))
-        chunked = stream.framing == "chunked"
+        chunked = stream.framing in ("chunked", "cut")
         wire = [b"%x\r\n%s\r\n" % (len(p), p) if chunked else p for p in stream.pieces if p]
         if stream.pause:
             for piece in wire:
@@ -261,10 +263,10 @@ class RawUpstream:
             self.stream_held.set()
             await reader.read()  # until the router closes its side
             return False
-        if chunked:
+        if stream.framing == "chunked":
             writer.write(b"0\r\n\r\n")
         await writer.drain()
-        return stream.framing != "close"
+        return stream.framing not in ("close", "cut")
 
 
 def _parse(conn: int, head: bytes) -> Seen:

@@ -27,6 +27,7 @@ log = logs.get("drain_router.proxy")
 COMPLETED = Outcome.COMPLETED
 """Bound once for the hot path: a global is read in nanoseconds, an enum member (on 3.11) in ~70."""
 TAIL = sse.TAIL
+PATHS = sse.PATHS
 
 
 class Exchange:
@@ -104,11 +105,12 @@ class Exchange:
         self.body_at = 0
         """Where this read's body bytes start in ``to_client`` (after a head that came with them)."""
         self.stream = sse.NOT_SSE
-        self.tail = sse.START
-        self.tail_max = sse.TAIL_MAX
-        self.event_name: bytes | None = None
-        """Stream kind, tail of the body relayed so far, longest read kept whole as the tail (-1:
-        none, each read goes through :func:`~.sse.advance`), last event name: see :mod:`.sse`."""
+        """The stream kind (:mod:`.sse`). Only an event stream (decided with the final head) has
+        ``tail`` (of the body relayed so far), ``tail_max`` (the longest read kept whole as the tail;
+        -1: none, each read goes through :func:`~.sse.advance`) and ``event_name`` (the last one)."""
+        self.tail: bytes
+        self.tail_max: int
+        self.event_name: bytes | None
         self.truncated = 0
         """An SSE stream that ended without its terminal event (counted ``upstream_error``): 0 (no),
         :data:`~.relaying.TRUNCATED` or :data:`~.relaying.CUT` (its client connection is cut)."""
@@ -170,10 +172,14 @@ class Exchange:
         )
         self.code = status
         self.mode = mode
-        if mode != NONE and self.target.partition(b"?")[0].endswith(sse.PATHS):  # else surely NOT_SSE
-            self.stream = stream = sse.kind(self.target, status, headers)
-            if stream == sse.NAMED:
-                self.tail_max = -1  # every read goes through sse.advance, which finds event names
+        target = self.target
+        if mode != NONE and (target.endswith(PATHS) or (b"?" in target and sse.on_paths(target))):
+            self.stream = stream = sse.kind(target, status, headers)  # else surely NOT_SSE
+            if stream:
+                self.tail = sse.START
+                self.event_name = None
+                # A NAMED stream's every read goes through sse.advance, which finds event names.
+                self.tail_max = -1 if stream == sse.NAMED else sse.TAIL_MAX
         if self.request is not None:
             # Answered: the head is never sent again (a retry is only ever before an answer), so a
             # held stream does not keep it.
@@ -206,24 +212,30 @@ class Exchange:
             if parts == 1:
                 body = out[at]
                 size = len(body)
-                if TAIL <= size <= self.tail_max:
-                    self.tail = body  # a reference: no copy on the hot path
-                else:
-                    relaying.keep(self, out, at)
+                if self.stream:
+                    if TAIL <= size <= self.tail_max:
+                        self.tail = body  # a reference: no copy on the hot path
+                    else:
+                        relaying.keep(self, out, at)
                 out[at] = b"%x\r\n%s\r\n" % (size, body)
             elif parts > 1:
-                if TAIL <= len(out[-1]) <= self.tail_max:
-                    self.tail = out[-1]
-                else:
-                    relaying.keep(self, out, at)
+                if self.stream:
+                    if TAIL <= len(out[-1]) <= self.tail_max:
+                        self.tail = out[-1]
+                    else:
+                        relaying.keep(self, out, at)
                 out.insert(at, b"%x\r\n" % sum(map(len, out[at:])))
                 out.append(b"\r\n")
             if self.resp_done:
-                relaying.last_chunk(self, out)
+                if self.stream:
+                    relaying.last_chunk(self, out)
+                else:
+                    out.append(sse.LAST_CHUNK)
             elif not out:
                 return
         else:
-            relaying.track(self, out)
+            if self.stream:
+                relaying.track(self, out)
             if not self.resp_done and (not out or (self.mode == SMALL and not self.head_sent)):
                 return
         transport = self.client.transport

@@ -13,7 +13,7 @@ from drain_router import logs
 from drain_router.metrics import Outcome
 from drain_router.proxy import forwarding, responses, sse
 from drain_router.proxy.forwarding import Forwarded
-from drain_router.proxy.rewrite import SMALL
+from drain_router.proxy.rewrite import CHUNKED, SMALL
 
 log = logs.get("drain_router.proxy")
 
@@ -112,6 +112,12 @@ def upstream_lost(exchange: Relayed, exc: BaseException | None, invalid: bool) -
         exchange.resp_done = True  # a close-delimited body ends with the connection
         exchange.flush()
         return
+    if not invalid and answered(exchange):
+        # Its terminal event was relayed: the client has the whole answer, and gets its end.
+        log.warning("proxy.upstream_cut_after_end", error=repr(exc), path=exchange.path)
+        exchange.resp_done = True
+        exchange.flush()
+        return
     exchange.to_client.clear()
     exchange.body_at = 0
     if not exchange.code and not invalid and forwarding.retry(exchange):
@@ -125,6 +131,17 @@ def upstream_lost(exchange: Relayed, exc: BaseException | None, invalid: bool) -
     if exchange.client.transport is not None:
         exchange.client.transport.abort()
     exchange.finish(Outcome.UPSTREAM_ERROR)
+
+
+def answered(exchange: Relayed) -> bool:
+    """A chunked event stream whose relayed bytes (all written) end with its terminal event."""
+    return (
+        exchange.stream != sse.NOT_SSE
+        and exchange.mode == CHUNKED
+        and exchange.head_sent
+        and not exchange.to_client
+        and sse.ended_honestly(exchange.stream, exchange.tail, exchange.event_name)
+    )
 
 
 def reply(exchange: Relayed, error: responses.Error, outcome: Outcome, close: bool) -> None:

@@ -61,19 +61,23 @@ DEADLINE_EVENT = _event(
 PATHS = (b"/completions", b"/responses")
 
 
+def on_paths(target: bytes) -> bool:
+    """The target's path (query string aside) is one of :data:`PATHS`'s."""
+    return target.partition(b"?")[0].endswith(PATHS)
+
+
 def kind(target: bytes, status: int, headers: list[tuple[bytes, bytes]]) -> int:
     """The stream kind of a response, decided once from its request target and its head: only a 2xx
     ``text/event-stream`` answer to an OpenAI-style path (``.../completions``: chat and
     completions; ``.../responses``: the Responses API) has a terminal event the router knows;
     anything else is ``NOT_SSE``."""
-    path = target.partition(b"?")[0]
-    if not 200 <= status < 300 or not path.endswith(PATHS):
+    if not 200 <= status < 300 or not on_paths(target):
         return NOT_SSE
     for name, value in headers:
         if name.lower() == b"content-type":
             if value.partition(b";")[0].strip().lower() != b"text/event-stream":
                 return NOT_SSE
-            return DONE if path.endswith(b"/completions") else NAMED
+            return DONE if target.partition(b"?")[0].endswith(b"/completions") else NAMED
     return NOT_SSE
 
 

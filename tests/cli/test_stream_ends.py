@@ -178,6 +178,30 @@ async def test_a_stream_cut_mid_event_at_a_clean_end_is_cut_for_the_client(start
     assert logged["error_event"] is False and logged["cut"] is True
 
 
+async def test_an_upstream_lost_after_done_ends_the_stream_cleanly_and_counts_completed(start_process, raw):
+    """The model server's connection closes after ``data: [DONE]`` but before the last chunk (a
+    crash between its last two writes): the client has the whole answer, so it gets the last chunk
+    (no cut an SDK would raise on), and the router counts the stream completed and logs the cut."""
+    raw.stream = Stream([*EVENTS, DONE], framing="cut")
+    p = await start_process()
+    answer = await _request(p, "/v1/chat/completions")
+    assert answer.status == 200 and answer.ended
+    assert answer.body == b"".join(EVENTS) + DONE
+    assert await _outcomes(p) == {"completed": 1}
+    assert [e["path"] for e in p.events if e.get("event") == "proxy.upstream_cut_after_end"] == ["/v1/chat/completions"]
+
+
+async def test_an_upstream_lost_before_done_cuts_the_client(start_process, raw):
+    """The same cut before ``data: [DONE]``: the client's connection is cut too (no last chunk)
+    and the stream counts upstream_error."""
+    raw.stream = Stream(EVENTS, framing="cut")
+    p = await start_process()
+    answer = await _request(p, "/v1/chat/completions")
+    assert answer.status == 200 and not answer.ended
+    assert answer.body == b"".join(EVENTS)
+    assert await _outcomes(p) == {"upstream_error": 1}
+
+
 async def test_a_close_delimited_stream_to_an_http10_client_gets_the_event_before_the_close(start_process, raw):
     raw.stream = Stream(EVENTS, framing="close")
     p = await start_process()
