@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from drain_router import logs
 from drain_router.metrics import Outcome
-from drain_router.proxy import forwarding, relaying, responses, sse
-from drain_router.proxy.forwarding import RequestBody
+from drain_router.proxy import forwarding, relaying, responses, slots, sse
 from drain_router.proxy.rewrite import CHUNKED, NONE, SMALL, RequestHead, client_head, interim_head
 from drain_router.proxy.roles import Client
 from drain_router.proxy.upstream import UpstreamConnection
@@ -39,6 +38,7 @@ class Exchange:
         "discard",
         "event_name",
         "finished",
+        "gated",
         "head_sent",
         "http10",
         "keep_alive",
@@ -83,11 +83,7 @@ class Exchange:
         """Why the router refuses it (answered in its turn), or None."""
         self.discard = request is None or problem is not None
         """Its body is read and dropped (a refused request's, or past a limit)."""
-        self.body = (
-            RequestBody(request.chunked)
-            if request is not None and (request.chunked or request.content_length)
-            else None
-        )
+        self.body = forwarding.body_of(request)
         """Its body, forwarded as it arrives (None: it has none)."""
         self.req_done = False
         self.upstream: UpstreamConnection | None = None
@@ -116,6 +112,7 @@ class Exchange:
         self.close = False
         self.finished = False
         self.started = False
+        self.gated: object = None  # see slots.Gated
         self.started_at = 0.0
         """The loop time it entered the in-flight count (its duration and time to first byte)."""
         self.ws_key: bytes | None = None
@@ -135,6 +132,8 @@ class Exchange:
         """Its turn has come (pipelined requests wait for the one ahead): it enters the in-flight
         count, and is refused or sent."""
         listener = self.client.listener
+        if listener.gate is not None and not slots.admit(self, listener.gate):
+            return  # it waits for a slot (it enters the count when given one), or was refused
         self.started = True
         self.started_at = listener.loop.time()
         listener.inflight.enter(self)
@@ -252,8 +251,7 @@ class Exchange:
 
     def abort(self, outcome: Outcome) -> None:
         """Stop now: the upstream connection is closed, so the model server sees the request cancelled."""
-        if not self.finished:
-            self.finish(outcome)
+        self.finish(outcome)  # (once: a finished exchange is not finished again)
 
     def abort_deadline(self) -> None:
         if not self.finished:
@@ -273,6 +271,8 @@ class Exchange:
         client = self.client
         listener = client.listener
         duration = 0.0
+        if self.gated is not None:
+            slots.leave(self)  # before it leaves the count: a waiter enters first
         if self.started:
             listener.inflight.leave(self)
             duration = listener.loop.time() - self.started_at

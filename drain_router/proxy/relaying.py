@@ -127,8 +127,8 @@ def upstream_lost(exchange: Relayed, exc: BaseException | None, invalid: bool) -
     exchange.finish(Outcome.UPSTREAM_ERROR)
 
 
-def reply(exchange: Relayed, error: responses.Error, outcome: Outcome, close: bool) -> None:
-    """A JSON error of the router's own, written now (in-flight covers it)."""
+def reply(exchange: Relayed, error: responses.Error, outcome: Outcome, close: bool, extra: bytes = b"") -> None:
+    """A JSON error of the router's own, written now (in-flight covers it); ``extra``: header lines."""
     status, kind, message = error
     exchange.code = status
     client = exchange.client
@@ -137,7 +137,13 @@ def reply(exchange: Relayed, error: responses.Error, outcome: Outcome, close: bo
     if client.transport is not None:
         client.transport.write(
             responses.error(
-                status, kind, message, close=close, keep_alive_10=exchange.http10, head_only=exchange.method == b"HEAD"
+                status,
+                kind,
+                message,
+                close=close,
+                keep_alive_10=exchange.http10,
+                head_only=exchange.method == b"HEAD",
+                extra=extra,
             )
         )
     exchange.head_sent = True
