@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import AsyncIterator
+from typing import ClassVar
 
 import aiohttp
 import pytest
@@ -57,7 +58,7 @@ def limits(n: int, q: int, t: int = 30) -> tuple[str, ...]:
 class Client:
     """One raw connection with one request on it (closed at the end of the test, whatever happened)."""
 
-    opened: list[Client] = []
+    opened: ClassVar[list[Client]] = []
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
