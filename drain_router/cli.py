@@ -83,7 +83,7 @@ def _click_option(
         return usage.option(f"--{flag.name}/--no-{flag.name}", default=bool(default), show_default=True, **common)
     if default is dataclasses.MISSING:
         return usage.option(f"--{flag.name}", required=True, metavar=flag.metavar, **common)
-    shown = None if default is None else str(default)
+    shown = None if default is None else ",".join(default) if isinstance(default, tuple) else str(default)
     kind = click.Choice(flag.choices, case_sensitive=False) if flag.choices else None
     return usage.option(
         f"--{flag.name}", default=shown, show_default=shown is not None, metavar=flag.metavar, type=kind, **common

@@ -10,7 +10,7 @@ import enum
 from collections.abc import Callable, Iterable, Iterator
 from typing import cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString as _float_to_go_string
@@ -33,6 +33,9 @@ class Outcome(enum.StrEnum):
 
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+QUEUE_WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+#: The ``reason`` label of ``admission_rejections_total`` (drain_router.decisions.capacity.Reason).
+ADMISSION_REASONS = ("queue_full", "queue_timeout", "closing")
 TTFB_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -143,6 +146,28 @@ class Metrics:
             ["grpc_status", "outcome"],
             registry=registry,
         )
+        self.queue_depth = Gauge(
+            PREFIX + "queue_depth",
+            "Requests waiting for an admission slot (--max-concurrent-requests); not in inflight_requests.",
+            registry=registry,
+        )
+        self.queue_wait = Histogram(
+            PREFIX + "queue_wait_seconds",
+            "Time a request waited in the admission queue, however the wait ended (a slot, a refusal, "
+            "the client leaving); requests that found a free slot do not wait and are not observed.",
+            buckets=QUEUE_WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.admission_rejections = Counter(
+            PREFIX + "admission_rejections",
+            "Requests refused by admission control, never sent to the model server: queue_full (429, "
+            "gRPC RESOURCE_EXHAUSTED), queue_timeout (503, gRPC RESOURCE_EXHAUSTED), closing (503 at "
+            "closing, gRPC UNAVAILABLE). Each is also counted with outcome rejected.",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in ADMISSION_REASONS:
+            self.admission_rejections.labels(reason)
         # The standard process_* families (resident memory, open descriptors against the limit, CPU):
         # what the descriptor reserve and a stalled reader's memory bound are measured against.
         ProcessCollector(registry=registry)

@@ -3,7 +3,7 @@ connection, an upstream connection, the pool, the listener, metrics and the in-f
 shipped) driven with fake transports, so what is timed is the interpreter's work alone, with none of
 the kernel's and none of the noise of a shared machine (the spread between runs is about 1 %).
 
-    python -m bench.spikes.hotpath_cost [--requests N] [--chunks-per-read K]
+    python -m bench.spikes.hotpath_cost [--requests N] [--chunks-per-read K] [--max-concurrent-requests N]
 
 Prints µs per small GET (the bench's request and the upstream's 200-byte answer, keep-alive) and µs
 per relayed chunk of a chunked stream: one chunk per upstream read (paced), and K chunks per read
@@ -68,8 +68,10 @@ class FakeTransport:
     abort = close
 
 
-async def _measure(requests: int, per_read: int) -> dict[str, float]:
-    cfg = config.build_config(upstream="http://127.0.0.1:9", host="127.0.0.1", port=0, admin_port=0)
+async def _measure(requests: int, per_read: int, limit: int = 0) -> dict[str, float]:
+    cfg = config.build_config(
+        upstream="http://127.0.0.1:9", host="127.0.0.1", port=0, admin_port=0, max_concurrent_requests=limit
+    )
     state = RouterState(cfg, metrics.Metrics(CollectorRegistry()))
     pool = UpstreamPool(cfg, state.note_connect)
     listener = TrafficListener(state, pool, connection_limit=1000)
@@ -116,10 +118,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=int, default=50_000)
     parser.add_argument("--chunks-per-read", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=5, help="runs; the best is printed")
+    parser.add_argument(
+        "--max-concurrent-requests",
+        type=int,
+        default=0,
+        help="admission control on (no request ever waits: one at a time)",
+    )
     args = parser.parse_args(argv)
     best: dict[str, float] = {}
     for _ in range(args.repeat):
-        for key, value in asyncio.run(_measure(args.requests, args.chunks_per_read)).items():
+        for key, value in asyncio.run(
+            _measure(args.requests, args.chunks_per_read, args.max_concurrent_requests)
+        ).items():
             best[key] = min(value, best.get(key, value))
     for key, value in best.items():
         print(f"{key}: {value:.3f}")

@@ -10,7 +10,7 @@ Durations have one representation everywhere: whole seconds in ``int`` fields na
 one place, :func:`parse_seconds`. Each setting is declared once, as a dataclass field with its flag,
 default, help and parser (:func:`setting`); the CLI generates its options from them.
 
-Modules: ``sections`` (the section dataclasses), ``shutdown`` (the drain's section and its
+Modules: ``sections`` (the section dataclasses), ``admission`` (admission control's), ``shutdown`` (the drain's section and its
 bounds), ``tree`` (:class:`Config`, :func:`settings`: the sections' order and headings) and
 ``values`` (:class:`ConfigError`, the upstream address, the Flag machinery and the parsers); this
 package re-exports their public names and builds the tree (:func:`build_config`, :func:`effective`).
@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from drain_router.config.admission import DEFAULT_EXEMPT_PATHS, AdmissionSettings
 from drain_router.config.sections import (
     DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
     DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS,
@@ -54,6 +55,7 @@ from drain_router.decisions import advisory
 __all__ = [
     "DEFAULT_CLIENT_HEADER_TIMEOUT_SECS",
     "DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS",
+    "DEFAULT_EXEMPT_PATHS",
     "DEFAULT_MAX_REQUEST_BODY_BYTES",
     "K8S_DEFAULT_GRACE_SECS",
     "LOG_FORMATS",
@@ -62,6 +64,7 @@ __all__ = [
     "SECTIONS",
     "SHUTDOWN_DEADLINE_MARGIN_SECS",
     "AdminSettings",
+    "AdmissionSettings",
     "Config",
     "ConfigError",
     "DrainSettings",

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from drain_router import logs
 from drain_router.metrics import Outcome
-from drain_router.proxy import forwarding, relaying, responses, sse
-from drain_router.proxy.forwarding import RequestBody
+from drain_router.proxy import forwarding, relaying, responses, slots, sse
 from drain_router.proxy.rewrite import CHUNKED, NONE, SMALL, RequestHead, client_head, interim_head
 from drain_router.proxy.roles import Client
 from drain_router.proxy.upstream import UpstreamConnection
@@ -40,6 +39,7 @@ class Exchange:
         "discard",
         "event_name",
         "finished",
+        "gated",
         "head_sent",
         "http10",
         "keep_alive",
@@ -84,11 +84,7 @@ class Exchange:
         """Why the router refuses it (answered in its turn), or None."""
         self.discard = request is None or problem is not None
         """Its body is read and dropped (a refused request's, or past a limit)."""
-        self.body = (
-            RequestBody(request.chunked)
-            if request is not None and (request.chunked or request.content_length)
-            else None
-        )
+        self.body = forwarding.body_of(request)
         """Its body, forwarded as it arrives (None: it has none)."""
         self.req_done = False
         self.upstream: UpstreamConnection | None = None
@@ -118,6 +114,7 @@ class Exchange:
         self.close = False
         self.finished = False
         self.started = False
+        self.gated: object = None  # see slots.Gated
         self.started_at = 0.0
         """The loop time it entered the in-flight count (its duration and time to first byte)."""
         self.ws_key: bytes | None = None
@@ -137,6 +134,8 @@ class Exchange:
         """Its turn has come (pipelined requests wait for the one ahead): it enters the in-flight
         count, and is refused or sent."""
         listener = self.client.listener
+        if listener.gate is not None and not slots.admit(self, listener.gate):
+            return  # it waits for a slot (it enters the count when given one), or was refused
         self.started = True
         self.started_at = listener.loop.time()
         listener.inflight.enter(self)
@@ -174,12 +173,7 @@ class Exchange:
         self.mode = mode
         target = self.target
         if mode != NONE and (target.endswith(PATHS) or (b"?" in target and sse.on_paths(target))):
-            self.stream = stream = sse.kind(target, status, headers)  # else surely NOT_SSE
-            if stream:
-                self.tail = sse.START
-                self.event_name = None
-                # A NAMED stream's every read goes through sse.advance, which finds event names.
-                self.tail_max = -1 if stream == sse.NAMED else sse.TAIL_MAX
+            relaying.watch(self, status, headers)  # else surely not an event stream
         if self.request is not None:
             # Answered: the head is never sent again (a retry is only ever before an answer), so a
             # held stream does not keep it.
@@ -209,21 +203,15 @@ class Exchange:
             at = self.body_at
             self.body_at = 0
             parts = len(out) - at
+            if parts and self.stream:
+                if TAIL <= len(out[-1]) <= self.tail_max:
+                    self.tail = out[-1]  # a reference: no copy on the hot path
+                else:
+                    relaying.keep(self, out, at)
             if parts == 1:
                 body = out[at]
-                size = len(body)
-                if self.stream:
-                    if TAIL <= size <= self.tail_max:
-                        self.tail = body  # a reference: no copy on the hot path
-                    else:
-                        relaying.keep(self, out, at)
-                out[at] = b"%x\r\n%s\r\n" % (size, body)
+                out[at] = b"%x\r\n%s\r\n" % (len(body), body)
             elif parts > 1:
-                if self.stream:
-                    if TAIL <= len(out[-1]) <= self.tail_max:
-                        self.tail = out[-1]
-                    else:
-                        relaying.keep(self, out, at)
                 out.insert(at, b"%x\r\n" % sum(map(len, out[at:])))
                 out.append(b"\r\n")
             if self.resp_done:
@@ -264,8 +252,7 @@ class Exchange:
 
     def abort(self, outcome: Outcome) -> None:
         """Stop now: the upstream connection is closed, so the model server sees the request cancelled."""
-        if not self.finished:
-            self.finish(outcome)
+        self.finish(outcome)  # (once: a finished exchange is not finished again)
 
     def abort_deadline(self) -> None:
         if not self.finished:
@@ -285,6 +272,8 @@ class Exchange:
         client = self.client
         listener = client.listener
         duration = 0.0
+        if self.gated is not None:
+            slots.leave(self)  # before it leaves the count: a waiter enters first
         if self.started:
             listener.inflight.leave(self)
             duration = listener.loop.time() - self.started_at

@@ -56,6 +56,13 @@ class Forwarded(Owner, Waiter, Protocol):
     def reply(self, error: responses.Error, outcome: Outcome, *, close: bool = False) -> None: ...
 
 
+def body_of(request: RequestHead | None) -> RequestBody | None:
+    """The body a request has (forwarded as it arrives), or None."""
+    if request is not None and (request.chunked or request.content_length):
+        return RequestBody(request.chunked)
+    return None
+
+
 def send(exchange: Forwarded) -> None:
     """Its turn has come: refused (its head was, or it is past a limit), else handed to the pool
     (which gives it a connection: :func:`attach`)."""

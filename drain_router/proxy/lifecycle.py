@@ -75,6 +75,7 @@ class Router:
         self.draining.signal(sig)
 
     def close_listeners(self) -> None:
+        self.state.close_queue()
         self._spawn(self._close_listeners())
 
     def phase_changed(self, phase: drain.Phase) -> None:

@@ -22,6 +22,7 @@ import asyncio
 import select
 
 from drain_router import logs
+from drain_router.decisions import capacity
 from drain_router.proxy import responses
 from drain_router.proxy.client import ClientConnection
 from drain_router.proxy.pool import UpstreamPool
@@ -44,6 +45,11 @@ class TrafficListener:
         self.pool = pool
         self.metrics = state.metrics
         self.inflight = state.inflight
+        self.gate = state.gate
+        self.exempt_paths = capacity.exempt_paths(
+            state.config.admission.exempt_paths, state.config.health.upstream_health_path
+        )
+        """GETs that neither wait for an admission slot nor take one."""
         self.loop = asyncio.get_running_loop()
         self.max_body = proxy.max_request_body_bytes
         self.access_log = state.config.log.access_log

@@ -42,9 +42,21 @@ class Relayed(Forwarded, Protocol):
     @property
     def path(self) -> str: ...
     @property
+    def target(self) -> bytes: ...
+    @property
     def finished(self) -> bool: ...
 
     def finish(self, outcome: Outcome) -> None: ...
+
+
+def watch(exchange: Relayed, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+    """A response to an OpenAI-style path: its stream kind, and for an event stream its tail."""
+    exchange.stream = stream = sse.kind(exchange.target, status, headers)
+    if stream:
+        exchange.tail = sse.START
+        exchange.event_name = None
+        # A NAMED stream's every read goes through sse.advance, which finds event names.
+        exchange.tail_max = -1 if stream == sse.NAMED else sse.TAIL_MAX
 
 
 def keep(exchange: Relayed, out: list[bytes], at: int) -> None:
@@ -144,8 +156,8 @@ def answered(exchange: Relayed) -> bool:
     )
 
 
-def reply(exchange: Relayed, error: responses.Error, outcome: Outcome, close: bool) -> None:
-    """A JSON error of the router's own, written now (in-flight covers it)."""
+def reply(exchange: Relayed, error: responses.Error, outcome: Outcome, close: bool, extra: bytes = b"") -> None:
+    """A JSON error of the router's own, written now (in-flight covers it); ``extra``: header lines."""
     status, kind, message = error
     exchange.code = status
     client = exchange.client
@@ -154,7 +166,13 @@ def reply(exchange: Relayed, error: responses.Error, outcome: Outcome, close: bo
     if client.transport is not None:
         client.transport.write(
             responses.error(
-                status, kind, message, close=close, keep_alive_10=exchange.http10, head_only=exchange.method == b"HEAD"
+                status,
+                kind,
+                message,
+                close=close,
+                keep_alive_10=exchange.http10,
+                head_only=exchange.method == b"HEAD",
+                extra=extra,
             )
         )
     exchange.head_sent = True

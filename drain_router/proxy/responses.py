@@ -51,27 +51,43 @@ def date_header() -> bytes:
     return _date[1]  # type: ignore[return-value]
 
 
-def response(status: int, body: bytes, *, close: bool, head_only: bool = False, keep_alive_10: bool = False) -> bytes:
+def response(
+    status: int, body: bytes, *, close: bool, head_only: bool = False, keep_alive_10: bool = False, extra: bytes = b""
+) -> bytes:
     """A whole JSON response. ``head_only`` for a HEAD request (the length of the body it would
-    have had, and no body); ``keep_alive_10`` for an HTTP/1.0 client that asked to keep the connection."""
+    have had, and no body); ``keep_alive_10`` for an HTTP/1.0 client that asked to keep the connection;
+    ``extra``: more header lines, each ending in CRLF."""
     connection = b"Connection: close\r\n" if close else (b"Connection: keep-alive\r\n" if keep_alive_10 else b"")
-    head = b"%s%s%sContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n" % (
+    head = b"%s%s%sContent-Type: application/json\r\nContent-Length: %d\r\n%s%s\r\n" % (
         status_line(status),
         SERVER_LINE,
         date_header(),
         len(body),
         connection,
+        extra,
     )
     return head if head_only else head + body
 
 
 def error(
-    status: int, kind: str, message: str, *, close: bool, keep_alive_10: bool = False, head_only: bool = False
+    status: int,
+    kind: str,
+    message: str,
+    *,
+    close: bool,
+    keep_alive_10: bool = False,
+    head_only: bool = False,
+    extra: bytes = b"",
 ) -> bytes:
     """A router-made error; ``head_only`` for a HEAD request (its length, no body)."""
-    return response(
-        status, error_body(status, kind, message), close=close, keep_alive_10=keep_alive_10, head_only=head_only
-    )
+    body = error_body(status, kind, message)
+    return response(status, body, close=close, keep_alive_10=keep_alive_10, head_only=head_only, extra=extra)
+
+
+def retry_after(seconds: int, ms: int) -> bytes:
+    """The header lines of a refusal that says when to retry: ``Retry-After`` (whole seconds, RFC
+    9110 §10.2.3) and ``retry-after-ms`` (what the OpenAI SDKs read first)."""
+    return b"Retry-After: %d\r\nretry-after-ms: %d\r\n" % (seconds, ms)
 
 
 BAD_REQUEST = (400, "bad_request", "the request is not valid HTTP/1.1")

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from drain_router.metrics import Metrics, Outcome
 from drain_router.proxy.backpressure import Reader
+from drain_router.proxy.capacity import Gate
 from drain_router.proxy.pool import UpstreamPool
 from drain_router.proxy.state import InFlight
 from drain_router.proxy.tunnel import Tunnel
@@ -39,6 +40,10 @@ class Site(Protocol):
     def max_body(self) -> int: ...
     @property
     def access_log(self) -> bool: ...
+    @property
+    def gate(self) -> Gate | None: ...
+    @property
+    def exempt_paths(self) -> frozenset[bytes]: ...
 
 
 class Client(Reader, Protocol):

@@ -14,6 +14,7 @@ from typing import Protocol
 from drain_router import config, metrics
 from drain_router.decisions import drain
 from drain_router.decisions.websocket_close import AtClosing
+from drain_router.proxy.capacity import Gate
 
 
 class Request(Protocol):
@@ -98,6 +99,16 @@ class RouterState:
         """Set at closing: what a WebSocket session opened from then on gets at once (its 1001 now,
         or watching for quiet), as ``--websocket-close-at`` says."""
         registry_metrics.track_inflight(self.inflight.__len__)
+        admission = cfg.admission
+        self.gate: Gate | None = None
+        """Admission control (``--max-concurrent-requests``); None without a limit (read on the hot path)."""
+        if admission.max_concurrent_requests:
+            self.gate = Gate(
+                admission.max_concurrent_requests,
+                admission.queue_size,
+                float(admission.queue_timeout_secs),
+                metrics=registry_metrics,
+            )
 
     def note_connect(self, ok: bool) -> None:
         """Without a health path, ``drain_router_upstream_up`` follows the last connect to the model
@@ -115,6 +126,13 @@ class RouterState:
     def status(self, status: drain.DrainStatus) -> None:
         self._status = status
         self.closes_connections = drain.closes_connections(status.phase)
+        if self.gate is not None:
+            self.gate.leaving = self.closes_connections
+
+    def close_queue(self) -> None:
+        """Closing: every request still waiting for a slot is refused now."""
+        if self.gate is not None:
+            self.gate.close()
 
     @property
     def phase(self) -> drain.Phase:
@@ -125,10 +143,13 @@ class RouterState:
         return code, {"status": word, "state": self.status.phase.value, "inflight": len(self.inflight)}
 
     def inflight_report(self) -> dict[str, object]:
+        queued = 0 if self.gate is None else len(self.gate)
         return {
             "inflight": len(self.inflight),
+            "queued": queued,
             "state": self.status.phase.value,
-            "idle_since": self.inflight.idle_since,
+            # A request waiting for a slot is work the router holds: not idle while any waits.
+            "idle_since": None if queued else self.inflight.idle_since,
             "started_at": self.started_at,
             # Proxied requests finished since start (any outcome; probes and admin calls never count):
             # a replica that has served nothing (0) says nothing about the service's idle clock.

@@ -19,10 +19,9 @@ import asyncio
 from typing import Protocol
 
 from drain_router import logs
-from drain_router.metrics import Metrics, Outcome
-from drain_router.proxy.grpc import answers, frames, health
+from drain_router.metrics import Outcome
+from drain_router.proxy.grpc import answers, frames, health, queued
 from drain_router.proxy.grpc import rules as r
-from drain_router.proxy.grpc.connection import Flusher
 from drain_router.proxy.grpc.h2 import Connection
 from drain_router.proxy.grpc.outbound import Outbound
 from drain_router.proxy.grpc.pool import GrpcPool
@@ -33,15 +32,12 @@ from drain_router.proxy.state import InFlight
 log = logs.get("drain_router.grpc")
 
 
-class Site(Protocol):
-    """What a call needs from the listener it came through."""
+class Site(queued.Site, Protocol):
+    """What a call needs from the listener it came through (metrics, loop, flusher, gate: :class:`queued.Site`)."""
 
     inflight: InFlight
     pool: GrpcPool
-    metrics: Metrics
     access_log: bool
-    loop: asyncio.AbstractEventLoop
-    flusher: Flusher
     watches: set[Call]
     """Health Watch calls relayed while serving (they get NOT_SERVING at SIGTERM)."""
 
@@ -54,6 +50,7 @@ class Call:
         "down_conn",
         "ending",
         "finished",
+        "gated",
         "head_seen",
         "headers",
         "request",
@@ -96,6 +93,7 @@ class Call:
         self.status: str | None = None
         self.head_seen = False
         self.finished = False
+        self.gated: object = None  # see queued.Gated
         self.ending: Outcome | None = None
         """The outcome to finish with once the end the router sent goes out."""
         self.started_at = 0.0
@@ -274,6 +272,8 @@ class Call:
         elif up_conn is not None and up.sid in up_conn.streams:
             up_conn.reset(up, frames.CANCEL)
         site.pool.released()
+        if self.gated is not None:
+            queued.leave(self, outcome)
 
     # -- health Watch relayed while serving ------------------------------------------------------
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from drain_router.metrics import Outcome
-from drain_router.proxy.grpc import frames, health
+from drain_router.proxy.grpc import frames, health, queued
 from drain_router.proxy.grpc import rules as r
 from drain_router.proxy.grpc.answered import LocalHealth
 from drain_router.proxy.grpc.blocks import Budgets
@@ -164,6 +164,8 @@ class Inbound(Wire):
         call = Call(listener, core, stream, headers, request, end, counted=path not in health.PATHS)
         if call.boundaries is not None:
             listener.watches.add(call)
+        if call.counted and listener.gate is not None and not queued.admit(call, listener.gate):
+            return  # it waits for a slot (it starts when given one), or was refused
         call.start()
 
     def stream_gone(self) -> None:

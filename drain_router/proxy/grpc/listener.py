@@ -34,6 +34,7 @@ class GrpcListener:
         self.connection_limit = connection_limit
         """Client connections at once (its share of the descriptors); one past it gets GOAWAY."""
         self.inflight: InFlight = state.inflight
+        self.gate = state.gate
         self.metrics: Metrics = state.metrics
         self.access_log = state.config.log.access_log
         self.loop = asyncio.get_running_loop()

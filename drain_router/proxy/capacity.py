@@ -1,0 +1,138 @@
+"""The admission gate (``--max-concurrent-requests``): N slots, and a bounded first-in first-out
+queue of what waits for one. What a request gets is decided in :mod:`drain_router.decisions.capacity`;
+this is the I/O around it: the slots, the waiters and their timers, the metrics.
+
+A request that finds a free slot takes it (:meth:`Gate.take`: a comparison and an increment) and
+gives it back when it ends (:meth:`Gate.release`), exactly when it leaves the in-flight count. One
+past N waits (:meth:`Gate.wait`) with a timer of ``--queue-timeout-secs``: a released slot goes
+straight to the oldest waiter (never back to the pool of free slots while one waits, so a newcomer
+cannot overtake it), which enters the in-flight count at once and is forwarded in the next turn of
+the loop (:meth:`Waiter.granted`). A waiter whose client leaves is withdrawn at once
+(:meth:`Gate.withdraw`); at closing every waiter is refused (:meth:`Gate.close`). Each refusal is
+counted and handed to the waiter with the ``Retry-After`` estimate (:meth:`Waiter.refused`).
+
+The queue is a dict (insertion-ordered: the oldest first; removal of any waiter in O(1)), never
+longer than ``--queue-size``; each entry holds the waiter's timer and when it started to wait.
+Invariant: while anything waits, every slot is taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from drain_router.decisions import capacity
+from drain_router.decisions.capacity import Reason, Verdict
+from drain_router.metrics import Metrics
+
+_REASON = {Verdict.QUEUE_FULL: Reason.QUEUE_FULL, Verdict.CLOSING: Reason.CLOSING}
+
+
+class Waiter(Protocol):
+    """A request waiting for a slot, as the gate acts on it."""
+
+    def granted(self) -> None:
+        """It holds a slot now (it left the queue): enter the in-flight count, forward soon."""
+
+    def refused(self, reason: Reason, retry_after: float) -> None:
+        """It never gets a slot (it left the queue, or never joined): answer it, ``retry_after``
+        seconds estimated."""
+
+
+class Gate:
+    __slots__ = ("active", "closing", "hold", "leaving", "limit", "loop", "metrics", "queue_size", "timeout", "waiters")
+
+    def __init__(
+        self,
+        limit: int,
+        queue_size: int,
+        timeout: float,
+        *,
+        metrics: Metrics,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.loop = loop
+        """The loop of the timers and the clock (None: the running one, looked up when needed)."""
+        self.limit = limit
+        self.queue_size = queue_size
+        self.timeout = timeout
+        self.metrics = metrics
+        self.active = 0
+        """Slots taken (by requests in flight, and by waiters granted one)."""
+        self.waiters: dict[Waiter, tuple[asyncio.TimerHandle, float]] = {}
+        """The queue, oldest first: each waiter's timeout and the loop time it started waiting."""
+        self.hold: float | None = None
+        """The mean time a slot is held, over recent releases (None: none yet)."""
+        self.closing = False
+        """Closing: nothing waits any more."""
+        self.leaving = False
+        """Draining or later: a refusal's retry goes to another replica."""
+        metrics.queue_depth.set_function(self.waiters.__len__)
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        return self.loop or asyncio.get_running_loop()
+
+    def __len__(self) -> int:
+        return len(self.waiters)
+
+    def __bool__(self) -> bool:
+        raise NotImplementedError("use len(gate) for the queue, gate.active for the slots")
+
+    # -- the hot path ----------------------------------------------------------------------------
+
+    def take(self) -> bool:
+        """A slot now, if one is free (then nothing waits: the invariant)."""
+        if self.active < self.limit:
+            self.active += 1
+            return True
+        return False
+
+    def release(self, held: float) -> None:
+        """A slot held ``held`` seconds is given back: to the oldest waiter, if one waits."""
+        self.hold = capacity.mean_hold(self.hold, held)
+        waiters = self.waiters
+        if not waiters:
+            self.active -= 1
+            return
+        waiter = next(iter(waiters))
+        timer, since = waiters.pop(waiter)
+        timer.cancel()
+        self.metrics.queue_wait.observe(self._loop().time() - since)
+        waiter.granted()
+
+    # -- waiting -----------------------------------------------------------------------------------
+
+    def wait(self, waiter: Waiter) -> bool:
+        """No slot was free: ``waiter`` joins the queue (True), or is refused at once (False)."""
+        verdict = capacity.arrival(len(self.waiters), self.queue_size, closing=self.closing)
+        if verdict is not Verdict.WAIT:
+            self._refuse(waiter, _REASON[verdict])
+            return False
+        loop = self._loop()
+        self.waiters[waiter] = (loop.call_later(self.timeout, self._timed_out, waiter), loop.time())
+        return True
+
+    def withdraw(self, waiter: Waiter) -> None:
+        """``waiter``'s client left while it waited: its place is freed at once."""
+        entry = self.waiters.pop(waiter, None)
+        if entry is not None:
+            entry[0].cancel()
+            self.metrics.queue_wait.observe(self._loop().time() - entry[1])
+
+    def close(self) -> None:
+        """Closing: every waiter is refused now (the model server never saw them), and so is every
+        request that finds no slot from now on."""
+        self.closing = self.leaving = True
+        while self.waiters:
+            waiter = next(iter(self.waiters))
+            self.withdraw(waiter)
+            self._refuse(waiter, Reason.CLOSING)
+
+    def _timed_out(self, waiter: Waiter) -> None:
+        if waiter in self.waiters:
+            self.withdraw(waiter)
+            self._refuse(waiter, Reason.QUEUE_TIMEOUT)
+
+    def _refuse(self, waiter: Waiter, reason: Reason) -> None:
+        self.metrics.admission_rejections.labels(reason.value).inc()
+        waiter.refused(reason, capacity.retry_after(len(self.waiters), self.limit, self.hold, leaving=self.leaving))
