@@ -173,6 +173,44 @@ async def test_messages_both_ways_ping_and_close_codes(start_process, ws_upstrea
     assert await _sessions_gauge(p) == 0
 
 
+async def test_a_session_holds_an_admission_slot_until_it_closes(start_process, ws_upstream):
+    """With ``--max-concurrent-requests 1`` an open session holds the one slot: a second handshake
+    waits in the queue (the model server never sees it) and gets its 101 the moment the first
+    session closes; a third, past the queue timeout, gets 503 with Retry-After, never the model
+    server."""
+    p = await start_process("--max-concurrent-requests", "1", "--queue-size", "1", "--queue-timeout-secs", "1")
+    url = f"http://127.0.0.1:{p.port}/v1/realtime"
+
+    async def counts() -> tuple[object, object]:
+        report = await inflight(p.admin_port)
+        return report["inflight"], report["queued"]
+
+    async with aiohttp.ClientSession() as s:
+        first = await s.ws_connect(url)
+        second = asyncio.create_task(s.ws_connect(url))
+        await wait_until(counts, 5, "the second handshake queued", until=lambda c: c == (1, 1))
+        assert ws_upstream.sessions == 1
+        await first.close()
+        async with await asyncio.wait_for(second, 5) as ws:
+            await wait_until(lambda: ws_upstream.sessions, 5, "the second session open", until=lambda n: n == 2)
+            await ws.send_str("hello")
+            assert (await ws.receive(timeout=5)).data == "echo:hello"
+            async with s.get(
+                url,
+                headers={
+                    "Connection": "Upgrade",
+                    "Upgrade": "websocket",
+                    "Sec-WebSocket-Version": "13",
+                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                },
+            ) as third:
+                assert third.status == 503
+                assert int(third.headers["Retry-After"]) >= 1 and int(third.headers["retry-after-ms"]) >= 1000
+            assert ws_upstream.sessions == 2
+    await wait_idle(p.admin_port)
+    assert await _outcomes(p) == {"completed": 2, "rejected": 1}
+
+
 async def test_a_16_mib_message_both_ways(start_process, ws_upstream):
     p = await start_process()
     big = os.urandom(16 * 1024 * 1024)
