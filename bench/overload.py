@@ -50,7 +50,7 @@ class Setup:
     window_secs: float
     tail_secs: float
     loads: tuple[float, ...] = (2.0, 4.0)
-    unloaded: float = 0.5
+    unloaded: float = 0.25
     arms: tuple[str, ...] = overload_report.ARMS
     gate_requests: int = 50_000
     seed: int = 37

@@ -187,27 +187,27 @@ def markdown(records: Sequence[dict[str, Any]]) -> str:
         if "failed" in m or "skipped" in m:
             lines.append(f"| {load} | {name} | {m.get('failed') or m.get('skipped')} |" + " |" * 8)
             continue
-        retried = m.get("retried_requests") or 0
+        g = m.get
         lines.append(
-            f"| {load} | {name} | {_f(m['offered_streams_per_s'], 1)} | {_f(m['goodput_tokens_per_s'])} "
-            f"({_f(m['goodput_x_capacity'], 2)}x) | {_f(m['ttft_admitted_p50_ms'], 1)} / "
-            f"{_f(m['ttft_admitted_p99_ms'], 1)} ms | {_f(m['ttft_first_try_p50_ms'], 0)} / "
-            f"{_f(m['ttft_first_try_p99_ms'], 0)} ms | {_f(m['stream_p99_ms'], 0)} ms | "
-            f"{m['rejected_429']} / {m['rejected_503']} ({_pct(m['rejected_share_of_attempts'])}) | "
-            f"{m['outcome_gave_up']} of {m['requests']} | "
-            f"{_pct(m['admitted_first_retry_share'])} of {retried} | {m.get('engine_max_active', '–')} |"
+            f"| {load} | {name} | {_f(g('offered_streams_per_s'), 1)} | {_f(g('goodput_tokens_per_s'))} "
+            f"({_f(g('goodput_x_capacity'), 2)}x) | {_f(g('ttft_admitted_p50_ms'), 1)} / "
+            f"{_f(g('ttft_admitted_p99_ms'), 1)} ms | {_f(g('ttft_first_try_p50_ms'))} / "
+            f"{_f(g('ttft_first_try_p99_ms'))} ms | {_f(g('stream_p99_ms'))} ms | "
+            f"{_f(g('rejected_429'))} / {_f(g('rejected_503'))} ({_pct(g('rejected_share_of_attempts'))}) | "
+            f"{_f(g('outcome_gave_up'))} of {_f(g('requests'))} | "
+            f"{_pct(g('admitted_first_retry_share'))} of {_f(g('retried_requests'))} | "
+            f"{_f(g('engine_max_active'))} |"
         )
-    gate = cells.get(("overload_gate", "router"))
-    if gate:
-        lines.append("")
-        if "skipped" in gate or "failed" in gate:
-            lines.append(f"Admission gate's cost: not measured ({gate.get('skipped') or gate.get('failed')}).")
-        else:
-            lines.append(
-                f"Admission gate's cost with nothing waiting (Python per small GET, `hotpath_cost`): "
-                f"{gate['small_get_us_on']:.2f} µs with `--max-concurrent-requests 1000` against "
-                f"{gate['small_get_us_off']:.2f} µs without: {gate['gate_us']:+.2f} µs."
-            )
+    gate = cells.get(("overload_gate", "router"), {})
+    if "skipped" in gate or "failed" in gate:
+        lines += ["", f"Admission gate's cost: not measured ({gate.get('skipped') or gate.get('failed')})."]
+    elif "small_get_us_on" in gate:
+        lines += [
+            "",
+            f"Admission gate's cost with nothing waiting (Python per small GET, `hotpath_cost`): "
+            f"{gate['small_get_us_on']:.2f} µs with `--max-concurrent-requests 1000` against "
+            f"{gate['small_get_us_off']:.2f} µs without: {gate['gate_us']:+.2f} µs.",
+        ]
     return "\n".join(lines) + "\n"
 
 
