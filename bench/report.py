@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bench import stats
+from bench import overload_report, stats
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 BASELINES = ("direct", "nginx", "envoy", "aiohttp", "before")
@@ -102,6 +102,8 @@ METRICS: dict[str, list[tuple[str, str, bool]]] = {
 
 
 def _family(workload: str) -> str:
+    if workload.startswith("overload"):
+        return "overload"  # its own table and goals (bench/overload_report.py)
     return "sse_paced" if workload.startswith("sse_paced_") else workload
 
 
@@ -425,6 +427,8 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
         "ms",
         workload="drain",
     )
+    # Issue 37: the engine past its capacity behind the router's admission control.
+    out += overload_report.goals(results["records"])
     return out
 
 
@@ -493,13 +497,15 @@ ROWS: list[tuple[str, str, str, str]] = [
 ]
 
 
-GROUP_NAMES = {"http": "HTTP", "ws": "WebSocket", "grpc": "gRPC"}
+GROUP_NAMES = {"http": "HTTP", "ws": "WebSocket", "grpc": "gRPC", "overload": "overload"}
 
 
 def _group(workload: str) -> str:
     """Which group of workloads (``--workloads``) a record's workload belongs to."""
     if workload.startswith("grpc_"):
         return "grpc"
+    if workload.startswith("overload"):
+        return "overload"
     if workload.startswith("ws_"):
         return "ws"
     return "http"
@@ -534,9 +540,14 @@ def _run_line(run: dict[str, Any], noise_by_workload: dict[str, Any], several: b
     noise_max = all_spreads[-1] if all_spreads else 0.0
     shared = machine.get("foreign_cores", 0)
     rows = " and ".join(GROUP_NAMES[g] for g in run["groups"])
+    shape = (  # the overload measurement is one pass of its own windows (its table says them)
+        "one pass"
+        if run["groups"] == ["overload"]
+        else f"{run['rounds']} interleaved rounds, {run['seconds']:g} s windows"
+    )
     return (
-        f"Run `{run['started_at']}`{f', for the {rows} rows' if several else ''} ({run['mode']}, {run['rounds']} "
-        f"interleaved rounds, {run['seconds']:g} s windows, {run['wall_seconds']:.0f} s in all) on "
+        f"Run `{run['started_at']}`{f', for the {rows} rows' if several else ''} ({run['mode']}, {shape}, "
+        f"{run['wall_seconds']:.0f} s in all) on "
         f"{machine['cores']} cores ({machine['cpu_model']}), {pinned}. Noise: the round-to-round spread "
         f"(max−min)/median of a throughput cell is {_fmt(100 * noise_med)} % at the median, up to "
         f"{_fmt(100 * noise_max)} %. Other processes used {shared:.2f} cores on average during the run"
@@ -683,7 +694,8 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
             )
     if missing:
         lines.append("Not measured: " + "; ".join(f"{t} ({r})" for t, r in missing.items()) + ".")
-    return "\n".join(lines) + "\n"
+    table = overload_report.markdown(results["records"])
+    return "\n".join(lines) + "\n" + (f"\n{table}" if table else "")
 
 
 def inject(path: Path, block: str) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from bench import grpcload, loadgen, procstat, targets
+from bench import grpcload, loadgen, overload, procstat, targets
 from drain_router.tools import process as process_
 
 RESULTS_DIR = Path(__file__).parent / "results"
@@ -130,12 +130,16 @@ WORKLOADS = (
     "grpc_unary",
     "grpc_idle_hold",
     "drain",
+    "overload",
 )
 #: Names that select several workloads at once (``--workloads grpc``).
 WORKLOAD_GROUPS = {
     "http": ("small_get", "sse_burst", "sse_oneread", "sse_paced", "upload_1mib", "idle_hold", "drain"),
     "ws": ("ws_echo", "ws_idle_hold"),
     "grpc": ("grpc_stream", "grpc_unary", "grpc_idle_hold"),
+    # The fake engine under 2x and 4x its capacity behind each bound (bench/overload.py): its own
+    # processes, after the rounds.
+    "overload": ("overload",),
 }
 GRPC_WORKLOADS = WORKLOAD_GROUPS["grpc"]
 
@@ -615,12 +619,13 @@ class Bench:
         busy0, own0, wall0 = _machine_busy_seconds(), _own_cpu_seconds(), time.perf_counter()
         if self.loadgen_cpus:
             os.sched_setaffinity(0, self.loadgen_cpus)
-        self.start_upstream()
-        self.start_targets()
+        selected = set(self.workloads)
+        if selected - {"overload"}:  # the overload measurement starts its own processes
+            self.start_upstream()
+            self.start_targets()
         try:
             for target in self.targets:  # warm every connection pool and cache once
                 await loadgen.requests(target.url + "/small", 4, min(0.2, plan.seconds / 2))
-            selected = set(self.workloads)
             for round_no in range(plan.rounds):
                 self.log(f"round {round_no + 1}/{plan.rounds}")
                 if "small_get" in selected:
@@ -686,6 +691,9 @@ class Bench:
                         wanted = plan.drain_targets is None or target.name in plan.drain_targets
                         if target.drain_signal is not None and wanted:
                             await self.drain(target, round_no)
+            if "overload" in selected:
+                self.log("overload (one pass)")
+                self.records += await overload.run(overload.SETUPS[plan.mode], self.log, self.server_cpus)
         finally:
             self.stop_all()
             if not os.environ.get("BENCH_KEEP_WORKDIR"):
