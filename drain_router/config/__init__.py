@@ -10,10 +10,11 @@ Durations have one representation everywhere: whole seconds in ``int`` fields na
 one place, :func:`parse_seconds`. Each setting is declared once, as a dataclass field with its flag,
 default, help and parser (:func:`setting`); the CLI generates its options from them.
 
-Modules: ``sections`` (the section dataclasses), ``shutdown`` (the drain's section and its
-bounds), ``tree`` (:class:`Config`, :func:`settings`: the sections' order and headings) and
-``values`` (:class:`ConfigError`, the upstream address, the Flag machinery and the parsers); this
-package re-exports their public names and builds the tree (:func:`build_config`, :func:`effective`).
+Modules: ``sections`` (the section dataclasses), ``admission`` (the admission control's section),
+``shutdown`` (the drain's section and its bounds), ``tree`` (:class:`Config`, :func:`settings`: the
+sections' order and headings) and ``values`` (:class:`ConfigError`, the upstream address, the Flag
+machinery and the parsers); this package re-exports their public names and builds the tree
+(:func:`build_config`, :func:`effective`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from drain_router.config.admission import DEFAULT_QUEUE_SIZE, DEFAULT_QUEUE_TIMEOUT_SECS, AdmissionSettings
 from drain_router.config.sections import (
     DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
     DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS,
@@ -55,6 +57,8 @@ __all__ = [
     "DEFAULT_CLIENT_HEADER_TIMEOUT_SECS",
     "DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS",
     "DEFAULT_MAX_REQUEST_BODY_BYTES",
+    "DEFAULT_QUEUE_SIZE",
+    "DEFAULT_QUEUE_TIMEOUT_SECS",
     "K8S_DEFAULT_GRACE_SECS",
     "LOG_FORMATS",
     "LOG_LEVELS",
@@ -62,6 +66,7 @@ __all__ = [
     "SECTIONS",
     "SHUTDOWN_DEADLINE_MARGIN_SECS",
     "AdminSettings",
+    "AdmissionSettings",
     "Config",
     "ConfigError",
     "DrainSettings",

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
+from drain_router.config.admission import AdmissionSettings
 from drain_router.config.sections import AdminSettings, GrpcSettings, HealthSettings, LogSettings, ProxySettings
 from drain_router.config.shutdown import DrainSettings
 from drain_router.config.values import Flag
@@ -23,6 +24,7 @@ class Config:
     proxy: ProxySettings
     admin: AdminSettings = AdminSettings()
     grpc: GrpcSettings = GrpcSettings()
+    admission: AdmissionSettings = AdmissionSettings()
     drain: DrainSettings = DrainSettings()
     health: HealthSettings = HealthSettings()
     log: LogSettings = LogSettings()
@@ -42,6 +44,7 @@ SECTIONS: dict[str, type[Any]] = {
     "drain": DrainSettings,
     "proxy": ProxySettings,
     "grpc": GrpcSettings,
+    "admission": AdmissionSettings,
     "admin": AdminSettings,
     "health": HealthSettings,
     "log": LogSettings,
