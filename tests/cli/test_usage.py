@@ -140,6 +140,7 @@ def test_help_lists_the_flags_needed_first_first_then_by_section(command: str) -
         "Drain",
         "Traffic listener and model server",
         "gRPC listener (h2c)",
+        "Admission control",
         "Admin listener",
         "Model server health",
         "Logging",
