@@ -166,6 +166,11 @@ def advisories(cfg: Config) -> tuple[advisory.Advisory, ...]:
             failure_threshold=cfg.health.upstream_health_failure_threshold,
             timeout_secs=cfg.health.upstream_health_timeout_secs,
         ),
+        admission=advisory.Admission(
+            max_concurrent_requests=cfg.admission.max_concurrent_requests,
+            queue_size=cfg.admission.queue_size,
+            queue_timeout_secs=cfg.admission.queue_timeout_secs,
+        ),
     )
 
 

@@ -26,6 +26,7 @@ class Answer:
 
     code: int | None = None
     inflight: int | None = None
+    queued: int = 0
     state: str | None = None
     idle_since: float | None = None
     served: int | None = None
@@ -38,9 +39,10 @@ def url(pod_ip: str, port: int) -> str:
 
 
 def parse(code: int, text: str) -> Answer:
-    """A response -> an :class:`Answer`. Every field is checked: an ``inflight`` that is not a
-    non-negative integer, a missing ``state``, a non-numeric ``idle_since`` or a missing ``served``
-    is a failed probe, not a guess."""
+    """A response -> an :class:`Answer`. Every field is checked: an ``inflight`` or ``queued`` that
+    is not a non-negative integer, a missing ``state``, a non-numeric ``idle_since`` or a missing
+    ``served`` is a failed probe, not a guess. A missing ``queued`` is 0: a router older than the
+    admission queue has nothing queued."""
     if code != 200:
         return Answer(code=code, error=f"HTTP {code}")
     try:
@@ -50,8 +52,11 @@ def parse(code: int, text: str) -> Answer:
     if not isinstance(body, dict):
         return Answer(code=code, error="body is not a JSON object")
     inflight, state, idle_since, served = (body.get(k) for k in ("inflight", "state", "idle_since", "served"))
+    queued = body.get("queued", 0)  # a router older than the admission queue has none
     if not _count(inflight):
         return Answer(code=code, error=f"inflight={inflight!r} is not a count")
+    if not _count(queued):
+        return Answer(code=code, error=f"queued={queued!r} is not a count")
     if not isinstance(state, str):
         return Answer(code=code, error=f"state={state!r} is not a string")
     if not _count(served):
@@ -61,6 +66,7 @@ def parse(code: int, text: str) -> Answer:
     return Answer(
         code=code,
         inflight=inflight,
+        queued=queued,
         state=state,
         served=served,
         idle_since=None if idle_since is None else float(idle_since),
@@ -92,16 +98,24 @@ async def probe(
 
 
 def for_recycling(answer: Answer, uid: str) -> recycling.ProbeResult:
-    """The recycling candidate's answer (idle iff 200, valid, ``inflight == 0``, ``state == serving``)."""
+    """The recycling candidate's answer (idle iff 200, valid, ``inflight == 0``, ``queued == 0``,
+    ``state == serving``)."""
     return recycling.ProbeResult(
-        uid=uid, code=answer.code, inflight=answer.inflight, state=answer.state, error=answer.error
+        uid=uid,
+        code=answer.code,
+        inflight=answer.inflight,
+        queued=answer.queued,
+        state=answer.state,
+        error=answer.error,
     )
 
 
 def for_lifecycle(answer: Answer, pod: str) -> lifecycle.RouterReport | lifecycle.ProbeFailure:
-    """One pod's contribution to the idle clock. Only requests in flight make a router busy here: a
+    """One pod's contribution to the idle clock. Only requests in flight or queued make a router busy here: a
     draining or starting router with none in flight has nothing to serve, and its ``idle_since`` and
     ``served`` are what the clock needs (a replacement still starting must not null the clock)."""
     if answer.error is not None or answer.inflight is None or answer.served is None:
         return lifecycle.ProbeFailure(pod=pod, error=answer.error or "incomplete answer")
-    return lifecycle.RouterReport(pod=pod, inflight=answer.inflight, idle_since=answer.idle_since, served=answer.served)
+    return lifecycle.RouterReport(
+        pod=pod, inflight=answer.inflight, queued=answer.queued, idle_since=answer.idle_since, served=answer.served
+    )

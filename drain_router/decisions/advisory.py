@@ -22,6 +22,7 @@ class Code(str, enum.Enum):
     DRAIN_CONSUMES_GRACE = "DRAIN_CONSUMES_GRACE"
     DRAIN_SHORTER_THAN_PROBE_WINDOW = "DRAIN_SHORTER_THAN_PROBE_WINDOW"
     UPSTREAM_HEALTH_SLOWER_THAN_DRAIN = "UPSTREAM_HEALTH_SLOWER_THAN_DRAIN"
+    QUEUE_TIMEOUT_EXCEEDS_DRAIN = "QUEUE_TIMEOUT_EXCEEDS_DRAIN"
 
 
 MESSAGES: dict[Code, str] = {
@@ -41,6 +42,13 @@ MESSAGES: dict[Code, str] = {
         "sending to a pod; requests keep reaching a dead model server longer than a shutdown takes to "
         "shed them. Lower --upstream-health-interval-secs, --upstream-health-failure-threshold or "
         "--upstream-health-timeout-secs, or raise --shutdown-drain-secs"
+    ),
+    Code.QUEUE_TIMEOUT_EXCEEDS_DRAIN: (
+        "a queued request may wait longer than a shutdown lets it: at closing (the drain window after "
+        "SIGTERM) every request still queued is answered 503 with Retry-After, so during a rollout "
+        "clients are turned away before their queue timeout. Keep --queue-timeout-secs at most "
+        "--shutdown-drain-secs, so every request queued before the pod began draining is admitted or "
+        "times out on its own clock before closing; or raise --shutdown-drain-secs"
     ),
 }
 
@@ -135,6 +143,37 @@ def upstream_health_slower_than_drain(shutdown_drain_secs: int, polling: HealthP
     )
 
 
+def queue_timeout_exceeds_drain(
+    shutdown_drain_secs: int, max_concurrent_requests: int, queue_size: int, queue_timeout_secs: int
+) -> Advisory | None:
+    """Warn when a request may wait in the admission queue longer than the drain window.
+
+    At closing the router answers every request still queued with 503 (SPEC 4): the model server never
+    saw them, so a retry elsewhere is safe, but each client waited for nothing. With a queue timeout
+    no longer than the window, every request queued before SIGTERM reaches its own end (admitted, or
+    503 at its timeout) before closing, and only requests that arrive during the drain, which the
+    window exists to stop, can be turned away early. ``>``: a timeout equal to the window ends before
+    closing for every request queued before SIGTERM. A drain of 0 warns with any queue: SIGTERM goes
+    straight to closing and empties the queue at once. Silent with admission off
+    (``max_concurrent_requests`` 0) or no queue (``queue_size`` 0): nothing ever waits.
+    """
+    if max_concurrent_requests == 0 or queue_size == 0 or queue_timeout_secs <= shutdown_drain_secs:
+        return None
+    return Advisory(
+        Code.QUEUE_TIMEOUT_EXCEEDS_DRAIN,
+        (("queue_timeout_secs", queue_timeout_secs), ("shutdown_drain_secs", shutdown_drain_secs)),
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Admission:
+    """The admission control's limit and queue (``max_concurrent_requests`` 0: off)."""
+
+    max_concurrent_requests: int
+    queue_size: int
+    queue_timeout_secs: int
+
+
 def advisories(
     *,
     shutdown_drain_secs: int,
@@ -142,11 +181,17 @@ def advisories(
     probe_period_secs: int | None = None,
     probe_failure_threshold: int | None = None,
     health_polling: HealthPolling | None = None,
+    admission: Admission | None = None,
 ) -> tuple[Advisory, ...]:
     """Every advisory that applies, in a stable order."""
     found = (
         drain_consumes_grace(shutdown_drain_secs, termination_grace_secs),
         drain_shorter_than_probe_window(shutdown_drain_secs, probe_period_secs, probe_failure_threshold),
         upstream_health_slower_than_drain(shutdown_drain_secs, health_polling),
+        None
+        if admission is None
+        else queue_timeout_exceeds_drain(
+            shutdown_drain_secs, admission.max_concurrent_requests, admission.queue_size, admission.queue_timeout_secs
+        ),
     )
     return tuple(a for a in found if a is not None)

@@ -85,6 +85,9 @@ class RouterReport:
     inflight: int
     idle_since: float | None
     served: int
+    queued: int = 0
+    """Requests waiting in its admission queue: a router with requests queued is not idle (0 from a
+    router that predates the queue)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,7 +194,7 @@ def idle_clock(
     ``replicas`` is the Deployment's ``spec.replicas``: above zero while ``scaledToZeroAt`` is set
     means a person woke the service, and the clock restarts at ``now``. Otherwise: no reports (no
     pods) keeps the stored value; any probe failure keeps it and marks the clock unknown; any router
-    with requests in flight makes it ``None``; all idle gives the latest ``idle_since`` of routers
+    with requests in flight or queued makes it ``None``; all idle gives the latest ``idle_since`` of routers
     that have served (clamped to ``now``), never earlier than the stored value: while the service
     stays idle the clock only moves forward (a recycled pod's replacement has not served, so the
     latest report may come from an older router). With nothing stored and no router that has
@@ -204,7 +207,7 @@ def idle_clock(
     if any(isinstance(r, ProbeFailure) for r in reports):
         return IdleClock(idle_since=status.idle_since, known=False)
     routers = [r for r in reports if isinstance(r, RouterReport)]
-    if any(r.inflight > 0 for r in routers):
+    if any(r.inflight > 0 or r.queued > 0 for r in routers):
         return IdleClock(idle_since=None)
     served = [min(r.idle_since, now) for r in routers if r.served > 0 and r.idle_since is not None]
     if status.idle_since is not None:  # still idle since then: an older report never moves it back

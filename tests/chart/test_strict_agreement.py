@@ -44,6 +44,24 @@ def health_values(
     return values
 
 
+def admission_values(
+    limit: int | None = None,
+    *,
+    timeout: int | None = None,
+    size: int = 256,
+    engine_flag: int | None = None,
+    drain: int = 30,
+    declared: bool = True,
+) -> dict[str, Any]:
+    """``router.admission`` (the default drain, 30 s, and grace, 180 s, unless told); ``engine_flag``:
+    vLLM's ``--max-num-seqs`` in ``modelServer.args``, where a null limit is taken from."""
+    values = drain_values(drain, 180, declared=declared)
+    values["router"]["admission"] = {"maxConcurrentRequests": limit, "queueSize": size, "queueTimeoutSecs": timeout}
+    if engine_flag is not None:
+        values["modelServer"] = {"args": ["--max-num-seqs", str(engine_flag)]}
+    return values
+
+
 #: (id, values, whether both refuse). The drain against the grace (DRAIN_CONSUMES_GRACE), against
 #: the declared probe window (DRAIN_SHORTER_THAN_PROBE_WINDOW) and against the time to notice a
 #: dead model server, threshold x max(interval, timeout) + timeout (UPSTREAM_HEALTH_SLOWER_THAN_DRAIN),
@@ -72,6 +90,13 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("health-threshold-one", health_values(15, 1, 15), False),
     ("health-slow-without-a-health-path", health_values(60, 10, 60, path=""), False),
     ("health-slow-with-no-drain", health_values(60, 10, 60, drain=0, declared=False), False),
+    ("admission-timeout-equals-drain", admission_values(8, timeout=30), False),
+    ("admission-timeout-over-drain", admission_values(8, timeout=31), True),
+    ("admission-from-the-engine-flag", admission_values(engine_flag=64), False),
+    ("admission-engine-flag-timeout-over-drain", admission_values(engine_flag=64, timeout=45), True),
+    ("admission-no-queue-long-timeout", admission_values(8, timeout=600, size=0), False),
+    ("admission-off-long-timeout", admission_values(0, timeout=600), False),
+    ("admission-with-no-drain", admission_values(engine_flag=64, drain=0, declared=False), True),
 ]
 
 
@@ -85,7 +110,17 @@ def pod_flags(values: dict[str, Any]) -> dict[str, str | None]:
     declared = bool(probe["declareToRouter"])
     path = router.get("upstreamHealthPath")
     path = "/health" if path is None else path  # the default engine's (vLLM's) preset
+    admission = router.get("admission") or {}
+    limit = admission.get("maxConcurrentRequests")
+    args = v["modelServer"].get("args") or []
+    if limit is None and "--max-num-seqs" in args:  # the default engine's (vLLM's) batch flag
+        limit = int(args[args.index("--max-num-seqs") + 1])
+    timeout = admission.get("queueTimeoutSecs")
+    timeout = max(1, min(60, int(v["shutdownDrainSecs"]))) if timeout is None else timeout
     return {
+        "--max-concurrent-requests": str(limit) if limit else None,
+        "--queue-size": str(admission.get("queueSize", 256)) if limit else None,
+        "--queue-timeout-secs": str(timeout) if limit else None,
         "--shutdown-drain-secs": str(v["shutdownDrainSecs"]),
         "--termination-grace-secs": str(v["terminationGraceSecs"]),
         "--readiness-probe-period-secs": str(probe["periodSeconds"]) if declared else None,

@@ -226,6 +226,15 @@ GRPC_TRITON: dict[str, Any] = {
     "networkPolicy": {"trafficFrom": [{"podSelector": {"matchLabels": {"app": "gateway"}}}]},
 }
 
+OVERLOAD: dict[str, Any] = {
+    # vLLM with its batch limit stated once (--max-num-seqs), which the router's admission control
+    # takes; the HorizontalPodAutoscaler counts the queued requests with the ones in flight.
+    "modelServer": {"args": ["--max-num-seqs", "128"]},
+    "router": {"admission": {"queueSize": 64}},
+    "autoscaling": {"enabled": True, "includeQueued": True, "targetInflightPerPod": 96},
+    "monitoring": {"podMonitor": {"enabled": True}},
+}
+
 #: Model chart sets (every one renders a model server Deployment).
 WITH_WORKLOAD = [
     pytest.param({}, id="defaults"),
@@ -239,6 +248,7 @@ WITH_WORKLOAD = [
     pytest.param(GRPC_VLLM, id="grpc-vllm"),
     pytest.param(GRPC_POOL, id="grpc-pool"),
     pytest.param(GRPC_TRITON, id="grpc-triton"),
+    pytest.param(OVERLOAD, id="overload"),
 ]
 ALL = WITH_WORKLOAD
 

@@ -36,6 +36,13 @@ class FakeRouters:
             {"inflight": inflight, "state": "serving", "idle_since": None, "started_at": 0.0, "served": 5},
         )
 
+    def queued(self, ip: str, queued: int) -> None:
+        """Nothing in flight, ``queued`` requests waiting in the router's admission queue."""
+        self.answers[ip] = (
+            200,
+            {"inflight": 0, "queued": queued, "state": "serving", "idle_since": None, "started_at": 0.0, "served": 5},
+        )
+
     def answer(self, ip: str, status: int, body: Any) -> None:
         self.answers[ip] = (status, body)
 

@@ -46,7 +46,11 @@ def test_idle_clock(row: dict[str, Any]) -> None:
         lifecycle.ProbeFailure(pod=r["pod"], error=r["error"])
         if "error" in r
         else lifecycle.RouterReport(
-            pod=r["pod"], inflight=r["inflight"], idle_since=_t(r["idleSince"]), served=r["served"]
+            pod=r["pod"],
+            inflight=r["inflight"],
+            queued=r.get("queued", 0),
+            idle_since=_t(r["idleSince"]),
+            served=r["served"],
         )
         for r in row["reports"]
     ]

@@ -1,5 +1,6 @@
 """The idle probe fails closed: every way an answer can be wrong is a failure, never an exception,
-and only a 200 with ``inflight == 0`` and ``state == serving`` is idle."""
+and only a 200 with ``inflight == 0``, nothing ``queued`` and ``state == serving`` is idle (an answer
+without ``queued``, from a router older than the admission queue, has nothing queued)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,11 @@ async def _serve(aiohttp_server: Callable[..., Awaitable[TestServer]], status: i
         pytest.param(200, {k: v for k, v in GOOD.items() if k != "state"}, False, True, id="no-state"),
         pytest.param(200, {k: v for k, v in GOOD.items() if k != "served"}, False, True, id="no-served"),
         pytest.param(200, {**GOOD, "idle_since": "yesterday"}, False, True, id="bad-idle-since"),
+        pytest.param(200, {**GOOD, "queued": 0}, True, False, id="nothing-queued"),
+        pytest.param(200, {**GOOD, "queued": 3}, False, False, id="requests-queued"),
+        pytest.param(200, {**GOOD, "queued": -1}, False, True, id="negative-queued"),
+        pytest.param(200, {**GOOD, "queued": "3"}, False, True, id="text-queued"),
+        pytest.param(200, {**GOOD, "queued": None}, False, True, id="null-queued"),
     ],
 )
 async def test_answers(
@@ -63,8 +69,15 @@ async def test_answers(
     assert isinstance(report, lifecycle.ProbeFailure) == failed
     if not failed:
         assert report == lifecycle.RouterReport(
-            pod="a", inflight=body["inflight"], idle_since=body["idle_since"], served=body["served"]
+            pod="a",
+            inflight=body["inflight"],
+            queued=body.get("queued", 0),
+            idle_since=body["idle_since"],
+            served=body["served"],
         )
+        clock = lifecycle.idle_clock([report], 1, lifecycle.LifecycleStatus(idle_since=1.0), 1700000001.0)
+        busy = body["inflight"] > 0 or body.get("queued", 0) > 0  # the state does not matter here
+        assert (clock.idle_since is None) == busy
 
 
 async def test_timeout_is_a_failure(aiohttp_server: Any, session: aiohttp.ClientSession) -> None:

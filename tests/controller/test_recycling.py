@@ -92,6 +92,7 @@ def test_next_recycle(row: dict[str, Any]) -> None:
             uid=p.get("uid", first.pod.uid),
             code=p.get("code"),
             inflight=p.get("inflight"),
+            queued=p.get("queued", 0),
             state=p.get("state"),
             error=p.get("error"),
         )

@@ -98,6 +98,7 @@ helm.sh/resource-policy: keep
 {{- fail "httpRoute.backend InferencePool needs inferencePool.enabled (the pool the route sends to)" -}}
 {{- end -}}
 {{- include "drain-router.validateGrpc" (dict "root" . "engine" $engine) -}}
+{{- include "drain-router.validateAdmission" . -}}
 {{- $drain := int .Values.shutdownDrainSecs -}}
 {{- $grace := int .Values.terminationGraceSecs -}}
 {{- if and (gt $drain 0) (ge $drain $grace) -}}

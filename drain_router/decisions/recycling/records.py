@@ -105,6 +105,8 @@ class ProbeResult:
     code: int | None = None
     """HTTP status; ``None`` when there was no answer."""
     inflight: int | None = None
+    queued: int = 0
+    """Requests waiting in the router's admission queue (0 from a router that predates it)."""
     state: str | None = None
     error: str | None = None
     """Connection error, timeout or a body that is not the expected JSON."""
@@ -115,7 +117,7 @@ class ProbeResult:
 
     @property
     def idle(self) -> bool:
-        return not self.failed and self.inflight == 0 and self.state == SERVING
+        return not self.failed and self.inflight == 0 and self.queued == 0 and self.state == SERVING
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

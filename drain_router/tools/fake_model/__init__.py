@@ -3,9 +3,13 @@
 A demo and test tool, not a model: it "generates" ``chunks`` tokens, one every ``interval_ms``,
 after an optional ``first_token_ms`` of silent "prefill". Every streamed chunk carries a sequence
 number (``seq``, from 0, and ``total``), so a client can tell a complete stream from one that lost
-chunks; a complete stream ends with ``data: [DONE]``.
+chunks; a complete stream ends with ``data: [DONE]``. With a batch size (``--batch-size B``) the
+completions share the engine's capacity as continuous batching does: past ``B`` at once, each one's
+tokens come slower (:mod:`.capacity`).
 
 - :mod:`.openai`: the answer shapes and per-request overrides (pure);
+- :mod:`.capacity`: the capacity model, a stream's time per token under load (pure), and
+  :mod:`.batch`, the streams generating now and the pause before each one's next token;
 - :mod:`.realtime`: the realtime session's events (pure);
 - :mod:`.app`: the one aiohttp application (:func:`make_app`): its handlers;
 - :mod:`.state`: what a server has seen and a test may steer (:class:`State`);
@@ -19,7 +23,8 @@ chunks; a complete stream ends with ``data: [DONE]``.
 Endpoints: ``POST /v1/completions`` and ``/v1/chat/completions`` (``"stream": true`` answers
 server-sent events; the query parameters or JSON fields ``chunks`` (or ``max_tokens``),
 ``interval_ms`` and ``first_token_ms`` override the defaults), ``GET /health`` (200 while serving),
-``GET /stats`` (``started``, ``finished``, ``cancelled``, ``active``, and the realtime ``sessions``
+``GET /stats`` (``started``, ``finished``, ``cancelled``, ``active``, ``max_active`` (the peak of
+``active``), and the realtime ``sessions``
 open now, ``sessions_opened``, ``sessions_closed``; the gRPC calls' counters under ``grpc``),
 ``GET /v1/models``; ``GET /v1/realtime``, a WebSocket session with OpenAI-Realtime-shaped events
 (:mod:`.realtime`); and, for proxy tests, ``/sse``, ``/echo``, ``/cut``, ``/short``,

@@ -17,6 +17,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from drain_router.tools.fake_model import openai
+from drain_router.tools.fake_model.batch import Batch
 from drain_router.tools.fake_model.session import GOING_AWAY, SESSION_CLOSE_TIMEOUT_SECS, Session, end_of
 from drain_router.tools.fake_model.state import SETTINGS, STATE, Generating, State
 
@@ -46,20 +47,29 @@ async def _completion(request: web.Request, *, chat: bool) -> web.StreamResponse
     gen = openai.resolve(settings, body, request.query, chat=chat)
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16]
     created, model = int(time.time()), str(body.get("model") or settings.model)
-    with Generating(request):
+    batch = request.app[STATE].batch
+    with Generating(request), batch.generating():
         if gen.first_token_ms:
             await asyncio.sleep(gen.first_token_ms / 1000)
         if not gen.stream:
-            await asyncio.sleep(gen.chunks * gen.interval_ms / 1000)
+            if settings.batch_size:
+                for _ in range(gen.chunks):
+                    await batch.pause(gen.interval_ms, settings.batch_size)
+            else:
+                await asyncio.sleep(gen.chunks * gen.interval_ms / 1000)
             return web.json_response(openai.full_payload(gen, rid=rid, created=created, model=model))
-        return await _event_stream(request, _chunks(gen, rid=rid, created=created, model=model))
+        tokens = _chunks(gen, batch, settings.batch_size, rid=rid, created=created, model=model)
+        return await _event_stream(request, tokens)
 
 
-async def _chunks(gen: openai.Generation, *, rid: str, created: int, model: str) -> AsyncIterator[str]:
-    """A streamed completion's chunks, ``gen.interval_ms`` apart."""
+async def _chunks(
+    gen: openai.Generation, batch: Batch, batch_size: int, *, rid: str, created: int, model: str
+) -> AsyncIterator[str]:
+    """A streamed completion's chunks, ``gen.interval_ms`` apart, stretched by the load past
+    ``batch_size`` (:meth:`Batch.pause`)."""
     for seq in range(gen.chunks):
         if seq:
-            await asyncio.sleep(gen.interval_ms / 1000)
+            await batch.pause(gen.interval_ms, batch_size)
         yield json.dumps(openai.chunk_payload(gen, rid=rid, created=created, model=model, seq=seq))
 
 

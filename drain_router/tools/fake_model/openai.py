@@ -27,6 +27,10 @@ class Settings:
     """Milliseconds of silence before the first chunk: the "prefill"."""
     model: str = "fake-model"
     """The model name reported in answers."""
+    batch_size: int = 0
+    """The engine's capacity in streams (continuous batching, :mod:`.capacity`): with ``k``
+    completions generating at once, each one's token interval is ``interval_ms * max(1, k /
+    batch_size)``. 0: no limit, every stream keeps ``interval_ms``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

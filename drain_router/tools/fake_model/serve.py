@@ -102,6 +102,7 @@ async def serve(
         chunks=settings.chunks,
         interval_ms=settings.interval_ms,
         first_token_ms=settings.first_token_ms,
+        batch_size=settings.batch_size,
         exit_on_sigterm=exit_on_sigterm,
         shutdown_timeout_secs=shutdown_timeout,
     )
@@ -167,6 +168,17 @@ def _log(event: str, **fields: Any) -> None:
     help="Silent milliseconds before the first chunk.",
 )
 @field_option(openai.Settings, "model", metavar="NAME", help="Model name in answers.")
+@field_option(
+    openai.Settings,
+    "batch_size",
+    type=click.IntRange(0),
+    metavar="B",
+    help="The engine's capacity, as continuous batching: with k completions generating at once (their "
+    "prefill included), each one's time per token is interval-ms * max(1, k / B), recomputed as streams "
+    "start and end, so past B streams every stream slows and the total token rate stays at B per "
+    "interval, as on a GPU. 0: no limit (every stream keeps interval-ms). gRPC and realtime "
+    "answers keep interval-ms.",
+)
 @click.option(
     "--shutdown-timeout-secs",
     "--shutdown-timeout",
@@ -194,6 +206,7 @@ def command(
     interval_ms: int,
     first_token_ms: int,
     model: str,
+    batch_size: int,
     shutdown_timeout_secs: float,
     exit_on_sigterm: bool,
 ) -> None:
@@ -202,8 +215,9 @@ def command(
     POST /v1/completions and /v1/chat/completions ("stream": true for server-sent events, each
     chunk numbered by "seq", ending "data: [DONE]"); GET /v1/realtime (a WebSocket session with
     OpenAI-Realtime-shaped events: response.create is answered with numbered response.text.delta
-    events, then response.done); GET /health; GET /stats (started, finished, cancelled, sessions,
-    and the gRPC calls). With --grpc-port, gRPC too: vLLM's engine service (Generate streams
+    events, then response.done); GET /health; GET /stats (started, finished, cancelled, active,
+    max_active: the peak of active, sessions, and the gRPC calls). With --batch-size B, completions
+    share the engine's capacity: past B at once, each stream's tokens come slower. With --grpc-port, gRPC too: vLLM's engine service (Generate streams
     numbered tokens, Abort, HealthCheck), grpc.health.v1, and a Triton-shaped raw-bytes service
     (inference.GRPCInferenceService: ModelStreamInfer, Echo).
     It generates nothing real: it paces numbered chunks.
@@ -216,7 +230,9 @@ def command(
       3. those still running at the deadline are aborted, open realtime sessions
          get a Close 1001 (Going Away); exit 0.
     """
-    settings = openai.Settings(chunks=chunks, interval_ms=interval_ms, first_token_ms=first_token_ms, model=model)
+    settings = openai.Settings(
+        chunks=chunks, interval_ms=interval_ms, first_token_ms=first_token_ms, model=model, batch_size=batch_size
+    )
     try:
         asyncio.run(
             serve(

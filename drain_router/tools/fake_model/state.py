@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from drain_router.tools.fake_model import openai
+from drain_router.tools.fake_model.batch import Batch
 from drain_router.tools.fake_model.calls import GrpcCalls
 from drain_router.tools.fake_model.session import Session
 
@@ -30,6 +31,11 @@ class State:
     """Completions written to the end (``[DONE]`` for streams)."""
     cancelled: int = 0
     """Completions abandoned: the client went away, or a shutdown aborted them at its deadline."""
+    max_active: int = 0
+    """The most completions (and ``/sse`` streams) ever running at once: the peak of ``active``, so
+    a test can check from outside that a proxy never let more than N reach the model server."""
+    batch: Batch = dataclasses.field(default_factory=Batch)
+    """The completions generating now, which share the engine's capacity (``--batch-size``)."""
     healthy: bool = True
     """``/health`` answers 200 (and the gRPC ``HealthCheck`` healthy) only while this is true and no
     shutdown started; tests flip it."""
@@ -74,6 +80,7 @@ class State:
             "finished": self.finished,
             "cancelled": self.cancelled,
             "active": self.active,
+            "max_active": self.max_active,
             "sessions": len(self.sessions),
             "sessions_opened": self.sessions_opened,
             "sessions_closed": sum(self.session_ends.values()),
@@ -96,6 +103,7 @@ class Generating:
 
     def __enter__(self) -> None:
         self.state.started += 1
+        self.state.max_active = max(self.state.max_active, self.state.active)
         self.state.request_seen.set()
         task = asyncio.current_task()
         assert task is not None
