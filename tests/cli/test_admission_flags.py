@@ -20,6 +20,7 @@ def test_defaults_leave_admission_off() -> None:
         "max_concurrent_requests": 0,
         "queue_size": 256,
         "queue_timeout_secs": 60,
+        "exempt_paths": ("/health", "/v1/models"),
     }
 
 
