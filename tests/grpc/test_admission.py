@@ -6,6 +6,7 @@ server; a client's RST_STREAM frees its place in the queue at once; health calls
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 
 import grpc
@@ -109,3 +110,48 @@ async def test_health_calls_never_wait(grpc_router: StartGrpcRouter, upstream: g
         answer = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
         running.cancel()
+
+
+def retrying_channel(port: int) -> grpc.aio.Channel:
+    """A grpcio channel whose retry policy retries RESOURCE_EXHAUSTED, as gRPC's retry design has a
+    client do: it waits the server's ``grpc-retry-pushback-ms`` before its next attempt."""
+    policy = {
+        "methodConfig": [
+            {
+                "name": [{"service": grpcupstream.SERVICE}],
+                "retryPolicy": {
+                    "maxAttempts": 5,
+                    "initialBackoff": "0.1s",
+                    "maxBackoff": "1s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["RESOURCE_EXHAUSTED"],
+                },
+            }
+        ]
+    }
+    options = (*grpcupstream.OPTIONS, ("grpc.enable_retries", 1), ("grpc.service_config", json.dumps(policy)))
+    return grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options)
+
+
+async def test_a_grpc_client_with_a_retry_policy_waits_the_pushback_and_succeeds(
+    grpc_router: StartGrpcRouter, upstream: grpcupstream.Upstream
+) -> None:
+    """No queue, one slot held by a short stream: a call from a channel with a retry policy is
+    refused RESOURCE_EXHAUSTED with a pushback of at least 1 s; grpcio waits it out, retries, and
+    the call succeeds once the slot is free; the model server saw it once."""
+    router = await grpc_router(*limits(1, 0))
+    async with grpcupstream.channel(router.grpc_port) as ch, retrying_channel(router.grpc_port) as retrying:
+        running = grpcupstream.method(ch, "Stream")(b"3 100", timeout=30)
+        assert await running.read() == b"tok0"
+        started = asyncio.get_running_loop().time()
+        assert await grpcupstream.method(retrying, "Echo")(b"retried", timeout=20) == b"retried"
+        assert asyncio.get_running_loop().time() - started >= 1.0  # it waited the pushback
+        assert [m async for m in _rest(running)] == [b"tok1", b"tok2"]
+    assert upstream.calls.count("Echo") == 1
+    counts = await grpc_requests(router)
+    assert counts[("8", "rejected")] >= 1 and counts[("0", "completed")] == 2
+
+
+async def _rest(call):  # type: ignore[no-untyped-def]
+    while (message := await call.read()) != grpc.aio.EOF:
+        yield message
