@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: engine test unit e2e lint demo bench soak image dist dist-check chart-readme mutate constraints clean
+.PHONY: engine test unit e2e lint demo demo-overload bench soak image dist dist-check chart-readme mutate constraints clean
 
 # The tested versions: every install here is constrained by constraints.txt (pyproject.toml only
 # declares ranges). The dev tools are the `dev` dependency group, which needs pip >= 25.1.
@@ -61,6 +61,10 @@ lint: $(STAMP)
 
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/drain-router demo
+
+## make demo-overload: the engine past its capacity, straight and behind a router's admission control
+demo-overload: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/drain-router demo --overload
 
 ## make soak: SOAK_CYCLES (default 200) rolling-restart cycles per balancer (HAProxy, Envoy) with random
 ## faults, plus a drain-off control; fails on any unaccounted loss or a growing router (not in CI)

@@ -14,6 +14,6 @@ exactly what a user would run. Modules:
 - ``profile``: py-spy on the router under load, summarised by frame.
 - ``overload``: the fake engine past its capacity behind the router's admission control, Envoy's
   circuit breakers and nginx's ``limit_conn`` (``python -m bench.overload``), with
-  ``overload_client`` (open-loop clients that retry refusals), ``overload_targets`` (the bounds),
+  ``overload_targets`` (the bounds),
   ``overload_stats`` (its arithmetic) and ``overload_report`` (its goals and table).
 """

@@ -2,7 +2,7 @@
 capacity, open-loop, with clients that retry a refusal, behind each bound: none (direct), the
 router's admission control (N = B), Envoy's circuit breakers and nginx's ``limit_conn``.
 
-Capacity (:func:`.overload_stats.capacity_tokens_per_s`): the engine completes a stream of C tokens
+Capacity (:func:`.overload.capacity_tokens_per_s`): the engine completes a stream of C tokens
 per slot every ``p + (C - 1) * i`` ms, so with B at a time ``B * C * 1000 / (p + (C - 1) * i)``
 tokens/s (about ``B * 1000 / i``). Offered load: Poisson arrivals at 2x and 4x that rate in streams
 per second, and at 0.5x for the unloaded baseline. Each cell gets a fresh engine and a fresh bound.
@@ -33,8 +33,9 @@ from typing import Any
 
 import aiohttp
 
-from bench import overload_client, overload_report, overload_stats, overload_targets, targets
+from bench import overload_report, overload_stats, overload_targets, targets
 from bench.overload_targets import Engine
+from drain_router.tools import overload
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,10 +95,10 @@ def _bound(
 async def cell(setup: Setup, arm: str, load: float, workdir: Path, cpus: set[int] | None) -> dict[str, Any]:
     """One arm at one offered load, on a fresh engine and bound: its figures."""
     shape = setup.engine
-    capacity = overload_stats.capacity_tokens_per_s(shape.batch, shape.interval_ms, shape.tokens, shape.prefill_ms)
+    capacity = overload.capacity_tokens_per_s(shape.batch, shape.interval_ms, shape.tokens, shape.prefill_ms)
     rate = load * capacity / shape.tokens
     seed = setup.seed + int(load * 100)  # every arm at one load sees the same arrivals
-    schedule = overload_stats.arrivals(rate, setup.warmup_secs + setup.window_secs, seed)
+    schedule = overload.arrivals(rate, setup.warmup_secs + setup.window_secs, seed)
     workdir.mkdir(parents=True)
     engine = overload_targets.engine(shape, workdir, cpus)
     bound = None
@@ -107,7 +108,7 @@ async def cell(setup: Setup, arm: str, load: float, workdir: Path, cpus: set[int
         body = {"model": "fake-model", "prompt": "overload", "stream": True}
         policy = "fixed" if arm == "router_fixed" else "honour"
         until = setup.warmup_secs + setup.window_secs + setup.tail_secs
-        requests = await overload_client.drive(url, body, schedule, policy, setup.retries, until)
+        requests = await overload.drive(url, body, schedule, policy, setup.retries, until)
         async with aiohttp.ClientSession() as http, http.get(engine.url + "/stats") as resp:
             engine_stats = await resp.json()
     finally:

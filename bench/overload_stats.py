@@ -1,85 +1,14 @@
-"""The overload measurement's arithmetic: the engine's capacity, the arrival schedule, how long a
-refused client waits, and what one cell's requests add up to. Pure: no I/O, no clock."""
+"""The overload measurement's arithmetic: what one cell's requests add up to. Pure: no I/O, no
+clock. (The engine's capacity, the arrivals and the clients' waits are
+:mod:`drain_router.tools.overload`'s, shared with ``drain-router demo --overload``.)"""
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from bench import stats
-
-#: A client told nothing (no ``retry-after-ms``, no ``Retry-After``) waits this long, as the fixed
-#: arm always does.
-FALLBACK_WAIT_SECS = 1.0
-#: What a client honouring the header accepts at most (the OpenAI SDK's limit for ``retry-after-ms``).
-MAX_WAIT_SECS = 60.0
-
-
-def capacity_tokens_per_s(batch: int, interval_ms: float, tokens: int, prefill_ms: float = 0.0) -> float:
-    """Tokens per second the engine completes with exactly ``batch`` streams at a time: each slot
-    turns a stream of ``tokens`` around every ``prefill_ms + (tokens - 1) * interval_ms`` (the first
-    token follows the prefill at once). About ``batch * 1000 / interval_ms`` for long streams."""
-    per_stream_ms = prefill_ms + (tokens - 1) * interval_ms
-    return batch * tokens * 1000.0 / per_stream_ms
-
-
-def arrivals(rate: float, seconds: float, seed: int) -> list[float]:
-    """Open-loop arrival times in ``[0, seconds)``: a Poisson process of ``rate`` per second, seeded."""
-    rng = random.Random(seed)
-    out: list[float] = []
-    at = rng.expovariate(rate)
-    while at < seconds:
-        out.append(at)
-        at += rng.expovariate(rate)
-    return out
-
-
-def retry_wait(policy: str, headers: Mapping[str, str]) -> float:
-    """Seconds a refused client waits before its retry. ``fixed``: always 1 s. ``honour``:
-    ``retry-after-ms``, else ``Retry-After`` (seconds), else 1 s; at most :data:`MAX_WAIT_SECS`."""
-    if policy == "fixed":
-        return FALLBACK_WAIT_SECS
-    lowered = {k.lower(): v for k, v in headers.items()}
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        try:
-            value = float(lowered[name]) * scale
-        except (KeyError, ValueError):
-            continue
-        if math.isfinite(value) and value >= 0:
-            return min(value, MAX_WAIT_SECS)
-    return FALLBACK_WAIT_SECS
-
-
-@dataclasses.dataclass(slots=True)
-class Attempt:
-    """One try of a request: when it was sent, the status it got (None: no answer), and for a refusal
-    the wait the client then chose."""
-
-    sent: float
-    status: int | None = None
-    wait: float | None = None
-
-
-@dataclasses.dataclass(slots=True)
-class Request:
-    """One client request across its tries (times in seconds from the cell's start)."""
-
-    arrival: float
-    attempts: list[Attempt] = dataclasses.field(default_factory=list)
-    first_token: float | None = None
-    done: float | None = None
-    tokens: int = 0
-    outcome: str = "unresolved"
-    """``completed`` (every token and ``[DONE]``), ``gave_up`` (refused on every try), ``error``
-    (cut, or another status), ``unresolved`` (still running when the cell ended)."""
-
-    @property
-    def admitted(self) -> Attempt | None:
-        """The try that got a 200, if one did."""
-        return next((a for a in self.attempts if a.status == 200), None)
+from drain_router.tools.overload import Request
 
 
 def _ms(values: Sequence[float]) -> dict[str, float | None]:

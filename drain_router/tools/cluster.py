@@ -54,10 +54,18 @@ class FakeModel:
     """Serve gRPC too (``--grpc-port``): vLLM's engine service and ``grpc.health.v1``."""
     grpc_port: int | None = None
     """The gRPC port, the same across restarts: a free one is picked when ``grpc`` and none is given."""
+    batch_size: int = 0
+    """``--batch-size``: the engine's capacity as continuous batching (0: unlimited)."""
+    first_token_ms: int = 0
+    """``--first-token-ms``: the prefill before a stream's first token."""
     process: process_.Process = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         args = ["--chunks", str(self.chunks), "--interval-ms", str(self.interval_ms)]
+        if self.batch_size:
+            args += ["--batch-size", str(self.batch_size)]
+        if self.first_token_ms:
+            args += ["--first-token-ms", str(self.first_token_ms)]
         if self.exit_on_sigterm:
             args.append("--exit-on-sigterm")
         if self.shutdown_timeout_secs is not None:

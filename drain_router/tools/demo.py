@@ -105,7 +105,8 @@ once with the balancer told of the pod's deletion and once with a balancer that 
 engine; and with no drain. Realtime sessions and gRPC calls (vLLM's Generate, through the
 balancer's gRPC side) run beside the streams and the table says how each ended. Prints a
 comparison and what each run lost, writes a PNG timeline. Exits 1 if drain-router lost a
-request or a gRPC call, or cut a session.
+request or a gRPC call, or cut a session. With --overload it shows admission control instead: the
+engine past its capacity, straight and behind a router.
 """
 
 
@@ -154,10 +155,22 @@ request or a gRPC call, or cut a session.
 )
 @click.option("--no-png", is_flag=True, default=False, help="Do not write the timeline.")
 @click.option(
+    "--overload",
+    is_flag=True,
+    default=False,
+    help="Instead of the rolling restart: the engine at 3x its capacity, straight and behind a router's "
+    "admission control (--max-concurrent-requests), and a table of what each did (about 30 s).",
+)
+@click.option(
     "--live/--plain", default=None, help="A redrawn live view, or plain event lines. Default: live on a terminal."
 )
-def command(png: Path, no_png: bool, live: bool | None, **params: int) -> None:
+def command(png: Path, no_png: bool, live: bool | None, overload: bool, **params: int) -> None:
     """The demo (its help: :data:`HELP`)."""
+    if overload:
+        from drain_router.tools import overload_demo
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            sys.exit(runner.run(overload_demo.run(sys.stdout)))
     opts = Options(**params)
     if opts.drain_secs * 1000 <= opts.probe_interval_ms * opts.probe_fall:
         click.echo(

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from bench import overload_report, report
-from bench.overload_stats import Attempt, Request, arrivals, capacity_tokens_per_s, retry_wait, summarize
+from bench.overload_stats import summarize
+from drain_router.tools.overload import Attempt, Request, arrivals, capacity_tokens_per_s, retry_wait
 
 ROOT = Path(__file__).resolve().parents[2]
 
