@@ -126,3 +126,17 @@ def grpc_error(outcome: str, status: int | None) -> str | None:
     if status is not None and status in GRPC_SERVER_ERRORS:
         return str(status)
     return None
+
+
+# The controller's passes (INTERNAL spans), each naming its ModelService by attributes.
+RECYCLE_PASS: Final = "drain_router.controller.recycle_pass"
+LIFECYCLE_PASS: Final = "drain_router.controller.lifecycle_pass"
+DELETION_PASS: Final = "drain_router.controller.deletion_pass"
+
+
+def modelservice(namespace: str | None, name: str | None, uid: str | None) -> Attributes:
+    """The attributes that name the ModelService a controller pass is about."""
+    attrs: Attributes = {"k8s.namespace.name": namespace or "", "drain_router.modelservice.name": name or ""}
+    if uid:
+        attrs["drain_router.modelservice.uid"] = uid
+    return attrs

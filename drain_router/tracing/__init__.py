@@ -27,6 +27,7 @@ class Span(Protocol):
     """An open span, as the traffic path marks it."""
 
     def add_event(self, name: str) -> None: ...
+    def set_attribute(self, key: str, value: str | int | float | bool) -> None: ...
 
 
 class Tracer(Protocol):
