@@ -29,35 +29,12 @@ from drain_router.proxy.upstream import UpstreamConnection
 class TracedExchange(Exchange):
     __slots__ = ("first_byte_at", "read_bytes", "reads", "seen", "span", "tracer")
 
-    def begin(self, tracer: tracing.Tracer, headers: Headers, version: str) -> None:
-        """Start its span from the client's head (``headers`` as parsed), and give the head that goes
-        upstream the router's span as its parent."""
+    def begin(self, tracer: tracing.Tracer, span: tracing.Span, attributes: spans.Attributes) -> None:
         self.tracer = tracer
+        self.span = span
+        span.set_attributes(attributes)
         self.first_byte_at: float | None = None
         self.read_bytes = self.reads = self.seen = 0
-        parent: list[str] = []
-        state: list[str] = []
-        host = None
-        for name, value in headers:
-            lower = name.lower()
-            if lower in TRACE_CONTEXT:
-                (parent if lower == b"traceparent" else state).append(value.decode("latin-1"))
-            elif lower == b"host" and host is None:
-                host = value.decode("latin-1")
-        method = self.method.decode("latin-1")
-        attrs = spans.http_start(
-            method,
-            self.target.decode("latin-1"),
-            version,
-            host,
-            self.client.peer.decode("latin-1"),
-            port=80,
-            websocket=self.ws_key is not None,
-        )
-        self.span, traceparent, tracestate = tracer.server(method, parent, state, attrs)
-        request = self.request
-        if request is not None and self.problem is None:
-            request.head = traced_head(request.head, traceparent, tracestate)
 
     def response_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         super().response_head(status, headers)
@@ -127,12 +104,34 @@ def exchange(
     verdict: Admission,
     headers: Headers,
 ) -> Exchange:
-    """The exchange of a request read with tracing on, its span started (``headers``: as parsed)."""
-    request, http10 = verdict.request, version == "1.0"
+    """The exchange of a request read with tracing on (``headers``: as parsed): its span started
+    from the client's trace context, the head that goes upstream given the router's span as its
+    parent. A request sampled out is a plain :class:`Exchange` (or :class:`Handshake`): its span
+    records nothing, so nothing needs watching."""
+    parent: list[str] = []
+    state: list[str] = []
+    host = None
+    for name, value in headers:
+        lower = name.lower()
+        if lower in TRACE_CONTEXT:
+            (parent if lower == b"traceparent" else state).append(value.decode("latin-1"))
+        elif lower == b"host" and host is None:
+            host = value.decode("latin-1")
+    verb = method.decode("latin-1")
+    span, traceparent, tracestate = tracer.server(verb, parent, state)
+    request, problem, key, http10 = verdict.request, verdict.problem, verdict.ws_key, version == "1.0"
+    if request is not None and problem is None:
+        request.head = traced_head(request.head, traceparent, tracestate)
+    if not span.is_recording():
+        if key is None or request is None:
+            return Exchange(client, method, target, http10, keep_alive, request, problem)
+        return Handshake(client, method, target, http10, keep_alive, request, key)
     made: TracedExchange
-    if verdict.ws_key is None or request is None:
-        made = TracedExchange(client, method, target, http10, keep_alive, request, verdict.problem)
+    if key is None or request is None:
+        made = TracedExchange(client, method, target, http10, keep_alive, request, problem)
     else:
-        made = TracedHandshake(client, method, target, http10, keep_alive, request, verdict.ws_key)
-    made.begin(tracer, headers, version)
+        made = TracedHandshake(client, method, target, http10, keep_alive, request, key)
+    peer = client.peer.decode("latin-1")
+    attrs = spans.http_start(verb, target.decode("latin-1"), version, host, peer, port=80, websocket=key is not None)
+    made.begin(tracer, span, attrs)
     return made

@@ -28,16 +28,20 @@ class Span(Protocol):
 
     def add_event(self, name: str) -> None: ...
     def set_attribute(self, key: str, value: str | int | float | bool) -> None: ...
+    def set_attributes(self, attributes: Attributes) -> None: ...
+    def is_recording(self) -> bool:
+        """False for a span sampled out: nothing about it is recorded or exported."""
+        ...
 
 
 class Tracer(Protocol):
     """The router's or controller's tracer (:class:`drain_router.tracing.sdk.Tracing`)."""
 
-    def server(
-        self, name: str, traceparent: list[str], tracestate: list[str], attributes: Attributes
-    ) -> tuple[Span, bytes, bytes | None]:
+    def server(self, name: str, traceparent: list[str], tracestate: list[str]) -> tuple[Span, bytes, bytes | None]:
         """A SERVER span continuing the client's W3C trace context; returns it with the
-        ``traceparent`` (and ``tracestate``) that makes it the upstream request's parent."""
+        ``traceparent`` (and ``tracestate``) that makes it the upstream request's parent. Its
+        attributes are set by the caller, only when it is recording (a sampled-out request pays
+        for nothing more)."""
         ...
 
     def end(self, span: Span, attributes: Attributes, error: str | None) -> None:

@@ -123,19 +123,21 @@ class Tracing:
         self.tracer = self.provider.get_tracer("drain_router")
 
     def server(
-        self, name: str, traceparent: list[str], tracestate: list[str], attributes: Attributes
+        self, name: str, traceparent: list[str], tracestate: list[str]
     ) -> tuple[trace.Span, bytes, bytes | None]:
-        carrier: dict[str, list[str]] = {}
-        if traceparent:
-            carrier["traceparent"] = traceparent
-            if tracestate:
-                carrier["tracestate"] = tracestate
-        parent = _PROPAGATOR.extract(carrier) if carrier else None
-        span = self.tracer.start_span(name, parent, _SERVER, attributes)
-        out: dict[str, str] = {}
-        _PROPAGATOR.inject(out, trace.set_span_in_context(span))
-        state = out.get("tracestate")
-        return span, out["traceparent"].encode("latin-1"), None if state is None else state.encode("latin-1")
+        parent = None
+        if traceparent:  # the client's context, parsed (and validated) by the SDK's W3C propagator
+            carrier = (
+                {"traceparent": traceparent, "tracestate": tracestate} if tracestate else {"traceparent": traceparent}
+            )
+            parent = _PROPAGATOR.extract(carrier)
+        span = self.tracer.start_span(name, parent, _SERVER)
+        # The upstream's traceparent, written as the propagator's inject writes it (version 00), from
+        # the span's context directly: inject's carrier and context objects cost 1.5 µs a request.
+        context = span.get_span_context()
+        out = b"00-%032x-%016x-%02x" % (context.trace_id, context.span_id, context.trace_flags)
+        state = context.trace_state
+        return span, out, state.to_header().encode("latin-1") if state else None
 
     def end(self, span: Any, attributes: Attributes, error: str | None) -> None:
         """``span``: one :meth:`server` started (typed by its use where it is held)."""

@@ -103,11 +103,11 @@ def test_a_full_queue_counts_its_drops(monkeypatch: pytest.MonkeyPatch) -> None:
     drops: list[int] = []
     tracing = sdk.Tracing("test", drops.append, exporter=Stuck())
     try:
-        span, _, _ = tracing.server("GET", [], [], {})
+        span, _, _ = tracing.server("GET", [], [])
         tracing.end(span, {}, None)
         assert taking.wait(10)
         for _ in range(9):
-            span, _, _ = tracing.server("GET", [], [], {})
+            span, _, _ = tracing.server("GET", [], [])
             tracing.end(span, {}, None)
         assert sum(drops) == 5
     finally:

@@ -24,23 +24,12 @@ from drain_router.proxy.grpc.streams import Headers, Stream
 class TracedCall(Call):
     __slots__ = ("first_byte_at", "read_bytes", "reads", "span", "tracer")
 
-    def begin(self, tracer: tracing.Tracer) -> None:
+    def begin(self, tracer: tracing.Tracer, span: tracing.Span, attributes: spans.Attributes) -> None:
         self.tracer = tracer
+        self.span = span
+        span.set_attributes(attributes)
         self.first_byte_at: float | None = None
         self.read_bytes = self.reads = 0
-        parent: list[str] = []
-        state: list[str] = []
-        authority = None
-        for field, value in self.headers:
-            if field == b"traceparent":
-                parent.append(value.decode("latin-1"))
-            elif field == b"tracestate":
-                state.append(value.decode("latin-1"))
-            elif field == b":authority":
-                authority = value.decode("latin-1")
-        name, attrs = spans.grpc_start(self.request.path.decode("latin-1"), authority, port=80)
-        self.span, traceparent, tracestate = tracer.server(name, parent, state, attrs)
-        self.headers = r.traced(self.headers, traceparent, tracestate)
 
     def on_data(self, stream: Stream, data: bytes, end: bool) -> None:
         if stream is not self.down:
@@ -80,7 +69,24 @@ def call(
     request: r.Request,
     end: bool,
 ) -> Call:
-    """A counted call with its span started."""
+    """A counted call with tracing on: its span started from the client's trace context, the HEADERS
+    that go upstream given the router's span as their parent. A call sampled out is a plain
+    :class:`Call`."""
+    parent: list[str] = []
+    state: list[str] = []
+    authority = None
+    for field, value in headers:
+        if field == b"traceparent":
+            parent.append(value.decode("latin-1"))
+        elif field == b"tracestate":
+            state.append(value.decode("latin-1"))
+        elif field == b":authority":
+            authority = value.decode("latin-1")
+    name, attrs = spans.grpc_start(request.path.decode("latin-1"), authority, port=80)
+    span, traceparent, tracestate = tracer.server(name, parent, state)
+    headers = r.traced(headers, traceparent, tracestate)
+    if not span.is_recording():
+        return Call(site, conn, stream, headers, request, end, counted=True)
     made = TracedCall(site, conn, stream, headers, request, end, counted=True)
-    made.begin(tracer)
+    made.begin(tracer, span, attrs)
     return made
