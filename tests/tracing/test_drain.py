@@ -38,11 +38,12 @@ async def _fetch(port: int, path: str) -> tuple[int, dict[str, str]] | None:
 async def test_drain_events_on_http_spans(
     start_traced: StartTraced, receiver: otlp.Receiver, raw_upstream: rawupstream.RawUpstream
 ) -> None:
-    """1. /silent (never answered) is in flight, two admission slots 2. SIGTERM (a 2 s window, the
+    """0. /echo before any drain 1. /silent (never answered) is in flight, two admission slots 2. SIGTERM (a 2 s window, the
     deadline 3 s after it) 3. /echo in the window 4. a second /silent takes the other slot 5. a third
     request waits in the queue 6. closing refuses it 7. the deadline cuts both /silent.
     Result: the first /silent has drain_started and deadline_aborted (an error); the second only
-    deadline_aborted; /echo has connection_close_sent; the queued one refused_closing."""
+    deadline_aborted; /echo in the window has connection_close_sent (the one before, no event); the
+    queued one refused_closing."""
     p = await start_traced(
         raw_upstream.url,
         "--termination-grace-secs",
@@ -51,6 +52,8 @@ async def test_drain_events_on_http_spans(
         "2",
         drain_secs="2",
     )
+    before = await _fetch(p.port, "/echo?before=1")
+    assert before is not None and before[1].get("Connection") != "close"
     first = asyncio.ensure_future(_fetch(p.port, "/silent?n=1"))
     await wait_until(lambda: raw_upstream.paths().count("/silent") == 1, timeout=5, what="the first /silent")
     p.signal(signal.SIGTERM)
@@ -60,18 +63,18 @@ async def test_drain_events_on_http_spans(
     second = asyncio.ensure_future(_fetch(p.port, "/silent?n=2"))
     await wait_until(lambda: raw_upstream.paths().count("/silent") == 2, timeout=5, what="the second /silent")
     queued = asyncio.ensure_future(_fetch(p.port, "/echo?queued=1"))
-    await wait_until(lambda: len(receiver.spans) >= 1, timeout=5, what="the /echo span")
     refused = await queued
     assert refused is not None and refused[0] == 503
     assert await first is None and await second is None
     assert await p.wait(10) == 1
-    got = await receiver.wait_spans(4)
+    got = await receiver.wait_spans(5)
     by_target = {(s.attributes["url.path"], s.attributes.get("url.query", "")): s for s in got}
     one, two = by_target[("/silent", "n=1")], by_target[("/silent", "n=2")]
     assert one.events == [spans.DRAIN_STARTED, spans.DEADLINE_ABORTED]
     assert (one.status_code, one.attributes["drain_router.outcome"]) == (ERROR, "deadline_aborted")
     assert two.events == [spans.DEADLINE_ABORTED]
     assert by_target[("/echo", "")].events == [spans.CONNECTION_CLOSE_SENT]
+    assert by_target[("/echo", "before=1")].events == []
     assert by_target[("/echo", "queued=1")].events == [spans.REFUSED_CLOSING]
 
 
