@@ -14,12 +14,13 @@ ENV PATH=/opt/drain-router/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
 COPY drain_router ./drain_router
-# The router and the controller only: no demo, plot or development tools (tests/cli/test_image.py
-# and the image smoke run check), at the tested versions (constraints.txt). The whole virtualenv is
+# The router and the controller, and the OpenTelemetry SDK that --tracing loads (the otel extra; never
+# imported without the flag): no demo, plot or development tools (tests/cli/test_image.py and the
+# image smoke run check), at the tested versions (constraints.txt). The whole virtualenv is
 # made here and copied: the wheels never become a layer of the image, and pip and setuptools, which
 # nothing runs at run time, are removed from it.
-RUN pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt '.[controller]' \
-    && pip install --no-cache-dir --no-index --find-links=/wheels 'drain-router[controller]==0.1.0' \
+RUN pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt '.[controller,otel]' \
+    && pip install --no-cache-dir --no-index --find-links=/wheels 'drain-router[controller,otel]==0.1.0' \
     && pip uninstall --quiet --yes pip setuptools
 
 FROM ${BASE}

@@ -13,7 +13,7 @@ CONSTRAINTS := constraints.txt
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade 'pip>=25.1'
-	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[controller,demo]' --group dev
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[controller,demo,otel]' --group dev
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -110,7 +110,7 @@ constraints:
 	rm -rf $(CONSTRAINTS_VENV)
 	$(PYTHON) -m venv $(CONSTRAINTS_VENV)
 	$(CONSTRAINTS_VENV)/bin/pip install --quiet --upgrade 'pip>=25.1'
-	$(CONSTRAINTS_VENV)/bin/pip install --quiet '.[controller,demo,plot]' --group dev --group engine
+	$(CONSTRAINTS_VENV)/bin/pip install --quiet '.[controller,demo,plot,otel]' --group dev --group engine
 	{ sed -n '/^#/p' $(CONSTRAINTS); $(CONSTRAINTS_VENV)/bin/pip freeze --exclude drain-router; } > $(CONSTRAINTS).new
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 	rm -rf $(CONSTRAINTS_VENV)

@@ -113,6 +113,18 @@ def _build(params: dict[str, Any]) -> config.Config:
         raise click.BadParameter(f"{value}: {exc.reason}", param_hint=hint) from None
 
 
+def _require_tracing(on: bool, flag: str) -> None:
+    """``--tracing`` without the ``otel`` extra: exit 2 with the remedy (the SDK loads only when on)."""
+    if on:
+        from drain_router import tracing
+
+        try:
+            tracing.require()
+        except tracing.Unavailable as exc:
+            click.echo(f"Error: {flag}: {exc}", err=True)
+            sys.exit(2)
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="drain-router")
 @click.pass_context
@@ -133,6 +145,7 @@ def serve(**params: Any) -> None:
     from drain_router import logs
     from drain_router.proxy import lifecycle  # the event loop, httptools and aiohttp only when serving
 
+    _require_tracing(cfg.log.tracing, "--tracing")
     logs.configure(format=cfg.log.format, level=cfg.log.level)
     sys.exit(lifecycle.serve(cfg, pending_signals=early_signals.pending))
 

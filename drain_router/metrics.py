@@ -168,6 +168,12 @@ class Metrics:
         )
         for reason in ADMISSION_REASONS:
             self.admission_rejections.labels(reason)
+        self.tracing_spans_dropped = Counter(
+            PREFIX + "tracing_spans_dropped",
+            "Spans dropped because the export queue (OTEL_BSP_MAX_QUEUE_SIZE) was full: a collector slow "
+            "or down (--tracing); the traffic is never held for export.",
+            registry=registry,
+        )
         # The standard process_* families (resident memory, open descriptors against the limit, CPU):
         # what the descriptor reserve and a stalled reader's memory bound are measured against.
         ProcessCollector(registry=registry)

@@ -38,8 +38,8 @@ cd "$ROOT"
 
 VERSION=$(python3 -c 'import tomllib,sys; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
 IMAGE=${IMAGE:-localhost/drain-router:$VERSION}
-grep -q "drain-router\[controller\]==$VERSION'" Dockerfile \
-    || die "Dockerfile does not pin drain-router[controller]==$VERSION (pyproject.toml's version)"
+grep -q "drain-router\[controller,otel\]==$VERSION'" Dockerfile \
+    || die "Dockerfile does not pin drain-router[controller,otel]==$VERSION (pyproject.toml's version)"
 
 # --- tools -------------------------------------------------------------------------------------
 missing=()

@@ -86,10 +86,15 @@ class RouterProcess:
 
     @classmethod
     async def start(
-        cls, *args: str, preexec_fn: Any = None, entry: tuple[str, ...] = (sys.executable, "-m", "drain_router")
+        cls,
+        *args: str,
+        preexec_fn: Any = None,
+        entry: tuple[str, ...] = (sys.executable, "-m", "drain_router"),
+        env: dict[str, str] | None = None,
     ) -> RouterProcess:
+        """``env``: the child's whole environment (None: this process's)."""
         argv = serve_argv(*args, entry=entry)
-        proc = process_.Process("router", argv, log_path("router"), preexec_fn=preexec_fn)
+        proc = process_.Process("router", argv, log_path("router"), env=env, preexec_fn=preexec_fn)
         proc.start()
         return cls(proc)
 

@@ -255,3 +255,14 @@ class LogSettings:
             help="One structured line per proxied request. Off by default: at thousands of streams it is noise.",
         ),
     )
+    tracing: bool = setting(
+        False,
+        Flag(
+            name="tracing",
+            parse=boolean,
+            boolean=True,
+            help="OpenTelemetry spans: one per proxied request, WebSocket session and gRPC call, continuing "
+            "the client's traceparent (needs the 'otel' extra). The standard OTEL_* variables configure "
+            "the exporter (OTLP/HTTP), endpoint, sampler and service name.",
+        ),
+    )

@@ -75,6 +75,13 @@ def command(print_crd: bool, **given: Any) -> None:
             f"the controller needs {exc.name}, which is not installed: pip install 'drain-router[controller]'"
         ) from None
 
+    if cfg.tracing:
+        from drain_router import tracing
+
+        try:
+            tracing.require()
+        except tracing.Unavailable as exc:
+            raise MissingExtra(f"--tracing: {exc}") from None
     sys.exit(operator.run(cfg))
 
 

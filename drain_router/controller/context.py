@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 import aiohttp
 import kopf
 
+from drain_router import tracing
 from drain_router.controller import kube as kube_
 from drain_router.controller import metrics as metrics_
 from drain_router.controller import settings as settings_
-from drain_router.decisions import deletion, objects
+from drain_router.decisions import deletion, objects, spans
 
 
 def body(obj: Mapping[str, Any]) -> kopf.Body:
@@ -46,3 +49,13 @@ class Context:
     """The idle probe's HTTP client (one per run; ``None``: the daemon opens its own)."""
     invalid_rules_warned: set[tuple[str, int]] = dataclasses.field(default_factory=set)
     """(uid, generation) already warned about with ``InvalidLifecycleRules``: once per spec generation."""
+    tracer: tracing.Tracer | None = None
+    """``--tracing``: the passes' tracer; None when off (the SDK is never loaded)."""
+
+    def span(self, name: str, obj: Mapping[str, Any]) -> AbstractContextManager[tracing.Span | None]:
+        """An INTERNAL span around one pass over the ModelService ``obj`` (named by its attributes),
+        or nothing with tracing off."""
+        if self.tracer is None:
+            return contextlib.nullcontext()
+        meta = obj.get("metadata") or {}
+        return self.tracer.internal(name, spans.modelservice(meta.get("namespace"), meta.get("name"), meta.get("uid")))

@@ -19,6 +19,7 @@ from drain_router.controller import context, lifecycle_pass, observe, recycle_pa
 from drain_router.controller import kube as kube_
 from drain_router.controller import turn as turn_
 from drain_router.controller import workload as workload_
+from drain_router.decisions import spans
 
 MIN_SLEEP_SECS = 0.05
 """The daemon's shortest sleep, so a requeue time already past never spins the loop."""
@@ -66,9 +67,11 @@ async def service_pass(ctx: context.Context, namespace: str, name: str, logger: 
         session = aiohttp.ClientSession()
     try:
         turn = turn_.Turn(ctx=ctx, workload=workload, session=session, logger=logger)
-        fresh, at = await recycle_pass.run(turn, fresh)
+        with ctx.span(spans.RECYCLE_PASS, fresh):
+            fresh, at = await recycle_pass.run(turn, fresh)
         requeues.append(at)
-        fresh, at = await lifecycle_pass.run(turn, fresh)
+        with ctx.span(spans.LIFECYCLE_PASS, fresh):
+            fresh, at = await lifecycle_pass.run(turn, fresh)
         requeues.append(at)
     finally:
         if owned:

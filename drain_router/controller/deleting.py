@@ -15,7 +15,7 @@ import kopf
 from drain_router.controller import context, observe
 from drain_router.controller import kube as kube_
 from drain_router.controller import status as status_
-from drain_router.decisions import deletion, objects
+from drain_router.decisions import deletion, objects, spans
 
 
 class Requeue(kopf.TemporaryError):
@@ -34,7 +34,14 @@ async def run_pass(ctx: context.Context, body: Mapping[str, Any], logger: Any) -
     fresh = await ctx.kube.get_modelservice(namespace, name)  # annotations and status as of now
     if fresh is None:
         return
-    decision = await deletion_step(ctx, fresh, logger)
+    with ctx.span(spans.DELETION_PASS, fresh) as span:
+        decision = await deletion_step(ctx, fresh, logger)
+        if span is not None:
+            span.set_attribute("drain_router.deletion.verdict", decision.verdict.value)
+            if decision.status is not None:
+                span.set_attribute(
+                    "drain_router.deletion.stage", str(decision.status.stage and decision.status.stage.value)
+                )
     namespace, name = fresh["metadata"]["namespace"], fresh["metadata"]["name"]
 
     # 4. Requeue or release.

@@ -8,6 +8,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self.tracing_spans_dropped = Counter(
+            "drain_router_controller_tracing_spans_dropped_total",
+            "Spans dropped because the export queue (OTEL_BSP_MAX_QUEUE_SIZE) was full (--tracing).",
+            registry=registry,
+        )
         self.deletion_transitions = Counter(
             "drain_router_controller_deletion_transitions_total",
             "Staged-deletion transitions, by the stage entered and the event reason.",

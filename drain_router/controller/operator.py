@@ -20,7 +20,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio import config as k8s_config
 from prometheus_client import CollectorRegistry, start_http_server
 
-from drain_router import logs
+from drain_router import logs, tracing
 from drain_router.controller import context as context_
 from drain_router.controller import handlers, leader
 from drain_router.controller import kube as kube_
@@ -111,14 +111,21 @@ async def context(
     too; otherwise kopf does its own in-cluster or kubeconfig login."""
     explicit = configuration is not None
     configuration = configuration or await load_configuration()
-    async with client.ApiClient(configuration) as api, aiohttp.ClientSession() as session:
-        yield context_.Context(
-            settings=settings,
-            kube=kube_.Kube(api),
-            session=session,
-            metrics=metrics_.ControllerMetrics(registry or CollectorRegistry()),
-            connection=connection_from(configuration) if explicit else None,
-        )
+    metrics = metrics_.ControllerMetrics(registry or CollectorRegistry())
+    tracer = tracing.start("drain-router-controller", metrics.tracing_spans_dropped.inc) if settings.tracing else None
+    try:
+        async with client.ApiClient(configuration) as api, aiohttp.ClientSession() as session:
+            yield context_.Context(
+                settings=settings,
+                kube=kube_.Kube(api),
+                session=session,
+                metrics=metrics,
+                connection=connection_from(configuration) if explicit else None,
+                tracer=tracer,
+            )
+    finally:
+        if tracer is not None:
+            tracer.shutdown()
 
 
 async def operate(

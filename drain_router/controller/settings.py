@@ -63,6 +63,18 @@ class ControllerSettings:
         ),
     )
     """9092: next to the router's 9091."""
+    tracing: bool = setting(
+        False,
+        Option(
+            flag="tracing",
+            heading=ENDPOINTS,
+            kind="switch",
+            help="OpenTelemetry spans of the recycling, lifecycle and deletion passes (needs the 'otel' "
+            "extra); the standard OTEL_* variables configure the exporter (OTLP/HTTP), endpoint, sampler "
+            "and service name.",
+        ),
+    )
+    """Off: the controller never loads the SDK."""
     liveness_port: int = setting(
         0,
         Option(

@@ -54,7 +54,14 @@ class Admission:
 
 
 def admit(
-    method: bytes, url: bytes, version: str, headers: Headers, peer: bytes, peer_node: bytes, default_host: bytes
+    method: bytes,
+    url: bytes,
+    version: str,
+    headers: Headers,
+    peer: bytes,
+    peer_node: bytes,
+    default_host: bytes,
+    traced: bool = False,
 ) -> Admission:
     """The verdict on a head that is not a probe: origin-form target, framing decided once (no
     ``Connection`` naming a framing header), one ``Host`` in HTTP/1.1 (RFC 9112 §3.2), and a
@@ -64,7 +71,7 @@ def admit(
         return Admission(None, responses.BAD_REQUEST, close=True)
     try:
         check_target(method, url)
-        request = request_head(method, url, headers, peer, peer_node, default_host)
+        request = request_head(method, url, headers, peer, peer_node, default_host, traced)
     except BadTarget:
         # The head itself is well framed: the connection goes on, except after a CONNECT (whose
         # client would start talking another protocol).

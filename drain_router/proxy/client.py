@@ -18,11 +18,12 @@ from drain_router import logs
 from drain_router.metrics import Outcome
 from drain_router.proxy import health, responses
 from drain_router.proxy.exchange import Exchange
-from drain_router.proxy.parsing import Reading, RequestReader
+from drain_router.proxy.parsing import RequestReader
 from drain_router.proxy.rewrite import forwarded_node
-from drain_router.proxy.roles import Finished
+from drain_router.proxy.roles import Finished, Reading
+from drain_router.proxy.sessions import OpenTunnels
 from drain_router.proxy.state import RouterState
-from drain_router.proxy.tunnel import OpenTunnels, Tunnel
+from drain_router.proxy.tunnel import Tunnel
 from drain_router.proxy.upstream import UpstreamConnection
 
 log = logs.get("drain_router.proxy")

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from drain_router import config, logs, metrics
-from drain_router.decisions import drain
+from drain_router import config, logs, metrics, tracing
+from drain_router.decisions import drain, spans
 from drain_router.proxy.state import RouterState
 
 log = logs.get("drain_router.lifecycle")
@@ -93,6 +93,8 @@ class Drain:
         if decision.status.t0 is not None and before.t0 is None:
             self._completed_at_t0 = state.inflight.completed
             self._started_at_t0 = state.inflight.started
+            if state.tracer is not None:
+                tracing.event_each(state.inflight.requests(), spans.DRAIN_STARTED)
         inflight_before_actions = len(state.inflight)
         for action in decision.actions:
             self._do(action)

@@ -19,7 +19,7 @@ import uvloop
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from drain_router import config, logs, metrics
+from drain_router import config, logs, metrics, tracing
 from drain_router.decisions import drain, websocket_close
 from drain_router.decisions.websocket_close import AtClosing
 from drain_router.proxy import admin_listener, health, signals, tuning, upstream_health
@@ -62,6 +62,8 @@ class Router:
         self.listener: TrafficListener | None = None
         self.pool: UpstreamPool | None = None
         self.draining = Drain(cfg, self.state, self.metrics, self, clock=clock)
+        if cfg.log.tracing:  # raises tracing.Unavailable without the otel extra
+            self.state.tracer = tracing.start("drain-router", self.metrics.tracing_spans_dropped.inc)
 
     @property
     def aborted(self) -> int:
@@ -222,6 +224,8 @@ class Router:
             await self.draining.exited.wait()
             if self.listener is not None:  # WebSocket sessions sent Close 1001: their closing handshakes
                 await self.listener.tunnels.wait_closed(WEBSOCKET_CLOSE_SECS + 0.5)
+        if self.state.tracer is not None:
+            self.state.tracer.shutdown()  # the spans of the drain exported, waiting a bounded time
         exit_code = self.state.status.exit_code
         return drain.EXIT_CLEAN if exit_code is None else exit_code
 

@@ -27,8 +27,8 @@ from drain_router.proxy import responses
 from drain_router.proxy.client import ClientConnection
 from drain_router.proxy.pool import UpstreamPool
 from drain_router.proxy.refused import Refusals
+from drain_router.proxy.sessions import OpenTunnels
 from drain_router.proxy.state import RouterState
-from drain_router.proxy.tunnel import OpenTunnels
 
 log = logs.get("drain_router.proxy")
 
@@ -53,6 +53,7 @@ class TrafficListener:
         self.loop = asyncio.get_running_loop()
         self.max_body = proxy.max_request_body_bytes
         self.access_log = state.config.log.access_log
+        self.tracer = state.tracer
         self.header_timeout = float(proxy.client_header_timeout_secs)
         self.keepalive_timeout = float(proxy.client_keepalive_timeout_secs)
         self.connection_limit = connection_limit

@@ -17,26 +17,15 @@ import httptools
 
 from drain_router import logs
 from drain_router.metrics import Outcome
-from drain_router.proxy import responses
+from drain_router.proxy import responses, traced
 from drain_router.proxy.admission import MAX_HEAD_BYTES, MAX_HEADERS, MAX_LINE_BYTES, HeadTooLarge, admit, probe_path
 from drain_router.proxy.backpressure import PIPELINE
 from drain_router.proxy.exchange import Exchange
 from drain_router.proxy.handshake import Handshake
 from drain_router.proxy.pipeline import HEAD_END, Pipeline, enqueue, feed_heads
-from drain_router.proxy.roles import Client, Site
+from drain_router.proxy.roles import Client, Reading
 
 log = logs.get("drain_router.proxy")
-
-
-class Reading(Site, Protocol):
-    """The traffic listener, as reading requests uses it."""
-
-    @property
-    def header_timeout(self) -> float: ...
-    @property
-    def bad_target_log(self) -> logs.RateLimited: ...
-    @property
-    def bad_request_log(self) -> logs.RateLimited: ...
 
 
 class Connection(Client, Protocol):
@@ -219,8 +208,9 @@ class RequestReader:
                 enqueue(self, entry)
             return
         listener = conn.listener
-        verdict = admit(method, url, version, self.headers, conn.peer, conn.peer_node, listener.pool.host_header)
-        self.headers = []  # admitted: a held stream keeps the head it sent upstream, not the parsed one
+        tracer = listener.tracer  # (--tracing: None when off)
+        host = listener.pool.host_header
+        verdict = admit(method, url, version, self.headers, conn.peer, conn.peer_node, host, tracer is not None)
         request, problem, ws_key = verdict.request, verdict.problem, verdict.ws_key
         if request is not None:
             self.body_left = request.content_length or 0
@@ -229,10 +219,14 @@ class RequestReader:
         if verdict.close:
             self.keep_alive = False
         http10 = version == "1.0"
-        if ws_key is None or request is None:
+        if tracer is not None:
+            exchange = traced.exchange(tracer, conn, method, url, version, self.keep_alive, verdict, self.headers)
+            self.upgrading = exchange if exchange.ws_key is not None else self.upgrading
+        elif ws_key is None or request is None:
             exchange = Exchange(conn, method, url, http10, self.keep_alive, request, problem)
         else:
             exchange = self.upgrading = Handshake(conn, method, url, http10, self.keep_alive, request, ws_key)
+        self.headers = []  # admitted: a held stream keeps the head it sent upstream, not the parsed one
         self.current = exchange
         if conn.active is None and not self.queue:
             # Started once this read is parsed whole: a request whose body turns out malformed in

@@ -20,6 +20,9 @@ HOP_BY_HOP = frozenset(name.encode() for name in headers_mod.HOP_BY_HOP) | {b"ex
 #: Replaced on the way up: the router vouches only for what it saw itself.
 _REPLACED = frozenset({b"x-forwarded-for", b"forwarded", b"x-real-ip", b"x-forwarded-proto", b"x-forwarded-host"})
 _SPECIAL = HOP_BY_HOP | _REPLACED | {b"host", b"content-length"}
+#: W3C trace context (``--tracing``): the client's is replaced by the router's span (:func:`traced_head`).
+TRACE_CONTEXT = frozenset({b"traceparent", b"tracestate"})
+_SPECIAL_TRACED = _SPECIAL | TRACE_CONTEXT
 #: Headers that frame a message (RFC 9112 §6) or name its host. The router decides framing once,
 #: from the headers as parsed, so a ``Connection`` header that nominates one of them (asking the next
 #: hop to drop it while its body is still sent) is refused: 400 for a request, 502 for a response.
@@ -79,11 +82,20 @@ class RequestHead:
 
 
 def request_head(
-    method: bytes, target: bytes, headers: Headers, peer: bytes, peer_node: bytes, default_host: bytes
+    method: bytes,
+    target: bytes,
+    headers: Headers,
+    peer: bytes,
+    peer_node: bytes,
+    default_host: bytes,
+    traced: bool = False,
 ) -> RequestHead:
     """The upstream request's head. ``peer`` is the client's address, ``peer_node`` the same as
     :func:`forwarded_node` renders it (both computed once per connection); ``default_host`` is sent
-    as ``Host`` when the client sent none (HTTP/1.0)."""
+    as ``Host`` when the client sent none (HTTP/1.0). ``traced`` (``--tracing``): the client's
+    ``traceparent`` and ``tracestate`` are left out, for :func:`traced_head` to add the router's;
+    otherwise they pass through untouched, like any end-to-end header."""
+    special = _SPECIAL_TRACED if traced else _SPECIAL
     parts = [method, b" ", target, b" HTTP/1.1\r\n"]
     named: set[bytes] | None = None
     prior_xff: list[bytes] = []
@@ -95,7 +107,7 @@ def request_head(
     expect = upgrade = False
     for name, value in headers:
         lower = name.lower()
-        if lower not in _SPECIAL:
+        if lower not in special:
             parts += (name, b": ", value, b"\r\n")
         elif lower == b"host":
             host = value
@@ -122,7 +134,7 @@ def request_head(
         parts = parts[:4] + [
             p
             for name, value in headers
-            if (lower := name.lower()) not in named and (lower not in _SPECIAL or lower in (b"host", b"content-length"))
+            if (lower := name.lower()) not in named and (lower not in special or lower in (b"host", b"content-length"))
             for p in (name, b": ", value, b"\r\n")
         ]
     xff = b", ".join([*prior_xff, peer])
@@ -139,6 +151,15 @@ def request_head(
         length = None
     parts.append(b"\r\n\r\n")
     return RequestHead(b"".join(parts), length, chunked, expect, upgrade, hosts)
+
+
+def traced_head(head: bytes, traceparent: bytes, tracestate: bytes | None) -> bytes:
+    """A head :func:`request_head` built with ``traced``, with the router's span as the upstream
+    request's parent: one ``traceparent`` (and the ``tracestate`` passed on), after the others."""
+    trace = b"traceparent: " + traceparent + b"\r\n"
+    if tracestate:
+        trace += b"tracestate: " + tracestate + b"\r\n"
+    return head[:-2] + trace + b"\r\n"
 
 
 #: Added to a WebSocket handshake on its way up, and to the 101 on its way back: ``Connection`` and

@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from drain_router import logs, tracing
 from drain_router.metrics import Metrics, Outcome
 from drain_router.proxy.backpressure import Reader
 from drain_router.proxy.capacity import Gate
 from drain_router.proxy.pool import UpstreamPool
-from drain_router.proxy.state import InFlight
+from drain_router.proxy.state import InFlight, RouterState
 from drain_router.proxy.tunnel import Tunnel
 from drain_router.proxy.upstream import UpstreamConnection
 
@@ -44,6 +45,22 @@ class Site(Protocol):
     def gate(self) -> Gate | None: ...
     @property
     def exempt_paths(self) -> frozenset[bytes]: ...
+    @property
+    def state(self) -> RouterState: ...
+
+
+class Reading(Site, Protocol):
+    """The traffic listener, as reading requests uses it (:mod:`.parsing`)."""
+
+    @property
+    def tracer(self) -> tracing.Tracer | None: ...
+
+    @property
+    def header_timeout(self) -> float: ...
+    @property
+    def bad_target_log(self) -> logs.RateLimited: ...
+    @property
+    def bad_request_log(self) -> logs.RateLimited: ...
 
 
 class Client(Reader, Protocol):

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from drain_router.decisions import capacity
+from drain_router import tracing
+from drain_router.decisions import capacity, spans
 from drain_router.decisions.capacity import Reason
 from drain_router.metrics import Outcome
 from drain_router.proxy import forwarding, relaying, responses
@@ -94,5 +95,7 @@ def refuse(exchange: Gated, reason: Reason, retry_after: float) -> None:
     """The router's own answer: 429 or 503 (at closing with ``Connection: close``), with when to retry."""
     status, kind, message, close = capacity.HTTP_ANSWERS[reason]
     exchange.discard = True
+    if reason is Reason.CLOSING:
+        tracing.event(exchange, spans.REFUSED_CLOSING)
     extra = responses.retry_after(*capacity.headers(retry_after))
     relaying.reply(exchange, (status, kind, message), Outcome.REJECTED, close, extra)

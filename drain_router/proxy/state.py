@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from drain_router import config, metrics
+from drain_router import config, metrics, tracing
 from drain_router.decisions import drain
 from drain_router.decisions.websocket_close import AtClosing
 from drain_router.proxy.capacity import Gate
@@ -67,6 +67,10 @@ class InFlight:
             if self._on_idle is not None:
                 self._on_idle()
 
+    def requests(self) -> list[Request]:
+        """What is in flight now (a copy)."""
+        return list(self._requests)
+
     def abort_all(self) -> int:
         """Abort every in-flight request now (each leaves the count as it is aborted); returns how many."""
         requests = list(self._requests)
@@ -99,6 +103,8 @@ class RouterState:
         """Set at closing: what a WebSocket session opened from then on gets at once (its 1001 now,
         or watching for quiet), as ``--websocket-close-at`` says."""
         registry_metrics.track_inflight(self.inflight.__len__)
+        self.tracer: tracing.Tracer | None = None
+        """``--tracing``: the spans' tracer (set at startup), None when off: the one check per request."""
         admission = cfg.admission
         self.gate: Gate | None = None
         """Admission control (``--max-concurrent-requests``); None without a limit (read on the hot path)."""

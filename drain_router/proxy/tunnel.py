@@ -19,19 +19,16 @@ checks it, re-armed for when the quiet period would end.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
-from collections.abc import Iterator
 from typing import Any, Protocol
 
-from prometheus_client import Gauge
-
-from drain_router import logs
-from drain_router.decisions import websocket_close
+from drain_router import logs, tracing
+from drain_router.decisions import spans, websocket_close
 from drain_router.decisions.websocket_close import AtClosing
 from drain_router.metrics import Outcome
 from drain_router.proxy import websocket
+from drain_router.proxy.sessions import OpenTunnels
 from drain_router.proxy.upstream import UpstreamConnection
 
 log = logs.get("drain_router.proxy")
@@ -41,41 +38,6 @@ _now = time.monotonic
 #: How long the router waits, once it sent Close 1001 both ways (or waits for a frame boundary to
 #: send it), for the closing handshakes before it closes both connections.
 WEBSOCKET_CLOSE_SECS = 2.0
-
-
-class OpenTunnels:
-    """A listener's open tunnels, counted in ``websocket_sessions``; closing waits for them to end
-    (:meth:`wait_closed`)."""
-
-    def __init__(self, gauge: Gauge) -> None:
-        self._open: set[Tunnel] = set()
-        self._gauge = gauge
-        self._gone: asyncio.Event | None = None
-
-    def __iter__(self) -> Iterator[Tunnel]:
-        return iter(list(self._open))
-
-    def __len__(self) -> int:
-        return len(self._open)
-
-    def add(self, tunnel: Tunnel) -> None:
-        self._open.add(tunnel)
-        self._gauge.inc()
-
-    def discard(self, tunnel: Tunnel) -> None:
-        if tunnel in self._open:
-            self._open.remove(tunnel)
-            self._gauge.dec()
-            if not self._open and self._gone is not None:
-                self._gone.set()
-
-    async def wait_closed(self, timeout: float) -> None:
-        """Wait (up to ``timeout``) for the tunnels still open to end (their closing handshakes)."""
-        if not self._open:
-            return
-        self._gone = asyncio.Event()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._gone.wait(), timeout)
 
 
 class Host(Protocol):
@@ -136,7 +98,19 @@ class _Side(asyncio.Protocol):
 
 
 class Tunnel:
-    __slots__ = ("client", "ending", "going", "host", "last_read", "open_tunnels", "outcome", "timer", "up", "upstream")
+    __slots__ = (
+        "client",
+        "ending",
+        "going",
+        "host",
+        "last_read",
+        "open_tunnels",
+        "outcome",
+        "span",
+        "timer",
+        "up",
+        "upstream",
+    )
 
     def __init__(self, host: Host, client_transport: Any, up: UpstreamConnection, open_tunnels: OpenTunnels) -> None:
         """Take over both connections after the 101 was written to the client (their protocols
@@ -145,6 +119,7 @@ class Tunnel:
         self.open_tunnels = open_tunnels
         self.up = up
         self.outcome: Outcome | None = None
+        self.span: tracing.Span | None = None  # the handshake's (--tracing): the 1001 is an event on it
         self.ending = False
         self.going = False
         self.timer: asyncio.TimerHandle | None = None
@@ -247,6 +222,8 @@ class Tunnel:
         if to.close_sent:
             return
         to.close_sent = True
+        if frame is None and to is self.client and self.span is not None:
+            self.span.add_event(spans.WEBSOCKET_1001_SENT)
         if to.transport is not None:
             to.transport.write(frame or to.close_frame)
 

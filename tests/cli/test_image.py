@@ -63,17 +63,17 @@ def test_dockerfile_stages_share_one_pinned_base():
 
 def test_dockerfile_installs_this_version():
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert f"drain-router[controller]=={version}" in DOCKERFILE.read_text()
+    assert f"drain-router[controller,otel]=={version}" in DOCKERFILE.read_text()
 
 
 def test_dockerfile_ships_the_router_and_the_controller_only():
-    """The controller extra only, at the tested versions (constraints.txt), and no pip or setuptools
+    """The controller and otel extras only, at the tested versions (constraints.txt), and no pip or setuptools
     left in the virtualenv; the final stage copies that virtualenv and installs nothing itself."""
     text = DOCKERFILE.read_text()
     build_stage, final_stage = text.split("\nFROM ")[1:]
     pip_lines = " ".join(re.findall(r"\bpip (?:wheel|install) [^\n]*", build_stage))
-    assert set(re.findall(r"\[([\w,-]+)\]", pip_lines)) == {"controller"}, pip_lines
-    assert "pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt '.[controller]'" in build_stage
+    assert set(re.findall(r"\[([\w,-]+)\]", pip_lines)) == {"controller,otel"}, pip_lines
+    assert "pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt '.[controller,otel]'" in build_stage
     assert re.search(r"^COPY [^\n]*\bconstraints\.txt\b", build_stage, re.M)
     assert re.search(r"pip uninstall [^\n]*\bpip setuptools\b", build_stage)
     assert "pip " not in final_stage and "/wheels" not in final_stage

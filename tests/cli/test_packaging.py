@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-USER_EXTRAS = {"controller", "demo", "plot"}
+USER_EXTRAS = {"controller", "demo", "plot", "otel"}
 
 
 def constraint_pins() -> dict[str, str]:
@@ -134,7 +134,7 @@ def test_this_environment_is_the_tested_set() -> None:
         assert not missing, f"pinned but not installed here: {sorted(missing)}"
     else:
         # Without `make engine`, only what the engine group alone needs may be absent.
-        roots = [Requirement("drain-router[controller,demo,plot]"), *dev_group("dev")]
+        roots = [Requirement("drain-router[controller,demo,plot,otel]"), *dev_group("dev")]
         needed = missing & requirement_closure(roots)
         assert not needed, f"pinned but not installed here: {sorted(needed)}"
 

@@ -19,8 +19,10 @@ import enum
 from collections.abc import Callable
 from typing import Protocol
 
+from drain_router import tracing
+from drain_router.decisions import spans
 from drain_router.metrics import Outcome
-from drain_router.proxy.grpc import frames, health, queued
+from drain_router.proxy.grpc import frames, health, queued, traced
 from drain_router.proxy.grpc import rules as r
 from drain_router.proxy.grpc.answered import LocalHealth
 from drain_router.proxy.grpc.blocks import Budgets
@@ -56,6 +58,7 @@ class Listener(Site, Protocol):
     local_health: set[LocalHealth]
     preface_timeout: float
     idle_timeout: float
+    tracer: tracing.Tracer | None
 
     @property
     def serving(self) -> bool: ...
@@ -161,7 +164,11 @@ class Inbound(Wire):
             listener.local_health.add(local)
             local.start(end)
             return
-        call = Call(listener, core, stream, headers, request, end, counted=path not in health.PATHS)
+        tracer = listener.tracer  # (--tracing: None when off; health calls have no span)
+        if tracer is None or path in health.PATHS:
+            call = Call(listener, core, stream, headers, request, end, counted=path not in health.PATHS)
+        else:
+            call = traced.call(tracer, listener, core, stream, headers, request, end)
         if call.boundaries is not None:
             listener.watches.add(call)
         if call.counted and listener.gate is not None and not queued.admit(call, listener.gate):
@@ -188,6 +195,8 @@ class Inbound(Wire):
             return
         self.stage = Stage.GOING_AWAY
         self.core.control(frames.goaway(frames.MAX_STREAM_ID, frames.NO_ERROR))
+        if self.listener.tracer is not None:
+            tracing.event_each([s.handler for s in self.core.streams.values()], spans.GOAWAY_SENT)
         self.core.control(frames.ping(SHUTDOWN_PING))
         self.rearm(SHUTDOWN_PING_SECS, self.final_goaway)
 

@@ -37,6 +37,7 @@ class GrpcListener:
         self.gate = state.gate
         self.metrics: Metrics = state.metrics
         self.access_log = state.config.log.access_log
+        self.tracer = state.tracer
         self.loop = asyncio.get_running_loop()
         self.flusher = Flusher()
         """Every connection of this listener with output waiting, written once per turn of the loop."""

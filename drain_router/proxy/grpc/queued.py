@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from drain_router.decisions import capacity
+from drain_router import tracing
+from drain_router.decisions import capacity, spans
 from drain_router.decisions.capacity import Reason
 from drain_router.metrics import Metrics, Outcome
 from drain_router.proxy.capacity import Gate
@@ -110,6 +111,8 @@ def leave(call: Gated, outcome: Outcome) -> None:
 def refuse(call: Gated, reason: Reason, retry_after: float) -> None:
     """Trailers-only: RESOURCE_EXHAUSTED or UNAVAILABLE, with when to retry; counted ``rejected``."""
     status, message = capacity.GRPC_ANSWERS[reason]
+    if reason is Reason.CLOSING:
+        tracing.event(call, spans.REFUSED_CLOSING)
     call.counted = False  # never in flight: counted here
     call.status = str(status)
     call.site.metrics.count_grpc(call.status, Outcome.REJECTED, 0.0)

@@ -220,3 +220,17 @@ class Budget:
             return False
         self._tokens -= 1.0
         return True
+
+
+#: W3C trace context (``--tracing``): the client's is replaced by the router's span (:func:`traced`).
+TRACE_CONTEXT: Final = frozenset((b"traceparent", b"tracestate"))
+
+
+def traced(headers: Headers, traceparent: bytes, tracestate: bytes | None) -> Headers:
+    """A request's HEADERS as they go upstream with tracing on: the client's ``traceparent`` and
+    ``tracestate`` replaced by the router's span's (one of each, last), everything else as it came."""
+    out = [(name, value) for name, value in headers if name not in TRACE_CONTEXT]
+    out.append((b"traceparent", traceparent))
+    if tracestate:
+        out.append((b"tracestate", tracestate))
+    return out

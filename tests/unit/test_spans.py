@@ -1,0 +1,115 @@
+"""What a span says (drain_router.decisions.spans) and where the trace context goes upstream
+(drain_router.proxy.rewrite, drain_router.proxy.grpc.rules), by table; and the drop counting of the
+export queue with the SDK's real batch processor (an exporter that holds its first batch)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from drain_router.decisions import spans
+from drain_router.proxy import rewrite
+from drain_router.proxy.grpc import rules
+from tests import casefiles
+
+ATTRIBUTES = casefiles.load("tracing/attributes.yaml")
+CONTEXT = casefiles.load("tracing/trace_context.yaml")
+
+
+def _headers(rows: list[list[str]]) -> list[tuple[bytes, bytes]]:
+    return [(name.encode(), value.encode()) for name, value in rows]
+
+
+@pytest.mark.parametrize("case", casefiles.params(CONTEXT))
+def test_the_forwarded_head_carries_one_trace_context(case: dict[str, Any]) -> None:
+    sent = _headers(case["sent"])
+    request = rewrite.request_head(b"GET", b"/", sent, b"10.0.0.1", b"10.0.0.1", b"up", case["traced"])
+    head = request.head
+    if case["traced"]:
+        state = case.get("state")
+        head = rewrite.traced_head(head, b"ROUTER", None if state is None else state.encode())
+    assert head.endswith(b"\r\n\r\n") and head.count(b"\r\n\r\n") == 1
+    lines = head.decode().split("\r\n")
+    trace = [line for line in lines if line.split(":")[0].lower() in ("traceparent", "tracestate")]
+    assert trace == case["up"]
+    assert "x-drop: 1" not in lines
+
+
+@pytest.mark.parametrize("case", casefiles.params([c for c in CONTEXT if c["traced"]]))
+def test_the_forwarded_grpc_headers_carry_one_trace_context(case: dict[str, Any]) -> None:
+    sent = [(name.lower(), value) for name, value in _headers(case["sent"])]  # HTTP/2 names are lowercase
+    state = case.get("state")
+    out = rules.traced(sent, b"ROUTER", None if state is None else state.encode())
+    trace = [f"{n.decode()}: {v.decode()}" for n, v in out if n in rules.TRACE_CONTEXT]
+    assert trace == case["up"]
+    assert [h for h in out if h[0] not in rules.TRACE_CONTEXT] == [h for h in sent if h[0] not in rules.TRACE_CONTEXT]
+
+
+@pytest.mark.parametrize("case", casefiles.params(ATTRIBUTES["http"]))
+def test_http_attributes(case: dict[str, Any]) -> None:
+    args = case["args"]
+    websocket = args.pop("websocket")
+    assert spans.http_start(**args, port=80, websocket=websocket) == case["expect"]
+
+
+@pytest.mark.parametrize("case", casefiles.params(ATTRIBUTES["grpc"]))
+def test_grpc_name_and_attributes(case: dict[str, Any]) -> None:
+    name, attrs = spans.grpc_start(case["path"], case["authority"], port=80)
+    assert name == case["name"]
+    for key, value in case["expect"].items():
+        assert attrs[key] == value
+    assert ("rpc.service" in attrs) == ("rpc.service" in case["expect"])
+
+
+@pytest.mark.parametrize("case", casefiles.params(ATTRIBUTES["errors"]))
+def test_which_spans_are_errors(case: dict[str, Any]) -> None:
+    assert spans.http_error(case["outcome"], case["status"]) == case["http"]
+    assert spans.grpc_error(case["outcome"], case["status"]) == case["grpc"]
+
+
+def test_the_router_s_own_attributes() -> None:
+    assert spans.ending("completed", chunks=3, sent_bytes=120, ttfb=0.0123456789) == {
+        "drain_router.outcome": "completed",
+        "drain_router.response.chunks": 3,
+        "drain_router.response.bytes": 120,
+        "drain_router.time_to_first_byte_s": 0.012346,
+    }
+    assert "drain_router.time_to_first_byte_s" not in spans.ending("client_aborted", chunks=0, sent_bytes=0, ttfb=None)
+
+
+def test_a_full_queue_counts_its_drops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK's batch processor with a queue of 4 and an exporter stuck on its first batch: of 10
+    spans, 1 is taken (being exported), 4 wait, 5 are dropped and counted."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from drain_router.tracing import sdk
+
+    release = threading.Event()
+    taking = threading.Event()
+
+    class Stuck(SpanExporter):
+        def export(self, batch: Sequence[Any]) -> SpanExportResult:
+            taking.set()
+            release.wait(10)
+            return SpanExportResult.SUCCESS
+
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "1")
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER", raising=False)
+    drops: list[int] = []
+    tracing = sdk.Tracing("test", drops.append, exporter=Stuck())
+    try:
+        span, _, _ = tracing.server("GET", [], [])
+        tracing.end(span, {}, None)
+        assert taking.wait(10)
+        for _ in range(9):
+            span, _, _ = tracing.server("GET", [], [])
+            tracing.end(span, {}, None)
+        assert sum(drops) == 5
+    finally:
+        release.set()
+        tracing.shutdown()
