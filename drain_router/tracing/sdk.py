@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -24,11 +25,13 @@ from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.environment_variables import OTEL_BSP_MAX_QUEUE_SIZE
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from drain_router.decisions import sampling as fast
 from drain_router.decisions.spans import Attributes
 
 #: The SDK's default ``OTEL_BSP_MAX_QUEUE_SIZE``.
@@ -108,6 +111,68 @@ class CountingProcessor(SpanProcessor):
         return self.batch.force_flush(timeout_millis)
 
 
+def plan_of(sampler: sampling.Sampler) -> fast.Plan | None:
+    """The SDK's sampler (built from ``OTEL_TRACES_SAMPLER``) as a :class:`~.fast.Plan`, for the
+    kinds that environment variable names; None for any other (every span then asks the SDK)."""
+
+    def root(of: object) -> int | None:
+        if of is sampling.ALWAYS_ON:
+            return fast.ALWAYS
+        if of is sampling.ALWAYS_OFF:
+            return 0
+        return of.bound if type(of) is sampling.TraceIdRatioBased else None
+
+    if type(sampler) in (sampling.ParentBased, sampling.ParentBasedTraceIdRatio):
+        # The delegates' attributes are the SDK's own; a ParentBased built otherwise than the
+        # environment builds it (other delegates) takes the SDK's path.
+        delegates = (
+            getattr(sampler, "_remote_parent_sampled", None),
+            getattr(sampler, "_remote_parent_not_sampled", None),
+        )
+        bound = root(getattr(sampler, "_root", None))
+        if delegates != (sampling.ALWAYS_ON, sampling.ALWAYS_OFF) or bound is None:
+            return None
+        return fast.Plan(parent_based=True, bound=bound)
+    bound = root(sampler)
+    return None if bound is None else fast.Plan(parent_based=False, bound=bound)
+
+
+class _Ids(RandomIdGenerator):
+    """The SDK's random ids, but a root trace id drawn by :func:`~.fast.decide` is the one its span
+    gets (its sampler then decides on the same id)."""
+
+    def __init__(self) -> None:
+        self.drawn = 0
+
+    def generate_trace_id(self) -> int:
+        drawn, self.drawn = self.drawn, 0
+        return drawn or super().generate_trace_id()
+
+
+class _SampledOut:
+    """A span sampled out before the SDK was asked: records nothing (its callers check first)."""
+
+    __slots__ = ()
+
+    def is_recording(self) -> bool:
+        return False
+
+    def add_event(self, name: str) -> None:
+        pass
+
+    def set_attribute(self, key: str, value: str | int | float | bool) -> None:
+        pass
+
+    def set_attributes(self, attributes: Attributes) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+SAMPLED_OUT = _SampledOut()
+
+
 class Tracing:
     """The router's (or controller's) tracer: see :class:`drain_router.tracing.Tracer`."""
 
@@ -117,14 +182,25 @@ class Tracing:
             resource = resource.merge(Resource({SERVICE_NAME: service}))
         # The sampler is the SDK's from OTEL_TRACES_SAMPLER (default parentbased_always_on). No
         # atexit hook: shutdown() bounds the wait.
-        self.provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        self.ids = _Ids()
+        self.provider = TracerProvider(resource=resource, shutdown_on_exit=False, id_generator=self.ids)
+        self.plan = plan_of(self.provider.sampler)
         self.processor = CountingProcessor(exporter or OTLPSpanExporter(), on_drop)
         self.provider.add_span_processor(self.processor)
         self.tracer = self.provider.get_tracer("drain_router")
 
     def server(
         self, name: str, traceparent: list[str], tracestate: list[str]
-    ) -> tuple[trace.Span, bytes, bytes | None]:
+    ) -> tuple[trace.Span | _SampledOut, bytes, bytes | None]:
+        plan = self.plan
+        if plan is not None:
+            drawn = random.getrandbits(128) or 1
+            verdict = fast.decide(plan, traceparent, tracestate, drawn)
+            if verdict is not None:
+                if not verdict[0]:
+                    return SAMPLED_OUT, fast.upstream_traceparent(verdict, random.getrandbits(64) or 1), None
+                if not traceparent:
+                    self.ids.drawn = drawn  # the root span the SDK starts gets the id decided on
         parent = None
         if traceparent:  # the client's context, parsed (and validated) by the SDK's W3C propagator
             carrier = (
