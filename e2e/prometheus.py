@@ -33,8 +33,10 @@ def render_rules(helm: Path, values: dict[str, Any], directory: Path) -> Path:
     values_file = directory / "values.yaml"
     values_file.write_text(yaml.safe_dump({"monitoring": {"prometheusRule": {"enabled": True, **values}}}))
     done = subprocess.run(
-        [str(helm), "template", "llama", str(CHART), "--namespace", NAMESPACE, "-f", str(values_file)]
-        + ["--show-only", "templates/prometheusrule.yaml"],
+        [
+            *(str(helm), "template", "llama", str(CHART), "--namespace", NAMESPACE, "-f", str(values_file)),
+            *("--show-only", "templates/prometheusrule.yaml"),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
