@@ -124,6 +124,12 @@ class Metrics:
             "Declared --termination-grace-secs (absent when not declared).",
             registry=registry,
         )
+        self.drain_deadline = Gauge(
+            PREFIX + "drain_deadline_timestamp_seconds",
+            "Unix time of the in-flight deadline (t0 + grace - 2 s) once a drain with a declared "
+            "--termination-grace-secs started; 0 before. What is still in flight then is aborted.",
+            registry=registry,
+        )
         self.connections_refused = Counter(
             PREFIX + "connections_refused",
             "Client connections closed unserved: reason connection_limit (the traffic listener's cap, "

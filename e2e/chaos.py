@@ -174,9 +174,11 @@ class Fleet:
         steady: int = 0,
         drain_secs: int = DRAIN_SECS,
         seed: int | None = None,
+        session_clients: int = SESSION_CLIENTS,
     ) -> None:
         """``steady`` more pods take traffic but are never restarted (the soak watches their RSS and
-        descriptors over the whole run); ``register`` receives every process for cleanup."""
+        descriptors over the whole run); ``register`` receives every process for cleanup.
+        ``session_clients`` 0: no realtime sessions (each would be held to its router's deadline)."""
         self.workdir = workdir
         self.kind = balancer
         self.session = session
@@ -217,7 +219,7 @@ class Fleet:
         )
         self.realtime = realtime.Sessions(
             self.lb.url,
-            clients=SESSION_CLIENTS,
+            clients=session_clients,
             deltas=SESSION_DELTAS,
             interval_ms=SESSION_INTERVAL_MS,
             max_responses=SESSION_RESPONSES,

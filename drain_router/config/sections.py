@@ -177,6 +177,18 @@ class AdminSettings:
             "hook calls /admin/drain-wait here. Must differ from --port.",
         ),
     )
+    engine_metrics_path: str | None = setting(
+        "/metrics",
+        Flag(
+            name="engine-metrics-path",
+            metavar="PATH",
+            parse=path,
+            help="The model server's own metrics path, relayed uncounted at the admin listener's "
+            "/engine/metrics (bounded in size and time). Scrape the engine there: a scrape of the "
+            "traffic port is a proxied request, counted and resetting the idle clock. Empty disables "
+            "(/engine/metrics answers 404).",
+        ),
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,7 +8,6 @@ deletionTimestamp is set and never raises into kopf: every expected API answer i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,8 +50,7 @@ async def service_pass(ctx: context.Context, namespace: str, name: str, logger: 
     ModelService is gone."""
     fresh: Mapping[str, Any] | None = await ctx.kube.get_modelservice(namespace, name)
     if fresh is None:
-        with contextlib.suppress(KeyError):  # no series left behind for a ModelService that is gone
-            ctx.metrics.recycle_held_pods.remove(namespace, name)
+        ctx.metrics.forget_recycling(namespace, name)
         return None
     if fresh["metadata"].get("deletionTimestamp") or (fresh.get("spec") or {}).get("suspend"):
         return ctx.settings.max_sleep_secs  # the staged deletion owns it now, or a person said hold

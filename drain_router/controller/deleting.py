@@ -15,7 +15,7 @@ import kopf
 from drain_router.controller import context, observe
 from drain_router.controller import kube as kube_
 from drain_router.controller import status as status_
-from drain_router.decisions import deletion, objects, spans
+from drain_router.decisions import deletion, durations, objects, spans
 
 
 class Requeue(kopf.TemporaryError):
@@ -64,6 +64,7 @@ async def run_pass(ctx: context.Context, body: Mapping[str, Any], logger: Any) -
     )
     ctx.metrics.deletions_finished.labels(outcome).inc()
     ctx.metrics.pods_remaining.remove(namespace, name) if decision.status else None
+    ctx.metrics.set_deletion_stage(namespace, name, None, None)
 
 
 async def deletion_step(ctx: context.Context, fresh: Mapping[str, Any], logger: Any) -> deletion.Decision:
@@ -108,7 +109,7 @@ async def deletion_step(ctx: context.Context, fresh: Mapping[str, Any], logger: 
             return _status_patch(current, decision, now)
 
         try:
-            _, written = await status_.write_status(ctx, fresh, build, logger)
+            stored, written = await status_.write_status(ctx, fresh, build, logger)
         except _Superseded:
             written = False
         if not written:
@@ -117,6 +118,7 @@ async def deletion_step(ctx: context.Context, fresh: Mapping[str, Any], logger: 
                 decision, verdict=deletion.Verdict.CONTINUE, actions=(), events=(), requeue_at=None
             )
         ctx.metrics.pods_remaining.labels(namespace, name).set(decision.status.pods_remaining or 0)
+        _stage_metric(ctx, namespace, name, decision.status, stored)
 
     # 2. Act. Failures are counted, logged and handed to the next pass, which decides again.
     failures = []
@@ -140,6 +142,20 @@ async def deletion_step(ctx: context.Context, fresh: Mapping[str, Any], logger: 
         ):
             ctx.metrics.deletion_transitions.labels(decision.status.stage.value, str(event.reason)).inc()
     return decision
+
+
+def _stage_metric(
+    ctx: context.Context, namespace: str, name: str, status: deletion.DeletionStatus, stored: Mapping[str, Any]
+) -> None:
+    """The stage and since when (the stored ``Deleting`` condition's lastTransitionTime: its reason
+    names the stage, so it moves with each stage and survives a restart); none once Released."""
+    if status.stage is deletion.Stage.RELEASED:
+        ctx.metrics.set_deletion_stage(namespace, name, None, None)
+        return
+    found = status_.condition((stored.get("status") or {}).get("conditions"), deletion.CONDITION_TYPE)
+    since = durations.parse_time(found["lastTransitionTime"]) if found and found.get("lastTransitionTime") else None
+    stage = "Starting" if status.stage is None else status.stage.value
+    ctx.metrics.set_deletion_stage(namespace, name, stage, since)
 
 
 class _Superseded(Exception):

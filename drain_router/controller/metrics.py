@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 
@@ -72,8 +74,50 @@ class ControllerMetrics:
             ["policy"],
             registry=registry,
         )
+        self.recycle_held_since = Gauge(
+            "drain_router_controller_recycle_held_since_timestamp_seconds",
+            "Unix time since which a ModelService's expired pod is held (its deadline); no series while none is.",
+            ["namespace", "name"],
+            registry=registry,
+        )
+        self.deletion_stage_since = Gauge(
+            "drain_router_controller_deletion_stage_since_timestamp_seconds",
+            "Unix time a deleting ModelService entered its current stage (its Deleting condition's "
+            "lastTransitionTime); one series per ModelService being deleted, labelled with the stage.",
+            ["namespace", "name", "stage"],
+            registry=registry,
+        )
+        self._stages: dict[tuple[str, str], str] = {}
         self.leader = Gauge(
             "drain_router_controller_leader",
             "1 while this replica holds the leader Lease and runs the operator; 0 on a standby.",
             registry=registry,
         )
+
+    def set_recycle_held(self, namespace: str, name: str, since: float | None) -> None:
+        """The hold of a ModelService's expired pod: since when (its deadline), or ``None`` for none."""
+        self.recycle_held_pods.labels(namespace, name).set(0 if since is None else 1)
+        if since is None:
+            with contextlib.suppress(KeyError):
+                self.recycle_held_since.remove(namespace, name)
+        else:
+            self.recycle_held_since.labels(namespace, name).set(since)
+
+    def forget_recycling(self, namespace: str, name: str) -> None:
+        """No series left behind for a ModelService that is gone."""
+        for gauge in (self.recycle_held_pods, self.recycle_held_since):
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, name)
+
+    def set_deletion_stage(self, namespace: str, name: str, stage: str | None, since: float | None) -> None:
+        """The stage a deleting ModelService is in and since when; ``None`` (released, gone) removes it."""
+        old = self._stages.pop((namespace, name), None)
+        if old is not None and old != stage:
+            with contextlib.suppress(KeyError):
+                self.deletion_stage_since.remove(namespace, name, old)
+        if stage is not None and since is not None:
+            self._stages[(namespace, name)] = stage
+            self.deletion_stage_since.labels(namespace, name, stage).set(since)
+        elif old is not None and old == stage:
+            with contextlib.suppress(KeyError):
+                self.deletion_stage_since.remove(namespace, name, old)

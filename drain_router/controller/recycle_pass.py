@@ -23,7 +23,7 @@ async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, 
     spec = workload_.recycling_spec(raw_spec.get("recycling"))
     standard = turn.standard_requeue()
     if spec is None:
-        ctx.metrics.recycle_held_pods.labels(namespace, name).set(0)
+        ctx.metrics.set_recycle_held(namespace, name, None)
         return fresh, turn.idle_requeue()
     if workload.failures:
         return fresh, standard
@@ -70,7 +70,7 @@ async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, 
     records = {"held": status_.held_dict(decision.held), "lastEvicted": status_.evicted_dict(decision.last_evicted)}
     build = status_.record_patch(records, condition, now, section="recycling")
     fresh, _ = await status_.write_status(ctx, fresh, build, logger)
-    ctx.metrics.recycle_held_pods.labels(namespace, name).set(0 if decision.held is None else 1)
+    ctx.metrics.set_recycle_held(namespace, name, None if decision.held is None else decision.held.since)
     for event in decision.events:
         context.post(fresh, event)
     return fresh, standard if decision.requeue_at is None else decision.requeue_at

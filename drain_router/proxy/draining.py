@@ -114,6 +114,8 @@ class Drain:
             deadline = drain_cfg.deadline_secs()
             if deadline is not None:
                 self._timers.append(loop.call_later(deadline, self.apply, drain.Event.DEADLINE))
+                if self.state.status.t0 is not None:  # scraped before the abort: the deadline alert's lead
+                    self.metrics.drain_deadline.set(self.state.status.t0 + deadline)
         elif action == drain.Action.CLOSE_LISTENERS:
             self.process.close_listeners()
         elif action == drain.Action.ABORT_INFLIGHT:

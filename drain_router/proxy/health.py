@@ -13,6 +13,7 @@ from aiohttp import hdrs, web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from drain_router import config
+from drain_router.proxy import engine_metrics
 from drain_router.proxy.responses import SERVER_HEADER, error_body
 from drain_router.proxy.state import RouterState
 
@@ -103,4 +104,5 @@ def make_admin_app(state: RouterState) -> web.Application:
     app.router.add_get("/admin/inflight", inflight)
     app.router.add_get("/admin/drain-wait", drain_wait)
     app.router.add_get("/admin/config", admin_config)
+    engine_metrics.install(app, state.config)
     return app

@@ -78,6 +78,36 @@ def test_startup_probe_tolerates_a_long_model_load(helm: Helm) -> None:
     assert liveness["timeoutSeconds"] >= 5
 
 
+#: The flag that turns an engine's /metrics on, where it is off by default (SGLang, llama.cpp server).
+METRICS_FLAGS = {"sglang": "--enable-metrics", "llamacpp": "--metrics"}
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_preset_relays_the_engines_metrics_uncounted(helm: Helm, engine: str) -> None:
+    """Every preset sets --engine-metrics-path /metrics (what vLLM, SGLang, TGI and llama.cpp serve),
+    with the engine's metrics flag where it needs one."""
+    docs = helm.template({"modelServer": {"engine": engine}})
+    assert flag(containers(docs)["router"]["args"], "--engine-metrics-path") == "/metrics"
+    args = model_server(docs)["args"]
+    for other, metrics_flag in METRICS_FLAGS.items():
+        assert (metrics_flag in args) == (other == engine), (engine, metrics_flag)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        values_sets.CUSTOM_SERVER,
+        {"modelServer": {"engine": "vllm"}, "router": {"engineMetricsPath": ""}},
+        {"modelServer": {"engine": "vllm"}, "grpc": {"enabled": True}},
+    ],
+    ids=["custom", "empty", "vllm-grpc-only"],
+)
+def test_no_engine_metrics_path_disables_the_relay(helm: Helm, values: dict[str, Any]) -> None:
+    """Passed as an empty flag, never left out: the router's default (/metrics) would relay a path
+    the engine may not serve."""
+    assert flag(containers(helm.template(values))["router"]["args"], "--engine-metrics-path") == ""
+
+
 def test_custom_engine_is_passed_through(helm: Helm) -> None:
     docs = helm.template(values_sets.CUSTOM_SERVER)
     server = model_server(docs)

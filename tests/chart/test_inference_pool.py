@@ -4,8 +4,12 @@ router's traffic port, and the ModelService tears it down route first."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from tests.chart import crds, values_sets
-from tests.chart.helm import RELEASE, Helm, find, model_deployment, one
+from tests.chart.helm import RELEASE, Helm, find, flag, model_deployment, one
 
 FULLNAME = f"{RELEASE}-drain-router"
 POOL = {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool", "name": FULLNAME}
@@ -71,9 +75,26 @@ def test_pod_monitor_scrapes_the_routers_admin_port(helm: Helm) -> None:
     crds.validate(monitor)
     deployment = model_deployment(docs)
     assert monitor["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
-    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    endpoint, engine = monitor["spec"]["podMetricsEndpoints"]
     router = deployment["spec"]["template"]["spec"]["containers"][0]
     assert endpoint["port"] in {p["name"] for p in router["ports"]} and endpoint["port"] == "admin"
     assert endpoint["path"] == "/metrics"
+    # The engine's own metrics: relayed uncounted on the admin port, never scraped on the traffic port.
+    assert (engine["port"], engine["path"]) == ("admin", "/engine/metrics")
+    assert flag(router["args"], "--engine-metrics-path") == "/metrics"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert not find(helm.template(), "PodMonitor"), "off by default"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"monitoring": {"podMonitor": {"enabled": True, "engineMetrics": False}}},
+        {"monitoring": {"podMonitor": {"enabled": True}}, "router": {"engineMetricsPath": ""}},
+    ],
+    ids=["engine-metrics-off", "engine-path-empty"],
+)
+def test_pod_monitor_without_the_engines_metrics(helm: Helm, values: dict[str, Any]) -> None:
+    docs = helm.template(values)
+    (endpoint,) = one(docs, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert endpoint["path"] == "/metrics"

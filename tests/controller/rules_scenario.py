@@ -123,6 +123,13 @@ def gauge(op: Any) -> float:
     )
 
 
+def held_since(op: Any) -> float | None:
+    value = op.ctx.metrics.registry.get_sample_value(
+        "drain_router_controller_recycle_held_since_timestamp_seconds", {"namespace": NAMESPACE, "name": "llama"}
+    )
+    return None if value is None else float(value)
+
+
 def counter(op: Any, name: str, labels: dict[str, str] | None = None) -> float:
     return float(op.ctx.metrics.registry.get_sample_value(name, labels or {}) or 0.0)
 

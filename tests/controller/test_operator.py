@@ -76,8 +76,24 @@ async def test_pod_wait_holds_the_finalizer(cluster: tuple[ClusterEmulator, kmoc
     assert [p["name"] for p in report["pods"]] == ["llama-0", "llama-1"]
     assert held["status"]["conditions"][-1]["reason"] == "WaitingForPods"
     assert exists(emu, "v1/pods", "llama-0")  # still terminating
+    # The stage and since when, for the stuck-deletion alert: the Deleting condition's transition.
+    entered = durations.parse_time(held["status"]["conditions"][-1]["lastTransitionTime"])
+    await eventually(lambda: stage_since(operator) == {"PodsTerminating": entered}, what="the stage gauge")
     await eventually(lambda: msvc(emu) is None, what="release after the pods' grace")
     assert not exists(emu, "v1/pods", "llama-0") and final_status(emu)["outcome"] == "Clean"
+    await eventually(lambda: stage_since(operator) == {}, what="no stage series once released")
+
+
+def stage_since(operator: Operator) -> dict[str, float]:
+    """``drain_router_controller_deletion_stage_since_timestamp_seconds`` of llama, by stage."""
+    assert operator.ctx is not None
+    return {
+        sample.labels["stage"]: sample.value
+        for family in operator.ctx.metrics.registry.collect()
+        for sample in family.samples
+        if sample.name == "drain_router_controller_deletion_stage_since_timestamp_seconds"
+        and sample.labels["name"] == "llama"
+    }
 
 
 async def test_force_delete_with_uid_precondition(

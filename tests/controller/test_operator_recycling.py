@@ -16,7 +16,7 @@ from drain_router.decisions import durations
 
 from . import fake_routers
 from .conftest import NAMESPACE, eventually
-from .rules_scenario import condition, gauge, held, make_service, patch_deployment, pods, ready_pods, status
+from .rules_scenario import condition, gauge, held, held_since, make_service, patch_deployment, pods, ready_pods, status
 from .scenario import event_messages, events
 
 FAST = {"idle_recheck_secs": 0.2, "recycle_retry_secs": 1.5, "max_sleep_secs": 0.5, "idle_probe_timeout_secs": 0.5}
@@ -103,6 +103,8 @@ async def test_busy_pod_is_held_visibly_then_recycled_when_idle(
     cond = condition(emu, "RecycleHeld")
     assert cond is not None and cond["status"] == "True" and cond["reason"] == "Busy" and name in cond["message"]
     await eventually(lambda: gauge(op) == 1, what="the held gauge at 1 (set just after the status write)")
+    since = durations.parse_time(held(emu)["since"])  # type: ignore[index]
+    assert held_since(op) == since, "the held-since gauge is the hold's since (the pod's deadline)"
     asked = len(routers.asked)
     await eventually(lambda: len(routers.asked) >= asked + 3, what="three more probes", timeout=10)
     assert not emu.evictions
@@ -117,6 +119,7 @@ async def test_busy_pod_is_held_visibly_then_recycled_when_idle(
         timeout=10,
     )
     await eventually(lambda: gauge(op) == 0, what="the held gauge back at 0")
+    assert held_since(op) is None, "no held-since series once nothing is held"
 
 
 async def test_probe_failure_holds_and_never_evicts(cluster: Any, routers: Any, start_operator: Any) -> None:

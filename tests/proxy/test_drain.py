@@ -121,13 +121,19 @@ async def test_deadline_aborts_the_rest_counts_and_exits_1(fake_upstream, start_
     r = await start_router(upstream=fake_upstream.url, shutdown_drain_secs=1, termination_grace_secs=3)
     tasks = [asyncio.ensure_future(_stream(http, f"{r.url}/sse?n=100000&iv=0.05")) for _ in range(3)]
     await wait_until(lambda: len(r.state.inflight) == 3, 5, "3 in flight")
+    registry = r.router.metrics.registry
+    assert registry.get_sample_value("drain_router_drain_deadline_timestamp_seconds") == 0
     with capture_logs() as logs:
         t0 = time.monotonic()
+        wall = time.time()
         r.sigterm()
+        # Exported from SIGTERM on, so a scrape before the abort sees the deadline coming.
+        announced = registry.get_sample_value("drain_router_drain_deadline_timestamp_seconds")
         code = await r.exit_code(6)
         elapsed = time.monotonic() - t0
     assert code == 1
     assert 1.0 <= elapsed < 2.0
+    assert announced is not None and wall + 1.0 - 0.5 <= announced <= wall + 1.0 + 0.5
     [deadline] = [e for e in logs if e["event"] == "drain.deadline"]
     assert deadline["aborted"] == 3 and deadline["inflight"] == 3 and deadline["exit_code"] == 1
     assert r.router.aborted == 3

@@ -220,15 +220,15 @@ themselves. */}}
 {{- /* grpcFlag: the engine's gRPC mode flag (none: no gRPC server). grpcOnly: it then serves gRPC
 instead of HTTP, on its --port. */ -}}
 {{- if eq $e "vllm" -}}
-{{- $p = dict "repository" "vllm/vllm-openai" "tag" "v0.18.0" "port" 8000 "healthPath" "/health" "command" (list) "grpcFlag" "--grpc" "grpcOnly" true "grpcHealthService" "vllm.grpc.engine.VllmEngine" -}}
+{{- $p = dict "repository" "vllm/vllm-openai" "tag" "v0.18.0" "port" 8000 "healthPath" "/health" "metricsPath" "/metrics" "command" (list) "grpcFlag" "--grpc" "grpcOnly" true "grpcHealthService" "vllm.grpc.engine.VllmEngine" -}}
 {{- else if eq $e "sglang" -}}
-{{- $p = dict "repository" "lmsysorg/sglang" "tag" "v0.5.2" "port" 30000 "healthPath" "/health" "command" (list "python3" "-m" "sglang.launch_server") "grpcFlag" "--grpc-mode" "grpcOnly" true "grpcHealthService" "sglang.grpc.scheduler.SglangScheduler" -}}
+{{- $p = dict "repository" "lmsysorg/sglang" "tag" "v0.5.2" "port" 30000 "healthPath" "/health" "metricsPath" "/metrics" "command" (list "python3" "-m" "sglang.launch_server") "grpcFlag" "--grpc-mode" "grpcOnly" true "grpcHealthService" "sglang.grpc.scheduler.SglangScheduler" -}}
 {{- else if eq $e "tgi" -}}
-{{- $p = dict "repository" "ghcr.io/huggingface/text-generation-inference" "tag" "3.3.4" "port" 8000 "healthPath" "/health" "command" (list) "grpcFlag" "" "grpcOnly" false "grpcHealthService" "" -}}
+{{- $p = dict "repository" "ghcr.io/huggingface/text-generation-inference" "tag" "3.3.4" "port" 8000 "healthPath" "/health" "metricsPath" "/metrics" "command" (list) "grpcFlag" "" "grpcOnly" false "grpcHealthService" "" -}}
 {{- else if eq $e "llamacpp" -}}
-{{- $p = dict "repository" "ghcr.io/ggml-org/llama.cpp" "tag" "server" "port" 8000 "healthPath" "/health" "command" (list) "grpcFlag" "" "grpcOnly" false "grpcHealthService" "" -}}
+{{- $p = dict "repository" "ghcr.io/ggml-org/llama.cpp" "tag" "server" "port" 8000 "healthPath" "/health" "metricsPath" "/metrics" "command" (list) "grpcFlag" "" "grpcOnly" false "grpcHealthService" "" -}}
 {{- else -}}
-{{- $p = dict "repository" "" "tag" "" "port" nil "healthPath" "" "command" (list) "grpcFlag" "" "grpcOnly" false "grpcHealthService" "" -}}
+{{- $p = dict "repository" "" "tag" "" "port" nil "healthPath" "" "metricsPath" "" "command" (list) "grpcFlag" "" "grpcOnly" false "grpcHealthService" "" -}}
 {{- end -}}
 {{- $port := int (default $p.port $m.port) -}}
 {{- $grpcOnly := and $g.enabled $p.grpcOnly -}}
@@ -239,11 +239,11 @@ instead of HTTP, on its --port. */ -}}
 {{- $args = concat $args (list "--shutdown-timeout" (toString (sub (int .Values.terminationGraceSecs) (int .Values.shutdownDrainSecs)))) -}}
 {{- end -}}
 {{- else if eq $e "sglang" -}}
-{{- $args = list "--model-path" $m.model "--host" "127.0.0.1" "--port" (toString $port) -}}
+{{- $args = list "--model-path" $m.model "--host" "127.0.0.1" "--port" (toString $port) "--enable-metrics" -}}
 {{- else if eq $e "tgi" -}}
 {{- $args = list "--model-id" $m.model "--hostname" "127.0.0.1" "--port" (toString $port) -}}
 {{- else if eq $e "llamacpp" -}}
-{{- $args = list "--hf-repo" $m.model "--host" "127.0.0.1" "--port" (toString $port) -}}
+{{- $args = list "--hf-repo" $m.model "--host" "127.0.0.1" "--port" (toString $port) "--metrics" -}}
 {{- end -}}
 {{- if and $g.enabled $p.grpcFlag -}}
 {{- $args = append $args $p.grpcFlag -}}
@@ -254,6 +254,13 @@ instead of HTTP, on its --port. */ -}}
 {{- end -}}
 {{- if not (kindIs "invalid" .Values.router.upstreamHealthPath) -}}
 {{- $health = .Values.router.upstreamHealthPath -}}
+{{- end -}}
+{{- $metrics := $p.metricsPath -}}
+{{- if $grpcOnly -}}
+{{- $metrics = "" -}}
+{{- end -}}
+{{- if not (kindIs "invalid" .Values.router.engineMetricsPath) -}}
+{{- $metrics = .Values.router.engineMetricsPath -}}
 {{- end -}}
 {{- $probe := "" -}}
 {{- if and $m.probes.enabled (ne $e "custom") -}}
@@ -271,6 +278,7 @@ repository: {{ default $p.repository $m.image.repository | quote }}
 tag: {{ default $p.tag $m.image.tag | quote }}
 port: {{ $port }}
 healthPath: {{ $health | quote }}
+metricsPath: {{ $metrics | quote }}
 probe: {{ $probe | quote }}
 command: {{ toJson (default $p.command $m.command) }}
 args: {{ toJson (concat $args $m.args) }}

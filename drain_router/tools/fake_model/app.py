@@ -90,6 +90,29 @@ async def stats(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE].stats())
 
 
+#: The Content-Type prometheus_client gives its text format, as vLLM's /metrics answers.
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """``GET /metrics``: a few of vLLM's gauges in the Prometheus text format, from the fake's counts
+    (``vllm:num_requests_running`` is the streams generating now), and how many scrapes it answered."""
+    state = request.app[STATE]
+    state.metrics_scrapes += 1
+    text = (
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f'vllm:num_requests_running{{model_name="{request.app[SETTINGS].model}"}} {state.active}\n'
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f'vllm:num_requests_waiting{{model_name="{request.app[SETTINGS].model}"}} 0\n'
+        "# HELP fake_model_metrics_scrapes_total Scrapes of /metrics answered.\n"
+        "# TYPE fake_model_metrics_scrapes_total counter\n"
+        f"fake_model_metrics_scrapes_total {state.metrics_scrapes}\n"
+    )
+    return web.Response(body=text.encode(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
 async def models(request: web.Request) -> web.Response:
     name = request.app[SETTINGS].model
     return web.json_response({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "drain-router"}]})
@@ -230,6 +253,7 @@ def make_app(settings: openai.Settings, state: State | None = None) -> web.Appli
     app.router.add_get("/v1/realtime", realtime_session)
     app.router.add_get("/health", health)
     app.router.add_get("/stats", stats)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/sse", sse)
     app.router.add_route("*", "/echo", echo)
     app.router.add_get("/cut", cut)

@@ -60,6 +60,8 @@ class State:
     was lost without a Close)."""
     session_seen: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     grpc: GrpcCalls = dataclasses.field(default_factory=GrpcCalls)
+    metrics_scrapes: int = 0
+    """``GET /metrics`` answered (the engine's metrics, as the router's /engine/metrics relays them)."""
     """The gRPC endpoint's calls (``--grpc-port``), counted apart from the HTTP completions."""
 
     @property
