@@ -79,11 +79,12 @@ class TracingRouter(targets.Router):
 
 
 def metric_sum(text: str, name: str) -> float | None:
-    """The sum of every sample of ``name`` (any labels) in a Prometheus text exposition; None when
-    there is none."""
+    """The sum of every sample of ``name`` (any labels) in a Prometheus text exposition, an int when
+    it is one (a count, kept exact in the results file); None when there is none."""
     found = re.findall(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.eE+-]+|NaN)$", text, flags=re.M)
     values = [float(v) for v in found if v != "NaN"]
-    return sum(values) if values else None
+    total = sum(values)
+    return (int(total) if total.is_integer() else total) if values else None
 
 
 def spans_per_unit(metrics: dict[str, Any], units_key: str) -> float | None:
