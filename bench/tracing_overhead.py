@@ -83,7 +83,7 @@ def metric_sum(text: str, name: str) -> float | None:
     it is one (a count, kept exact in the results file); None when there is none."""
     found = re.findall(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.eE+-]+|NaN)$", text, flags=re.M)
     values = [float(v) for v in found if v != "NaN"]
-    total = sum(values)
+    total = float(sum(values))
     return (int(total) if total.is_integer() else total) if values else None
 
 
