@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bench import overload_report, stats
+from bench import overload_report, stats, tracing_report
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 BASELINES = ("direct", "nginx", "envoy", "aiohttp", "before")
@@ -104,6 +104,8 @@ METRICS: dict[str, list[tuple[str, str, bool]]] = {
 def _family(workload: str) -> str:
     if workload.startswith("overload"):
         return "overload"  # its own table and goals (bench/overload_report.py)
+    if workload.startswith("tracing_"):  # its own table and goals (bench/tracing_report.py)
+        return _family(workload.removeprefix("tracing_"))
     return "sse_paced" if workload.startswith("sse_paced_") else workload
 
 
@@ -183,7 +185,10 @@ def noise(summary: dict[str, Any]) -> dict[str, Any]:
     }
     out: dict[str, Any] = {}
     for workload, cells in summary.items():
-        metric = heads.get(workload) or ("events_per_s" if workload.startswith("sse_paced_") else None)
+        family = _family(workload)
+        metric = heads.get(family if workload.startswith("tracing_") else workload) or (
+            "events_per_s" if family == "sse_paced" else None
+        )
         if not metric:
             continue
         spreads = {t: c[metric]["spread"] for t, c in cells.items() if metric in c and c[metric]["spread"] is not None}
@@ -196,7 +201,8 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
     """The issue's targets, evaluated on the medians of per-round values."""
     ratios, summary = derived["ratios"], derived["summary"]
     out: list[dict[str, Any]] = []
-    ran = {_family(r["workload"]) for r in results["records"]}
+    # The tracing workload's records are its own goals' (bench/tracing_report.py), not small GET's.
+    ran = {_family(r["workload"]) for r in results["records"] if not r["workload"].startswith("tracing_")}
 
     def add(
         name: str,
@@ -429,6 +435,8 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
     )
     # Issue 37: the engine past its capacity behind the router's admission control.
     out += overload_report.goals(results["records"])
+    # Issue 38: what --tracing costs, at sampling ratio 0 and 1, against the router without it.
+    out += tracing_report.goals(results["records"])
     return out
 
 
@@ -497,7 +505,7 @@ ROWS: list[tuple[str, str, str, str]] = [
 ]
 
 
-GROUP_NAMES = {"http": "HTTP", "ws": "WebSocket", "grpc": "gRPC", "overload": "overload"}
+GROUP_NAMES = {"http": "HTTP", "ws": "WebSocket", "grpc": "gRPC", "overload": "overload", "tracing": "tracing"}
 
 
 def _group(workload: str) -> str:
@@ -506,6 +514,8 @@ def _group(workload: str) -> str:
         return "grpc"
     if workload.startswith("overload"):
         return "overload"
+    if workload.startswith("tracing_"):
+        return "tracing"
     if workload.startswith("ws_"):
         return "ws"
     return "http"
@@ -694,8 +704,8 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
             )
     if missing:
         lines.append("Not measured: " + "; ".join(f"{t} ({r})" for t, r in missing.items()) + ".")
-    table = overload_report.markdown(results["records"])
-    return "\n".join(lines) + "\n" + (f"\n{table}" if table else "")
+    tables = [overload_report.markdown(results["records"]), tracing_report.markdown(results["records"], plan)]
+    return "\n".join(lines) + "\n" + "".join(f"\n{table}" for table in tables if table)
 
 
 def inject(path: Path, block: str) -> bool:
@@ -818,6 +828,7 @@ def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
     plan: dict[str, Any] = {}
     for key in {k for i in used for k in parts[i]["plan"]}:
         owner = "grpc" if key.startswith("grpc_") else "ws" if key.startswith("ws_") else "http"
+        owner = "tracing" if key.startswith("tracing_") else owner
         for i in [taken[owner]] if owner in taken else used:
             if key in parts[i]["plan"]:
                 plan[key] = parts[i]["plan"][key]

@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from bench import grpcload, loadgen, overload, procstat, targets
+from bench import grpcload, loadgen, overload, procstat, targets, tracing_overhead
 from drain_router.tools import process as process_
 
 RESULTS_DIR = Path(__file__).parent / "results"
@@ -76,6 +76,8 @@ class Plan:
     grpc_hold_streams: int = 5000
     grpc_hold_per_connection: int = 100
     grpc_hold_interval_ms: int = 60_000
+    #: The tracing workload's paced streams (bench/tracing_overhead.py): one concurrency, to keep it short.
+    tracing_paced_concurrency: int = 256
 
     @property
     def paced_stream_secs(self) -> float:
@@ -113,6 +115,7 @@ PLANS = {
         grpc_unary_streams=2,
         grpc_hold_streams=20,
         grpc_hold_per_connection=10,
+        tracing_paced_concurrency=4,
     ),
 }
 
@@ -131,6 +134,7 @@ WORKLOADS = (
     "grpc_idle_hold",
     "drain",
     "overload",
+    "tracing",
 )
 #: Names that select several workloads at once (``--workloads grpc``).
 WORKLOAD_GROUPS = {
@@ -140,6 +144,9 @@ WORKLOAD_GROUPS = {
     # The fake engine under 2x and 4x its capacity behind each bound (bench/overload.py): its own
     # processes, after the rounds.
     "overload": ("overload",),
+    # The router with --tracing off, at ratio 0 and at ratio 1, exporting to the bench's own OTLP
+    # sink (bench/tracing_overhead.py): small GET and paced streams, its own routers.
+    "tracing": ("tracing",),
 }
 GRPC_WORKLOADS = WORKLOAD_GROUPS["grpc"]
 
@@ -620,10 +627,15 @@ class Bench:
         if self.loadgen_cpus:
             os.sched_setaffinity(0, self.loadgen_cpus)
         selected = set(self.workloads)
+        tracing = tracing_overhead.Tracing(self) if "tracing" in selected else None
         if selected - {"overload"}:  # the overload measurement starts its own processes
             self.start_upstream()
+        if selected - {"overload", "tracing"}:  # so does the tracing one (its routers and sink)
             self.start_targets()
         try:
+            if tracing is not None:
+                tracing.start()
+                await tracing.warm()
             for target in self.targets:  # warm every connection pool and cache once
                 await loadgen.requests(target.url + "/small", 4, min(0.2, plan.seconds / 2))
             for round_no in range(plan.rounds):
@@ -691,10 +703,16 @@ class Bench:
                         wanted = plan.drain_targets is None or target.name in plan.drain_targets
                         if target.drain_signal is not None and wanted:
                             await self.drain(target, round_no)
+                if tracing is not None:
+                    await tracing.round(round_no)
+            if tracing is not None:
+                await tracing.finish()
             if "overload" in selected:
                 self.log("overload (one pass)")
                 self.records += await overload.run(overload.SETUPS[plan.mode], self.log, self.server_cpus)
         finally:
+            if tracing is not None:
+                tracing.stop()
             self.stop_all()
             if not os.environ.get("BENCH_KEEP_WORKDIR"):
                 shutil.rmtree(self.workdir, ignore_errors=True)

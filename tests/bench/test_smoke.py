@@ -1,6 +1,7 @@
 """The bench harness cannot rot: a seconds-long run of every workload against every target that is
-installed here (direct and the router always), with no performance assertion; and the gRPC load
-generator against the bench's gRPC upstream in this process."""
+installed here (direct and the router always), with no performance assertion (the tracing workload's
+routers: ratio 1 exported a span per request); and the gRPC load generator against the bench's gRPC
+upstream in this process."""
 
 from __future__ import annotations
 
@@ -74,6 +75,15 @@ def test_smoke_run_measures_every_workload_on_every_installed_target(tmp_path: P
             assert cells[("grpc_idle_hold", name)]["streams_open"] == 20, name
     assert {t for w, t in cells if w.startswith("grpc_")} == grpc_installed
     assert all("failed" not in m for (w, _), m in cells.items() if w.startswith("overload")), "overload"
+    for workload in ("tracing_small_get", "tracing_sse_paced_4"):  # skipped only without the otel extra
+        for arm in ("off", "ratio0", "ratio1"):
+            metrics = cells[(workload, arm)]
+            assert "failed" not in metrics and metrics.get("errors", 0) == 0, (workload, arm, metrics)
+    if "skipped" not in cells[("tracing_small_get", "ratio1")]:  # every request of ratio 1 exported, none of 0
+        exported = cells[("tracing_totals", "ratio1")]
+        assert exported["spans_exported"] == exported["requests_served"] > 0, exported
+        assert exported["spans_dropped"] == 0, exported
+        assert cells[("tracing_totals", "ratio0")]["spans_exported"] == 0
     drain = cells[("drain", "router")]
     assert drain["streams_complete"] == drain["streams"], drain
     assert drain["exit_code"] == 0 and drain["readyz_503_ms"] is not None, drain
