@@ -96,20 +96,16 @@ class Exchange:
         self.until_eof = False
         self.resp_done = False
         self.to_client: list[bytes] = []
-        """What one upstream read produced for the client (heads, and the body's bytes as llhttp
-        hands them over): written in one write by :meth:`flush`."""
+        """What one upstream read produced for the client: written in one write by :meth:`flush`."""
         self.body_at = 0
         """Where this read's body bytes start in ``to_client`` (after a head that came with them)."""
         self.stream = sse.NOT_SSE
-        """The stream kind (:mod:`.sse`). Only an event stream (decided with the final head) has
-        ``tail`` (of the body relayed so far), ``tail_max`` (the longest read kept whole as the tail;
-        -1: none, each read goes through :func:`~.sse.advance`) and ``event_name`` (the last one)."""
+        """The stream kind (:mod:`.sse`); an event stream's ``tail`` and the rest: :func:`~.relaying.watch`."""
         self.tail: bytes
         self.tail_max: int
         self.event_name: bytes | None
         self.truncated = 0
-        """An SSE stream that ended without its terminal event (counted ``upstream_error``): 0 (no),
-        :data:`~.relaying.TRUNCATED` or :data:`~.relaying.CUT` (its client connection is cut)."""
+        """Ended without its terminal event: 0, :data:`~.relaying.TRUNCATED` or :data:`~.relaying.CUT`."""
         self.head_sent = False
         self.close = False
         self.finished = False
@@ -118,8 +114,7 @@ class Exchange:
         self.started_at = 0.0
         """The loop time it entered the in-flight count (its duration and time to first byte)."""
         self.ws_key: bytes | None = None
-        """A :class:`~drain_router.proxy.handshake.Handshake`'s ``Sec-WebSocket-Key`` (the 101 must
-        answer it), else None."""
+        """A :class:`~drain_router.proxy.handshake.Handshake`'s key (the 101 must answer it), else None."""
 
     @property
     def path(self) -> str:
@@ -131,8 +126,7 @@ class Exchange:
     # -- the request ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Its turn has come (pipelined requests wait for the one ahead): it enters the in-flight
-        count, and is refused or sent."""
+        """Its turn has come (after the pipelined one ahead): it enters the count, or waits for a slot."""
         listener = self.client.listener
         if listener.gate is not None and not slots.admit(self, listener.gate):
             return  # it waits for a slot (it enters the count when given one), or was refused
@@ -187,8 +181,7 @@ class Exchange:
             self.resp_done = True
 
     def switch(self, up: UpstreamConnection, headers: list[tuple[bytes, bytes]], rest: bytes) -> None:
-        """Only a :class:`~drain_router.proxy.handshake.Handshake` is switched: the upstream
-        connection refuses a 101 that answers no ``Sec-WebSocket-Key``."""
+        """Only a :class:`~.handshake.Handshake` is switched (a 101 must answer its key)."""
         raise AssertionError("101 Switching Protocols for a request that is no WebSocket handshake")
 
     def flush(self) -> None:
@@ -203,15 +196,22 @@ class Exchange:
             at = self.body_at
             self.body_at = 0
             parts = len(out) - at
-            if parts and self.stream:
-                if TAIL <= len(out[-1]) <= self.tail_max:
-                    self.tail = out[-1]  # a reference: no copy on the hot path
-                else:
-                    relaying.keep(self, out, at)
             if parts == 1:
                 body = out[at]
-                out[at] = b"%x\r\n%s\r\n" % (len(body), body)
+                size = len(body)
+                if self.stream:
+                    if TAIL <= size <= self.tail_max:
+                        self.tail = body  # a reference: no copy on the hot path
+                    else:
+                        relaying.keep(self, out, at)
+                out[at] = b"%x\r\n%s\r\n" % (size, body)
             elif parts > 1:
+                if self.stream:
+                    last = out[-1]
+                    if TAIL <= len(last) <= self.tail_max:
+                        self.tail = last
+                    else:
+                        relaying.keep(self, out, at)
                 out.insert(at, b"%x\r\n" % sum(map(len, out[at:])))
                 out.append(b"\r\n")
             if self.resp_done:

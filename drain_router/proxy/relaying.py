@@ -50,7 +50,9 @@ class Relayed(Forwarded, Protocol):
 
 
 def watch(exchange: Relayed, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-    """A response to an OpenAI-style path: its stream kind, and for an event stream its tail."""
+    """A response to an OpenAI-style path: its stream kind, and for an event stream its tail (of the
+    body relayed so far), the longest read kept whole as the tail (``tail_max``; -1: none, each read
+    goes through :func:`~.sse.advance`) and its last event name."""
     exchange.stream = stream = sse.kind(exchange.target, status, headers)
     if stream:
         exchange.tail = sse.START
