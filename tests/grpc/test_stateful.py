@@ -80,6 +80,7 @@ ANSWER_SECS = 5.0
 SERVICE = "/stateful.Test"
 MAX_WINDOW = 2**31 - 1
 REFUSED_STREAM = 7
+NO_ERROR = 0
 
 # Frame types and flags of frames written byte by byte (hyperframe refuses to build invalid ones).
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PING, WINDOW_UPDATE, CONTINUATION = 0, 1, 2, 3, 4, 6, 8, 9
@@ -265,7 +266,9 @@ class Bystander:
             if resets and resets[0].error_code == REFUSED_STREAM:
                 self.results.append("refused")
                 continue
-            if resets:
+            whole = any("END_STREAM" in f.flags for f in self.client.of(hf.HeadersFrame, sid))
+            if resets and not (whole and resets[0].error_code == NO_ERROR):
+                # (NO_ERROR after the whole response only asks the client to stop sending: §8.1)
                 return f"reset {resets[0].error_code}"
             self.client.decode_all()
             blocks = self.client.response_headers(sid)

@@ -25,7 +25,7 @@ from drain_router.proxy.grpc import rules as r
 from drain_router.proxy.grpc.h2 import Connection
 from drain_router.proxy.grpc.outbound import Outbound
 from drain_router.proxy.grpc.pool import GrpcPool
-from drain_router.proxy.grpc.streams import Exit, Headers, Stream
+from drain_router.proxy.grpc.streams import Exit, Headers, State, Stream
 from drain_router.proxy.grpc.watch import MessageBoundaries
 from drain_router.proxy.state import InFlight
 
@@ -263,9 +263,8 @@ class Call:
                     duration_s=round(duration, 6),
                 )
         down = self.down
-        if down.sid in self.down_conn.streams:
-            # The response is whole but the client is still sending: it may stop (RFC 9113 §8.1).
-            self.down_conn.reset(down, frames.NO_ERROR if outcome == Outcome.COMPLETED else frames.CANCEL)
+        if down.sid in self.down_conn.streams:  # whole (its end sent), the client still sending: it may stop (§8.1)
+            self.down_conn.reset(down, frames.NO_ERROR if down.state is State.HALF_CLOSED_LOCAL else frames.CANCEL)
         up, up_conn = self.up, self.up_conn
         if up is None:
             site.pool.cancel(self)
