@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from bench import stats
+
 #: The arms, in table order: what bounds the engine, and how its clients retry.
 ARMS = ("direct", "router", "router_fixed", "router_noqueue", "envoy", "nginx")
 KIND = {
@@ -52,30 +54,9 @@ def _num(value: Any) -> float | None:
 
 
 def _goal(name: str, threshold: float, kind: str, value: float | None, unit: str, note: str = "") -> dict[str, Any]:
-    if value is None:
-        return {
-            "goal": name,
-            "threshold": threshold,
-            "unit": unit,
-            "kind": kind,
-            "measured": None,
-            "met": None,
-            "note": note or "not measured in this run",
-        }
-    met = value >= threshold if kind == "min" else value <= threshold
-    margin = (value - threshold) / threshold if kind == "min" else (threshold - value) / threshold
-    return {
-        "goal": name,
-        "threshold": threshold,
-        "unit": unit,
-        "kind": kind,
-        "measured": value,
-        "min": value,
-        "max": value,
-        "met": met,
-        "margin": margin,
-        "note": note,
-    }
+    return stats.goal(
+        name, threshold, kind, unit, None if value is None else {"median": value, "min": value, "max": value}, note
+    )
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -216,39 +216,7 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
     ) -> None:
         if _family(workload) not in ran:
             return  # a run of some workloads only: the others' goals are not its subject
-        med = value.get("median") if value else None
-        if med is None:
-            out.append(
-                {
-                    "goal": name,
-                    "threshold": threshold,
-                    "unit": unit,
-                    "kind": kind,
-                    "measured": None,
-                    "met": None,
-                    "note": note or "not measured in this run",
-                }
-            )
-            return
-        met = med >= threshold if kind == "min" else med <= threshold
-        if kind == "min":
-            margin = (med - threshold) / threshold
-        else:
-            margin = (threshold - med) / threshold if threshold else -med
-        out.append(
-            {
-                "goal": name,
-                "threshold": threshold,
-                "unit": unit,
-                "kind": kind,
-                "measured": med,
-                "min": value.get("min"),
-                "max": value.get("max"),
-                "met": met,
-                "margin": margin,
-                "note": note,
-            }
-        )
+        out.append(stats.goal(name, threshold, kind, unit, value, note))
 
     def ratio(workload: str, base: str, metric: str) -> dict[str, Any] | None:
         value: dict[str, Any] | None = ratios.get(workload, {}).get(f"router/{base}", {}).get(metric, {}).get("ratio")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from typing import Any
 
 from drain_router.tools import load
 
@@ -38,4 +39,31 @@ def summary(values: Sequence[float | None]) -> dict[str, float | None]:
         "max": max(vals),
         "n": len(vals),
         "spread": (max(vals) - min(vals)) / abs(med) if med else None,
+    }
+
+
+def goal(
+    name: str, threshold: float, kind: str, unit: str, value: dict[str, Any] | None, note: str = ""
+) -> dict[str, Any]:
+    """One row of the goal table: ``value``'s median (with its min and max) against ``threshold``,
+    ``kind`` ``min`` (at least) or ``max`` (at most); not measured when it has no median."""
+    med = value.get("median") if value else None
+    if med is None:
+        row = {"goal": name, "threshold": threshold, "unit": unit, "kind": kind, "measured": None, "met": None}
+        return row | {"note": note or "not measured in this run"}
+    if kind == "min":
+        met, margin = med >= threshold, (med - threshold) / threshold
+    else:
+        met, margin = med <= threshold, (threshold - med) / threshold if threshold else -med
+    return {
+        "goal": name,
+        "threshold": threshold,
+        "unit": unit,
+        "kind": kind,
+        "measured": med,
+        "min": value.get("min") if value else None,
+        "max": value.get("max") if value else None,
+        "met": met,
+        "margin": margin,
+        "note": note,
     }

@@ -58,30 +58,10 @@ def goals(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for arm, threshold in GOALS:
         got = ratio(records, "tracing_small_get", arm, CPU)
-        med = got.get("median")
         name = f"router CPU per small GET with tracing at ratio {arm[-1]} / tracing off"
-        if med is None:
-            skipped = [r["metrics"].get("skipped") for r in _cells(records) if r["target"] == arm]
-            note = next((s for s in skipped if s), "not measured in this run")
-            out.append(
-                {"goal": name, "threshold": threshold, "unit": "x", "kind": "max", "measured": None, "met": None}
-                | {"note": note}
-            )
-            continue
-        out.append(
-            {
-                "goal": name,
-                "threshold": threshold,
-                "unit": "x",
-                "kind": "max",
-                "measured": med,
-                "min": got["min"],
-                "max": got["max"],
-                "met": med <= threshold,
-                "margin": (threshold - med) / threshold,
-                "note": "",
-            }
-        )
+        skipped = [r["metrics"].get("skipped") for r in _cells(records) if r["target"] == arm]
+        note = "" if got.get("median") is not None else next((s for s in skipped if s), "")
+        out.append(stats.goal(name, threshold, "max", "x", got, note))
     return out
 
 
