@@ -1,0 +1,225 @@
+"""Scale to zero and wake on a request: the orderings, as one step per pass over what the controller
+observes. Purely computational, no side effects.
+
+With the activator enabled, a ModelService moves through three phases (``status.lifecycle.phase``):
+
+- **Active**: the route points at the model Service. When the ``ScaleToZero`` rule is due, the route
+  is switched to the activator first (:attr:`Action.ROUTE_TO_ACTIVATOR`); only on a later pass that
+  sees the route pointing away does the Deployment go to 0 (:attr:`Action.SCALE_TO_ZERO`), with the
+  replicas it had recorded in ``replicasBeforeZero``. A wake asked for while the route already
+  points at the activator (a request arrived between the two steps) cancels the sleep: the route
+  goes back, the pods never stopped.
+- **ScaledToZero**: the activator holds the service's requests and asks for a wake by setting
+  ``wakeRequestedAt``. The step then scales the Deployment back to ``replicasBeforeZero``
+  (:attr:`Action.SCALE_UP`) and the phase becomes Waking. A person scaling it up is a wake too.
+  A route seen pointing at the model Service while nothing runs is switched back to the activator.
+- **Waking**: once a model pod's router answers ready, the route is switched back
+  (:attr:`Action.ROUTE_TO_SERVICE`), ``awokenAt`` and the cold-start seconds recorded, phase Active.
+  A wake not ready within ``activationTimeout`` of ``wakeRequestedAt`` scales back to 0 (a Warning
+  ``WakeFailed``), the route left at the activator, the request consumed (the next held request asks
+  again).
+
+A wake is pending while ``wakeRequestedAt`` is later than ``awokenAt`` (both are kept for the
+record). The caller writes ``decision.status`` first, then carries out ``decision.action``, then
+posts ``decision.events``. Recycling and lifecycle rules leave a waking service alone
+(:func:`holds_rules`). At no step does a route point at a Service without a ready endpoint: the
+route goes to the model Service only on a pass that saw a router answer ready.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+
+from drain_router.decisions.objects import Condition, Event
+
+DEFAULT_ACTIVATION_TIMEOUT_SECS = 600.0
+"""How long a held request waits for a wake, and how long a wake may take before it failed: sized
+for a model server's cold start (image pull, weights, warm-up)."""
+DEFAULT_RETRY_AFTER_SECS = 60.0
+"""``Retry-After`` on an activation timeout before any cold start was observed."""
+MIN_RETRY_AFTER_SECS = 1.0
+MAX_RETRY_AFTER_SECS = 3600.0
+CONDITION_TYPE = "Waking"
+
+
+class Phase(enum.StrEnum):
+    ACTIVE = "Active"
+    SCALED_TO_ZERO = "ScaledToZero"
+    WAKING = "Waking"
+
+
+class Route(enum.Enum):
+    """Where ``spec.route``'s backendRefs point, as read this pass."""
+
+    SERVICE = "service"
+    """At the model Service."""
+    ACTIVATOR = "activator"
+    """At the activator's Service."""
+    NONE = "none"
+    """No route configured: nothing to switch (the service sleeps without waking on a request)."""
+    UNKNOWN = "unknown"
+    """The read failed, or the route points elsewhere: nothing is switched on unknown state."""
+
+
+class Action(enum.Enum):
+    ROUTE_TO_ACTIVATOR = "RouteToActivator"
+    SCALE_TO_ZERO = "ScaleToZero"
+    SCALE_UP = "ScaleUp"
+    ROUTE_TO_SERVICE = "RouteToService"
+
+
+class EventReason(enum.StrEnum):
+    WAKE_REQUESTED = "WakeRequested"
+    AWOKEN = "Awoken"
+    WAKE_FAILED = "WakeFailed"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ActivationStatus:
+    """The activation part of ``status.lifecycle`` (times in epoch seconds)."""
+
+    phase: Phase = Phase.ACTIVE
+    replicas_before_zero: int | None = None
+    wake_requested_at: float | None = None
+    """Set by the activator (or by the step, for a person's scale-up)."""
+    awoken_at: float | None = None
+    cold_start_seconds: float | None = None
+    """The last wake's ``awokenAt - wakeRequestedAt``."""
+
+    @property
+    def wake_pending(self) -> bool:
+        """A wake was asked for and not yet answered."""
+        requested = self.wake_requested_at
+        return requested is not None and (self.awoken_at is None or requested > self.awoken_at)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Observed:
+    """What the controller read this pass."""
+
+    route: Route
+    replicas: int | None
+    """The Deployment's ``spec.replicas``; ``None`` when it is absent or being deleted."""
+    router_ready: bool
+    """A model pod's router answered ready."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    status: ActivationStatus
+    """Written before the action."""
+    action: Action | None = None
+    replicas: int | None = None
+    """For :attr:`Action.SCALE_UP`: the replicas to scale back to."""
+    events: tuple[Event, ...] = ()
+    condition: Condition | None = None
+    """``Waking`` True while waking, False otherwise; ``None``: leave it as it is."""
+
+
+def _waking(message: str) -> Condition:
+    return Condition(type=CONDITION_TYPE, status="True", reason="Waking", message=message)
+
+
+def _not_waking(reason: str, message: str) -> Condition:
+    return Condition(type=CONDITION_TYPE, status="False", reason=reason, message=message)
+
+
+def step(
+    observed: Observed, status: ActivationStatus, *, sleep_due: bool, now: float, activation_timeout: float
+) -> Step:
+    """The one thing to do this pass. ``sleep_due``: the lifecycle rules chose ScaleToZero."""
+    if observed.replicas is None:
+        return Step(status=status)  # no Deployment (or being deleted): the staged deletion owns it
+    if status.phase is Phase.ACTIVE:
+        return _active(observed, status, sleep_due=sleep_due, now=now)
+    if status.phase is Phase.SCALED_TO_ZERO:
+        return _asleep(observed, status, now=now)
+    return _waking_step(observed, status, now=now, activation_timeout=activation_timeout)
+
+
+def _active(observed: Observed, status: ActivationStatus, *, sleep_due: bool, now: float) -> Step:
+    route = observed.route
+    if route is Route.ACTIVATOR and (status.wake_pending or not sleep_due):
+        # Asked for between the route switch and the scale-down, or the sleep no longer due: the
+        # pods still run, so the route goes back once one answers ready.
+        if not (observed.router_ready and observed.replicas):
+            return Step(status=status)
+        awoken = dataclasses.replace(status, awoken_at=now) if status.wake_pending else status
+        return Step(status=awoken, action=Action.ROUTE_TO_SERVICE)
+    if not sleep_due or route is Route.UNKNOWN:
+        return Step(status=status)
+    if route is Route.SERVICE:
+        return Step(status=status, action=Action.ROUTE_TO_ACTIVATOR)
+    # The route points away from the model Service (or there is none): now the Deployment may go.
+    asleep = dataclasses.replace(
+        status,
+        phase=Phase.SCALED_TO_ZERO,
+        replicas_before_zero=observed.replicas or status.replicas_before_zero,
+    )
+    return Step(
+        status=asleep,
+        action=Action.SCALE_TO_ZERO,
+        condition=_not_waking("ScaledToZero", "scaled to zero; the activator holds requests"),
+    )
+
+
+def _asleep(observed: Observed, status: ActivationStatus, *, now: float) -> Step:
+    if observed.route is Route.SERVICE and observed.replicas == 0:
+        return Step(status=status, action=Action.ROUTE_TO_ACTIVATOR)  # never at a Service with no pods
+    manual = bool(observed.replicas)
+    if not status.wake_pending and not manual:
+        return Step(status=status)
+    requested = status.wake_requested_at if status.wake_pending else now
+    assert requested is not None
+    waking = dataclasses.replace(status, phase=Phase.WAKING, wake_requested_at=requested)
+    why = "a person scaled the Deployment up" if manual and not status.wake_pending else "a request is held"
+    event = Event(type="Normal", reason=EventReason.WAKE_REQUESTED, message=f"waking: {why}")
+    condition = _waking(f"waking since wakeRequestedAt: {why}")
+    if manual:  # already scaled up: nothing to scale
+        return Step(status=waking, events=(event,), condition=condition)
+    return Step(
+        status=waking, action=Action.SCALE_UP, replicas=wake_replicas(status), events=(event,), condition=condition
+    )
+
+
+def _waking_step(observed: Observed, status: ActivationStatus, *, now: float, activation_timeout: float) -> Step:
+    requested = status.wake_requested_at if status.wake_requested_at is not None else now
+    if observed.router_ready and observed.replicas and observed.route is not Route.UNKNOWN:
+        cold = max(0.0, now - requested)
+        awake = dataclasses.replace(status, phase=Phase.ACTIVE, awoken_at=now, cold_start_seconds=cold)
+        event = Event(type="Normal", reason=EventReason.AWOKEN, message=f"awoken after a cold start of {cold:.1f}s")
+        action = Action.ROUTE_TO_SERVICE if observed.route is not Route.NONE else None
+        return Step(status=awake, action=action, events=(event,), condition=_not_waking("Awoken", event.message))
+    if now >= requested + activation_timeout:
+        failed = dataclasses.replace(status, phase=Phase.SCALED_TO_ZERO, wake_requested_at=None)
+        message = f"no router answered ready within activationTimeout ({activation_timeout:g}s): scaled back to zero"
+        event = Event(type="Warning", reason=EventReason.WAKE_FAILED, message=message)
+        return Step(
+            status=failed,
+            action=Action.SCALE_TO_ZERO,
+            events=(event,),
+            condition=_not_waking("WakeFailed", message),
+        )
+    if observed.replicas == 0:  # the scale-up recorded but not carried out (a crash, a refused call)
+        return Step(status=status, action=Action.SCALE_UP, replicas=wake_replicas(status))
+    return Step(status=status)
+
+
+def wake_replicas(status: ActivationStatus) -> int:
+    """The replicas a wake scales back to: those recorded at the scale-down, at least one."""
+    return max(1, status.replicas_before_zero or 0)
+
+
+def holds_rules(status: ActivationStatus) -> bool:
+    """Recycling and lifecycle rules leave a waking service alone."""
+    return status.phase is Phase.WAKING
+
+
+def retry_after(cold_start_seconds: float | None) -> int:
+    """``Retry-After`` (whole seconds) for a request that waited ``activationTimeout``: the last
+    observed cold start (a fresh wake takes about as long), or :data:`DEFAULT_RETRY_AFTER_SECS` before
+    any; clamped to ``[MIN_RETRY_AFTER_SECS, MAX_RETRY_AFTER_SECS]``, rounded up."""
+    seconds = DEFAULT_RETRY_AFTER_SECS if cold_start_seconds is None else cold_start_seconds
+    return math.ceil(min(MAX_RETRY_AFTER_SECS, max(MIN_RETRY_AFTER_SECS, seconds)))
