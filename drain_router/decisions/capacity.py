@@ -113,9 +113,12 @@ def mean_hold(previous: float | None, held: float) -> float:
 
 def retry_after(queued: int, limit: int, hold: float | None, *, leaving: bool) -> float:
     """Seconds until a retry is likely to find room: the time for the ``queued`` requests, and one
-    more, to get one of ``limit`` slots, each freed every ``hold`` seconds on average; clamped."""
+    more, to get one of ``limit`` slots, each freed every ``hold`` seconds on average; clamped. A
+    gate of no slots (resized to 0: a held queue before its service wakes) frees none: the ceiling."""
     if leaving or hold is None or hold <= 0:
         return MIN_RETRY_AFTER_SECS
+    if limit <= 0:
+        return MAX_RETRY_AFTER_SECS
     rate = limit / hold
     return min(MAX_RETRY_AFTER_SECS, max(MIN_RETRY_AFTER_SECS, (queued + 1) / rate))
 

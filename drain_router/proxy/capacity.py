@@ -13,17 +13,19 @@ counted and handed to the waiter with the ``Retry-After`` estimate (:meth:`Waite
 
 The queue is a dict (insertion-ordered: the oldest first; removal of any waiter in O(1)), never
 longer than ``--queue-size``; each entry holds the waiter's timer and when it started to wait.
+The number of slots can change (:meth:`Gate.resize`): raised, the oldest waiters take the new
+slots in arrival order; lowered, slots held above it are not handed on. A gate of 0 slots holds
+every request until it opens: the activator's held queue of one sleeping ModelService.
 Invariant: while anything waits, every slot is taken.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from typing import Any, Protocol
 
 from drain_router.decisions import capacity
 from drain_router.decisions.capacity import Reason, Verdict
-from drain_router.metrics import Metrics
 
 _REASON = {Verdict.QUEUE_FULL: Reason.QUEUE_FULL, Verdict.CLOSING: Reason.CLOSING}
 
@@ -39,6 +41,18 @@ class Waiter(Protocol):
         seconds estimated."""
 
 
+class GateMetrics(Protocol):
+    """What a gate counts: the router's :class:`~drain_router.metrics.Metrics`, or a held queue's own
+    (the activator keeps one gate per ModelService, each with its own series)."""
+
+    @property
+    def queue_depth(self) -> Any: ...
+    @property
+    def queue_wait(self) -> Any: ...
+    @property
+    def admission_rejections(self) -> Any: ...
+
+
 class Gate:
     __slots__ = ("active", "closing", "hold", "leaving", "limit", "loop", "metrics", "queue_size", "timeout", "waiters")
 
@@ -48,7 +62,7 @@ class Gate:
         queue_size: int,
         timeout: float,
         *,
-        metrics: Metrics,
+        metrics: GateMetrics,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.loop = loop
@@ -91,9 +105,23 @@ class Gate:
         """A slot held ``held`` seconds is given back: to the oldest waiter, if one waits."""
         self.hold = capacity.mean_hold(self.hold, held)
         waiters = self.waiters
-        if not waiters:
+        if not waiters or self.active > self.limit:  # (above it only after a resize down)
             self.active -= 1
             return
+        self._grant_oldest(waiters)
+
+    def resize(self, limit: int) -> None:
+        """The number of slots becomes ``limit``. Raised, the oldest waiters get the new slots at
+        once, in arrival order (a held queue opening: 0 while its service sleeps, then its size);
+        lowered, slots held above it are not handed on when they come back."""
+        self.limit = limit
+        waiters = self.waiters
+        while waiters and self.active < limit:
+            self.active += 1
+            self._grant_oldest(waiters)
+
+    def _grant_oldest(self, waiters: dict[Waiter, tuple[asyncio.TimerHandle, float]]) -> None:
+        """The oldest waiter leaves the queue with a slot already counted in ``active``."""
         waiter = next(iter(waiters))
         timer, since = waiters.pop(waiter)
         timer.cancel()

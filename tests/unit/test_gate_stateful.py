@@ -1,8 +1,9 @@
 """The admission gate (:class:`drain_router.proxy.capacity.Gate`) under generated schedules: random
-arrivals, completions, clients leaving the queue, queue timeouts and a closing, on a fake clock.
+arrivals, completions, clients leaving the queue, queue timeouts, resizes (0 slots: a held queue
+that opens) and a closing, on a fake clock.
 
 Whatever the order: every request ends exactly once (served, refused, or left); at most N hold a
-slot; the queue never exceeds Q and is served first in, first out; while anything waits every slot
+slot (after a resize down, no more than held it then, until they finish); the queue never exceeds Q and is served first in, first out; while anything waits every slot
 is taken; and once everything has ended no slot is held and nothing waits.
 """
 
@@ -82,11 +83,13 @@ class Request:
 
 
 class GateMachine(RuleBasedStateMachine):
-    @initialize(limit=st.integers(1, 4), queue_size=st.integers(0, 5))
+    @initialize(limit=st.integers(0, 4), queue_size=st.integers(0, 5))
     def build(self, limit: int, queue_size: int) -> None:
         self.loop = FakeLoop()
         self.gate = Gate(limit, queue_size, 5.0, metrics=Metrics(CollectorRegistry()), loop=self.loop)
         self.limit, self.queue_size = limit, queue_size
+        self.ceiling = limit
+        """The most that may hold a slot: the limit, or what held one at a resize down."""
         self.numbers = itertools.count()
         self.requests: list[Request] = []
         self.waiting: list[Request] = []
@@ -112,12 +115,15 @@ class GateMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def complete(self, data) -> None:
         request = data.draw(st.sampled_from(self.holders()))
-        expected_next = self.waiting[0] if self.waiting else None
+        handed_on = self.gate.active <= self.limit  # above the limit only after a resize down
+        expected_next = self.waiting[0] if self.waiting and handed_on else None
         request.holding = False
         request.ended = "served"
         self.gate.release(1.0)
         if expected_next is not None:
             assert expected_next.holding, "the oldest waiter gets the slot"
+        elif self.waiting:
+            assert not any(r.holding for r in self.waiting), "a slot above the limit is not handed on"
 
     @precondition(lambda self: bool(self.waiting))
     @rule(data=st.data())
@@ -131,6 +137,14 @@ class GateMachine(RuleBasedStateMachine):
     def time_passes(self, seconds: float) -> None:
         self.loop.advance(seconds)
 
+    @rule(limit=st.integers(0, 4))
+    def resize(self, limit: int) -> None:
+        oldest = self.waiting[: max(0, limit - len(self.holders()))]
+        self.gate.resize(limit)
+        assert all(r.holding for r in oldest), "the new slots go to the oldest waiters"
+        self.limit = limit
+        self.ceiling = max(limit, len(self.holders()))
+
     @rule()
     def closing(self) -> None:
         self.gate.close()
@@ -142,11 +156,12 @@ class GateMachine(RuleBasedStateMachine):
         if not hasattr(self, "gate"):
             return
         holders = self.holders()
-        assert self.gate.active == len(holders) <= self.limit
+        assert self.gate.active == len(holders) <= self.ceiling
+        self.ceiling = max(self.limit, len(holders))
         assert len(self.gate) == len(self.waiting) <= self.queue_size
         assert [w.number for w in self.gate.waiters] == [w.number for w in self.waiting]  # FIFO
         if self.waiting:
-            assert self.gate.active == self.limit
+            assert self.gate.active >= self.limit
         assert self.granted_order == sorted(self.granted_order)  # granted in arrival order
 
     def teardown(self) -> None:
@@ -166,3 +181,44 @@ GateMachine.TestCase.settings = settings(
     max_examples=150, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_gate_under_generated_schedules = GateMachine.TestCase
+
+
+class Held:
+    """A waiter that records when it was granted or refused."""
+
+    def __init__(self, log: list[str], name: str) -> None:
+        self.log, self.name = log, name
+
+    def granted(self) -> None:
+        self.log.append(f"granted:{self.name}")
+
+    def refused(self, reason: Reason, retry_after: float) -> None:
+        self.log.append(f"refused:{self.name}:{reason.value}")
+
+
+def test_a_gate_of_no_slots_holds_until_it_opens_then_grants_in_arrival_order() -> None:
+    loop, log = FakeLoop(), []
+    gate = Gate(0, 3, 5.0, metrics=Metrics(CollectorRegistry()), loop=loop)
+    held = [Held(log, str(i)) for i in range(4)]
+    assert not gate.take()
+    assert [gate.wait(h) for h in held] == [True, True, True, False]
+    assert log == ["refused:3:queue_full"]
+    gate.resize(2)
+    assert log[1:] == ["granted:0", "granted:1"] and gate.active == 2 and len(gate) == 1
+    gate.release(1.0)
+    assert log[3:] == ["granted:2"] and gate.active == 2
+
+
+def test_a_gate_resized_down_hands_no_slot_on_above_its_limit() -> None:
+    loop, log = FakeLoop(), []
+    gate = Gate(2, 3, 5.0, metrics=Metrics(CollectorRegistry()), loop=loop)
+    assert gate.take() and gate.take()
+    waiting = Held(log, "w")
+    assert gate.wait(waiting)
+    gate.resize(1)
+    gate.release(1.0)  # 2 held, limit 1: this slot is not handed on
+    assert log == [] and gate.active == 1 and len(gate) == 1
+    gate.release(1.0)  # at the limit again: the oldest waiter gets it
+    assert log == ["granted:w"] and gate.active == 1
+    loop.advance(10.0)
+    assert log == ["granted:w"]  # its timer was cancelled
