@@ -52,7 +52,7 @@ def render(helm: Helm, values: dict[str, Any] | None = None) -> list[dict[str, A
 
 
 def controller_args(docs: list[dict[str, Any]]) -> list[str]:
-    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    container = one(docs, "Deployment", CONTROLLER)["spec"]["template"]["spec"]["containers"][0]
     assert container["name"] == "controller"
     return container["args"]
 
@@ -193,7 +193,7 @@ def test_two_replicas_elect_a_leader_with_a_liveness_probe_on_healthz(helm: Helm
     on another node; the Lease Role grants get, create and update on leases and nothing else."""
     merged = values_sets.merged(values, values=values_sets.CONTROLLER_VALUES)
     docs = render(helm, values)
-    dep = one(docs, "Deployment")
+    dep = one(docs, "Deployment", CONTROLLER)
     assert dep["spec"]["replicas"] == 2
     assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = dep["spec"]["template"]["spec"]
@@ -217,7 +217,7 @@ def test_two_replicas_elect_a_leader_with_a_liveness_probe_on_healthz(helm: Helm
     lease_role = one(docs, "Role", LEADER_ELECTION)
     assert lease_role["metadata"]["namespace"] == NAMESPACE and rules(lease_role) == [LEASES]
     selector = dep["spec"]["selector"]["matchLabels"]
-    assert one(docs, "PodDisruptionBudget")["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+    assert one(docs, "PodDisruptionBudget", CONTROLLER)["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
     (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert term["podAffinityTerm"] == {
         "topologyKey": "kubernetes.io/hostname",

@@ -70,6 +70,7 @@ def test_custom_resources_of_every_kind_are_rendered_and_validated(helm: Helm) -
             (CHART, values_sets.KEDA),
             (CHART, values_sets.GRPC_VLLM),
             (CONTROLLER_CHART, values_sets.CONTROLLER_CLUSTER),
+            (CONTROLLER_CHART, values_sets.CONTROLLER_ACTIVATOR),
         ]
         for d in helm.template(values, chart=chart)
     }

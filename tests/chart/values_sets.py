@@ -292,12 +292,18 @@ CONTROLLER_EXTRAS: dict[str, Any] = {
         }
     },
 }
+CONTROLLER_ACTIVATOR: dict[str, Any] = {
+    # The activator for services scaled to zero; routes in the release's namespace and two others.
+    "watch": {"namespaces": ["models", "serving", "research"]},
+    "activator": {"enabled": True, "queueSize": 200, "activationTimeoutSeconds": 300},
+}
 CONTROLLER_SETS = [
     pytest.param({}, id="controller-defaults"),
     pytest.param(CONTROLLER_CLUSTER, id="controller-cluster"),
     pytest.param(CONTROLLER_NAMESPACES, id="controller-namespaces"),
     pytest.param(CONTROLLER_MINIMAL, id="controller-minimal"),
     pytest.param(CONTROLLER_EXTRAS, id="controller-extras"),
+    pytest.param(CONTROLLER_ACTIVATOR, id="controller-activator"),
 ]
 
 

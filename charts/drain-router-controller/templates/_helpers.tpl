@@ -61,3 +61,28 @@ app.kubernetes.io/part-of: drain-router
 {{- $list := .Values.watch.namespaces | default (list .Release.Namespace) -}}
 {{- toJson (uniq $list) -}}
 {{- end -}}
+
+{{/* The activator: its own name (release fullname + -activator) and selector labels (component
+activator, so the controller's selector never matches its pods). */}}
+{{- define "drain-router-controller.activatorName" -}}
+{{- printf "%s-activator" (include "drain-router-controller.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "drain-router-controller.activatorSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "drain-router-controller.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: activator
+{{- end -}}
+
+{{- define "drain-router-controller.activatorLabels" -}}
+{{ include "drain-router-controller.labels" . | replace "app.kubernetes.io/component: controller" "app.kubernetes.io/component: activator" }}
+{{- end -}}
+
+{{/* Namespaces whose routes may point at the activator: the list, or the watched namespaces. */}}
+{{- define "drain-router-controller.activatorGrantNamespaces" -}}
+{{- $list := .Values.activator.referenceGrantNamespaces -}}
+{{- if not $list -}}
+{{- $list = fromJsonArray (include "drain-router-controller.watchNamespaces" .) -}}
+{{- end -}}
+{{- toJson (uniq $list) -}}
+{{- end -}}

@@ -7,6 +7,7 @@ fails the test on purpose.
 */}}
 {{- define "drain-router-controller.rules" -}}
 {{- $f := .Values.features -}}
+{{- $a := .Values.activator.enabled -}}
 # Watch ModelServices; patch: the finalizer and kopf's progress annotations; delete (only with
 # features.lifecycleRules): the rule DeleteSelf (its finalizer then runs the staged teardown).
 - apiGroups: [drainrouter.dev]
@@ -40,16 +41,17 @@ fails the test on purpose.
   resources: [deployments]
   verbs: [get, delete{{ if $f.lifecycleRules }}, patch{{ end }}]
 {{- if $f.httpRoutes }}
-# The route (RouteRemoving stage).
+# The route (RouteRemoving stage); patch (only with activator.enabled): a sleeping service's route
+# pointed at the activator, and back.
 - apiGroups: [gateway.networking.k8s.io]
   resources: [httproutes]
-  verbs: [get, delete]
+  verbs: [get, delete{{ if $a }}, patch{{ end }}]
 {{- end }}
 {{- if $f.grpcRoutes }}
 # A GRPCRoute: the route itself (RouteRemoving), or the first workload object after the HTTPRoute.
 - apiGroups: [gateway.networking.k8s.io]
   resources: [grpcroutes]
-  verbs: [get, delete]
+  verbs: [get, delete{{ if $a }}, patch{{ end }}]
 {{- end }}
 {{- if $f.inferencePools }}
 # An InferencePool: the route itself (RouteRemoving) or a workload object deleted after the route.
@@ -68,4 +70,21 @@ fails the test on purpose.
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get]
+{{- end -}}
+
+
+{{/* The activator's rules: read a ModelService and its pods, and ask for a wake. */}}
+{{- define "drain-router-controller.activatorRules" -}}
+# The ModelService whose requests it holds: its podSelector, router ports and lifecycle status.
+- apiGroups: [drainrouter.dev]
+  resources: [modelservices]
+  verbs: [get]
+# Ask for a wake: status.lifecycle.wakeRequestedAt (a merge patch with a resourceVersion precondition).
+- apiGroups: [drainrouter.dev]
+  resources: [modelservices/status]
+  verbs: [patch]
+# Find the service's pods, whose routers it probes for readiness.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
 {{- end -}}

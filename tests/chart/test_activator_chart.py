@@ -1,0 +1,160 @@
+"""The activator in the controller chart (activator.enabled): its Deployment and Service, the
+controller's --activator-service naming that Service, the RBAC each side needs and nothing more, and
+a ReferenceGrant for each namespace whose routes may point at it. Off by default: nothing of it is
+rendered and the controller keeps today's rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.chart import values_sets
+from tests.chart.helm import CONTROLLER_CHART, NAMESPACE, Helm, find, flag, one
+from tests.chart.test_controller_chart import (
+    CONTROLLER,
+    DEFAULT_RULES,
+    GRPCROUTES,
+    HTTPROUTES,
+    Rule,
+    controller_args,
+    rules,
+)
+
+ACTIVATOR = f"{CONTROLLER}-activator"
+ENABLED = values_sets.CONTROLLER_ACTIVATOR
+
+ACTIVATOR_RULES: list[Rule] = [
+    (("drainrouter.dev",), ("modelservices",), ("get",)),
+    (("drainrouter.dev",), ("modelservices/status",), ("patch",)),
+    (("",), ("pods",), ("list",)),
+]
+
+
+def render(helm: Helm, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    return helm.template(values, chart=CONTROLLER_CHART)
+
+
+def _named(docs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["metadata"]["name"].startswith(name)]
+
+
+def test_off_by_default_renders_nothing_of_it(helm: Helm) -> None:
+    docs = render(helm)
+    assert not _named(docs, ACTIVATOR) and not find(docs, "ReferenceGrant")
+    assert "--activator-service" not in controller_args(docs)
+    assert rules(one(docs, "Role", CONTROLLER)) == DEFAULT_RULES
+
+
+def test_the_controller_points_routes_at_the_activators_service(helm: Helm) -> None:
+    """--activator-service is <release namespace>/<the Service's name>:<its port>, and the Service
+    selects the activator's pods, never the controller's (nor the controller's its)."""
+    docs = render(helm, ENABLED)
+    service = one(docs, "Service", ACTIVATOR)
+    (port,) = service["spec"]["ports"]
+    assert flag(controller_args(docs), "--activator-service") == f"{NAMESPACE}/{ACTIVATOR}:{port['port']}"
+    assert port == {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}
+    activator = one(docs, "Deployment", ACTIVATOR)
+    controller = one(docs, "Deployment", CONTROLLER)
+    pod_labels = activator["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert activator["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    controller_selector = controller["spec"]["selector"]["matchLabels"]
+    assert not controller_selector.items() <= pod_labels.items(), "the controller's selector matches activator pods"
+    controller_pods = controller["spec"]["template"]["metadata"]["labels"]
+    assert not service["spec"]["selector"].items() <= controller_pods.items()
+
+
+def test_the_activator_runs_with_the_values_and_probes_its_admin_port(helm: Helm) -> None:
+    docs = render(helm, ENABLED)
+    activator = one(docs, "Deployment", ACTIVATOR)
+    assert activator["spec"]["replicas"] == 2
+    pod = activator["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert args[0] == "activator"
+    assert flag(args, "--queue-size") == "200" and flag(args, "--activation-timeout-secs") == "300"
+    assert flag(args, "--max-services") == "1000"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert flag(args, "--port") == str(ports["http"]) and flag(args, "--admin-port") == str(ports["admin"])
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "admin"}
+    assert pod["serviceAccountName"] == ACTIVATOR
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    selector = activator["spec"]["selector"]["matchLabels"]
+    assert one(docs, "PodDisruptionBudget", ACTIVATOR)["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": selector},
+    }
+
+
+def test_rbac_the_activator_reads_and_asks_for_a_wake_in_each_watched_namespace(helm: Helm) -> None:
+    docs = render(helm, ENABLED)
+    roles = [r for r in find(docs, "Role") if r["metadata"]["name"] == ACTIVATOR]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["models", "research", "serving"]
+    for role in roles:
+        assert rules(role) == ACTIVATOR_RULES
+    bindings = [b for b in find(docs, "RoleBinding") if b["metadata"]["name"] == ACTIVATOR]
+    assert len(bindings) == 3
+    for binding in bindings:
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": ACTIVATOR, "namespace": NAMESPACE}]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ACTIVATOR}
+    assert one(docs, "ServiceAccount", ACTIVATOR)
+
+
+def test_rbac_the_controller_may_patch_routes_only_with_the_activator(helm: Helm) -> None:
+    """patch on httproutes and grpcroutes is the only rule the activator adds to the controller's."""
+    patched = {rule: (*rule[:2], (*rule[2], "patch")) for rule in (HTTPROUTES, GRPCROUTES)}
+    expected = [patched.get(rule, rule) for rule in DEFAULT_RULES]
+    for namespace in ("models", "research", "serving"):
+        in_namespace = [r for r in find(render(helm, ENABLED), "Role") if r["metadata"]["namespace"] == namespace]
+        role = one(in_namespace, "Role", CONTROLLER)
+        assert rules(role) == expected
+
+
+def test_a_reference_grant_admits_routes_of_each_other_namespace(helm: Helm) -> None:
+    """One grant per watched namespace other than the activator's own (a route beside it needs none)."""
+    grants = find(render(helm, ENABLED), "ReferenceGrant")
+    assert {g["metadata"]["namespace"] for g in grants} == {NAMESPACE}
+    by_source = {g["spec"]["from"][0]["namespace"]: g["spec"] for g in grants}
+    assert sorted(by_source) == ["research", "serving"]
+    for namespace, spec in by_source.items():
+        assert spec["from"] == [
+            {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": namespace},
+            {"group": "gateway.networking.k8s.io", "kind": "GRPCRoute", "namespace": namespace},
+        ]
+        assert spec["to"] == [{"group": "", "kind": "Service", "name": ACTIVATOR}]
+
+
+def test_no_grant_for_routes_in_the_activators_own_namespace(helm: Helm) -> None:
+    """A route beside the activator needs no grant: the default watches the release's namespace only."""
+    docs = render(helm, {"activator": {"enabled": True}})
+    assert one(docs, "Service", ACTIVATOR) and not find(docs, "ReferenceGrant")
+
+
+def test_all_namespaces_uses_a_cluster_role_and_the_listed_grants(helm: Helm) -> None:
+    values = {"watch": {"allNamespaces": True}, "activator": {"enabled": True, "referenceGrantNamespaces": ["serving"]}}
+    docs = render(helm, values)
+    cluster_roles = [r for r in find(docs, "ClusterRole") if r["metadata"]["name"] == f"{NAMESPACE}-{ACTIVATOR}"]
+    assert [rules(r) for r in cluster_roles] == [ACTIVATOR_RULES]
+    assert not [r for r in find(docs, "Role") if r["metadata"]["name"] == ACTIVATOR]
+    assert [g["spec"]["from"][0]["namespace"] for g in find(docs, "ReferenceGrant")] == ["serving"]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"watch": {"allNamespaces": True}, "activator": {"enabled": True}}, "activator.referenceGrantNamespaces"),
+        ({"activator": {"enabled": True, "port": 9091}}, "distinct ports"),
+        (
+            {"features": {"httpRoutes": False, "grpcRoutes": False}, "activator": {"enabled": True}},
+            "features.httpRoutes or features.grpcRoutes",
+        ),
+        ({"activator": {"enabled": True, "queueSize": 0}}, "queueSize"),
+        ({"activator": {"enabled": True, "surprise": 1}}, "surprise"),
+    ],
+    ids=["all-namespaces-without-grants", "same-ports", "no-route-features", "queue-size-0", "unknown-key"],
+)
+def test_bad_activator_values_are_refused_with_the_reason(helm: Helm, values: dict[str, Any], message: str) -> None:
+    assert message in helm.template_error(values, chart=CONTROLLER_CHART)
