@@ -92,3 +92,24 @@ def test_without_a_controller_the_admin_port_is_closed_to_every_pod(helm: Helm) 
 def test_it_can_be_turned_off(helm: Helm) -> None:
     assert not find(helm.template({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
     assert not find(helm.template(chart=CONTROLLER_CHART), "NetworkPolicy")
+
+
+def test_the_activator_reaches_a_restricted_traffic_port_but_not_the_admin_port(helm: Helm) -> None:
+    """trafficFrom set: the activator's pods (their labels as the controller chart renders them, in
+    the namespace the README installs it in) still reach the traffic port, where they relay held
+    requests and ask /readyz; the admin port stays the controller's."""
+    docs = helm.template(
+        chart=CONTROLLER_CHART,
+        release="drain-router-controller",
+        namespace="drain-router-system",
+        values={"activator": {"enabled": True, "referenceGrantNamespaces": [NAMESPACE]}},
+    )
+    activator = _pod_labels(one(docs, "Deployment", "drain-router-controller-activator"))
+    restricted = {"networkPolicy": {"trafficFrom": [{"podSelector": {"matchLabels": {"app": "gw"}}}]}}
+    policy = one(helm.template(restricted), "NetworkPolicy")
+    assert _allowed(policy, activator, 8080, namespace="drain-router-system")
+    assert not _allowed(policy, activator, 8080, namespace="elsewhere")
+    assert not _allowed(policy, activator, 9091, namespace="drain-router-system")
+    assert not _allowed(policy, {"app": "other"}, 8080)
+    off = {"networkPolicy": {**restricted["networkPolicy"], "activator": {"enabled": False}}}
+    assert not _allowed(one(helm.template(off), "NetworkPolicy"), activator, 8080, namespace="drain-router-system")
