@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -41,6 +42,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         terminalreporter.section("drain e2e: lost requests")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage() -> Iterator[None]:
+    """A socket this process left open in a test (the harness's own clients and servers: the
+    routers run in processes of their own) is reported by that test, at its teardown, rather than by
+    whichever later test happens to run the garbage collector."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture

@@ -85,9 +85,9 @@ async def _rolling_restarts(
         await wait_until(lambda: len(stream_load.records), 20, f"{want} finished requests", until=lambda n: n >= want)
     finally:
         records = await stream_load.stop()
+        lb.process.kill()  # first: no health check reaches a pod's in-process readiness server as it closes
         for pod in pods:
             await pod.close()
-        lb.process.kill()
     ok = [r.duration for r in records if not r.outcome.lost]
     return {
         "records": records,

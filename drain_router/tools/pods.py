@@ -142,12 +142,13 @@ class PodReadiness:
     async def _readyz(self, request: web.Request) -> web.Response:
         if self.deleted and self.sees_deletion:
             return web.json_response({"status": "terminating"}, status=503)
-        assert self._session is not None
-        try:
-            async with self._session.get(self.health_url, timeout=aiohttp.ClientTimeout(total=1)) as resp:
-                status = resp.status
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            status = 503
+        status = 503  # closing: no session to ask the engine with
+        if self._session is not None:
+            try:
+                async with self._session.get(self.health_url, timeout=aiohttp.ClientTimeout(total=1)) as resp:
+                    status = resp.status
+            except (TimeoutError, aiohttp.ClientError, OSError):
+                status = 503
         return web.json_response({"status": "ready" if status == 200 else "not_ready"}, status=status)
 
     async def start(self) -> None:
@@ -161,10 +162,11 @@ class PodReadiness:
         await web.TCPSite(self._runner, LOOPBACK, self.port).start()
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
+        runner, session, self._runner, self._session = self._runner, self._session, None, None
+        if runner is not None:
+            await runner.cleanup()
+        if session is not None:
+            await session.close()
 
 
 class EnginePod:
