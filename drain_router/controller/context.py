@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import time
@@ -51,6 +52,16 @@ class Context:
     """(uid, generation) already warned about with ``InvalidLifecycleRules``: once per spec generation."""
     tracer: tracing.Tracer | None = None
     """``--tracing``: the passes' tracer; None when off (the SDK is never loaded)."""
+    wakeups: dict[tuple[str, str], asyncio.Event] = dataclasses.field(default_factory=dict)
+    """(namespace, name) -> set when a wake was asked for: the ModelService's daemon sleeps until its
+    requeue time or this, whichever comes first."""
+
+    def wakeup(self, namespace: str, name: str) -> asyncio.Event:
+        return self.wakeups.setdefault((namespace, name), asyncio.Event())
+
+    def nudge(self, namespace: str, name: str) -> None:
+        """Run the ModelService's next pass now (a wake was asked for)."""
+        self.wakeup(namespace, name).set()
 
     def span(self, name: str, obj: Mapping[str, Any]) -> AbstractContextManager[tracing.Span | None]:
         """An INTERNAL span around one pass over the ModelService ``obj`` (named by its attributes),

@@ -41,8 +41,29 @@ async def service_loop(ctx: context.Context, namespace: str, name: str, stopped:
             logger.exception(f"recycling/lifecycle pass crashed, retried in {ctx.settings.requeue_secs:g}s: {exc}")
             delay = ctx.settings.requeue_secs
         if delay is None:
+            ctx.wakeups.pop((namespace, name), None)
             return
-        await stopped.wait(min(max(delay, MIN_SLEEP_SECS), ctx.settings.max_sleep_secs))
+        await sleep(ctx.wakeup(namespace, name), stopped, min(max(delay, MIN_SLEEP_SECS), ctx.settings.max_sleep_secs))
+
+
+async def sleep(woken: asyncio.Event, stopped: Any, seconds: float) -> None:
+    """Until ``seconds`` have passed, the daemon is stopped, or ``woken`` is set (a wake was asked
+    for: the next pass runs at once instead of after the requeue time)."""
+    if woken.is_set():
+        woken.clear()
+        return
+
+    async def stop() -> None:
+        await stopped.wait(seconds)
+
+    tasks = {asyncio.ensure_future(stop()), asyncio.ensure_future(woken.wait())}
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        woken.clear()
 
 
 async def service_pass(ctx: context.Context, namespace: str, name: str, logger: Any) -> float | None:

@@ -2,7 +2,8 @@
 
 The staged deletion is an ``on.delete`` handler (:mod:`drain_router.controller.deleting`). Recycling and
 lifecycle rules are one ``@kopf.daemon`` per ModelService that has either
-(:mod:`drain_router.controller.daemon`).
+(:mod:`drain_router.controller.daemon`). With ``--activator-service``, an ``on.event`` handler wakes
+that daemon as soon as the activator asks for a wake (``status.lifecycle.wakeRequestedAt``).
 
 Handlers are registered on a registry passed in (never kopf's global one), so every operator run,
 including the ones tests start and stop, gets its own.
@@ -18,10 +19,13 @@ from typing import Any
 import kopf
 
 from drain_router.controller import context, crd, daemon, deleting
+from drain_router.controller import status as status_
+from drain_router.decisions import activation
 
 PREFIX = "drainrouter.dev"
 HANDLER_ID = "staged_delete"
 DAEMON_ID = "recycle_and_lifecycle"
+WAKE_ID = "wake_requested"
 
 
 class _QuietRequeue(logging.Filter):
@@ -77,6 +81,21 @@ def register(registry: kopf.OperatorRegistry, ctx: context.Context) -> None:
         stopped: kopf.DaemonStopped, body: kopf.Body, logger: kopf.Logger, **_: Any
     ) -> None:
         await daemon.service_loop(ctx, body["metadata"]["namespace"], body["metadata"]["name"], stopped, logger)
+
+    if ctx.settings.activator_service is not None:
+
+        @kopf.on.event(crd.group(), crd.version(), crd.plural(), id=WAKE_ID, registry=registry, when=wake_asked)
+        async def wake_requested(body: kopf.Body, **_: Any) -> None:
+            """The activator wrote ``status.lifecycle.wakeRequestedAt``: the daemon's next pass now,
+            not at its requeue time."""
+            ctx.nudge(body["metadata"]["namespace"], body["metadata"]["name"])
+
+
+def wake_asked(status: Mapping[str, Any], **_: Any) -> bool:
+    """A wake is pending and the service is not waking yet (a waking service's passes already look
+    every requeue; nudging them on every status write would only repeat them)."""
+    record = status_.activation_status((status or {}).get("lifecycle"))
+    return record.wake_pending and record.phase is not activation.Phase.WAKING
 
 
 def has_rules(spec: Mapping[str, Any], **_: Any) -> bool:

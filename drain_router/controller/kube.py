@@ -188,6 +188,20 @@ class Kube:
                 failure(self._discovery.call_name("PATCH", ref) + f" spec.replicas={replicas}", exc)
             ) from exc
 
+    async def patch(self, ref: deletion.ObjectRef, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Merge patch of the object ``ref`` names (a route switch). With ``metadata.resourceVersion`` in
+        ``body`` the patch is conditional: :class:`Conflict` when the object changed since it was read."""
+        try:
+            answer = await self._call(
+                await self._discovery.path(ref, namespace), "PATCH", body=body, content_type=MERGE_PATCH
+            )
+        except _FAILURES as exc:
+            call = failure(self._discovery.call_name("PATCH", ref), exc)
+            if isinstance(exc, ApiException) and exc.status == 409:
+                raise Conflict(call) from exc
+            raise CallFailed(call) from exc
+        return dict(_as_object(answer) or {})
+
     async def evict_pod(self, namespace: str, name: str, uid: str) -> recycling.EvictAnswer:
         """``policy/v1`` Eviction with a UID precondition and the pod's own grace (no
         ``gracePeriodSeconds``). Every answer is data, never an exception: the code, the Status

@@ -1,5 +1,6 @@
 """The daemon's lifecycle pass: validate -> probe every active pod -> ``idle_clock`` -> ``next_rule`` ->
-status -> act -> events."""
+(with ``--activator-service``: the route read, ``activation.step``, :mod:`.waking`) -> status -> act ->
+events."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from typing import Any
 
 import kopf
 
-from drain_router.controller import context, deleting, probe
+from drain_router.controller import context, deleting, probe, waking
 from drain_router.controller import kube as kube_
 from drain_router.controller import status as status_
 from drain_router.controller import turn as turn_
 from drain_router.controller import workload as workload_
-from drain_router.decisions import deletion, lifecycle, objects
+from drain_router.decisions import activation, deletion, lifecycle, objects
 
 CONDITION_TYPE = "LifecycleRulesValid"
 
@@ -33,7 +34,7 @@ async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, 
         return fresh, turn.idle_requeue()
     if workload.failures:
         return fresh, standard
-    reports = await _probe_all(turn, fresh)
+    reports, answers = await _probe_all(turn, fresh)
     status = fresh.get("status") or {}
     stored = status_.lifecycle_status(status.get("lifecycle"))
     exists, being_deleted, replicas = workload.deployment_state()
@@ -45,17 +46,45 @@ async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, 
     now = ctx.clock()
     decision = lifecycle.next_rule(rules, clock, done, stored, now, buffer_secs=ctx.settings.lifecycle_buffer_secs)
     valid = objects.Condition(type=CONDITION_TYPE, status="True", reason="Valid", message="lifecycle rules are valid")
-    build = status_.record_patch({"lifecycle": status_.lifecycle_dict(decision.status)}, valid, now)
+    records = status_.lifecycle_dict(decision.status)
+    plan, route_ref = None, None
+    if ctx.settings.activator_service is None:  # the activation record, if any, kept as it is
+        kept = status.get("lifecycle") or {}
+        records.update({k: kept[k] for k in status_.ACTIVATION_KEYS if k in kept})
+    else:
+        owned = exists and not being_deleted and stage in (None, "Released")
+        plan, route_ref = await waking.plan(turn, fresh, decision, stored, answers, replicas if owned else None)
+        decision = plan.rules
+        records = {**status_.lifecycle_dict(decision.status), **plan.records()}
+    also = None if plan is None else plan.step.condition
+    build = status_.record_patch({"lifecycle": records}, valid, now, also=also)
 
     # 1. Status first: a crash after this line repeats the action, never loses the record of it.
-    fresh, written = await status_.write_status(ctx, fresh, build, logger)
-    if not written:
-        return fresh, standard
+    read = status
+    fresh, written = await status_.write_status(ctx, fresh, build, logger, retry=plan is None)
+    if not written:  # with the activator: another writer (a wake asked) since the read: decide again
+        return fresh, standard if plan is None else ctx.clock()
     requeue_at = standard if decision.requeue_at is None else decision.requeue_at
+    if plan is not None:
+        ctx.metrics.set_phase(fresh["metadata"]["namespace"], fresh["metadata"]["name"], plan.step.status.phase.value)
+        requeue_at = _waking_requeue(plan, requeue_at, standard)
+        if plan.step.action is not None or plan.step.events:
+            # 2. Act (the route switch or the scale), 3. events; a failure puts the record back.
+            if not await waking.act(turn, fresh, plan, route_ref, workload.deployment_ref):
+                fresh, _ = await status_.write_status(ctx, fresh, waking.revert(read), logger)
+                return fresh, standard
+            return fresh, min(requeue_at, standard) if plan.step.action is not None else requeue_at
     if decision.action is None:
         return fresh, requeue_at
     # 2. Act (one action per pass), 3. events.
     return await _act(turn, fresh, decision, stored, stage is None, requeue_at)
+
+
+def _waking_requeue(plan: waking.Plan, requeue_at: float, standard: float) -> float:
+    """While waking, look again every standard requeue (a router may answer ready at any moment)."""
+    if plan.step.status.phase is activation.Phase.WAKING:
+        return min(requeue_at, standard)
+    return requeue_at
 
 
 async def _rules(
@@ -80,8 +109,9 @@ async def _rules(
 
 async def _probe_all(
     turn: turn_.Turn, fresh: Mapping[str, Any]
-) -> list[lifecycle.RouterReport | lifecycle.ProbeFailure]:
-    """Ask every active pod's router whether it is idle; a failed probe is logged and reported."""
+) -> tuple[list[lifecycle.RouterReport | lifecycle.ProbeFailure], list[probe.Answer]]:
+    """Ask every active pod's router whether it is idle (and, for a wake, whether it serves); a failed
+    probe is logged and reported. Returns the reports and the answers, one per active pod."""
     pods = turn.workload.active_pods
     port = workload_.admin_port(fresh.get("spec") or {})
     timeout = turn.ctx.settings.idle_probe_timeout_secs
@@ -90,7 +120,7 @@ async def _probe_all(
     for report in reports:
         if isinstance(report, lifecycle.ProbeFailure):
             turn.logger.info(f"idle probe of pod {report.pod} failed, the idle clock is kept: {report.error}")
-    return reports
+    return reports, list(answers)
 
 
 async def _act(

@@ -88,6 +88,21 @@ class ControllerMetrics:
             registry=registry,
         )
         self._stages: dict[tuple[str, str], str] = {}
+        self.wakes = Counter(
+            "drain_router_controller_wakes_total",
+            "Wakes of a scaled-to-zero ModelService (--activator-service), by outcome: awoken (a router "
+            "answered ready, the route pointed back), failed (none within activationTimeoutSeconds).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.phase_services = Gauge(
+            "drain_router_controller_phase_services",
+            "ModelServices per phase (Active, ScaledToZero, Waking), as the last lifecycle pass of each "
+            "recorded it (--activator-service).",
+            ["phase"],
+            registry=registry,
+        )
+        self._phases: dict[tuple[str, str], str] = {}
         self.leader = Gauge(
             "drain_router_controller_leader",
             "1 while this replica holds the leader Lease and runs the operator; 0 on a standby.",
@@ -108,6 +123,16 @@ class ControllerMetrics:
         for gauge in (self.recycle_held_pods, self.recycle_held_since):
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, name)
+        self.set_phase(namespace, name, None)
+
+    def set_phase(self, namespace: str, name: str, phase: str | None) -> None:
+        """A ModelService's phase (``None``: gone), counted in :attr:`phase_services`."""
+        if phase is None:
+            self._phases.pop((namespace, name), None)
+        else:
+            self._phases[(namespace, name)] = phase
+        for value in ("Active", "ScaledToZero", "Waking"):
+            self.phase_services.labels(value).set(sum(1 for p in self._phases.values() if p == value))
 
     def set_deletion_stage(self, namespace: str, name: str, stage: str | None, since: float | None) -> None:
         """The stage a deleting ModelService is in and since when; ``None`` (released, gone) removes it."""

@@ -11,7 +11,7 @@ from drain_router.controller import context, probe
 from drain_router.controller import status as status_
 from drain_router.controller import turn as turn_
 from drain_router.controller import workload as workload_
-from drain_router.decisions import recycling
+from drain_router.decisions import activation, recycling
 
 
 async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, Any], float]:
@@ -28,6 +28,11 @@ async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, 
     if workload.failures:
         return fresh, standard
     status = fresh.get("status") or {}
+    if ctx.settings.activator_service is not None and activation.holds_rules(
+        status_.activation_status(status.get("lifecycle"))
+    ):
+        return fresh, standard  # waking: no eviction until it is awake
+
     stored = status.get("recycling") or {}
     held = status_.held_record(stored.get("held"))
     s = ctx.settings

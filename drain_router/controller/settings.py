@@ -16,8 +16,9 @@ from typing import Any
 import click
 
 from drain_router import config
+from drain_router.controller import options as options_
 from drain_router.controller.options import DELETION, ENDPOINTS, LEADER_ELECTION, LOGGING, WATCH, Option, setting
-from drain_router.decisions import lifecycle, recycling
+from drain_router.decisions import lifecycle, recycling, route_switch
 
 _PORT = click.IntRange(0, 65535)
 _POSITIVE_SECS = click.FloatRange(min=0, min_open=True)
@@ -113,6 +114,8 @@ class ControllerSettings:
     )
     """5 s: short against a 60 s settle and a 30 s pod grace, cheap in API calls (a handful of GETs
     per ModelService being deleted)."""
+    activator_service: route_switch.ActivatorService | None = setting(None, options_.ACTIVATOR_SERVICE)
+    """``None``: no activator, ScaleToZero keeps the route (a sleeping service wakes only by a person)."""
     leader_election: bool = setting(
         False,
         Option(

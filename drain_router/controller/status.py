@@ -8,7 +8,7 @@ from typing import Any
 
 from drain_router.controller import context
 from drain_router.controller import kube as kube_
-from drain_router.decisions import durations, lifecycle, objects, recycling
+from drain_router.decisions import activation, durations, lifecycle, objects, recycling
 
 
 def compact(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -21,11 +21,14 @@ async def write_status(
     fresh: Mapping[str, Any],
     build: Callable[[Mapping[str, Any]], dict[str, Any] | None],
     logger: Any,
+    *,
+    retry: bool = True,
 ) -> tuple[Mapping[str, Any], bool]:
     """Write the status patch ``build(current status)`` with ``metadata.resourceVersion``; on 409
-    re-read, rebuild and retry once. Returns (the object as now stored, whether the status holds
-    what ``build`` asked: nothing to write counts as written)."""
-    for attempt in (1, 2):
+    re-read, rebuild and retry once (``retry=False``: only re-read, for a record decided from what
+    was read, which another writer may have changed). Returns (the object as now stored, whether the
+    status holds what ``build`` asked: nothing to write counts as written)."""
+    for attempt in (1, 2) if retry else (2,):
         patch = build(fresh.get("status") or {})
         if patch is None:
             return fresh, True
@@ -40,7 +43,7 @@ async def write_status(
             if reread is None:
                 return fresh, False
             fresh = reread
-            if attempt == 2:
+            if attempt == 2 and retry:
                 logger.warning("status write conflicted twice; nothing acted on this pass")
     return fresh, False
 
@@ -56,20 +59,28 @@ def record_patch(
     *,
     section: str | None = None,
     compare_message: bool = False,
+    also: objects.Condition | None = None,
 ) -> Callable[[Mapping[str, Any]], dict[str, Any] | None]:
     """A ``write_status`` builder: ``records`` (under ``status.<section>``, or at the top of
-    ``status`` without one) and the condition ``new``; ``None`` (nothing to write) when the stored
-    records and the condition's status and reason (and message, with ``compare_message``) already say
-    so."""
+    ``status`` without one) and the condition ``new`` (and ``also``, a second one); ``None`` (nothing
+    to write) when the stored records and the conditions' status and reason (and message, with
+    ``compare_message``) already say so."""
+    keys = ("status", "reason", "message") if compare_message else ("status", "reason")
+    news = (new,) if also is None else (new, also)
+
+    def changed(current: Mapping[str, Any], cond: objects.Condition) -> bool:
+        old = condition(current.get("conditions"), cond.type)
+        return old is None or tuple(old.get(k) for k in keys) != tuple(str(getattr(cond, k)) for k in keys)
 
     def build(current: Mapping[str, Any]) -> dict[str, Any] | None:
         stored = (current.get(section) or {}) if section else current
-        old = condition(current.get("conditions"), new.type)
-        keys = ("status", "reason", "message") if compare_message else ("status", "reason")
-        fresh_condition = old is None or tuple(old.get(k) for k in keys) != tuple(str(getattr(new, k)) for k in keys)
+        fresh_condition = any(changed(current, c) for c in news)
         if not fresh_condition and all(compact(stored.get(k) or {}) == compact(v or {}) for k, v in records.items()):
             return None
-        patch: dict[str, Any] = {"conditions": objects.set_condition(current.get("conditions"), new, now)}
+        conditions = current.get("conditions")
+        for cond in news:
+            conditions = objects.set_condition(conditions, cond, now)
+        patch: dict[str, Any] = {"conditions": conditions}
         if section:
             patch[section] = dict(records)
         else:
@@ -126,19 +137,54 @@ def evicted_dict(record: recycling.EvictedRecord | None) -> dict[str, Any] | Non
 
 def lifecycle_status(data: Mapping[str, Any] | None) -> lifecycle.LifecycleStatus:
     data = data or {}
+    return lifecycle.LifecycleStatus(
+        idle_since=_time(data, "idleSince"), scaled_to_zero_at=_time(data, "scaledToZeroAt")
+    )
 
-    def when(key: str) -> float | None:
-        value = data.get(key)
-        try:
-            return None if not value else durations.parse_time(value)
-        except (ValueError, TypeError):
-            return None
 
-    return lifecycle.LifecycleStatus(idle_since=when("idleSince"), scaled_to_zero_at=when("scaledToZeroAt"))
+def _time(data: Mapping[str, Any], key: str) -> float | None:
+    value = data.get(key)
+    try:
+        return None if not value else durations.parse_time(value)
+    except (ValueError, TypeError):
+        return None
+
+
+def _fmt(value: float | None) -> str | None:
+    return None if value is None else durations.format_time(value)
 
 
 def lifecycle_dict(status: lifecycle.LifecycleStatus) -> dict[str, Any]:
-    def fmt(value: float | None) -> str | None:
-        return None if value is None else durations.format_time(value)
+    return {"idleSince": _fmt(status.idle_since), "scaledToZeroAt": _fmt(status.scaled_to_zero_at)}
 
-    return {"idleSince": fmt(status.idle_since), "scaledToZeroAt": fmt(status.scaled_to_zero_at)}
+
+ACTIVATION_KEYS = ("phase", "replicasBeforeZero", "wakeRequestedAt", "awokenAt", "coldStartSeconds")
+
+
+def activation_status(data: Mapping[str, Any] | None) -> activation.ActivationStatus:
+    """The activation part of ``status.lifecycle``; an unreadable field counts as absent (an unknown
+    phase as Active)."""
+    data = data or {}
+    try:
+        phase = activation.Phase(data.get("phase") or activation.Phase.ACTIVE)
+    except ValueError:
+        phase = activation.Phase.ACTIVE
+    replicas, cold = data.get("replicasBeforeZero"), data.get("coldStartSeconds")
+    return activation.ActivationStatus(
+        phase=phase,
+        replicas_before_zero=replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else None,
+        wake_requested_at=_time(data, "wakeRequestedAt"),
+        awoken_at=_time(data, "awokenAt"),
+        cold_start_seconds=float(cold) if isinstance(cold, int | float) and not isinstance(cold, bool) else None,
+    )
+
+
+def activation_dict(status: activation.ActivationStatus) -> dict[str, Any]:
+    cold = status.cold_start_seconds
+    return {
+        "phase": status.phase.value,
+        "replicasBeforeZero": status.replicas_before_zero,
+        "wakeRequestedAt": _fmt(status.wake_requested_at),
+        "awokenAt": _fmt(status.awoken_at),
+        "coldStartSeconds": None if cold is None else round(cold, 3),
+    }

@@ -111,7 +111,7 @@ def test_model_service_matches_the_crd_and_points_at_this_release(helm: Helm) ->
     ]
     assert spec["route"] == {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "name": FULLNAME}
     one(docs, "Deployment", FULLNAME), one(docs, "Service", FULLNAME), one(docs, "HTTPRoute", FULLNAME)
-    assert spec["router"] == {"adminPort": 9091}
+    assert spec["router"] == {"adminPort": 9091, "port": 8080}
     assert spec["deletion"] == {"maxWait": "2h", "routeSettle": "60s", "forceDeleteAfter": "30m"}
     assert spec["recycling"] == {
         "maxPodLifetimeSeconds": 43200,

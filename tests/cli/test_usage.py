@@ -191,6 +191,7 @@ def test_controller_help_lists_its_options_under_headings_as_serve_does() -> Non
         "What to watch",
         "Metrics and liveness",
         "Staged deletion",
+        "Scale to zero and wake on a request",
         "Leader election",
         "Logging",
         "Other options",
@@ -199,4 +200,5 @@ def test_controller_help_lists_its_options_under_headings_as_serve_does() -> Non
     assert re.findall(r"^  (--[a-z-]+)", logging_section, flags=re.MULTILINE) == ["--log-format", "--log-level"]
     text = words(result.stdout)
     assert "--metrics-port PORT" in text and "--liveness-port PORT" in text and "--requeue-secs SECS" in text
+    assert "--activator-service NS/NAME:PORT" in text
     assert "RANGE" not in text and "INTEGER" not in text and "FLOAT" not in text

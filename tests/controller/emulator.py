@@ -332,6 +332,9 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     """Called (under the lock, must not block) when a pod object is removed for good (its container
     exited, or SIGKILL at the end of its grace); the process-backed kubelet kills a router still
     running then."""
+    on_request: Callable[[Any], None] | None = None
+    """Called (must not block) with each request as it arrives, before anything is answered: a test
+    records the cluster as each write found it."""
     on_pod_deleted: Callable[[dict[str, Any]], None] | None = None
     """Called (under the lock, must not block) when a pod is marked deleted; the process-backed
     kubelet uses it to SIGTERM the pod's router."""
@@ -951,6 +954,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             await self._buses[resource].put({"type": kind, "object": raw})
 
     async def _handle(self, request: Any) -> Any:
+        if self.on_request is not None:
+            self.on_request(request)
         action = request.action
         fault = self._faults.get((action, request.resource, request.name))
         fault = fault or next((f for predicate, f in self._fault_rules if predicate(request)), None)

@@ -32,7 +32,7 @@ def test_names_and_printer_columns() -> None:
     assert crd.version() == "v1alpha1" and crd.plural() == "modelservices"
     version = _version()
     assert version["subresources"] == {"status": {}}
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Stage", "Outcome", "Age"]
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Stage", "Outcome", "Phase", "Age"]
 
 
 def test_schema_enums_and_patterns_match_the_code() -> None:
@@ -79,3 +79,27 @@ def test_namespace_flags_are_validated() -> None:
     assert result.exit_code == 2 and "--all-namespaces" in result.output
     result = CliRunner().invoke(cli.main, ["controller", "--namespace", "a", "--all-namespaces"])
     assert result.exit_code == 2
+
+
+def test_activation_fields_match_the_code() -> None:
+    """The status the lifecycle pass writes (issue 39) is the CRD's ``status.lifecycle``; the phase
+    enum, the printer column and ``activationTimeoutSeconds``'s default are the code's."""
+    from drain_router.controller import status as status_
+    from drain_router.decisions import activation
+
+    version = _version()
+    props = version["schema"]["openAPIV3Schema"]["properties"]
+    record = props["status"]["properties"]["lifecycle"]["properties"]
+    written = {
+        **status_.lifecycle_dict(lifecycle.LifecycleStatus()),
+        **status_.activation_dict(activation.ActivationStatus()),
+    }
+    assert set(record) == set(written)
+    assert record["phase"]["enum"] == [p.value for p in activation.Phase]
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Phase"] == ".status.lifecycle.phase"
+    timeout = props["spec"]["properties"]["lifecycle"]["properties"]["activationTimeoutSeconds"]
+    assert (timeout["type"], timeout["minimum"]) == ("integer", 1)
+    assert timeout["default"] == activation.DEFAULT_ACTIVATION_TIMEOUT_SECS
+    port = props["spec"]["properties"]["router"]["properties"]["port"]
+    assert (port["minimum"], port["maximum"], port["default"]) == (1, 65535, 8080)
