@@ -128,7 +128,8 @@ class Exchange:
 
     def start(self) -> None:
         """Its turn has come (after the pipelined one ahead): it enters the count, or waits for a slot."""
-        if self.dest.gate is not None and not slots.admit(self):
+        gate = self.dest.gate
+        if gate is not None and not slots.admit(self, gate):
             return  # it waits for a slot (it enters the count when given one), or was refused
         listener = self.client.listener
         self.started = True

@@ -19,6 +19,7 @@ from drain_router.decisions import capacity, spans
 from drain_router.decisions.capacity import Reason
 from drain_router.metrics import Outcome
 from drain_router.proxy import forwarding, relaying, responses
+from drain_router.proxy.capacity import Gate
 
 #: ``Exchange.gated`` while it holds a slot (a :class:`Ticket` while it waits, None: not gated).
 HOLDING = "holding"
@@ -63,13 +64,11 @@ def _send(exchange: Gated) -> None:
         forwarding.send(exchange)
 
 
-def admit(exchange: Gated) -> bool:
+def admit(exchange: Gated, gate: Gate) -> bool:
     """Its turn has come: True when it goes on now (a slot, or none needed); False when it waits
     for one or was refused."""
     if exchange.request is None or exchange.problem is not None:
         return True  # refused in its turn by the router anyway
-    gate = exchange.dest.gate
-    assert gate is not None  # (only a gated destination's exchange is admitted)
     if capacity.exempt(exchange.method, exchange.target.partition(b"?")[0], exchange.client.listener.exempt_paths):
         return True
     if gate.take():
