@@ -117,7 +117,8 @@ async def kube_api() -> AsyncIterator[FakeKube]:
 
 @dataclasses.dataclass
 class Model:
-    """``/hold?id=X``: records X in arrival order, answers ``{"id": X}``; ``/ws``: a WebSocket echo."""
+    """``/hold?id=X``: records X in arrival order, answers ``{"id": X}`` (after ``wait`` seconds, if
+    given); ``/ws``: a WebSocket echo."""
 
     arrived: list[str] = dataclasses.field(default_factory=list)
     url: str = ""
@@ -125,6 +126,7 @@ class Model:
     async def hold(self, request: web.Request) -> web.Response:
         await request.read()
         self.arrived.append(request.query.get("id", ""))
+        await asyncio.sleep(float(request.query.get("wait", "0")))
         return web.json_response({"id": request.query.get("id", "")})
 
     async def ws(self, request: web.Request) -> web.WebSocketResponse:
@@ -167,10 +169,11 @@ class RecordingPod:
     model: Model
     port: int = 0
     admin_port: int = 0
+    ready: bool = True
+    """What its ``/readyz`` answers (200 or 503)."""
 
-
-async def _ready(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ready"})
+    async def readyz(self, request: web.Request) -> web.Response:
+        return web.json_response({"ready": self.ready}, status=200 if self.ready else 503)
 
 
 @contextlib.asynccontextmanager
@@ -178,11 +181,13 @@ async def recording_pod() -> AsyncIterator[RecordingPod]:
     model = Model()
     app = web.Application()
     app.router.add_route("*", "/hold", model.hold)
+    pod = RecordingPod(model)
     admin = web.Application()
-    admin.router.add_get("/readyz", _ready)
+    admin.router.add_get("/readyz", pod.readyz)
     async with _serving(app, POD_IP) as url, _serving(admin, POD_IP) as admin_url:
         model.url = url
-        yield RecordingPod(model, int(url.rsplit(":", 1)[1]), int(admin_url.rsplit(":", 1)[1]))
+        pod.port, pod.admin_port = int(url.rsplit(":", 1)[1]), int(admin_url.rsplit(":", 1)[1])
+        yield pod
 
 
 def activator_argv(kube_url: str, *args: str) -> list[str]:
@@ -250,8 +255,8 @@ async def held(admin_port: int, service: str = SERVICE) -> float:
     return (await metric(admin_port, "drain_router_activator_held_requests")).get((("service", service),), 0.0)
 
 
-async def wait_held(admin_port: int, n: int, timeout: float = 5.0) -> None:
-    await process_.wait_until(lambda: held(admin_port), timeout, f"{n} held", until=lambda v: v == n)
+async def wait_held(admin_port: int, n: int, timeout: float = 5.0, service: str = SERVICE) -> None:
+    await process_.wait_until(lambda: held(admin_port, service), timeout, f"{n} held", until=lambda v: v == n)
 
 
 class Client:

@@ -10,7 +10,9 @@ serve`` on its own address (127.0.0.2) in front of a model server that records a
 3. A request naming no valid service is refused, never held; a service that does not exist is
    answered 404 at once; the table of services is bounded.
 4. A WebSocket handshake is held, then relayed: the tunnel works end to end.
-5. SIGTERM: /readyz 503, then held requests get 503 with Connection: close, and it exits 0.
+5. SIGTERM: /readyz 503, then held requests get 503 with Connection: close, what is forwarded
+   finishes, and it exits 0.
+6. A service whose pod stops answering ready holds again, and forwards again once one does.
 """
 
 from __future__ import annotations
@@ -194,3 +196,44 @@ async def test_sigterm_answers_held_requests_503_and_exits(kube) -> None:
         status, headers, _ = await client.answer(timeout=5.0)
         assert status == 503 and headers["connection"] == "close" and int(headers["retry-after"]) >= 1
         assert await act.wait(10.0) == 0
+
+
+async def test_a_service_gone_back_to_sleep_holds_again(kube) -> None:
+    """1. forwarding to a ready pod  2. its router no longer ready, no pod listed: new requests are
+    held again  3. a ready pod again: the held request is forwarded."""
+    async with stand_ins.recording_pod() as pod:
+        kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port, admin_port=pod.admin_port)
+        kube.pods = [stand_ins.pod(POD_IP, "llama-0")]
+        async with stand_ins.activator(kube.url) as act:
+            status, _, body = await (await Client.send(act.port, "/hold?id=a")).answer()
+            assert (status, body_id(body)) == (200, "a")
+            pod.ready, kube.pods = False, []
+            await act.wait_event("activator.holding")
+            late = await Client.send(act.port, "/hold?id=b")
+            await wait_held(act.admin_port, 1)
+            await asyncio.sleep(0.3)
+            assert pod.model.arrived == ["a"]
+            pod.ready, kube.pods = True, [stand_ins.pod(POD_IP, "llama-1")]
+            status, _, body = await late.answer()
+            assert (status, body_id(body)) == (200, "b")
+            assert (await stand_ins.metric(act.admin_port, "drain_router_activations_total"))[()] == 2
+
+
+async def test_sigterm_lets_what_is_forwarded_finish(kube) -> None:
+    """1. a slow request forwarded, another service's request held  2. SIGTERM (no drain window):
+    the held one gets 503 at once, the forwarded one its whole answer  3. exit 0."""
+    async with stand_ins.recording_pod() as pod:
+        kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port, admin_port=pod.admin_port)
+        kube.services[(NS, "sleeper")] = stand_ins.modelservice(port=1, admin_port=1)
+        kube.pods = [stand_ins.pod(POD_IP, "llama-0")]
+        async with stand_ins.activator(kube.url) as act:
+            slow = await Client.send(act.port, "/hold?id=slow&wait=1.5")
+            await wait_until(lambda: pod.model.arrived, 5.0, "the slow request forwarded")
+            sleeping = await Client.send(act.port, "/hold?id=z", service=f"{NS}/sleeper")
+            await wait_held(act.admin_port, 1, service=f"{NS}/sleeper")
+            act.signal(signal.SIGTERM)
+            status, headers, _ = await sleeping.answer(timeout=1.0)
+            assert status == 503 and headers["connection"] == "close"
+            status, _, body = await slow.answer(timeout=5.0)
+            assert (status, body_id(body)) == (200, "slow")
+            assert await act.wait(10.0) == 0
