@@ -117,7 +117,8 @@ class ServiceSite:
         self.url: str | None = None
         """The pod's router it forwards to (None: it holds)."""
         self.pools: dict[str, UpstreamPool] = {}
-        """Every pool it has had, by URL (a pod it went back to reuses its pool; all closed at exit)."""
+        """Its pools by URL: the one it forwards to, and earlier ones while they have connections (a
+        pod's requests still in flight finish on them); closed at exit."""
         self.held_since: float | None = None
         """Loop time of the first request held since it last forwarded (``activation_seconds``)."""
         self.missing_until = 0.0
@@ -139,6 +140,8 @@ class ServiceSite:
     def _pool(self, url: str) -> UpstreamPool:
         pool = self.pools.get(url)
         if pool is None:
+            for old in [u for u, p in self.pools.items() if not p.open and u != self.url]:
+                self.pools.pop(old).close()  # a pod of an earlier wake with no connection left
             pool = self.pools[url] = self.table.make_pool(url)
         return pool
 
