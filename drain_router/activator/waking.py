@@ -15,7 +15,8 @@ watcher a site runs while it has requests to hold or forward.
    by then, and the next request starts a fresh watcher: read, wake if asleep, find a pod).
 
 An API call that gets no answer, or an unexpected status, is logged and tried again at the next
-poll; the held requests keep their place until their timeout.
+poll (anything else raised is logged as an error, and tried again too); the held requests keep
+their place until their timeout.
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ async def watch(site: ServiceSite, kube: Kube, *, poll_interval: float, clock: A
                     site.forward(url, loop.time())
         except (Unanswered, LookupError) as exc:
             log.warning("activator.poll_failed", service=site.service, error=str(exc))
+        except Exception as exc:  # a bug of ours, or an answer shaped past what we check: say so loudly
+            log.error("activator.watch_error", service=site.service, error=repr(exc), exc_info=exc)
         now = loop.time()
         busy = len(site.gate) or site.gate.active
         if busy:
