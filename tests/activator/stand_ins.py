@@ -124,10 +124,10 @@ class Model:
     url: str = ""
 
     async def hold(self, request: web.Request) -> web.Response:
-        await request.read()
+        body = await request.read()
         self.arrived.append(request.query.get("id", ""))
         await asyncio.sleep(float(request.query.get("wait", "0")))
-        return web.json_response({"id": request.query.get("id", "")})
+        return web.json_response({"id": request.query.get("id", ""), "body": body.decode()})
 
     async def ws(self, request: web.Request) -> web.WebSocketResponse:
         socket = web.WebSocketResponse()
@@ -269,10 +269,11 @@ class Client:
         Client.opened.append(self)
 
     @classmethod
-    async def send(cls, port: int, target: str, service: str | None = SERVICE, extra: str = "") -> Client:
+    async def send(cls, port: int, target: str, service: str | None = SERVICE, body: str | None = None) -> Client:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         named = "" if service is None else f"x-drain-router-service: {service}\r\n"
-        writer.write(f"GET {target} HTTP/1.1\r\nHost: x\r\n{named}{extra}\r\n".encode())
+        method, framing = ("GET", "") if body is None else ("POST", f"Content-Length: {len(body)}\r\n")
+        writer.write(f"{method} {target} HTTP/1.1\r\nHost: x\r\n{named}{framing}\r\n{body or ''}".encode())
         await writer.drain()
         return cls(reader, writer)
 

@@ -18,6 +18,7 @@ serve`` on its own address (127.0.0.2) in front of a model server that records a
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from collections.abc import AsyncIterator
 
@@ -94,22 +95,23 @@ async def test_held_requests_wake_the_service_and_reach_the_model_in_arrival_ord
 
 
 async def test_held_requests_leave_in_arrival_order(kube) -> None:
-    """1. twenty requests held, one by one  2. a pod ready (no router in between: the pod's own router
+    """1. twenty POSTs held, one by one, their bodies with them  2. a pod ready (no router in between: the pod's own router
     would reorder them as it opens its connections to the model server concurrently)  3. they reach
-    it in arrival order, on connections the activator opened ahead of them."""
+    it in arrival order, on connections the activator opened ahead of them, each with its body."""
     async with stand_ins.recording_pod() as pod:
         kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port, admin_port=pod.admin_port)
         async with stand_ins.activator(kube.url) as act:
             ids = [f"r{i:02}" for i in range(20)]
             clients = []
             for i, id_ in enumerate(ids):
-                clients.append(await Client.send(act.port, f"/hold?id={id_}"))
+                clients.append(await Client.send(act.port, f"/hold?id={id_}", body=f'{{"prompt": "{id_}"}}'))
                 await wait_held(act.admin_port, i + 1)
             assert pod.model.arrived == []
             kube.pods = [stand_ins.pod(POD_IP, "llama-0")]
             answers = [await c.answer() for c in clients]
             assert [status for status, _, _ in answers] == [200] * len(ids)
             assert pod.model.arrived == ids
+            assert [json.loads(body)["body"] for _, _, body in answers] == [f'{{"prompt": "{i}"}}' for i in ids]
 
 
 async def test_queue_full_timeout_and_a_client_leaving(kube) -> None:
