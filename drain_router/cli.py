@@ -28,6 +28,10 @@ LAZY_COMMANDS: dict[str, tuple[str, str | None]] = {
         "drain_router.controller.command",
         "Run the companion controller: staged deletion of ModelServices (needs the 'controller' extra).",
     ),
+    "activator": (
+        "drain_router.activator.command",
+        "Hold the requests of ModelServices scaled to zero, ask for a wake, forward them once ready.",
+    ),
     "fake-model": (
         "drain_router.tools.fake_model",
         "A stand-in OpenAI-compatible streaming model server, for demos and tests.",
@@ -130,8 +134,8 @@ def _require_tracing(on: bool, flag: str) -> None:
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """drain-router: lossless pod termination for LLM model servers on Kubernetes."""
-    if ctx.invoked_subcommand != "serve":
-        early_signals.release()  # only serve drains; every other command gets the default signal handling
+    if ctx.invoked_subcommand not in ("serve", "activator"):
+        early_signals.release()  # only serve and activator drain; the others get the default signal handling
 
 
 @main.command(cls=usage.SectionedCommand)

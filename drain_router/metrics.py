@@ -210,3 +210,49 @@ class Metrics:
             self.termination_grace_seconds.set(termination_grace_secs)
         for code in advisory_codes:
             self.advisory.labels(code).set(1)
+
+
+#: A wake takes a model server's cold start: image pull, weights, warm-up (up to the 600 s default
+#: activation timeout).
+ACTIVATION_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 180, 300, 450, 600)
+
+
+class ActivatorMetrics:
+    """``drain-router activator``'s own series, beside the router's (:class:`Metrics`: in-flight,
+    requests, ``queue_wait_seconds`` and ``admission_rejections`` count the held requests too)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.held = Gauge(
+            PREFIX + "activator_held_requests",
+            "Requests held for a ModelService (namespace/name) until one of its pods' routers answers "
+            "ready; not in inflight_requests.",
+            ["service"],
+            registry=registry,
+        )
+        self.activations = Counter(
+            PREFIX + "activations",
+            "Services that went from holding requests to forwarding them (a pod's router answered ready).",
+            registry=registry,
+        )
+        self.activation_seconds = Histogram(
+            PREFIX + "activation_seconds",
+            "From the first request held for a sleeping service to forwarding (the cold start as the clients saw it).",
+            buckets=ACTIVATION_BUCKETS,
+            registry=registry,
+        )
+        self.activation_timeouts = Counter(
+            PREFIX + "activation_timeouts",
+            "Held requests answered 503 because no pod's router answered ready within "
+            "--activation-timeout-secs (each is also one of admission_rejections{reason=queue_timeout}).",
+            registry=registry,
+        )
+        self.refused = Counter(
+            PREFIX + "activator_refused",
+            "Requests the activator refused without holding them: no_service (no or an invalid "
+            "x-drain-router-service header), not_found (no such ModelService), table_full "
+            "(--max-services services held at once).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in ("no_service", "not_found", "table_full"):
+            self.refused.labels(reason)

@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from drain_router.decisions import durations
-from drain_router.decisions.activation import ActivationStatus
+from drain_router.decisions.activation import ActivationStatus, Phase
 
 SERVICE_HEADER = b"x-drain-router-service"
 """The request header the controller's route adds (lower case, as the parser hands header names)."""
@@ -57,3 +57,75 @@ def wake_patch(now: float, resource_version: str) -> dict[str, Any]:
         "metadata": {"resourceVersion": resource_version},
         "status": {"lifecycle": {"wakeRequestedAt": durations.format_time(now)}},
     }
+
+
+DEFAULT_ROUTER_PORT = 8080
+"""The router's traffic port on a model pod (``spec.router.port``), as the chart sets it."""
+DEFAULT_ROUTER_ADMIN_PORT = 9091
+"""The router's admin port on a model pod (``spec.router.adminPort``): its ``/readyz``."""
+
+
+def _time(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return durations.parse_time(value)
+    except ValueError:
+        return None
+
+
+def activation_status(status: Any) -> ActivationStatus:
+    """The activation part of a ModelService's ``status`` (``status.lifecycle``), as the controller
+    writes it; a field missing or malformed is absent (a new service has no lifecycle yet)."""
+    lifecycle = status.get("lifecycle") if isinstance(status, dict) else None
+    if not isinstance(lifecycle, dict):
+        return ActivationStatus()
+    try:
+        phase = Phase(lifecycle.get("phase", Phase.ACTIVE.value))
+    except ValueError:
+        phase = Phase.ACTIVE
+    cold = lifecycle.get("coldStartSeconds")
+    replicas = lifecycle.get("replicasBeforeZero")
+    return ActivationStatus(
+        phase=phase,
+        replicas_before_zero=replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else None,
+        wake_requested_at=_time(lifecycle.get("wakeRequestedAt")),
+        awoken_at=_time(lifecycle.get("awokenAt")),
+        cold_start_seconds=float(cold) if isinstance(cold, int | float) and not isinstance(cold, bool) else None,
+    )
+
+
+def label_selector(spec: Any) -> str | None:
+    """``spec.podSelector.matchLabels`` as a ``labelSelector`` query value (sorted), or None when the
+    service selects its pods by labels the activator cannot list by (none, or expressions only)."""
+    selector = spec.get("podSelector") if isinstance(spec, dict) else None
+    labels = selector.get("matchLabels") if isinstance(selector, dict) else None
+    if not isinstance(labels, dict) or not labels:
+        return None
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+def router_ports(spec: Any) -> tuple[int, int]:
+    """The model pods' router ports, traffic and admin (``spec.router.port``, ``.adminPort``)."""
+    router = spec.get("router") if isinstance(spec, dict) else None
+    router = router if isinstance(router, dict) else {}
+    port, admin = router.get("port", DEFAULT_ROUTER_PORT), router.get("adminPort", DEFAULT_ROUTER_ADMIN_PORT)
+    return _port(port, DEFAULT_ROUTER_PORT), _port(admin, DEFAULT_ROUTER_ADMIN_PORT)
+
+
+def _port(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536 else default
+
+
+def candidate_pods(pods: Any) -> list[str]:
+    """The IPs of the listed pods whose router may answer ready (Running, an IP, not being deleted),
+    oldest first (the one most likely warmed up; ties by name)."""
+    items = pods.get("items") if isinstance(pods, dict) else None
+    found: list[tuple[str, str, str]] = []
+    for pod in items if isinstance(items, list) else []:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        ip = status.get("podIP")
+        if status.get("phase") != "Running" or not ip or meta.get("deletionTimestamp"):
+            continue
+        found.append((str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""), str(ip)))
+    return [ip for _, _, ip in sorted(found)]

@@ -54,7 +54,19 @@ class GateMetrics(Protocol):
 
 
 class Gate:
-    __slots__ = ("active", "closing", "hold", "leaving", "limit", "loop", "metrics", "queue_size", "timeout", "waiters")
+    __slots__ = (
+        "active",
+        "closing",
+        "hold",
+        "leaving",
+        "limit",
+        "loop",
+        "metrics",
+        "queue_size",
+        "retry_after",
+        "timeout",
+        "waiters",
+    )
 
     def __init__(
         self,
@@ -81,6 +93,10 @@ class Gate:
         """Closing: nothing waits any more."""
         self.leaving = False
         """Draining or later: a refusal's retry goes to another replica."""
+        self.retry_after: float | None = None
+        """When set, every refusal's ``Retry-After`` (seconds) instead of the estimate from the queue
+        and the completion rate (the activator's held queue: a wake takes as long as the last cold
+        start, whatever the queue)."""
         metrics.queue_depth.set_function(self.waiters.__len__)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -163,4 +179,15 @@ class Gate:
 
     def _refuse(self, waiter: Waiter, reason: Reason) -> None:
         self.metrics.admission_rejections.labels(reason.value).inc()
-        waiter.refused(reason, capacity.retry_after(len(self.waiters), self.limit, self.hold, leaving=self.leaving))
+        retry = self.retry_after
+        if retry is None or self.leaving:  # (leaving: the retry goes to another replica, at once)
+            retry = capacity.retry_after(len(self.waiters), self.limit, self.hold, leaving=self.leaving)
+        waiter.refused(reason, retry)
+
+    def take_waiters(self) -> list[Waiter]:
+        """Every waiter leaves the queue unanswered, oldest first: the caller answers them (the
+        activator's 404 for a service that does not exist)."""
+        waiters = list(self.waiters)
+        for waiter in waiters:
+            self.withdraw(waiter)
+        return waiters

@@ -7,21 +7,19 @@ or when it is aborted (client gone, model server gone, deadline). Outcomes name 
 failed: ``client_aborted`` when the client left, ``rejected`` for a request the router refuses,
 ``upstream_error`` only for the model server's failures, ``deadline_aborted`` for the deadline.
 
-The response is relayed as it arrives, one client write per upstream read: a small body of known
-length (up to :data:`~drain_router.proxy.rewrite.SMALL_BODY_BYTES`) goes out with its head in one write; anything else streams,
-re-chunked for HTTP/1.1 clients and close-delimited for HTTP/1.0 ones.
+It goes to its destination's gate and pool (:class:`~.roles.Destination`: the listener's, or a
+service's). The response is relayed as it arrives, one client write per upstream read: a small body
+of known length (:data:`~.rewrite.SMALL_BODY_BYTES`) with its head in one write; anything else
+streams, re-chunked for HTTP/1.1 clients and close-delimited for HTTP/1.0 ones.
 """
 
 from __future__ import annotations
 
-from drain_router import logs
 from drain_router.metrics import Outcome
 from drain_router.proxy import forwarding, relaying, responses, slots, sse
 from drain_router.proxy.rewrite import CHUNKED, NONE, SMALL, RequestHead, client_head, interim_head
-from drain_router.proxy.roles import Client
+from drain_router.proxy.roles import Client, Destination
 from drain_router.proxy.upstream import UpstreamConnection
-
-log = logs.get("drain_router.proxy")
 
 COMPLETED = Outcome.COMPLETED
 """Bound once for the hot path: a global is read in nanoseconds, an enum member (on 3.11) in ~70."""
@@ -36,6 +34,7 @@ class Exchange:
         "client",
         "close",
         "code",
+        "dest",
         "discard",
         "event_name",
         "finished",
@@ -67,6 +66,7 @@ class Exchange:
     def __init__(
         self,
         client: Client,
+        dest: Destination,
         method: bytes,
         target: bytes,
         http10: bool,
@@ -75,6 +75,7 @@ class Exchange:
         problem: responses.Error | None,
     ) -> None:
         self.client = client
+        self.dest = dest
         self.method = method
         self.target = target
         self.http10 = http10
@@ -120,16 +121,17 @@ class Exchange:
     def path(self) -> str:
         return self.target.partition(b"?")[0].decode("latin-1")
 
-    def inflight_count(self) -> int:
+    def inflight_count(self) -> int:  # (for the pool's log)
         return len(self.client.listener.inflight)
 
     # -- the request ---------------------------------------------------------------------------
 
     def start(self) -> None:
         """Its turn has come (after the pipelined one ahead): it enters the count, or waits for a slot."""
-        listener = self.client.listener
-        if listener.gate is not None and not slots.admit(self, listener.gate):
+        gate = self.dest.gate
+        if gate is not None and not slots.admit(self, gate):
             return  # it waits for a slot (it enters the count when given one), or was refused
+        listener = self.client.listener
         self.started = True
         self.started_at = listener.loop.time()
         listener.inflight.enter(self)
@@ -151,8 +153,7 @@ class Exchange:
     # -- the response (called from the upstream's parser callbacks, then flush()) --------------
 
     def response_interim(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        """A 1xx other than 100 (``103 Early Hints``): relayed to an HTTP/1.1 client ahead of the
-        final response (RFC 9110 §15.2); an HTTP/1.0 client cannot be sent one."""
+        """A 1xx but 100 (``103 Early Hints``) goes to an HTTP/1.1 client only (RFC 9110 §15.2)."""
         if not self.http10:
             self.to_client.append(interim_head(status, headers))
             self.body_at = len(self.to_client)  # not body bytes
@@ -280,21 +281,12 @@ class Exchange:
         code = self.code if self.head_sent else 0  # the status the client received, if any
         listener.metrics.count_request(code, outcome, duration)
         if listener.access_log:
-            log.info(
-                "request",
-                method=self.method.decode("latin-1"),
-                path=self.path,
-                status=code,
-                outcome=outcome,
-                duration_s=round(duration, 6),
-                remote=client.peer.decode("latin-1"),
-                **({"truncated": True} if self.truncated else {}),
-            )
+            relaying.log_request(self, code, outcome, duration)
         up = self.upstream
         if up is not None:
             self.upstream = None
             completed = outcome == COMPLETED
             reusable = completed and up.keep_alive and self.req_done and not self.until_eof
             # A truncated stream's message was whole: its connection closes gracefully, not reused.
-            listener.pool.done_with(up, reusable, completed or bool(self.truncated), client.write_paused)
+            up.pool.done_with(up, reusable, completed or bool(self.truncated), client.write_paused)
         client.exchange_finished(self, outcome)

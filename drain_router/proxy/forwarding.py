@@ -15,7 +15,7 @@ from drain_router.proxy import responses
 from drain_router.proxy.backpressure import PENDING
 from drain_router.proxy.pool import Waiter
 from drain_router.proxy.rewrite import RequestHead, retryable, websocket_request
-from drain_router.proxy.roles import Client
+from drain_router.proxy.roles import Client, Destination
 from drain_router.proxy.upstream import Owner, UpstreamConnection
 
 #: Request body bytes buffered while the upstream connection is being opened, before the client is
@@ -37,6 +37,8 @@ class Forwarded(Owner, Waiter, Protocol):
 
     @property
     def client(self) -> Client: ...
+    @property
+    def dest(self) -> Destination: ...
     @property
     def request(self) -> RequestHead | None: ...
     @property
@@ -88,7 +90,9 @@ def send(exchange: Forwarded) -> None:
         return
     if request.expect_continue and not exchange.http10 and not exchange.req_done:
         client.transport.write(responses.CONTINUE)
-    listener.pool.acquire(exchange)
+    pool = exchange.dest.pool
+    assert pool is not None  # (a destination has none only while its gate holds every request)
+    pool.acquire(exchange)
 
 
 def attach(exchange: Forwarded, up: UpstreamConnection, reused: bool) -> None:
@@ -119,7 +123,9 @@ def retry(exchange: Forwarded) -> bool:
     one retry on a fresh one, for a request that can be sent again."""
     if exchange.reused and not exchange.retried and retryable(exchange.method, exchange.request):
         exchange.retried = True
-        exchange.client.listener.pool.acquire(exchange)
+        pool = exchange.dest.pool
+        assert pool is not None
+        pool.acquire(exchange)
         return True
     return False
 

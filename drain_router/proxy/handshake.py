@@ -9,7 +9,7 @@ from __future__ import annotations
 from drain_router.metrics import Outcome
 from drain_router.proxy.exchange import Exchange
 from drain_router.proxy.rewrite import RequestHead, switching_head
-from drain_router.proxy.roles import Client
+from drain_router.proxy.roles import Client, Destination
 from drain_router.proxy.upstream import UpstreamConnection
 
 
@@ -19,6 +19,7 @@ class Handshake(Exchange):
     def __init__(
         self,
         client: Client,
+        dest: Destination,
         method: bytes,
         target: bytes,
         http10: bool,
@@ -26,7 +27,7 @@ class Handshake(Exchange):
         request: RequestHead,
         key: bytes,
     ) -> None:
-        super().__init__(client, method, target, http10, keep_alive, request, None)
+        super().__init__(client, dest, method, target, http10, keep_alive, request, None)
         self.ws_key = key
 
     def switch(self, up: UpstreamConnection, headers: list[tuple[bytes, bytes]], rest: bytes) -> None:

@@ -66,6 +66,11 @@ class Router:
             self.state.tracer = tracing.start("drain-router", self.metrics.tracing_spans_dropped.inc)
 
     @property
+    def upstream_url(self) -> str | None:
+        """Where requests go, as the startup log says it (the activator: per service, None)."""
+        return self.config.proxy.upstream.url
+
+    @property
     def aborted(self) -> int:
         """Requests aborted by the deadline or a second SIGINT."""
         return self.draining.aborted
@@ -210,7 +215,7 @@ class Router:
                     grpc_connection_limit=self.grpc.connection_limit if self.grpc else None,
                     connection_limit=self.listener.connection_limit if self.listener else None,
                     admin_connection_limit=tuning.ADMIN_CONNECTION_LIMIT,
-                    upstream=cfg.proxy.upstream.url,
+                    upstream=self.upstream_url,
                     shutdown_drain_secs=cfg.drain.shutdown_drain_secs,
                     termination_grace_secs=cfg.drain.termination_grace_secs,
                 )

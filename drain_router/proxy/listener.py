@@ -27,6 +27,7 @@ from drain_router.proxy import responses
 from drain_router.proxy.client import ClientConnection
 from drain_router.proxy.pool import UpstreamPool
 from drain_router.proxy.refused import Refusals
+from drain_router.proxy.roles import Sites
 from drain_router.proxy.sessions import OpenTunnels
 from drain_router.proxy.state import RouterState
 
@@ -39,10 +40,17 @@ MAX_LINGERING_REFUSED = 16
 class TrafficListener:
     """The listening socket, its client connections and their deadlines."""
 
-    def __init__(self, state: RouterState, pool: UpstreamPool, *, connection_limit: int) -> None:
+    def __init__(
+        self, state: RouterState, pool: UpstreamPool | None, *, connection_limit: int, sites: Sites | None = None
+    ) -> None:
         proxy = state.config.proxy
         self.state = state
         self.pool = pool
+        self.host_header = b"" if pool is None else pool.host_header
+        self.refusal: responses.Error | None = None
+        self.sites = sites
+        """None: every request goes to this listener's own gate and pool (the router); else each
+        request's destination is picked from its head (the activator's services)."""
         self.metrics = state.metrics
         self.inflight = state.inflight
         self.gate = state.gate

@@ -209,8 +209,13 @@ class RequestReader:
             return
         listener = conn.listener
         tracer = listener.tracer  # (--tracing: None when off)
-        host = listener.pool.host_header
-        verdict = admit(method, url, version, self.headers, conn.peer, conn.peer_node, host, tracer is not None)
+        sites = listener.sites  # (None: the router's listener is every request's destination)
+        dest = listener if sites is None else sites.pick(self.headers)
+        verdict = admit(
+            method, url, version, self.headers, conn.peer, conn.peer_node, dest.host_header, tracer is not None
+        )
+        if sites is not None and verdict.problem is None and dest.refusal is not None:
+            verdict.problem, verdict.ws_key = dest.refusal, None  # refused in its turn, never held
         request, problem, ws_key = verdict.request, verdict.problem, verdict.ws_key
         if request is not None:
             self.body_left = request.content_length or 0
@@ -220,12 +225,12 @@ class RequestReader:
             self.keep_alive = False
         http10 = version == "1.0"
         if tracer is not None:
-            exchange = traced.exchange(tracer, conn, method, url, version, self.keep_alive, verdict, self.headers)
+            exchange = traced.exchange(tracer, conn, dest, method, url, version, self.keep_alive, verdict, self.headers)
             self.upgrading = exchange if exchange.ws_key is not None else self.upgrading
         elif ws_key is None or request is None:
-            exchange = Exchange(conn, method, url, http10, self.keep_alive, request, problem)
+            exchange = Exchange(conn, dest, method, url, http10, self.keep_alive, request, problem)
         else:
-            exchange = self.upgrading = Handshake(conn, method, url, http10, self.keep_alive, request, ws_key)
+            exchange = self.upgrading = Handshake(conn, dest, method, url, http10, self.keep_alive, request, ws_key)
         self.headers = []  # admitted: a held stream keeps the head it sent upstream, not the parsed one
         self.current = exchange
         if conn.active is None and not self.queue:
@@ -268,7 +273,7 @@ class RequestReader:
         current = self.current
         self.current = None
         if current is None:  # a malformed head, or garbage between requests: a refusal of its own
-            refusal = Exchange(conn, b"", b"", False, False, None, error)
+            refusal = Exchange(conn, conn.listener, b"", b"", False, False, None, error)
             if conn.active is None and not self.queue:
                 conn.active = refusal
                 refusal.start()

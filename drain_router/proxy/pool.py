@@ -202,6 +202,32 @@ class UpstreamPool:
             return
         exchange.attach(up, reused=False)
 
+    async def warm(self, n: int) -> int:
+        """Open ``n`` connections ahead of a burst and keep them idle; returns how many opened. The
+        activator opens a pod's pool so: the requests it held then go out in arrival order, each
+        head written at once on an open connection, none overtaking another while connecting. The
+        first connection opened is the first taken (the server accepted it first, so it reads it
+        first)."""
+        opened: list[UpstreamConnection] = []
+
+        async def one() -> None:
+            self.open += 1
+            try:
+                up = await asyncio.wait_for(self.open_connection(), self.connect_timeout)
+            except (OSError, TimeoutError):
+                self._closed_one()
+                return
+            except BaseException:
+                self._closed_one()
+                raise
+            self.connections.add(up)
+            opened.append(up)
+
+        await asyncio.gather(*(one() for _ in range(n)))
+        for up in reversed(opened):  # (taken last in, first out)
+            self.release(up)
+        return len(opened)
+
     def close(self) -> None:
         """At exit: close every connection (in-flight ones were finished or aborted before)."""
         if self._sweeper is not None:

@@ -22,6 +22,20 @@ log = logs.get("drain_router.proxy")
 TRUNCATED, CUT = 1, 2
 
 
+def log_request(exchange: Relayed, status: int, outcome: Outcome, duration: float) -> None:
+    """The access log line of an exchange that ended (``--access-log``)."""
+    log.info(
+        "request",
+        method=exchange.method.decode("latin-1"),
+        path=exchange.path,
+        status=status,
+        outcome=outcome,
+        duration_s=round(duration, 6),
+        remote=exchange.client.peer.decode("latin-1"),
+        **({"truncated": True} if exchange.truncated else {}),
+    )
+
+
 class Relayed(Forwarded, Protocol):
     """The exchange whose response is relayed, as relaying acts on it."""
 

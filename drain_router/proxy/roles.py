@@ -1,5 +1,6 @@
 """What a request (an :class:`~drain_router.proxy.exchange.Exchange`) needs from the layers above it:
-the client connection it came on (:class:`Client`) and the listener they share (:class:`Site`).
+the client connection it came on (:class:`Client`), the listener they share (:class:`Site`) and where
+it goes (:class:`Destination`).
 Declared here, below the exchange, so that it never imports them."""
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from typing import Any, Protocol
 
 from drain_router import logs, tracing
 from drain_router.metrics import Metrics, Outcome
+from drain_router.proxy import responses
 from drain_router.proxy.backpressure import Reader
 from drain_router.proxy.capacity import Gate
 from drain_router.proxy.pool import UpstreamPool
+from drain_router.proxy.rewrite import Headers
 from drain_router.proxy.state import InFlight, RouterState
 from drain_router.proxy.tunnel import Tunnel
 from drain_router.proxy.upstream import UpstreamConnection
@@ -26,6 +29,31 @@ class Finished(Protocol):
     def req_done(self) -> bool: ...
 
 
+class Destination(Protocol):
+    """Where a request goes, chosen once from its head: the admission gate it waits at and the pool
+    it is forwarded through. The router's listener is its own; the activator picks one per service."""
+
+    @property
+    def gate(self) -> Gate | None: ...
+    @property
+    def pool(self) -> UpstreamPool | None:
+        """None only while its gate holds every request (a service asleep)."""
+
+    @property
+    def host_header(self) -> bytes:
+        """``Host`` for a request that came without one (HTTP/1.0)."""
+
+    @property
+    def refusal(self) -> responses.Error | None:
+        """The answer instead of forwarding (the activator's: no service named, or none known)."""
+
+
+class Sites(Protocol):
+    """A listener's destinations when requests name where they go (the activator's services)."""
+
+    def pick(self, headers: Headers) -> Destination: ...
+
+
 class Site(Protocol):
     """What every request of a listener shares (the traffic listener)."""
 
@@ -33,8 +61,6 @@ class Site(Protocol):
     def loop(self) -> asyncio.AbstractEventLoop: ...
     @property
     def inflight(self) -> InFlight: ...
-    @property
-    def pool(self) -> UpstreamPool: ...
     @property
     def metrics(self) -> Metrics: ...
     @property
@@ -49,8 +75,12 @@ class Site(Protocol):
     def state(self) -> RouterState: ...
 
 
-class Reading(Site, Protocol):
-    """The traffic listener, as reading requests uses it (:mod:`.parsing`)."""
+class Reading(Site, Destination, Protocol):
+    """The traffic listener, as reading requests uses it (:mod:`.parsing`): the destination of
+    every request unless it has :class:`Sites`."""
+
+    @property
+    def sites(self) -> Sites | None: ...
 
     @property
     def tracer(self) -> tracing.Tracer | None: ...

@@ -82,7 +82,7 @@ def admit(exchange: Gated, gate: Gate) -> bool:
 
 def leave(exchange: Gated) -> None:
     """It ended: its slot goes back (to the oldest waiter, if any), or its place in the queue is freed."""
-    gate = exchange.client.listener.gate
+    gate = exchange.dest.gate
     assert gate is not None  # (it was gated)
     gated, exchange.gated = exchange.gated, None
     if gated is HOLDING:

@@ -22,7 +22,7 @@ from drain_router.proxy.admission import Admission
 from drain_router.proxy.exchange import Exchange
 from drain_router.proxy.handshake import Handshake
 from drain_router.proxy.rewrite import TRACE_CONTEXT, Headers, traced_head
-from drain_router.proxy.roles import Client
+from drain_router.proxy.roles import Client, Destination
 from drain_router.proxy.upstream import UpstreamConnection
 
 
@@ -97,6 +97,7 @@ class TracedHandshake(TracedExchange, Handshake):
 def exchange(
     tracer: tracing.Tracer,
     client: Client,
+    dest: Destination,
     method: bytes,
     target: bytes,
     version: str,
@@ -124,13 +125,13 @@ def exchange(
         request.head = traced_head(request.head, traceparent, tracestate)
     if not span.is_recording():
         if key is None or request is None:
-            return Exchange(client, method, target, http10, keep_alive, request, problem)
-        return Handshake(client, method, target, http10, keep_alive, request, key)
+            return Exchange(client, dest, method, target, http10, keep_alive, request, problem)
+        return Handshake(client, dest, method, target, http10, keep_alive, request, key)
     made: TracedExchange
     if key is None or request is None:
-        made = TracedExchange(client, method, target, http10, keep_alive, request, problem)
+        made = TracedExchange(client, dest, method, target, http10, keep_alive, request, problem)
     else:
-        made = TracedHandshake(client, method, target, http10, keep_alive, request, key)
+        made = TracedHandshake(client, dest, method, target, http10, keep_alive, request, key)
     peer = client.peer.decode("latin-1")
     attrs = spans.http_start(verb, target.decode("latin-1"), version, host, peer, port=80, websocket=key is not None)
     made.begin(tracer, span, attrs)

@@ -57,3 +57,58 @@ def test_the_wake_patch_carries_its_precondition() -> None:
         "metadata": {"resourceVersion": "42"},
         "status": {"lifecycle": {"wakeRequestedAt": durations.format_time(T0 + 1.5)}},
     }
+
+
+def test_the_activation_status_is_read_from_the_lifecycle() -> None:
+    status = {
+        "lifecycle": {
+            "phase": "Waking",
+            "replicasBeforeZero": 2,
+            "wakeRequestedAt": "2025-01-01T00:00:00Z",
+            "awokenAt": "2024-12-31T00:00:00Z",
+            "coldStartSeconds": 41.5,
+        }
+    }
+    assert activator.activation_status(status) == ActivationStatus(
+        phase=Phase.WAKING,
+        replicas_before_zero=2,
+        wake_requested_at=T0,
+        awoken_at=T0 - 86400,
+        cold_start_seconds=41.5,
+    )
+    assert activator.activation_status(status).wake_pending
+
+
+@pytest.mark.parametrize(
+    "status",
+    [None, {}, {"lifecycle": None}, {"lifecycle": {"phase": "Asleep", "wakeRequestedAt": "yesterday"}}],
+)
+def test_a_missing_or_malformed_lifecycle_reads_as_no_wake_pending(status: object) -> None:
+    read = activator.activation_status(status)
+    assert read == ActivationStatus() and activator.should_request_wake(read)
+
+
+def test_the_pods_are_listed_by_match_labels_and_probed_on_the_router_ports() -> None:
+    spec = {"podSelector": {"matchLabels": {"tier": "model", "app": "llama"}}, "router": {"port": 8000}}
+    assert activator.label_selector(spec) == "app=llama,tier=model"
+    assert activator.label_selector({"podSelector": {"matchExpressions": []}}) is None
+    assert activator.router_ports(spec) == (8000, activator.DEFAULT_ROUTER_ADMIN_PORT)
+    assert activator.router_ports({"router": {"port": True, "adminPort": 70000}}) == (8080, 9091)
+
+
+def test_candidate_pods_are_running_with_an_ip_and_not_deleted_oldest_first() -> None:
+    def pod(name: str, created: str, *, phase: str = "Running", ip: str | None = "10.0.0.1", deleted: bool = False):
+        meta = {"name": name, "creationTimestamp": created} | ({"deletionTimestamp": created} if deleted else {})
+        return {"metadata": meta, "status": {"phase": phase} | ({"podIP": ip} if ip else {})}
+
+    pods = {
+        "items": [
+            pod("young", "2025-01-02T00:00:00Z", ip="10.0.0.2"),
+            pod("old", "2025-01-01T00:00:00Z", ip="10.0.0.1"),
+            pod("pending", "2024-01-01T00:00:00Z", phase="Pending", ip="10.0.0.3"),
+            pod("no-ip", "2024-01-01T00:00:00Z", ip=None),
+            pod("going", "2024-01-01T00:00:00Z", ip="10.0.0.4", deleted=True),
+        ]
+    }
+    assert activator.candidate_pods(pods) == ["10.0.0.1", "10.0.0.2"]
+    assert activator.candidate_pods({}) == []

@@ -222,3 +222,32 @@ def test_a_gate_resized_down_hands_no_slot_on_above_its_limit() -> None:
     assert log == ["granted:w"] and gate.active == 1
     loop.advance(10.0)
     assert log == ["granted:w"]  # its timer was cancelled
+
+
+class Timed(Held):
+    def refused(self, reason: Reason, retry_after: float) -> None:
+        self.log.append(f"refused:{self.name}:{reason.value}:{retry_after:g}")
+
+
+def test_a_fixed_retry_after_answers_every_refusal_but_when_leaving() -> None:
+    """The activator's held queue: a wake takes about the last cold start, whatever the queue."""
+    loop, log = FakeLoop(), []
+    gate = Gate(0, 1, 5.0, metrics=Metrics(CollectorRegistry()), loop=loop)
+    assert gate.retry_after is None
+    gate.retry_after = 42.0
+    assert gate.wait(Timed(log, "a")) and not gate.wait(Timed(log, "b"))
+    loop.advance(6.0)
+    assert log == ["refused:b:queue_full:42", "refused:a:queue_timeout:42"]
+    assert gate.wait(Timed(log, "c"))
+    gate.close()  # leaving: the retry goes to another replica at once
+    assert log[2:] == ["refused:c:closing:1"]
+
+
+def test_taken_waiters_leave_unanswered_oldest_first() -> None:
+    loop, log = FakeLoop(), []
+    gate = Gate(0, 3, 5.0, metrics=Metrics(CollectorRegistry()), loop=loop)
+    held = [Held(log, str(i)) for i in range(3)]
+    assert all(gate.wait(h) for h in held)
+    assert gate.take_waiters() == held and len(gate) == 0
+    loop.advance(10.0)
+    assert log == []  # their timers were cancelled

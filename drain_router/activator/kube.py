@@ -1,0 +1,105 @@
+"""The activator's few calls, over plain aiohttp: the Kubernetes API (read a ModelService, patch its
+status, list its pods) and the pods' routers (``/readyz`` on their admin port). Answers are data:
+a status code and a JSON body, for :mod:`.waking` to act on; a call that gets no answer raises
+:class:`Unanswered`.
+
+In cluster, the API is ``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`` with the
+service account's token (read again for each call: the kubelet rotates it) and CA; ``--kube-api
+URL`` points elsewhere (out of cluster, or a test's stand-in), with no credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+GROUP_VERSION = "drainrouter.dev/v1alpha1"
+
+#: One API call, or one probe of a pod's router, may take this long before it counts as unanswered
+#: (the next poll tries again).
+CALL_TIMEOUT_SECS = 5.0
+PROBE_TIMEOUT_SECS = 1.0
+
+
+class Unanswered(Exception):
+    """No answer (connection refused, a timeout, a reset): the caller tries again at its next poll."""
+
+
+class Kube:
+    """The API server and the pods' routers, from one session."""
+
+    def __init__(self, api: str | None) -> None:
+        self.token: Path | None = None
+        context: ssl.SSLContext | bool = False
+        if api is None:
+            host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+            if not host:
+                raise ValueError("not in a cluster (no KUBERNETES_SERVICE_HOST): give --kube-api URL")
+            api = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+            self.token = SERVICE_ACCOUNT / "token"
+            context = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
+        self.api = api.rstrip("/")
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=context, limit=64),
+            timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_SECS),
+        )
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        if self.token is not None:
+            headers["Authorization"] = "Bearer " + self.token.read_text().strip()
+        return headers
+
+    async def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body)
+        try:
+            async with self.session.request(
+                method, self.api + path, data=data, headers=self._headers(content_type)
+            ) as resp:
+                text = await resp.text()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise Unanswered(f"{method} {path}: {exc!r}") from None
+        try:
+            return resp.status, json.loads(text) if text else None
+        except ValueError:
+            return resp.status, None
+
+    @staticmethod
+    def modelservice_path(namespace: str, name: str) -> str:
+        return f"/apis/{GROUP_VERSION}/namespaces/{namespace}/modelservices/{name}"
+
+    async def get_modelservice(self, namespace: str, name: str) -> tuple[int, Any]:
+        return await self._call("GET", self.modelservice_path(namespace, name))
+
+    async def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> tuple[int, Any]:
+        """A merge patch of the status subresource (a 409: the resourceVersion it carried is stale)."""
+        path = self.modelservice_path(namespace, name) + "/status"
+        return await self._call("PATCH", path, patch, "application/merge-patch+json")
+
+    async def list_pods(self, namespace: str, selector: str) -> tuple[int, Any]:
+        query = urllib.parse.quote(selector, safe="=,!")
+        return await self._call("GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector={query}")
+
+    async def router_ready(self, ip: str, admin_port: int) -> bool:
+        """The pod's router answers ``/readyz`` 200 (anything else, or no answer: not ready)."""
+        host = f"[{ip}]" if ":" in ip else ip
+        try:
+            async with self.session.get(
+                f"http://{host}:{admin_port}/readyz", timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_SECS)
+            ) as resp:
+                await resp.read()
+                return resp.status == 200
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return False

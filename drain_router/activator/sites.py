@@ -1,0 +1,283 @@
+"""One destination per ModelService (:class:`ServiceSite`), and the bounded table that picks it from
+a request's head (:class:`Sites`, the activator listener's :class:`~drain_router.proxy.roles.Sites`).
+
+A site is a held queue: a :class:`~drain_router.proxy.capacity.Gate` of 0 slots (bound
+``--queue-size``, timeout ``--activation-timeout-secs``, every refusal's ``Retry-After`` from the
+last cold start) and no upstream pool while no pod of its service is ready. Once one is
+(:meth:`ServiceSite.forward`), it gets a pool to that pod's router and its gate opens: the held
+requests go in arrival order, and new ones go straight through. Asleep again
+(:meth:`ServiceSite.hold`), the gate closes to 0; what is in flight finishes on its connections.
+
+A request with no ``x-drain-router-service`` header, or one naming no valid service, is refused
+(404, 400), never held; so is one for a service found not to exist (404, until the next poll may
+find it), and one for a new service while ``--max-services`` are in the table (503) and none of
+them is idle (an idle one, nothing held, forwarded or watched, makes room).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from drain_router import config, logs
+from drain_router.activator.settings import ActivatorSettings
+from drain_router.decisions import activation, activator
+from drain_router.decisions.capacity import Reason
+from drain_router.metrics import ActivatorMetrics, Metrics, Outcome
+from drain_router.proxy import responses, slots
+from drain_router.proxy.capacity import Gate
+from drain_router.proxy.pool import UpstreamPool
+from drain_router.proxy.rewrite import Headers
+
+log = logs.get("drain_router.activator")
+
+#: Opened wide once a pod is ready: every held request goes at once, oldest first (the pod's own
+#: router does the admission control).
+OPEN_SLOTS = 1 << 30
+
+#: Connections opened to a pod ahead of the held requests (:meth:`ServiceSite.warm`); past these,
+#: requests still leave in arrival order, but each connects on its own.
+WARM_CONNECTIONS = 256
+
+NO_SERVICE: responses.Error = (404, "no_service", "the request names no service (x-drain-router-service)")
+BAD_SERVICE: responses.Error = (400, "bad_service", "x-drain-router-service must be <namespace>/<name>")
+NOT_FOUND: responses.Error = (404, "service_not_found", "no such service")
+TABLE_FULL: responses.Error = (503, "activator_full", "the activator holds requests for too many services")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refused:
+    """A destination that is only a refusal (the exchange never takes a slot or a connection)."""
+
+    refusal: responses.Error
+    reason: str
+    gate: None = None
+    pool: None = None
+    host_header: bytes = b""
+
+
+class _Rejections:
+    """The router's ``admission_rejections`` by reason, and ``activation_timeouts`` for a timeout."""
+
+    __slots__ = ("metrics",)
+
+    def __init__(self, metrics: tuple[Metrics, ActivatorMetrics]) -> None:
+        self.metrics = metrics
+
+    def labels(self, reason: str) -> Any:
+        router, own = self.metrics
+        counter = router.admission_rejections.labels(reason)
+        return _Both(counter, own.activation_timeouts) if reason == Reason.QUEUE_TIMEOUT.value else counter
+
+
+class _Both:
+    __slots__ = ("counters",)
+
+    def __init__(self, *counters: Any) -> None:
+        self.counters = counters
+
+    def inc(self) -> None:
+        for counter in self.counters:
+            counter.inc()
+
+
+class _GateMetrics:
+    """A site's gate's series (:class:`~drain_router.proxy.capacity.GateMetrics`)."""
+
+    __slots__ = ("admission_rejections", "queue_depth", "queue_wait")
+
+    def __init__(self, service: str, router: Metrics, own: ActivatorMetrics) -> None:
+        self.queue_depth = own.held.labels(service)
+        self.queue_wait = router.queue_wait
+        self.admission_rejections = _Rejections((router, own))
+
+
+class ServiceSite:
+    """One ModelService's held queue and, while a pod of it is ready, its pool."""
+
+    refusal = None
+
+    def __init__(self, namespace: str, name: str, table: Sites) -> None:
+        self.namespace, self.name = namespace, name
+        self.service = f"{namespace}/{name}"
+        self.table = table
+        self.host_header = f"{name}.{namespace}".encode()
+        """``Host`` for an HTTP/1.0 request that came without one: the service's name."""
+        settings = table.settings
+        self.gate = Gate(
+            0,
+            settings.queue_size,
+            float(settings.activation_timeout_secs),
+            metrics=_GateMetrics(self.service, table.metrics, table.own),
+        )
+        self.gate.retry_after = float(activation.retry_after(None))
+        self.pool: UpstreamPool | None = None
+        self.url: str | None = None
+        """The pod's router it forwards to (None: it holds)."""
+        self.pools: dict[str, UpstreamPool] = {}
+        """Its pools by URL: the one it forwards to, and earlier ones while they have connections (a
+        pod's requests still in flight finish on them); closed at exit."""
+        self.held_since: float | None = None
+        """Loop time of the first request held since it last forwarded (``activation_seconds``)."""
+        self.missing_until = 0.0
+        """Loop time until which it is answered 404 at once (its ModelService was not found)."""
+        self.watcher: asyncio.Task[None] | None = None
+
+    @property
+    def forwarding(self) -> bool:
+        return self.url is not None
+
+    def idle(self) -> bool:
+        """Nothing held, nothing forwarded, not watched: its place in the table may be taken."""
+        return not len(self.gate) and not self.gate.active and (self.watcher is None or self.watcher.done())
+
+    def set_cold_start(self, seconds: float | None) -> None:
+        """The last cold start read from the service's status: the ``Retry-After`` of its refusals."""
+        self.gate.retry_after = float(activation.retry_after(seconds))
+
+    def _pool(self, url: str) -> UpstreamPool:
+        pool = self.pools.get(url)
+        if pool is None:
+            for old in [u for u, p in self.pools.items() if not p.open and u != self.url]:
+                self.pools.pop(old).close()  # a pod of an earlier wake with no connection left
+            pool = self.pools[url] = self.table.make_pool(url)
+        return pool
+
+    async def warm(self, url: str) -> int:
+        """Open a connection to the pod's router at ``url`` for each request held (at most
+        :data:`WARM_CONNECTIONS`), before :meth:`forward`: their heads are then written in arrival
+        order in one turn of the loop, none overtaking another while connecting."""
+        return await self._pool(url).warm(min(len(self.gate), WARM_CONNECTIONS))
+
+    def forward(self, url: str, now: float) -> None:
+        """A pod's router at ``url`` answered ready: held requests go to it in arrival order."""
+        if self.url == url:
+            return
+        self.pool, self.url = self._pool(url), url
+        if self.held_since is not None:
+            self.table.own.activations.inc()
+            self.table.own.activation_seconds.observe(now - self.held_since)
+            self.held_since = None
+        log.info("activator.forwarding", service=self.service, held=len(self.gate), upstream=url)
+        self.gate.resize(OPEN_SLOTS)
+
+    def hold(self) -> None:
+        """No ready pod any more: new requests are held again (what is in flight goes on)."""
+        if self.url is None:
+            return
+        log.info("activator.holding", service=self.service, upstream=self.url, inflight=self.gate.active)
+        self.url = None
+        self.gate.resize(0)
+
+    def not_found(self, now: float, for_secs: float) -> None:
+        """Its ModelService does not exist: every held request is answered 404 now, and new ones for
+        ``for_secs``."""
+        self.missing_until = now + for_secs
+        self.held_since = None
+        for ticket in self.gate.take_waiters():
+            assert isinstance(ticket, slots.Ticket)
+            exchange = ticket.exchange
+            exchange.gated = None
+            exchange.discard = True
+            self.table.own.refused.labels("not_found").inc()
+            exchange.reply(NOT_FOUND, Outcome.REJECTED)
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+
+
+class Sites:
+    """The table of services, bounded by ``--max-services``; picks a request's destination."""
+
+    def __init__(
+        self,
+        settings: ActivatorSettings,
+        cfg: config.Config,
+        metrics: Metrics,
+        own: ActivatorMetrics,
+        *,
+        watch: Callable[[ServiceSite], asyncio.Task[None]],
+        note_connect: Callable[[bool], None],
+    ) -> None:
+        self.settings = settings
+        self.config = cfg
+        self.metrics, self.own = metrics, own
+        self.watch = watch
+        """Starts a site's watcher (:mod:`.waking`): called when a request arrives and none runs."""
+        self.note_connect = note_connect
+        self.sites: dict[tuple[str, str], ServiceSite] = {}
+        self.loop = asyncio.get_running_loop()
+        self.leaving = False
+        self.no_service = Refused(NO_SERVICE, "no_service")
+        self.bad_service = Refused(BAD_SERVICE, "no_service")
+        self.not_found = Refused(NOT_FOUND, "not_found")
+        self.full = Refused(TABLE_FULL, "table_full")
+
+    def __len__(self) -> int:
+        return len(self.sites)
+
+    def make_pool(self, url: str) -> UpstreamPool:
+        upstream = config.parse_upstream(url)
+        cfg = dataclasses.replace(self.config, proxy=dataclasses.replace(self.config.proxy, upstream=upstream))
+        return UpstreamPool(cfg, self.note_connect)
+
+    def pick(self, headers: Headers) -> ServiceSite | Refused:
+        """The destination of a request with these (parsed) headers."""
+        value = None
+        for name, v in headers:
+            if len(name) == len(activator.SERVICE_HEADER) and name.lower() == activator.SERVICE_HEADER:
+                if value is not None:
+                    return self._refused(self.bad_service)  # two: which one?
+                value = v
+        if value is None:
+            return self._refused(self.no_service)
+        key = activator.service_key(value)
+        if key is None:
+            return self._refused(self.bad_service)
+        site = self.sites.get(key)
+        if site is None:
+            if len(self.sites) >= self.settings.max_services and not self._make_room():
+                return self._refused(self.full)
+            site = self.sites[key] = ServiceSite(*key, self)
+            if self.leaving:
+                site.gate.close()
+        now = self.loop.time()
+        if site.missing_until > now:
+            return self._refused(self.not_found)
+        if not site.forwarding and site.held_since is None:
+            site.held_since = now
+        if site.watcher is None or site.watcher.done():
+            site.watcher = self.watch(site)
+        return site
+
+    def _refused(self, refused: Refused) -> Refused:
+        self.own.refused.labels(refused.reason).inc()
+        return refused
+
+    def _make_room(self) -> bool:
+        """Forget one idle site (its series too); False when every site is busy."""
+        for key, site in self.sites.items():
+            if site.idle():
+                del self.sites[key]
+                site.close()
+                self.own.held.remove(site.service)
+                return True
+        return False
+
+    def close_queues(self) -> None:
+        """Closing: every held request is answered 503 with ``Connection: close`` (the gates'), and
+        so is every new one."""
+        self.leaving = True
+        for site in self.sites.values():
+            site.gate.close()
+
+    def set_leaving(self, leaving: bool) -> None:
+        for site in self.sites.values():
+            site.gate.leaving = leaving
+
+    def close(self) -> None:
+        for site in self.sites.values():
+            site.close()

@@ -1,0 +1,304 @@
+"""The activator's world, stood in: a Kubernetes API serving one kind of ModelService, its status
+subresource and the pods list (:class:`FakeKube`, recording every call), a model server that records
+the order requests reach it and echoes WebSocket messages (:class:`Model`), and processes
+(the activator, and ``drain-router serve`` as a model pod's router)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import sys
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+import aiohttp
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from drain_router.tools import process as process_
+from tests.process import RouterProcess, log_path
+
+NS, NAME = "models", "llama"
+SERVICE = f"{NS}/{NAME}"
+POD_IP = "127.0.0.2"
+"""The model pod's address: its router listens there (loopback, as a pod IP)."""
+DEAD_POD_IP = "127.0.0.3"
+"""A listed pod whose router does not answer (nothing listens there)."""
+
+
+def modelservice(*, port: int, admin_port: int, cold_start: float | None = None, rv: int = 1) -> dict[str, Any]:
+    lifecycle: dict[str, Any] = {"phase": "ScaledToZero", "replicasBeforeZero": 1}
+    if cold_start is not None:
+        lifecycle |= {
+            "coldStartSeconds": cold_start,
+            "wakeRequestedAt": "2026-01-01T00:00:00Z",
+            "awokenAt": "2026-01-01T00:01:00Z",
+        }
+    return {
+        "apiVersion": "drainrouter.dev/v1alpha1",
+        "kind": "ModelService",
+        "metadata": {"namespace": NS, "name": NAME, "resourceVersion": str(rv)},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": NAME, "tier": "model"}},
+            "workload": {"kind": "Deployment", "name": NAME},
+            "router": {"port": port, "adminPort": admin_port},
+        },
+        "status": {"lifecycle": lifecycle},
+    }
+
+
+def pod(ip: str, name: str, *, phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": NS, "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {"phase": phase, "podIP": ip},
+    }
+
+
+@dataclasses.dataclass
+class FakeKube:
+    services: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
+    pods: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """The pods of the one service, as the list returns them."""
+    conflicts: int = 0
+    """The next N status patches answer 409 (another writer came first: the version moves on)."""
+    patches: list[tuple[str, dict[str, Any], int]] = dataclasses.field(default_factory=list)
+    """Every status patch: its content type, its body, the status answered."""
+    reads: int = 0
+    selectors: list[str] = dataclasses.field(default_factory=list)
+    url: str = ""
+
+    def accepted(self) -> list[dict[str, Any]]:
+        return [body for _, body, code in self.patches if code == 200]
+
+    async def get(self, request: web.Request) -> web.Response:
+        self.reads += 1
+        obj = self.services.get((request.match_info["ns"], request.match_info["name"]))
+        if obj is None:
+            return web.json_response({"kind": "Status", "reason": "NotFound", "code": 404}, status=404)
+        return web.json_response(obj)
+
+    async def patch(self, request: web.Request) -> web.Response:
+        obj = self.services.get((request.match_info["ns"], request.match_info["name"]))
+        body = await request.json()
+        code = 200
+        if obj is None:
+            code = 404
+        elif self.conflicts:
+            self.conflicts -= 1
+            obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+            code = 409
+        elif body.get("metadata", {}).get("resourceVersion") != obj["metadata"]["resourceVersion"]:
+            code = 409
+        else:
+            obj["status"]["lifecycle"].update(body["status"]["lifecycle"])
+            obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+        self.patches.append((request.content_type, body, code))
+        return web.json_response(obj if code == 200 else {"kind": "Status", "code": code}, status=code)
+
+    async def list_pods(self, request: web.Request) -> web.Response:
+        self.selectors.append(request.query.get("labelSelector", ""))
+        return web.json_response({"kind": "PodList", "items": self.pods})
+
+
+@contextlib.asynccontextmanager
+async def kube_api() -> AsyncIterator[FakeKube]:
+    kube = FakeKube()
+    app = web.Application()
+    path = "/apis/drainrouter.dev/v1alpha1/namespaces/{ns}/modelservices/{name}"
+    app.router.add_get(path, kube.get)
+    app.router.add_patch(path + "/status", kube.patch)
+    app.router.add_get("/api/v1/namespaces/{ns}/pods", kube.list_pods)
+    async with _serving(app, "127.0.0.1") as url:
+        kube.url = url
+        yield kube
+
+
+@dataclasses.dataclass
+class Model:
+    """``/hold?id=X``: records X in arrival order, answers ``{"id": X}`` (after ``wait`` seconds, if
+    given); ``/ws``: a WebSocket echo."""
+
+    arrived: list[str] = dataclasses.field(default_factory=list)
+    url: str = ""
+
+    async def hold(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.arrived.append(request.query.get("id", ""))
+        await asyncio.sleep(float(request.query.get("wait", "0")))
+        return web.json_response({"id": request.query.get("id", ""), "body": body.decode()})
+
+    async def ws(self, request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        async for message in socket:
+            await socket.send_str("echo:" + message.data)
+        return socket
+
+
+@contextlib.asynccontextmanager
+async def model_server() -> AsyncIterator[Model]:
+    model = Model()
+    app = web.Application()
+    app.router.add_route("*", "/hold", model.hold)
+    app.router.add_get("/ws", model.ws)
+    async with _serving(app, "127.0.0.1") as url:
+        model.url = url
+        yield model
+
+
+@contextlib.asynccontextmanager
+async def _serving(app: web.Application, host: str) -> AsyncIterator[str]:
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, host, 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@dataclasses.dataclass
+class RecordingPod:
+    """A model pod with no router in between: the model server on ``port`` and ``/readyz`` (200) on
+    ``admin_port``, both on :data:`POD_IP`: what reaches it is in the order the activator sent it."""
+
+    model: Model
+    port: int = 0
+    admin_port: int = 0
+    ready: bool = True
+    """What its ``/readyz`` answers (200 or 503)."""
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        return web.json_response({"ready": self.ready}, status=200 if self.ready else 503)
+
+
+@contextlib.asynccontextmanager
+async def recording_pod() -> AsyncIterator[RecordingPod]:
+    model = Model()
+    app = web.Application()
+    app.router.add_route("*", "/hold", model.hold)
+    pod = RecordingPod(model)
+    admin = web.Application()
+    admin.router.add_get("/readyz", pod.readyz)
+    async with _serving(app, POD_IP) as url, _serving(admin, POD_IP) as admin_url:
+        model.url = url
+        pod.port, pod.admin_port = int(url.rsplit(":", 1)[1]), int(admin_url.rsplit(":", 1)[1])
+        yield pod
+
+
+def activator_argv(kube_url: str, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "drain_router",
+        "activator",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--admin-host",
+        "127.0.0.1",
+        "--admin-port",
+        "0",
+        "--kube-api",
+        kube_url,
+        "--poll-interval-secs",
+        "0.1",
+        "--shutdown-drain-secs",
+        "0",
+        *args,
+    ]
+
+
+@contextlib.asynccontextmanager
+async def activator(kube_url: str, *args: str) -> AsyncIterator[RouterProcess]:
+    proc = process_.Process("activator", activator_argv(kube_url, *args), log_path("activator"))
+    proc.start()
+    p = RouterProcess(proc)
+    try:
+        await p.wait_event("startup.listening")
+        yield p
+    finally:
+        await p.kill()
+
+
+@contextlib.asynccontextmanager
+async def pod_router(upstream: str) -> AsyncIterator[RouterProcess]:
+    """``drain-router serve`` on the pod's address in front of the model server."""
+    p = await RouterProcess.start(
+        "--upstream", upstream, "--host", POD_IP, "--admin-host", POD_IP, "--shutdown-drain-secs", "0"
+    )
+    try:
+        await p.wait_event("startup.listening")
+        yield p
+    finally:
+        await p.kill()
+
+
+async def metric(admin_port: int, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Samples of ``name`` from /metrics, by their labels."""
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{admin_port}/metrics") as resp:
+        text = await resp.text()
+    out: dict[tuple[tuple[str, str], ...], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                out[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+async def held(admin_port: int, service: str = SERVICE) -> float:
+    return (await metric(admin_port, "drain_router_activator_held_requests")).get((("service", service),), 0.0)
+
+
+async def wait_held(admin_port: int, n: int, timeout: float = 5.0, service: str = SERVICE) -> None:
+    await process_.wait_until(lambda: held(admin_port, service), timeout, f"{n} held", until=lambda v: v == n)
+
+
+class Client:
+    """One raw connection with one request on it (closed at the end of the test: :func:`close_all`)."""
+
+    opened: ClassVar[list[Client]] = []
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        Client.opened.append(self)
+
+    @classmethod
+    async def send(cls, port: int, target: str, service: str | None = SERVICE, body: str | None = None) -> Client:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        named = "" if service is None else f"x-drain-router-service: {service}\r\n"
+        method, framing = ("GET", "") if body is None else ("POST", f"Content-Length: {len(body)}\r\n")
+        writer.write(f"{method} {target} HTTP/1.1\r\nHost: x\r\n{named}{framing}\r\n{body or ''}".encode())
+        await writer.drain()
+        return cls(reader, writer)
+
+    async def answer(self, timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
+        head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), timeout)
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            if ":" in line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        body = await asyncio.wait_for(self.reader.readexactly(int(headers.get("content-length", "0"))), timeout)
+        return int(lines[0].split()[1]), headers, body
+
+    def close(self) -> None:
+        self.writer.close()
+
+    @classmethod
+    async def close_all(cls) -> None:
+        while cls.opened:
+            client = cls.opened.pop()
+            client.close()
+            with contextlib.suppress(Exception):
+                await client.writer.wait_closed()
+
+
+def body_id(body: bytes) -> str:
+    return str(json.loads(body)["id"])

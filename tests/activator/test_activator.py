@@ -1,0 +1,241 @@
+"""``drain-router activator``, black-box: a real activator process, a stand-in Kubernetes API (its
+ModelService, the status subresource, the pods list), and a model pod made of a real ``drain-router
+serve`` on its own address (127.0.0.2) in front of a model server that records arrival order.
+
+1. Requests for a sleeping service are held; the wake is asked for once, by a status patch with the
+   resourceVersion read (a 409 reads again); nothing is forwarded while no listed pod's router
+   answers ready; once one does, every held request reaches the model server in arrival order.
+2. A full queue answers 429, a hold past --activation-timeout-secs 503, both with Retry-After from
+   the service's last cold start; a client that leaves frees its place.
+3. A request naming no valid service is refused, never held; a service that does not exist is
+   answered 404 at once; the table of services is bounded.
+4. A WebSocket handshake is held, then relayed: the tunnel works end to end.
+5. SIGTERM: /readyz 503, then held requests get 503 with Connection: close, what is forwarded
+   finishes, and it exits 0.
+6. A service whose pod stops answering ready holds again, and forwards again once one does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from drain_router.decisions import activation
+from drain_router.tools.process import wait_until
+from tests.activator import stand_ins
+from tests.activator.stand_ins import DEAD_POD_IP, NAME, NS, POD_IP, SERVICE, Client, body_id, held, wait_held
+
+
+@pytest.fixture(autouse=True)
+async def close_clients() -> AsyncIterator[None]:
+    yield
+    await Client.close_all()
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[stand_ins.FakeKube]:
+    async with stand_ins.kube_api() as api:
+        yield api
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[stand_ins.Model]:
+    async with stand_ins.model_server() as server:
+        yield server
+
+
+@pytest.fixture
+async def pod(model):
+    async with stand_ins.pod_router(model.url) as router:
+        yield router
+
+
+async def test_held_requests_wake_the_service_and_reach_the_model_in_arrival_order(kube, model, pod) -> None:
+    """1. five requests held, one by one  2. the wake: a 409, then one patch with the version read
+    3. a listed pod whose router does not answer: still held  4. the pod's router listed: all five
+    answered by the model server, in arrival order."""
+    kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port, admin_port=pod.admin_port)
+    kube.conflicts = 1
+    async with stand_ins.activator(kube.url) as act:
+        ids = [f"r{i}" for i in range(5)]
+        clients = []
+        for i, id_ in enumerate(ids):
+            clients.append(await Client.send(act.port, f"/hold?id={id_}"))
+            await wait_held(act.admin_port, i + 1)
+        await wait_until(lambda: kube.accepted(), 5.0, "the wake patch")
+        kube.pods = [stand_ins.pod(DEAD_POD_IP, "llama-dead")]
+        await wait_until(lambda: len(kube.selectors) >= 3, 5.0, "pods listed")
+        assert model.arrived == []
+        assert await held(act.admin_port) == 5
+
+        kube.pods = [stand_ins.pod(DEAD_POD_IP, "llama-dead"), stand_ins.pod(POD_IP, "llama-0")]
+        answers = [await c.answer() for c in clients]
+        assert [(status, body_id(body)) for status, _, body in answers] == [(200, i) for i in ids]
+        assert sorted(model.arrived) == ids, "each reached the model server once, none lost"
+        assert await held(act.admin_port) == 0
+        assert (await stand_ins.metric(act.admin_port, "drain_router_activations_total"))[()] == 1
+        assert (await stand_ins.metric(act.admin_port, "drain_router_activation_seconds_count"))[()] == 1
+
+        # Forwarding now: a new request goes straight through.
+        late = await Client.send(act.port, "/hold?id=late")
+        status, _, body = await late.answer()
+        assert (status, body_id(body)) == (200, "late")
+    statuses = [code for _, _, code in kube.patches]
+    assert statuses == [409, 200], "one 409, read again, then the wake, once"
+    content_type, patch, _ = kube.patches[1]
+    assert content_type == "application/merge-patch+json"
+    assert patch["metadata"] == {"resourceVersion": "2"}  # the version read after the 409
+    assert "wakeRequestedAt" in patch["status"]["lifecycle"]
+    assert kube.selectors[0] == "app=llama,tier=model"
+
+
+async def test_held_requests_leave_in_arrival_order(kube) -> None:
+    """1. twenty POSTs held, one by one, their bodies with them  2. a pod ready (no router in between: the pod's own router
+    would reorder them as it opens its connections to the model server concurrently)  3. they reach
+    it in arrival order, on connections the activator opened ahead of them, each with its body."""
+    async with stand_ins.recording_pod() as pod:
+        kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port, admin_port=pod.admin_port)
+        async with stand_ins.activator(kube.url) as act:
+            ids = [f"r{i:02}" for i in range(20)]
+            clients = []
+            for i, id_ in enumerate(ids):
+                clients.append(await Client.send(act.port, f"/hold?id={id_}", body=f'{{"prompt": "{id_}"}}'))
+                await wait_held(act.admin_port, i + 1)
+            assert pod.model.arrived == []
+            kube.pods = [stand_ins.pod(POD_IP, "llama-0")]
+            answers = [await c.answer() for c in clients]
+            assert [status for status, _, _ in answers] == [200] * len(ids)
+            assert pod.model.arrived == ids
+            assert [json.loads(body)["body"] for _, _, body in answers] == [f'{{"prompt": "{i}"}}' for i in ids]
+
+
+async def test_queue_full_timeout_and_a_client_leaving(kube) -> None:
+    """1. two held (--queue-size 2): a third is answered 429  2. one client leaves: its place is free,
+    a new one is held  3. past --activation-timeout-secs: 503; every refusal's Retry-After is the
+    service's last cold start."""
+    kube.services[(NS, NAME)] = stand_ins.modelservice(port=1, admin_port=1, cold_start=7.3)
+    expected = str(activation.retry_after(7.3))
+    assert expected == "8"
+    async with stand_ins.activator(kube.url, "--queue-size", "2", "--activation-timeout-secs", "2") as act:
+        first = await Client.send(act.port, "/hold?id=a")
+        await wait_held(act.admin_port, 1)
+        leaving = await Client.send(act.port, "/hold?id=b")
+        await wait_held(act.admin_port, 2)
+        await wait_until(lambda: kube.reads, 5.0, "the service read")
+        await asyncio.sleep(0.3)  # its cold start read
+        full = await Client.send(act.port, "/hold?id=c")
+        status, headers, body = await full.answer(timeout=2.0)
+        assert status == 429 and headers["retry-after"] == expected, (status, headers, body)
+
+        leaving.close()
+        await wait_held(act.admin_port, 1)
+        second = await Client.send(act.port, "/hold?id=d")
+        await wait_held(act.admin_port, 2)
+
+        for client in (first, second):
+            status, headers, _ = await client.answer(timeout=5.0)
+            assert status == 503 and headers["retry-after"] == expected
+        assert await held(act.admin_port) == 0
+        assert (await stand_ins.metric(act.admin_port, "drain_router_activation_timeouts_total"))[()] == 2
+
+
+async def test_requests_naming_no_service_are_refused_never_held(kube) -> None:
+    """1. no header: 404; an invalid one: 400; neither held, no API call  2. a service that does not
+    exist: 404 at once  3. --max-services 1: a second service is answered 503."""
+    async with stand_ins.activator(kube.url, "--max-services", "1") as act:
+        for service, code in ((None, 404), ("Not A Service", 400), ("models/", 400), ("a/b/c", 400)):
+            status, _, body = await (await Client.send(act.port, "/hold", service=service)).answer(timeout=2.0)
+            assert status == code, (service, status, body)
+            assert b"error" in body and b"127.0.0.1" not in body
+        assert kube.reads == 0 and await stand_ins.metric(act.admin_port, "drain_router_activator_held_requests") == {}
+
+        status, _, body = await (await Client.send(act.port, "/hold", service="models/ghost")).answer(timeout=3.0)
+        assert status == 404 and b"service_not_found" in body
+        assert kube.reads >= 1
+
+        kube.services[(NS, NAME)] = stand_ins.modelservice(port=1, admin_port=1)
+        other = await Client.send(act.port, "/hold", service="models/ghost2")
+        status, _, body = await other.answer(timeout=3.0)
+        assert status in (404, 503)  # ghost's site is idle once answered: it may make room
+        holding = await Client.send(act.port, "/hold", service=SERVICE)
+        await wait_held(act.admin_port, 1)
+        status, _, body = await (await Client.send(act.port, "/hold", service="models/third")).answer(timeout=2.0)
+        assert status == 503 and b"activator_full" in body
+        holding.close()
+
+
+async def test_a_websocket_handshake_is_held_then_relayed(kube, model, pod) -> None:
+    kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port, admin_port=pod.admin_port)
+    async with stand_ins.activator(kube.url) as act, aiohttp.ClientSession() as session:
+        connect = asyncio.ensure_future(
+            session.ws_connect(f"http://127.0.0.1:{act.port}/ws", headers={"x-drain-router-service": SERVICE})
+        )
+        await wait_held(act.admin_port, 1)
+        assert not connect.done()
+        kube.pods = [stand_ins.pod(POD_IP, "llama-0")]
+        socket = await asyncio.wait_for(connect, 10.0)
+        await socket.send_str("hello")
+        message = await asyncio.wait_for(socket.receive(), 5.0)
+        assert message.data == "echo:hello"
+        await socket.close()
+
+
+async def test_sigterm_answers_held_requests_503_and_exits(kube) -> None:
+    """1. one request held  2. SIGTERM: /readyz 503 in the drain window  3. closing: the held request
+    gets 503, Retry-After, Connection: close  4. exit 0."""
+    kube.services[(NS, NAME)] = stand_ins.modelservice(port=1, admin_port=1)
+    async with stand_ins.activator(kube.url, "--shutdown-drain-secs", "1") as act:
+        client = await Client.send(act.port, "/hold?id=a")
+        await wait_held(act.admin_port, 1)
+        act.signal(signal.SIGTERM)
+        async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{act.admin_port}/readyz") as resp:
+            assert resp.status == 503
+        status, headers, _ = await client.answer(timeout=5.0)
+        assert status == 503 and headers["connection"] == "close" and int(headers["retry-after"]) >= 1
+        assert await act.wait(10.0) == 0
+
+
+async def test_a_service_gone_back_to_sleep_holds_again(kube) -> None:
+    """1. forwarding to a ready pod  2. its router no longer ready, no pod listed: new requests are
+    held again  3. a ready pod again: the held request is forwarded."""
+    async with stand_ins.recording_pod() as pod:
+        kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port, admin_port=pod.admin_port)
+        kube.pods = [stand_ins.pod(POD_IP, "llama-0")]
+        async with stand_ins.activator(kube.url) as act:
+            status, _, body = await (await Client.send(act.port, "/hold?id=a")).answer()
+            assert (status, body_id(body)) == (200, "a")
+            pod.ready, kube.pods = False, []
+            await act.wait_event("activator.holding")
+            late = await Client.send(act.port, "/hold?id=b")
+            await wait_held(act.admin_port, 1)
+            await asyncio.sleep(0.3)
+            assert pod.model.arrived == ["a"]
+            pod.ready, kube.pods = True, [stand_ins.pod(POD_IP, "llama-1")]
+            status, _, body = await late.answer()
+            assert (status, body_id(body)) == (200, "b")
+            assert (await stand_ins.metric(act.admin_port, "drain_router_activations_total"))[()] == 2
+
+
+async def test_sigterm_lets_what_is_forwarded_finish(kube) -> None:
+    """1. a slow request forwarded, another service's request held  2. SIGTERM (no drain window):
+    the held one gets 503 at once, the forwarded one its whole answer  3. exit 0."""
+    async with stand_ins.recording_pod() as pod:
+        kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port, admin_port=pod.admin_port)
+        kube.services[(NS, "sleeper")] = stand_ins.modelservice(port=1, admin_port=1)
+        kube.pods = [stand_ins.pod(POD_IP, "llama-0")]
+        async with stand_ins.activator(kube.url) as act:
+            slow = await Client.send(act.port, "/hold?id=slow&wait=1.5")
+            await wait_until(lambda: pod.model.arrived, 5.0, "the slow request forwarded")
+            sleeping = await Client.send(act.port, "/hold?id=z", service=f"{NS}/sleeper")
+            await wait_held(act.admin_port, 1, service=f"{NS}/sleeper")
+            act.signal(signal.SIGTERM)
+            status, headers, _ = await sleeping.answer(timeout=1.0)
+            assert status == 503 and headers["connection"] == "close"
+            status, _, body = await slow.answer(timeout=5.0)
+            assert (status, body_id(body)) == (200, "slow")
+            assert await act.wait(10.0) == 0

@@ -1,0 +1,76 @@
+"""``drain-router activator`` only translates: flags and DRAIN_ROUTER_ACTIVATOR_* variables -> the
+router's Config and ActivatorSettings -> process.serve; bad values exit 2 naming the flag."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from drain_router import cli, config, early_signals
+from drain_router.activator import process
+from drain_router.activator.settings import ActivatorSettings
+
+API = ["--kube-api", "http://127.0.0.1:6443"]
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[tuple[config.Config, ActivatorSettings]]:
+    seen: list[tuple[config.Config, ActivatorSettings]] = []
+
+    def fake_serve(cfg: config.Config, settings: ActivatorSettings, **kwargs: Any) -> int:
+        seen.append((cfg, settings))
+        return 0
+
+    monkeypatch.setattr(process, "serve", fake_serve)
+    monkeypatch.setattr(early_signals, "install", lambda: None)
+    monkeypatch.setattr("drain_router.logs.configure", lambda **kw: None)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    return seen
+
+
+def run(args: list[str], env: dict[str, str] | None = None) -> Any:
+    return CliRunner().invoke(cli.main, ["activator", *args], env=env, catch_exceptions=False)
+
+
+def test_the_defaults(served) -> None:
+    assert run(API).exit_code == 0
+    [(cfg, settings)] = served
+    assert settings == ActivatorSettings(kube_api="http://127.0.0.1:6443")
+    assert (settings.queue_size, settings.activation_timeout_secs, settings.max_services) == (1000, 600, 1000)
+    assert settings.poll_interval_secs == 1
+    assert (cfg.proxy.port, cfg.admin.port, cfg.drain.shutdown_drain_secs) == (8080, 9091, 30)
+
+
+def test_flags_and_variables_map_into_the_settings(served) -> None:
+    args = [*API, "--queue-size", "5", "--activation-timeout-secs", "2", "--poll-interval-secs", "0.25"]
+    args += ["--port", "0", "--admin-port", "0", "--shutdown-drain-secs", "0", "--log-level", "debug"]
+    assert run(args, env={"DRAIN_ROUTER_ACTIVATOR_MAX_SERVICES": "7"}).exit_code == 0
+    [(cfg, settings)] = served
+    assert (settings.queue_size, settings.activation_timeout_secs, settings.max_services) == (5, 2, 7)
+    assert settings.poll_interval_secs == 0.25
+    assert (cfg.proxy.port, cfg.admin.port, cfg.drain.shutdown_drain_secs, cfg.log.level) == (0, 0, 0, "debug")
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--queue-size", "0"], "--queue-size"),
+        (["--activation-timeout-secs", "0"], "--activation-timeout-secs"),
+        (["--max-services", "x"], "--max-services"),
+        (["--poll-interval-secs", "0"], "--poll-interval-secs"),
+        (["--port", "70000"], "--port"),
+        (["--shutdown-drain-secs", "1801"], "--shutdown-drain-secs"),
+    ],
+)
+def test_a_bad_value_exits_2_naming_its_flag(served, args: list[str], named: str) -> None:
+    result = CliRunner().invoke(cli.main, ["activator", *API, *args])
+    assert result.exit_code == 2 and named in result.output, result.output
+    assert served == []
+
+
+def test_out_of_cluster_without_kube_api_exits_2(served) -> None:
+    result = CliRunner().invoke(cli.main, ["activator"])
+    assert result.exit_code == 2 and "--kube-api" in result.output
+    assert served == []
