@@ -48,6 +48,10 @@ class ProcessKubelet:
         self.emulator = emulator
         self.upstream, self.admin_port, self.main_port = upstream, admin_port, main_port
         self.router_args = router_args
+        self.cold_start = asyncio.Event()
+        """Set: a new pod's router starts at once. Cleared: it starts only once set (the image pull
+        and weight loading of a real cold start, as long as a test needs)."""
+        self.cold_start.set()
         self.pods: dict[str, PodProcess] = {}
         """uid -> the pod's router."""
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -70,6 +74,7 @@ class ProcessKubelet:
         )
 
     async def _run(self, name: str, uid: str, namespace: str, ip: str) -> None:
+        await self.cold_start.wait()
         # Shielded: a cancellation while the process is being spawned would leave it running
         # unrecorded; this way every spawned router lands in ``pods`` and close() kills it.
         start = asyncio.ensure_future(

@@ -28,6 +28,7 @@ async def make_service(
     exits_after: float | None = 0.2,
     grace: int = 30,
     admit: bool = True,
+    router_port: int | None = None,
 ) -> None:
     """``exits_after``: seconds after its deletion that a simulated container exits; ``None`` for
     process-backed pods, whose real router decides. ``admit=False``: the ModelService was stored
@@ -55,7 +56,7 @@ async def make_service(
     spec: dict[str, Any] = {
         "podSelector": {"matchLabels": LABELS},
         "route": ROUTE,
-        "router": {"adminPort": admin_port},
+        "router": {"adminPort": admin_port, **({} if router_port is None else {"port": router_port})},
         "workload": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"}],
         "deletion": {"routeSettle": "0s"},
     }

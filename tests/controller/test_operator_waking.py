@@ -47,8 +47,10 @@ class Write:
 
 
 class Recorder:
-    def __init__(self, emu: Any) -> None:
+    def __init__(self, emu: Any, at_activator: list[dict[str, Any]] | None = None) -> None:
         self.emu = emu
+        self.at_activator = AT_ACTIVATOR if at_activator is None else at_activator
+        """A rule's backendRefs while it points at the activator."""
         self.writes: list[Write] = []
         emu.on_request = self.seen
 
@@ -73,10 +75,10 @@ class Recorder:
         for write in self.writes:
             if write.plural == ROUTES:
                 rules = write.data["spec"]["rules"]
-                if any(r.get("backendRefs") != AT_ACTIVATOR for r in rules):
+                if any(r.get("backendRefs") != self.at_activator for r in rules):
                     assert write.ready_pods > 0, f"the route pointed at the Service with no Ready pod: {write.data}"
             elif write.data.get("spec", {}).get("replicas") == 0:
-                assert all(r.get("backendRefs") == AT_ACTIVATOR for r in write.route_rules), (
+                assert all(r.get("backendRefs") == self.at_activator for r in write.route_rules), (
                     "scaled to 0 with the route at the Service"
                 )
 
