@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.chart import values_sets
+from tests.chart import crds, values_sets
 from tests.chart.helm import CONTROLLER_CHART, NAMESPACE, Helm, find, flag, one
 from tests.chart.test_controller_chart import (
     CONTROLLER,
@@ -75,6 +75,8 @@ def test_the_activator_runs_with_the_values_and_probes_its_admin_port(helm: Helm
     assert args[0] == "activator"
     assert flag(args, "--queue-size") == "200" and flag(args, "--activation-timeout-secs") == "300"
     assert flag(args, "--max-services") == "1000"
+    assert flag(args, "--shutdown-drain-secs") == "10"
+    assert flag(args, "--termination-grace-secs") == str(pod["terminationGracePeriodSeconds"]) == "300"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert flag(args, "--port") == str(ports["http"]) and flag(args, "--admin-port") == str(ports["admin"])
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
@@ -152,9 +154,30 @@ def test_all_namespaces_uses_a_cluster_role_and_the_listed_grants(helm: Helm) ->
             "features.httpRoutes or features.grpcRoutes",
         ),
         ({"activator": {"enabled": True, "queueSize": 0}}, "queueSize"),
+        (
+            {"activator": {"enabled": True, "shutdownDrainSeconds": 30, "terminationGracePeriodSeconds": 30}},
+            "must be less than activator.terminationGracePeriodSeconds",
+        ),
         ({"activator": {"enabled": True, "surprise": 1}}, "surprise"),
     ],
-    ids=["all-namespaces-without-grants", "same-ports", "no-route-features", "queue-size-0", "unknown-key"],
+    ids=["all-namespaces-without-grants", "same-ports", "no-route-features", "queue-size-0", "drain-past-grace", "unknown-key"],
 )
 def test_bad_activator_values_are_refused_with_the_reason(helm: Helm, values: dict[str, Any], message: str) -> None:
     assert message in helm.template_error(values, chart=CONTROLLER_CHART)
+
+
+def test_the_model_charts_model_service_names_the_traffic_port_and_the_activation_timeout(helm: Helm) -> None:
+    """What the activator needs of a ModelService: the router's traffic port (where it relays held
+    requests), and what the controller needs: how long a wake may take; valid against the CRD."""
+    values = {
+        "router": {"port": 8181},
+        "modelService": {
+            "enabled": True,
+            "lifecycleRules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": 1800}}],
+            "activationTimeoutSeconds": 900,
+        },
+    }
+    service = one(helm.template(values), "ModelService")
+    assert service["spec"]["router"]["port"] == 8181
+    assert service["spec"]["lifecycle"]["activationTimeoutSeconds"] == 900
+    crds.validate(service)
