@@ -78,6 +78,7 @@ class Activator(lifecycle.Router):
             note_connect=self.state.note_connect,
         )
         stack.callback(self.sites.close)
+        self.state.queued = self.sites.held
 
     async def _start_main(self, stack: contextlib.AsyncExitStack) -> None:
         listener = TrafficListener(

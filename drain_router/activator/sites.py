@@ -219,6 +219,10 @@ class Sites:
     def __len__(self) -> int:
         return len(self.sites)
 
+    def held(self) -> int:
+        """Requests held now, every service's (``/admin/inflight``'s ``queued``)."""
+        return sum(len(site.gate) for site in self.sites.values())
+
     def make_pool(self, url: str) -> UpstreamPool:
         upstream = config.parse_upstream(url)
         cfg = dataclasses.replace(self.config, proxy=dataclasses.replace(self.config.proxy, upstream=upstream))

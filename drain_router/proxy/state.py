@@ -105,6 +105,9 @@ class RouterState:
         registry_metrics.track_inflight(self.inflight.__len__)
         self.tracer: tracing.Tracer | None = None
         """``--tracing``: the spans' tracer (set at startup), None when off: the one check per request."""
+        self.queued: Callable[[], int] | None = None
+        """What waits elsewhere than in :attr:`gate` (the activator's held requests), for
+        ``/admin/inflight``; None: nothing does."""
         admission = cfg.admission
         self.gate: Gate | None = None
         """Admission control (``--max-concurrent-requests``); None without a limit (read on the hot path)."""
@@ -150,6 +153,8 @@ class RouterState:
 
     def inflight_report(self) -> dict[str, object]:
         queued = 0 if self.gate is None else len(self.gate)
+        if self.queued is not None:
+            queued += self.queued()
         return {
             "inflight": len(self.inflight),
             "queued": queued,

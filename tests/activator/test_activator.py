@@ -29,6 +29,7 @@ from drain_router.decisions import activation
 from drain_router.tools.process import wait_until
 from tests.activator import stand_ins
 from tests.activator.stand_ins import DEAD_POD_IP, NAME, NS, POD_IP, SERVICE, Client, body_id, held, wait_held
+from tests.blackbox import inflight
 
 
 @pytest.fixture(autouse=True)
@@ -72,6 +73,8 @@ async def test_held_requests_wake_the_service_and_reach_the_model_in_arrival_ord
         await wait_until(lambda: len(kube.selectors) >= 3, 5.0, "pods listed")
         assert model.arrived == []
         assert await held(act.admin_port) == 5
+        report = await inflight(act.admin_port)
+        assert (report["inflight"], report["queued"], report["idle_since"]) == (0, 5, None)
 
         kube.pods = [stand_ins.pod(DEAD_POD_IP, "llama-dead"), stand_ins.pod(POD_IP, "llama-0")]
         answers = [await c.answer() for c in clients]
