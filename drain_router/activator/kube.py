@@ -1,5 +1,5 @@
 """The activator's few calls, over plain aiohttp: the Kubernetes API (read a ModelService, patch its
-status, list its pods) and the pods' routers (``/readyz`` on their admin port). Answers are data:
+status, list its pods) and the pods' routers (``/readyz`` on their traffic port). Answers are data:
 a status code and a JSON body, for :mod:`.waking` to act on; a call that gets no answer raises
 :class:`Unanswered`.
 
@@ -92,12 +92,13 @@ class Kube:
         query = urllib.parse.quote(selector, safe="=,!")
         return await self._call("GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector={query}")
 
-    async def router_ready(self, ip: str, admin_port: int) -> bool:
-        """The pod's router answers ``/readyz`` 200 (anything else, or no answer: not ready)."""
+    async def router_ready(self, ip: str, port: int) -> bool:
+        """The pod's router answers ``/readyz`` on its traffic port 200 (anything else, or no answer:
+        not ready)."""
         host = f"[{ip}]" if ":" in ip else ip
         try:
             async with self.session.get(
-                f"http://{host}:{admin_port}/readyz", timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_SECS)
+                f"http://{host}:{port}/readyz", timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_SECS)
             ) as resp:
                 await resp.read()
                 return resp.status == 200

@@ -8,8 +8,8 @@ watcher a site runs while it has requests to hold or forward.
    came first: read again and decide again.
 2. Every ``--poll-interval-secs``: while forwarding, probe the router it forwards to; otherwise (or
    when that one stops answering ready) list the service's pods and probe each one's router
-   (``/readyz`` on ``spec.router.adminPort``): the first 200 makes the site forward to it
-   (``http://<podIP>:<spec.router.port>``). None ready: the site holds again.
+   (``/readyz`` on ``spec.router.port``, its traffic port): the first 200 makes the site forward to
+   it (``http://<podIP>:<spec.router.port>``). None ready: the site holds again.
 3. The watcher ends when nothing is held or forwarded any more: at once while holding, after
    :data:`IDLE_FORWARDING_SECS` while forwarding (the route usually points back at the model Service
    by then, and the next request starts a fresh watcher: read, wake if asleep, find a pod).
@@ -74,9 +74,9 @@ async def ready_pod(site: ServiceSite, kube: Kube, spec: Any) -> str | None:
     code, pods = await kube.list_pods(site.namespace, selector)
     if code != 200:
         raise LookupError(f"listing the pods answered {code}")
-    port, admin_port = activator.router_ports(spec)
+    port = activator.router_port(spec)
     for ip in activator.candidate_pods(pods):
-        if await kube.router_ready(ip, admin_port):
+        if await kube.router_ready(ip, port):
             host = f"[{ip}]" if ":" in ip else ip
             return f"http://{host}:{port}"
     return None
@@ -86,7 +86,7 @@ async def watch(site: ServiceSite, kube: Kube, *, poll_interval: float, clock: A
     """The watcher of ``site`` (see the module's docstring)."""
     loop = asyncio.get_running_loop()
     spec: Any = None
-    admin_port = activator.DEFAULT_ROUTER_ADMIN_PORT
+    port = activator.DEFAULT_ROUTER_PORT
     idle_since: float | None = None
     while True:
         try:
@@ -98,9 +98,9 @@ async def watch(site: ServiceSite, kube: Kube, *, poll_interval: float, clock: A
                     site.hold()
                     return
                 spec = obj.get("spec") or {}
-                admin_port = activator.router_ports(spec)[1]
+                port = activator.router_port(spec)
             url = site.url
-            if url is None or not await kube.router_ready(_host(url), admin_port):
+            if url is None or not await kube.router_ready(_host(url), port):
                 url = await ready_pod(site, kube, spec)
                 if url is None:
                     site.hold()

@@ -60,9 +60,9 @@ def wake_patch(now: float, resource_version: str) -> dict[str, Any]:
 
 
 DEFAULT_ROUTER_PORT = 8080
-"""The router's traffic port on a model pod (``spec.router.port``), as the chart sets it."""
-DEFAULT_ROUTER_ADMIN_PORT = 9091
-"""The router's admin port on a model pod (``spec.router.adminPort``): its ``/readyz``."""
+"""The router's traffic port on a model pod (``spec.router.port``), as the chart sets it: the
+activator asks its ``/readyz`` there (the router answers it on its traffic port as on its admin
+port, so the activator needs no way into the admin port) and relays the held requests to it."""
 
 
 def _time(value: Any) -> float | None:
@@ -105,12 +105,11 @@ def label_selector(spec: Any) -> str | None:
     return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
 
 
-def router_ports(spec: Any) -> tuple[int, int]:
-    """The model pods' router ports, traffic and admin (``spec.router.port``, ``.adminPort``)."""
+def router_port(spec: Any) -> int:
+    """The model pods' router traffic port (``spec.router.port``; the default when absent or not a port)."""
     router = spec.get("router") if isinstance(spec, dict) else None
     router = router if isinstance(router, dict) else {}
-    port, admin = router.get("port", DEFAULT_ROUTER_PORT), router.get("adminPort", DEFAULT_ROUTER_ADMIN_PORT)
-    return _port(port, DEFAULT_ROUTER_PORT), _port(admin, DEFAULT_ROUTER_ADMIN_PORT)
+    return _port(router.get("port", DEFAULT_ROUTER_PORT), DEFAULT_ROUTER_PORT)
 
 
 def _port(value: Any, default: int) -> int:

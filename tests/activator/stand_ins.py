@@ -28,7 +28,7 @@ DEAD_POD_IP = "127.0.0.3"
 """A listed pod whose router does not answer (nothing listens there)."""
 
 
-def modelservice(*, port: int, admin_port: int, cold_start: float | None = None, rv: int = 1) -> dict[str, Any]:
+def modelservice(*, port: int, cold_start: float | None = None, rv: int = 1) -> dict[str, Any]:
     lifecycle: dict[str, Any] = {"phase": "ScaledToZero", "replicasBeforeZero": 1}
     if cold_start is not None:
         lifecycle |= {
@@ -43,7 +43,7 @@ def modelservice(*, port: int, admin_port: int, cold_start: float | None = None,
         "spec": {
             "podSelector": {"matchLabels": {"app": NAME, "tier": "model"}},
             "workload": {"kind": "Deployment", "name": NAME},
-            "router": {"port": port, "adminPort": admin_port},
+            "router": {"port": port, "adminPort": 9091},
         },
         "status": {"lifecycle": lifecycle},
     }
@@ -163,12 +163,12 @@ async def _serving(app: web.Application, host: str) -> AsyncIterator[str]:
 
 @dataclasses.dataclass
 class RecordingPod:
-    """A model pod with no router in between: the model server on ``port`` and ``/readyz`` (200) on
-    ``admin_port``, both on :data:`POD_IP`: what reaches it is in the order the activator sent it."""
+    """A model pod with no router in between: the model server and ``/readyz`` (200) on ``port`` of
+    :data:`POD_IP`, as a router answers both on its traffic port: what reaches it is in the order the
+    activator sent it."""
 
     model: Model
     port: int = 0
-    admin_port: int = 0
     ready: bool = True
     """What its ``/readyz`` answers (200 or 503)."""
 
@@ -182,11 +182,10 @@ async def recording_pod() -> AsyncIterator[RecordingPod]:
     app = web.Application()
     app.router.add_route("*", "/hold", model.hold)
     pod = RecordingPod(model)
-    admin = web.Application()
-    admin.router.add_get("/readyz", pod.readyz)
-    async with _serving(app, POD_IP) as url, _serving(admin, POD_IP) as admin_url:
+    app.router.add_get("/readyz", pod.readyz)
+    async with _serving(app, POD_IP) as url:
         model.url = url
-        pod.port, pod.admin_port = int(url.rsplit(":", 1)[1]), int(admin_url.rsplit(":", 1)[1])
+        pod.port = int(url.rsplit(":", 1)[1])
         yield pod
 
 

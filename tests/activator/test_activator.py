@@ -60,7 +60,7 @@ async def test_held_requests_wake_the_service_and_reach_the_model_in_arrival_ord
     """1. five requests held, one by one  2. the wake: a 409, then one patch with the version read
     3. a listed pod whose router does not answer: still held  4. the pod's router listed: all five
     answered by the model server, in arrival order."""
-    kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port, admin_port=pod.admin_port)
+    kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port)
     kube.conflicts = 1
     async with stand_ins.activator(kube.url) as act:
         ids = [f"r{i}" for i in range(5)]
@@ -102,7 +102,7 @@ async def test_held_requests_leave_in_arrival_order(kube) -> None:
     would reorder them as it opens its connections to the model server concurrently)  3. they reach
     it in arrival order, on connections the activator opened ahead of them, each with its body."""
     async with stand_ins.recording_pod() as pod:
-        kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port, admin_port=pod.admin_port)
+        kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port)
         async with stand_ins.activator(kube.url) as act:
             ids = [f"r{i:02}" for i in range(20)]
             clients = []
@@ -121,7 +121,7 @@ async def test_queue_full_timeout_and_a_client_leaving(kube) -> None:
     """1. two held (--queue-size 2): a third is answered 429  2. one client leaves: its place is free,
     a new one is held  3. past --activation-timeout-secs: 503; every refusal's Retry-After is the
     service's last cold start."""
-    kube.services[(NS, NAME)] = stand_ins.modelservice(port=1, admin_port=1, cold_start=7.3)
+    kube.services[(NS, NAME)] = stand_ins.modelservice(port=1, cold_start=7.3)
     expected = str(activation.retry_after(7.3))
     assert expected == "8"
     async with stand_ins.activator(kube.url, "--queue-size", "2", "--activation-timeout-secs", "2") as act:
@@ -161,7 +161,7 @@ async def test_requests_naming_no_service_are_refused_never_held(kube) -> None:
         assert status == 404 and b"service_not_found" in body
         assert kube.reads >= 1
 
-        kube.services[(NS, NAME)] = stand_ins.modelservice(port=1, admin_port=1)
+        kube.services[(NS, NAME)] = stand_ins.modelservice(port=1)
         other = await Client.send(act.port, "/hold", service="models/ghost2")
         status, _, body = await other.answer(timeout=3.0)
         assert status in (404, 503)  # ghost's site is idle once answered: it may make room
@@ -173,7 +173,7 @@ async def test_requests_naming_no_service_are_refused_never_held(kube) -> None:
 
 
 async def test_a_websocket_handshake_is_held_then_relayed(kube, model, pod) -> None:
-    kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port, admin_port=pod.admin_port)
+    kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port)
     async with stand_ins.activator(kube.url) as act, aiohttp.ClientSession() as session:
         connect = asyncio.ensure_future(
             session.ws_connect(f"http://127.0.0.1:{act.port}/ws", headers={"x-drain-router-service": SERVICE})
@@ -191,7 +191,7 @@ async def test_a_websocket_handshake_is_held_then_relayed(kube, model, pod) -> N
 async def test_sigterm_answers_held_requests_503_and_exits(kube) -> None:
     """1. one request held  2. SIGTERM: /readyz 503 in the drain window  3. closing: the held request
     gets 503, Retry-After, Connection: close  4. exit 0."""
-    kube.services[(NS, NAME)] = stand_ins.modelservice(port=1, admin_port=1)
+    kube.services[(NS, NAME)] = stand_ins.modelservice(port=1)
     async with stand_ins.activator(kube.url, "--shutdown-drain-secs", "1") as act:
         client = await Client.send(act.port, "/hold?id=a")
         await wait_held(act.admin_port, 1)
@@ -207,7 +207,7 @@ async def test_a_service_gone_back_to_sleep_holds_again(kube) -> None:
     """1. forwarding to a ready pod  2. its router no longer ready, no pod listed: new requests are
     held again  3. a ready pod again: the held request is forwarded."""
     async with stand_ins.recording_pod() as pod:
-        kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port, admin_port=pod.admin_port)
+        kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port)
         kube.pods = [stand_ins.pod(POD_IP, "llama-0")]
         async with stand_ins.activator(kube.url) as act:
             status, _, body = await (await Client.send(act.port, "/hold?id=a")).answer()
@@ -228,8 +228,8 @@ async def test_sigterm_lets_what_is_forwarded_finish(kube) -> None:
     """1. a slow request forwarded, another service's request held  2. SIGTERM (no drain window):
     the held one gets 503 at once, the forwarded one its whole answer  3. exit 0."""
     async with stand_ins.recording_pod() as pod:
-        kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port, admin_port=pod.admin_port)
-        kube.services[(NS, "sleeper")] = stand_ins.modelservice(port=1, admin_port=1)
+        kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port)
+        kube.services[(NS, "sleeper")] = stand_ins.modelservice(port=1)
         kube.pods = [stand_ins.pod(POD_IP, "llama-0")]
         async with stand_ins.activator(kube.url) as act:
             slow = await Client.send(act.port, "/hold?id=slow&wait=1.5")

@@ -92,8 +92,9 @@ def test_the_pods_are_listed_by_match_labels_and_probed_on_the_router_ports() ->
     spec = {"podSelector": {"matchLabels": {"tier": "model", "app": "llama"}}, "router": {"port": 8000}}
     assert activator.label_selector(spec) == "app=llama,tier=model"
     assert activator.label_selector({"podSelector": {"matchExpressions": []}}) is None
-    assert activator.router_ports(spec) == (8000, activator.DEFAULT_ROUTER_ADMIN_PORT)
-    assert activator.router_ports({"router": {"port": True, "adminPort": 70000}}) == (8080, 9091)
+    assert activator.router_port(spec) == 8000
+    assert activator.router_port({"router": {"port": True, "adminPort": 9091}}) == activator.DEFAULT_ROUTER_PORT
+    assert activator.router_port({"router": {"port": 70000}}) == activator.DEFAULT_ROUTER_PORT == 8080
 
 
 def test_candidate_pods_are_running_with_an_ip_and_not_deleted_oldest_first() -> None:
