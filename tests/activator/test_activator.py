@@ -129,8 +129,8 @@ async def test_queue_full_timeout_and_a_client_leaving(kube) -> None:
         await wait_held(act.admin_port, 1)
         leaving = await Client.send(act.port, "/hold?id=b")
         await wait_held(act.admin_port, 2)
-        await wait_until(lambda: kube.reads, 5.0, "the service read")
-        await asyncio.sleep(0.3)  # its cold start read
+        # The cold start is taken from the read before the wake is asked for: once the patch came, it is set.
+        await wait_until(lambda: kube.patches, 5.0, "the service read and the wake asked for")
         full = await Client.send(act.port, "/hold?id=c")
         status, headers, body = await full.answer(timeout=2.0)
         assert status == 429 and headers["retry-after"] == expected, (status, headers, body)
@@ -216,8 +216,9 @@ async def test_a_service_gone_back_to_sleep_holds_again(kube) -> None:
             await act.wait_event("activator.holding")
             late = await Client.send(act.port, "/hold?id=b")
             await wait_held(act.admin_port, 1)
-            await asyncio.sleep(0.3)
-            assert pod.model.arrived == ["a"]
+            polls = len(kube.selectors)
+            await wait_until(lambda: len(kube.selectors) >= polls + 2, 5.0, "two more polls of the pods")
+            assert pod.model.arrived == ["a"], "forwarded with no ready pod"
             pod.ready, kube.pods = True, [stand_ins.pod(POD_IP, "llama-1")]
             status, _, body = await late.answer()
             assert (status, body_id(body)) == (200, "b")
