@@ -115,6 +115,10 @@ async def kube_api() -> AsyncIterator[FakeKube]:
         yield kube
 
 
+MAX_BODY = 128 * 1024 * 1024
+"""The model server reads request bodies up to this (aiohttp's own default is 1 MiB)."""
+
+
 @dataclasses.dataclass
 class Model:
     """``/hold?id=X``: records X in arrival order, answers ``{"id": X}`` (after ``wait`` seconds, if
@@ -140,7 +144,7 @@ class Model:
 @contextlib.asynccontextmanager
 async def model_server() -> AsyncIterator[Model]:
     model = Model()
-    app = web.Application()
+    app = web.Application(client_max_size=MAX_BODY)
     app.router.add_route("*", "/hold", model.hold)
     app.router.add_get("/ws", model.ws)
     async with _serving(app, "127.0.0.1") as url:
@@ -179,7 +183,7 @@ class RecordingPod:
 @contextlib.asynccontextmanager
 async def recording_pod() -> AsyncIterator[RecordingPod]:
     model = Model()
-    app = web.Application()
+    app = web.Application(client_max_size=MAX_BODY)
     app.router.add_route("*", "/hold", model.hold)
     pod = RecordingPod(model)
     app.router.add_get("/readyz", pod.readyz)

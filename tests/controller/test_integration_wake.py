@@ -22,7 +22,7 @@ from tests.activator import stand_ins
 from . import process_pods
 from .conftest import NAMESPACE, eventually
 from .rules_scenario import deployment, make_service, ready_pods
-from .test_operator_waking import RULES, ROUTES, Recorder, lifecycle, route
+from .test_operator_waking import ROUTES, RULES, Recorder, lifecycle, route
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +128,9 @@ async def test_requests_to_a_sleeping_service_wake_it_and_are_answered_in_arriva
         assert act.port is not None and act.admin_port is not None
         service = route_switch.ActivatorService(namespace="gw", name="activator", port=act.port)
         await _service(cluster, kubelet)
-        recorder = Recorder(emu, [{"group": "", "kind": "Service", "name": "activator", "namespace": "gw", "port": act.port}])
+        recorder = Recorder(
+            emu, [{"group": "", "kind": "Service", "name": "activator", "namespace": "gw", "port": act.port}]
+        )
         (pod,) = await eventually(lambda: ready_pods(emu), what="a Ready pod whose router listens")
         status, body = await _direct(pod["status"]["podIP"], kubelet.main_port, "warm")
         assert (status, body["id"]) == (200, "warm")  # served > 0: the idle clock may start
@@ -183,10 +185,12 @@ async def test_a_request_in_flight_on_the_last_pod_finishes_whatever_the_sleep_d
     200 whole: either the sleep went on (the pod's router drained it and exited 0) or the busy pod
     cancelled it (the route pointed back once the router answered); never a route at the Service
     without a Ready pod."""
-    emu, server = cluster
+    emu, _ = cluster
     service = route_switch.ActivatorService(namespace="gw", name="activator", port=process_.free_port())
     await _service(cluster, kubelet)
-    recorder = Recorder(emu, [{"group": "", "kind": "Service", "name": "activator", "namespace": "gw", "port": service.port}])
+    recorder = Recorder(
+        emu, [{"group": "", "kind": "Service", "name": "activator", "namespace": "gw", "port": service.port}]
+    )
     (pod,) = await eventually(lambda: ready_pods(emu), what="a Ready pod whose router listens")
     ip = pod["status"]["podIP"]
     assert (await _direct(ip, kubelet.main_port, "warm"))[0] == 200
