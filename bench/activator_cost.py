@@ -165,9 +165,9 @@ class ActivatorCost:
             kube.services[(NS, ASLEEP)], kube.pods = self._modelservice(ASLEEP), []
             fresh = ActivatorTarget("activator", "drain-router activator", kube_url=kube.url)
             fresh.extra_args = ["--queue-size", str(count)]
-        await asyncio.to_thread(fresh.start, bench.ctx, f"-held-r{round_no}")
         writers: list[asyncio.StreamWriter] = []
         try:
+            await asyncio.to_thread(fresh.start, bench.ctx, f"-held-r{round_no}")
             metrics = await self._held(fresh, name, count, writers)
         except Exception as exc:
             metrics = {"failed": f"{type(exc).__name__}: {exc}"}
