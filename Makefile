@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: engine test unit e2e lint demo demo-overload bench soak image dist dist-check chart-readme mutate constraints clean
+.PHONY: engine test unit e2e lint demo demo-overload demo-wake bench soak image dist dist-check chart-readme mutate constraints clean
 
 # The tested versions: every install here is constrained by constraints.txt (pyproject.toml only
 # declares ranges). The dev tools are the `dev` dependency group, which needs pip >= 25.1.
@@ -65,6 +65,10 @@ demo: $(DEMO_STAMP)
 ## make demo-overload: the engine past its capacity, straight and behind a router's admission control
 demo-overload: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/drain-router demo --overload
+
+## make demo-wake: a model service scaled to zero woken by its first requests through the activator
+demo-wake: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/drain-router demo --wake --clients 20
 
 ## make soak: SOAK_CYCLES (default 200) rolling-restart cycles per balancer (HAProxy, Envoy) with random
 ## faults, plus a drain-off control; fails on any unaccounted loss or a growing router (not in CI)

@@ -90,15 +90,23 @@ def wrk_available() -> bool:
 
 
 def wrk(
-    url: str, connections: int, duration: float, *, upload_bytes: int = 0, cpus: set[int] | None = None
+    url: str,
+    connections: int,
+    duration: float,
+    *,
+    upload_bytes: int = 0,
+    cpus: set[int] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One wrk run (one thread, pinned like this process). Returns rate, latency and errors."""
+    """One wrk run (one thread, pinned like this process), each request with ``headers``. Returns
+    rate, latency and errors."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
         if upload_bytes:
             fh.write(WRK_UPLOAD_LUA % upload_bytes)
         fh.write(WRK_REPORT_LUA)
         script = fh.name
-    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "--timeout", "10s", "-s", script, url]
+    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "--timeout", "10s", "-s", script]
+    cmd += [arg for name, value in (headers or {}).items() for arg in ("-H", f"{name}: {value}")] + [url]
     try:
         proc, wall, cpu = run_tool(cmd, duration, cpus)
     finally:
@@ -126,8 +134,10 @@ def wrk(
 # -- aiohttp request/response (fallback when wrk is absent) -------------------------------------
 
 
-async def requests(url: str, connections: int, duration: float, *, upload_bytes: int = 0) -> dict[str, Any]:
-    """Closed loop: ``connections`` clients, each sending one request after another."""
+async def requests(
+    url: str, connections: int, duration: float, *, upload_bytes: int = 0, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Closed loop: ``connections`` clients, each sending one request after another (with ``headers``)."""
     body = b"a" * upload_bytes if upload_bytes else None
     latencies: list[float] = []
     errors = 0
@@ -141,10 +151,10 @@ async def requests(url: str, connections: int, duration: float, *, upload_bytes:
                 t0 = time.perf_counter()
                 try:
                     if body is None:
-                        async with http.get(url) as resp:
+                        async with http.get(url, headers=headers) as resp:
                             await resp.read()
                     else:
-                        async with http.post(url, data=body) as resp:
+                        async with http.post(url, data=body, headers=headers) as resp:
                             await resp.read()
                     ok = resp.status == 200
                 except (aiohttp.ClientError, OSError):

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bench import overload_report, stats, tracing_report
+from bench import activator_report, overload_report, stats, tracing_report
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 BASELINES = ("direct", "nginx", "envoy", "aiohttp", "before")
@@ -106,6 +106,8 @@ def _family(workload: str) -> str:
         return "overload"  # its own table and goals (bench/overload_report.py)
     if workload.startswith("tracing_"):  # its own table and goals (bench/tracing_report.py)
         return _family(workload.removeprefix("tracing_"))
+    if workload.startswith("activator_"):
+        return "activator"  # its own table and goals (bench/activator_report.py)
     return "sse_paced" if workload.startswith("sse_paced_") else workload
 
 
@@ -405,6 +407,8 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
     out += overload_report.goals(results["records"])
     # Issue 38: what --tracing costs, at sampling ratio 0 and 1, against the router without it.
     out += tracing_report.goals(results["records"])
+    # Issue 39: what the activator costs per relayed and per held request, against the router.
+    out += activator_report.goals(results["records"])
     return out
 
 
@@ -473,7 +477,14 @@ ROWS: list[tuple[str, str, str, str]] = [
 ]
 
 
-GROUP_NAMES = {"http": "HTTP", "ws": "WebSocket", "grpc": "gRPC", "overload": "overload", "tracing": "tracing"}
+GROUP_NAMES = {
+    "http": "HTTP",
+    "ws": "WebSocket",
+    "grpc": "gRPC",
+    "overload": "overload",
+    "tracing": "tracing",
+    "activator": "activator",
+}
 
 
 def _group(workload: str) -> str:
@@ -484,6 +495,8 @@ def _group(workload: str) -> str:
         return "overload"
     if workload.startswith("tracing_"):
         return "tracing"
+    if workload.startswith("activator_"):
+        return "activator"
     if workload.startswith("ws_"):
         return "ws"
     return "http"
@@ -672,7 +685,11 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
             )
     if missing:
         lines.append("Not measured: " + "; ".join(f"{t} ({r})" for t, r in missing.items()) + ".")
-    tables = [overload_report.markdown(results["records"]), tracing_report.markdown(results["records"], plan)]
+    tables = [
+        overload_report.markdown(results["records"]),
+        tracing_report.markdown(results["records"], plan),
+        activator_report.markdown(results["records"], plan),
+    ]
     return "\n".join(lines) + "\n" + "".join(f"\n{table}" for table in tables if table)
 
 
@@ -797,6 +814,7 @@ def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
     for key in {k for i in used for k in parts[i]["plan"]}:
         owner = "grpc" if key.startswith("grpc_") else "ws" if key.startswith("ws_") else "http"
         owner = "tracing" if key.startswith("tracing_") else owner
+        owner = "activator" if key.startswith("activator_") else owner
         for i in [taken[owner]] if owner in taken else used:
             if key in parts[i]["plan"]:
                 plan[key] = parts[i]["plan"][key]

@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from bench import grpcload, loadgen, overload, procstat, targets, tracing_overhead
+from bench import activator_cost, grpcload, loadgen, overload, procstat, targets, tracing_overhead
 from drain_router.tools import process as process_
 
 RESULTS_DIR = Path(__file__).parent / "results"
@@ -78,6 +78,9 @@ class Plan:
     grpc_hold_interval_ms: int = 60_000
     #: The tracing workload's paced streams (bench/tracing_overhead.py): one concurrency, to keep it short.
     tracing_paced_concurrency: int = 256
+    #: The activator workload (bench/activator_cost.py): requests held at once, by the activator for
+    #: a sleeping service and by the router in its admission queue (the activator's default --queue-size).
+    activator_held: int = 1000
 
     @property
     def paced_stream_secs(self) -> float:
@@ -116,6 +119,7 @@ PLANS = {
         grpc_hold_streams=20,
         grpc_hold_per_connection=10,
         tracing_paced_concurrency=4,
+        activator_held=20,
     ),
 }
 
@@ -135,6 +139,7 @@ WORKLOADS = (
     "drain",
     "overload",
     "tracing",
+    "activator",
 )
 #: Names that select several workloads at once (``--workloads grpc``).
 WORKLOAD_GROUPS = {
@@ -147,6 +152,9 @@ WORKLOAD_GROUPS = {
     # The router with --tracing off, at ratio 0 and at ratio 1, exporting to the bench's own OTLP
     # sink (bench/tracing_overhead.py): small GET and paced streams, its own routers.
     "tracing": ("tracing",),
+    # drain-router activator against the router: CPU per relayed small GET, RSS and CPU per held
+    # request (bench/activator_cost.py): its own processes and stand-in Kubernetes API.
+    "activator": ("activator",),
 }
 GRPC_WORKLOADS = WORKLOAD_GROUPS["grpc"]
 
@@ -326,13 +334,16 @@ class Bench:
 
     # -- workloads --------------------------------------------------------------------------------
 
-    async def small_get(self, target: targets.Target) -> dict[str, Any]:
+    async def small_get(
+        self, target: targets.Target, *, headers: dict[str, str] | None = None, seconds: float | None = None
+    ) -> dict[str, Any]:
         url = target.url + "/small"
+        window = self.plan.seconds if seconds is None else seconds
         if self.plan.use_wrk and loadgen.wrk_available():
             return await asyncio.to_thread(
-                loadgen.wrk, url, self.plan.small_connections, self.plan.seconds, cpus=self.loadgen_cpus
+                loadgen.wrk, url, self.plan.small_connections, window, cpus=self.loadgen_cpus, headers=headers
             )
-        return await loadgen.requests(url, self.plan.small_connections, self.plan.seconds)
+        return await loadgen.requests(url, self.plan.small_connections, window, headers=headers)
 
     async def upload(self, target: targets.Target) -> dict[str, Any]:
         url = target.url + "/upload"
@@ -628,14 +639,17 @@ class Bench:
             os.sched_setaffinity(0, self.loadgen_cpus)
         selected = set(self.workloads)
         tracing = tracing_overhead.Tracing(self) if "tracing" in selected else None
+        activator = activator_cost.ActivatorCost(self) if "activator" in selected else None
         if selected - {"overload"}:  # the overload measurement starts its own processes
             self.start_upstream()
-        if selected - {"overload", "tracing"}:  # so does the tracing one (its routers and sink)
+        if selected - {"overload", "tracing", "activator"}:  # so do tracing (its routers, sink) and activator
             self.start_targets()
         try:
             if tracing is not None:
                 tracing.start()
                 await tracing.warm()
+            if activator is not None:
+                await activator.start()
             for target in self.targets:  # warm every connection pool and cache once
                 await loadgen.requests(target.url + "/small", 4, min(0.2, plan.seconds / 2))
             for round_no in range(plan.rounds):
@@ -705,6 +719,8 @@ class Bench:
                             await self.drain(target, round_no)
                 if tracing is not None:
                     await tracing.round(round_no)
+                if activator is not None:
+                    await activator.round(round_no)
             if tracing is not None:
                 await tracing.finish()
             if "overload" in selected:
@@ -713,6 +729,8 @@ class Bench:
         finally:
             if tracing is not None:
                 tracing.stop()
+            if activator is not None:
+                await activator.stop()
             self.stop_all()
             if not os.environ.get("BENCH_KEEP_WORKDIR"):
                 shutil.rmtree(self.workdir, ignore_errors=True)

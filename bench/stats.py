@@ -67,3 +67,52 @@ def goal(
         "margin": margin,
         "note": note,
     }
+
+
+# -- a side-by-side workload's records (tracing, activator) --------------------------------------
+
+
+def ratio(records: Sequence[dict[str, Any]], workload: str, arm: str, base: str, metric: str) -> dict[str, Any]:
+    """``arm``'s ``metric`` over ``base``'s, per round of ``workload``: median, min, max (and n)."""
+    by_round: dict[int, dict[str, Any]] = {}
+    for record in records:
+        if record["workload"] == workload:
+            by_round.setdefault(record["round"], {})[record["target"]] = record["metrics"].get(metric)
+    quotients = []
+    for cell in by_round.values():
+        mine, theirs = cell.get(arm), cell.get(base)
+        if isinstance(mine, (int, float)) and isinstance(theirs, (int, float)) and theirs:
+            quotients.append(mine / theirs)
+    return summary(quotients)
+
+
+def value(records: Sequence[dict[str, Any]], workload: str, arm: str, metric: str) -> dict[str, Any]:
+    """``arm``'s ``metric`` in ``workload`` over the rounds: median, min, max (and n)."""
+    got = [r["metrics"].get(metric) for r in records if r["workload"] == workload and r["target"] == arm]
+    return summary([v for v in got if isinstance(v, (int, float))])
+
+
+def sig(v: float) -> str:
+    """Three significant figures, as the bench's table cells."""
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
+def cell(s: dict[str, Any], unit: str = "") -> str:
+    """A summary as a table cell: the median (min–max when the rounds differ), or – when none."""
+    if s.get("median") is None:
+        return "–"
+    med = sig(s["median"]) + (f" {unit}" if unit else "")
+    if s.get("n", 1) > 1 and s["min"] != s["max"]:
+        return f"{med} ({sig(s['min'])}–{sig(s['max'])})"
+    return med
+
+
+def times(s: dict[str, Any]) -> str:
+    """A summary of ratios as a table cell: 1.23x (min–max)."""
+    if s.get("median") is None:
+        return "–"
+    if s.get("n", 1) > 1 and s["min"] != s["max"]:
+        return f"{s['median']:.2f}x ({s['min']:.2f}–{s['max']:.2f})"
+    return f"{s['median']:.2f}x"

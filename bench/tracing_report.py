@@ -31,22 +31,12 @@ def workloads(records: Sequence[dict[str, Any]]) -> list[str]:
 
 def ratio(records: Sequence[dict[str, Any]], workload: str, arm: str, metric: str) -> dict[str, Any]:
     """``arm``'s ``metric`` over the off arm's, per round of ``workload``: median, min, max (and n)."""
-    by_round: dict[int, dict[str, Any]] = {}
-    for record in _cells(records):
-        if record["workload"] == workload:
-            by_round.setdefault(record["round"], {})[record["target"]] = record["metrics"].get(metric)
-    quotients = []
-    for cell in by_round.values():
-        mine, off = cell.get(arm), cell.get("off")
-        if isinstance(mine, (int, float)) and isinstance(off, (int, float)) and off:
-            quotients.append(mine / off)
-    return stats.summary(quotients)
+    return stats.ratio(_cells(records), workload, arm, "off", metric)
 
 
 def value(records: Sequence[dict[str, Any]], workload: str, arm: str, metric: str) -> dict[str, Any]:
     """``arm``'s ``metric`` in ``workload`` over the rounds: median, min, max (and n)."""
-    got = [r["metrics"].get(metric) for r in _cells(records) if r["workload"] == workload and r["target"] == arm]
-    return stats.summary([v for v in got if isinstance(v, (int, float))])
+    return stats.value(_cells(records), workload, arm, metric)
 
 
 def goals(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -67,30 +57,6 @@ def goals(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _num(v: Any, digits: int = 0) -> str:
     return f"{v:,.{digits}f}" if isinstance(v, (int, float)) else "–"
-
-
-def _sig(v: float) -> str:
-    """Three significant figures, as the bench's other cells."""
-    if abs(v) >= 1000:
-        return f"{v:,.0f}"
-    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
-
-
-def _cell(s: dict[str, Any], unit: str = "") -> str:
-    if s.get("median") is None:
-        return "–"
-    med = _sig(s["median"]) + (f" {unit}" if unit else "")
-    if s.get("n", 1) > 1 and s["min"] != s["max"]:
-        return f"{med} ({_sig(s['min'])}–{_sig(s['max'])})"
-    return med
-
-
-def _x(s: dict[str, Any]) -> str:
-    if s.get("median") is None:
-        return "–"
-    if s.get("n", 1) > 1 and s["min"] != s["max"]:
-        return f"{s['median']:.2f}x ({s['min']:.2f}–{s['max']:.2f})"
-    return f"{s['median']:.2f}x"
 
 
 def markdown(records: Sequence[dict[str, Any]], plan: dict[str, Any]) -> str:
@@ -126,11 +92,11 @@ def markdown(records: Sequence[dict[str, Any]], plan: dict[str, Any]) -> str:
                 continue
             off = arm == "off"
             lines.append(
-                f"| {label} | {name} | {_cell(value(records, workload, arm, metric))} | "
-                f"{'–' if off else _x(ratio(records, workload, arm, metric))} | "
-                f"{_cell(value(records, workload, arm, CPU), 'µs')} | "
-                f"{'–' if off else _x(ratio(records, workload, arm, CPU))} | "
-                f"{'–' if off else _cell(value(records, workload, arm, 'spans_per_unit'))} |"
+                f"| {label} | {name} | {stats.cell(value(records, workload, arm, metric))} | "
+                f"{'–' if off else stats.times(ratio(records, workload, arm, metric))} | "
+                f"{stats.cell(value(records, workload, arm, CPU), 'µs')} | "
+                f"{'–' if off else stats.times(ratio(records, workload, arm, CPU))} | "
+                f"{'–' if off else stats.cell(value(records, workload, arm, 'spans_per_unit'))} |"
             )
     totals = {r["target"]: r["metrics"] for r in _cells(records) if r["workload"] == "tracing_totals"}
     parts = []

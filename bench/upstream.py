@@ -18,6 +18,8 @@ Routes (HTTP/1.1, keep-alive, request bodies by Content-Length or chunked):
 - ``GET /v1/realtime`` with ``Upgrade: websocket`` and ``Connection: upgrade``: 101, then a WebSocket echo: every data frame
   from the client comes back as one unmasked frame with the same payload, pings get pongs, a Close
   is answered with a Close and the connection closes. Idle sessions cost nothing but the socket.
+- ``GET /readyz``: 200 with ``{"ready":true}``: the upstream stands in for a model pod's router, which
+  the activator probes there before it forwards (the activator workload, bench/activator_cost.py).
 - anything else: 404.
 
 With ``--grpc-port`` it also serves gRPC over h2c (prior knowledge) on that port, just as lean: frames
@@ -70,6 +72,11 @@ SSE_HEAD = (
 SMALL_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
     len(SMALL_BODY),
     SMALL_BODY,
+)
+READY_BODY = b'{"ready":true}'
+READY_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+    len(READY_BODY),
+    READY_BODY,
 )
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 MAX_HEADER_BYTES = 64 * 1024
@@ -240,6 +247,8 @@ class UpstreamProtocol(asyncio.Protocol):
                 return
             self._stream(req, chunks, interval, hold)
             return
+        elif req.path == "/readyz":
+            transport.write(READY_RESPONSE)
         elif req.path == "/upload":
             body = b'{"bytes":%d}' % self.body_bytes
             transport.write(

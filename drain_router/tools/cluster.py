@@ -91,7 +91,7 @@ class FakeModel:
         """Start the model server and wait until its /health answers 200 and, with gRPC, its
         ``grpc.health.v1`` Check answers SERVING."""
         self.process.start()
-        await _wait_http_ok(session, self.process, f"{self.url}/health", timeout)
+        await wait_http_ok(session, self.process, f"{self.url}/health", timeout)
         if self.grpc_port is not None:
             await _wait_grpc_serving(self.process, self.grpc_port, timeout)
 
@@ -166,7 +166,7 @@ class Replica:
         """Start the router and wait until its /readyz answers 200 (its gRPC listener, if any, is
         bound before: the router binds every listener, then turns ready)."""
         self.process.start()
-        await _wait_http_ok(session, self.process, f"{self.admin_url}/readyz", timeout)
+        await wait_http_ok(session, self.process, f"{self.admin_url}/readyz", timeout)
 
     def sigterm(self) -> None:
         self.process.signal(signal.SIGTERM)
@@ -256,7 +256,7 @@ async def _wait_grpc_serving(process: process_.Process, port: int, timeout: floa
             raise process.failed(str(exc)) from None
 
 
-async def _wait_http_ok(session: aiohttp.ClientSession, process: process_.Process, url: str, timeout: float) -> None:
+async def wait_http_ok(session: aiohttp.ClientSession, process: process_.Process, url: str, timeout: float) -> None:
     async def ok() -> bool:
         if not process.alive:
             raise process.failed(f"exited before {url} answered 200")

@@ -106,7 +106,8 @@ engine; and with no drain. Realtime sessions and gRPC calls (vLLM's Generate, th
 balancer's gRPC side) run beside the streams and the table says how each ended. Prints a
 comparison and what each run lost, writes a PNG timeline. Exits 1 if drain-router lost a
 request or a gRPC call, or cut a session. With --overload it shows admission control instead: the
-engine past its capacity, straight and behind a router.
+engine past its capacity, straight and behind a router. With --wake, a model service scaled to zero
+woken by its first requests through the activator (exits 1 if one was lost).
 """
 
 
@@ -162,10 +163,33 @@ engine past its capacity, straight and behind a router.
     "admission control (--max-concurrent-requests), and a table of what each did (about 30 s).",
 )
 @click.option(
+    "--wake",
+    is_flag=True,
+    default=False,
+    help="Instead of the rolling restart: --clients streams held by a real drain-router activator for a "
+    "ModelService scaled to zero (a stand-in Kubernetes API) until a pod it wakes is ready, and a "
+    "table of the wake (about 10 s).",
+)
+@click.option(
+    "--cold-start-secs",
+    type=click.FloatRange(0, 120),
+    default=3.0,
+    show_default=True,
+    metavar="SECS",
+    help="With --wake: how long the woken pod takes to start (the demo's stand-in for scheduling and model load).",
+)
+@click.option(
     "--live/--plain", default=None, help="A redrawn live view, or plain event lines. Default: live on a terminal."
 )
-def command(png: Path, no_png: bool, live: bool | None, overload: bool, **params: int) -> None:
+def command(
+    png: Path, no_png: bool, live: bool | None, overload: bool, wake: bool, cold_start_secs: float, **params: int
+) -> None:
     """The demo (its help: :data:`HELP`)."""
+    if wake:
+        from drain_router.tools import wake_demo
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            sys.exit(runner.run(wake_demo.run(sys.stdout, clients=params["clients"], cold_start_secs=cold_start_secs)))
     if overload:
         from drain_router.tools import overload_demo
 

@@ -1,5 +1,6 @@
 """The activator's world, stood in: a Kubernetes API serving one kind of ModelService, its status
-subresource and the pods list (:class:`FakeKube`, recording every call), a model server that records
+subresource and the pods list (:class:`~drain_router.tools.fake_kube.FakeKube`, recording every
+call; the package's own), a model server that records
 the order requests reach it and echoes WebSocket messages (:class:`Model`), and processes
 (the activator, and ``drain-router serve`` as a model pod's router)."""
 
@@ -11,108 +12,22 @@ import dataclasses
 import json
 import sys
 from collections.abc import AsyncIterator
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from drain_router.tools import fake_kube
 from drain_router.tools import process as process_
 from tests.process import RouterProcess, log_path
 
-NS, NAME = "models", "llama"
+NS, NAME = fake_kube.NS, fake_kube.NAME
 SERVICE = f"{NS}/{NAME}"
 POD_IP = "127.0.0.2"
 """The model pod's address: its router listens there (loopback, as a pod IP)."""
 DEAD_POD_IP = "127.0.0.3"
 """A listed pod whose router does not answer (nothing listens there)."""
-
-
-def modelservice(*, port: int, cold_start: float | None = None, rv: int = 1) -> dict[str, Any]:
-    lifecycle: dict[str, Any] = {"phase": "ScaledToZero", "replicasBeforeZero": 1}
-    if cold_start is not None:
-        lifecycle |= {
-            "coldStartSeconds": cold_start,
-            "wakeRequestedAt": "2026-01-01T00:00:00Z",
-            "awokenAt": "2026-01-01T00:01:00Z",
-        }
-    return {
-        "apiVersion": "drainrouter.dev/v1alpha1",
-        "kind": "ModelService",
-        "metadata": {"namespace": NS, "name": NAME, "resourceVersion": str(rv)},
-        "spec": {
-            "podSelector": {"matchLabels": {"app": NAME, "tier": "model"}},
-            "workload": {"kind": "Deployment", "name": NAME},
-            "router": {"port": port, "adminPort": 9091},
-        },
-        "status": {"lifecycle": lifecycle},
-    }
-
-
-def pod(ip: str, name: str, *, phase: str = "Running") -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": NS, "creationTimestamp": "2026-01-01T00:00:00Z"},
-        "status": {"phase": phase, "podIP": ip},
-    }
-
-
-@dataclasses.dataclass
-class FakeKube:
-    services: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
-    pods: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    """The pods of the one service, as the list returns them."""
-    conflicts: int = 0
-    """The next N status patches answer 409 (another writer came first: the version moves on)."""
-    patches: list[tuple[str, dict[str, Any], int]] = dataclasses.field(default_factory=list)
-    """Every status patch: its content type, its body, the status answered."""
-    reads: int = 0
-    selectors: list[str] = dataclasses.field(default_factory=list)
-    url: str = ""
-
-    def accepted(self) -> list[dict[str, Any]]:
-        return [body for _, body, code in self.patches if code == 200]
-
-    async def get(self, request: web.Request) -> web.Response:
-        self.reads += 1
-        obj = self.services.get((request.match_info["ns"], request.match_info["name"]))
-        if obj is None:
-            return web.json_response({"kind": "Status", "reason": "NotFound", "code": 404}, status=404)
-        return web.json_response(obj)
-
-    async def patch(self, request: web.Request) -> web.Response:
-        obj = self.services.get((request.match_info["ns"], request.match_info["name"]))
-        body = await request.json()
-        code = 200
-        if obj is None:
-            code = 404
-        elif self.conflicts:
-            self.conflicts -= 1
-            obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
-            code = 409
-        elif body.get("metadata", {}).get("resourceVersion") != obj["metadata"]["resourceVersion"]:
-            code = 409
-        else:
-            obj["status"]["lifecycle"].update(body["status"]["lifecycle"])
-            obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
-        self.patches.append((request.content_type, body, code))
-        return web.json_response(obj if code == 200 else {"kind": "Status", "code": code}, status=code)
-
-    async def list_pods(self, request: web.Request) -> web.Response:
-        self.selectors.append(request.query.get("labelSelector", ""))
-        return web.json_response({"kind": "PodList", "items": self.pods})
-
-
-@contextlib.asynccontextmanager
-async def kube_api() -> AsyncIterator[FakeKube]:
-    kube = FakeKube()
-    app = web.Application()
-    path = "/apis/drainrouter.dev/v1alpha1/namespaces/{ns}/modelservices/{name}"
-    app.router.add_get(path, kube.get)
-    app.router.add_patch(path + "/status", kube.patch)
-    app.router.add_get("/api/v1/namespaces/{ns}/pods", kube.list_pods)
-    async with _serving(app, "127.0.0.1") as url:
-        kube.url = url
-        yield kube
 
 
 MAX_BODY = 128 * 1024 * 1024
@@ -147,22 +62,9 @@ async def model_server() -> AsyncIterator[Model]:
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_route("*", "/hold", model.hold)
     app.router.add_get("/ws", model.ws)
-    async with _serving(app, "127.0.0.1") as url:
+    async with fake_kube.serving(app, "127.0.0.1") as url:
         model.url = url
         yield model
-
-
-@contextlib.asynccontextmanager
-async def _serving(app: web.Application, host: str) -> AsyncIterator[str]:
-    runner = web.AppRunner(app, shutdown_timeout=0.5)
-    await runner.setup()
-    site = web.TCPSite(runner, host, 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
 
 
 @dataclasses.dataclass
@@ -187,7 +89,7 @@ async def recording_pod() -> AsyncIterator[RecordingPod]:
     app.router.add_route("*", "/hold", model.hold)
     pod = RecordingPod(model)
     app.router.add_get("/readyz", pod.readyz)
-    async with _serving(app, POD_IP) as url:
+    async with fake_kube.serving(app, POD_IP) as url:
         model.url = url
         pod.port = int(url.rsplit(":", 1)[1])
         yield pod

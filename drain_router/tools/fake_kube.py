@@ -1,0 +1,129 @@
+"""A stand-in Kubernetes API for the activator: ModelServices (GET, and merge patches of their status
+subresource, with the ``resourceVersion`` checked), and one list of pods, recording every call
+(:class:`FakeKube`, served by :func:`kube_api`). What the activator reads of the API and nothing
+more: the tests, the bench and the demo point ``drain-router activator --kube-api`` at it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+NS, NAME = "models", "llama"
+"""The namespace and name of :func:`modelservice` unless given."""
+
+
+def modelservice(
+    *,
+    port: int,
+    cold_start: float | None = None,
+    rv: int = 1,
+    namespace: str = NS,
+    name: str = NAME,
+) -> dict[str, Any]:
+    """A ModelService scaled to zero whose pods' routers listen on ``port`` (traffic, where the
+    activator asks ``/readyz`` and relays); with ``cold_start``, an earlier wake that took that long."""
+    lifecycle: dict[str, Any] = {"phase": "ScaledToZero", "replicasBeforeZero": 1}
+    if cold_start is not None:
+        lifecycle |= {
+            "coldStartSeconds": cold_start,
+            "wakeRequestedAt": "2026-01-01T00:00:00Z",
+            "awokenAt": "2026-01-01T00:01:00Z",
+        }
+    return {
+        "apiVersion": "drainrouter.dev/v1alpha1",
+        "kind": "ModelService",
+        "metadata": {"namespace": namespace, "name": name, "resourceVersion": str(rv)},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": name, "tier": "model"}},
+            "workload": {"kind": "Deployment", "name": name},
+            "router": {"port": port, "adminPort": 9091},
+        },
+        "status": {"lifecycle": lifecycle},
+    }
+
+
+def pod(ip: str, name: str, *, phase: str = "Running", namespace: str = NS) -> dict[str, Any]:
+    """A pod as the pods list returns it: its phase and IP."""
+    return {
+        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {"phase": phase, "podIP": ip},
+    }
+
+
+@dataclasses.dataclass
+class FakeKube:
+    services: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
+    pods: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """The pods of the one service, as the list returns them."""
+    conflicts: int = 0
+    """The next N status patches answer 409 (another writer came first: the version moves on)."""
+    patches: list[tuple[str, dict[str, Any], int]] = dataclasses.field(default_factory=list)
+    """Every status patch: its content type, its body, the status answered."""
+    reads: int = 0
+    selectors: list[str] = dataclasses.field(default_factory=list)
+    url: str = ""
+
+    def accepted(self) -> list[dict[str, Any]]:
+        return [body for _, body, code in self.patches if code == 200]
+
+    async def get(self, request: web.Request) -> web.Response:
+        self.reads += 1
+        obj = self.services.get((request.match_info["ns"], request.match_info["name"]))
+        if obj is None:
+            return web.json_response({"kind": "Status", "reason": "NotFound", "code": 404}, status=404)
+        return web.json_response(obj)
+
+    async def patch(self, request: web.Request) -> web.Response:
+        obj = self.services.get((request.match_info["ns"], request.match_info["name"]))
+        body = await request.json()
+        code = 200
+        if obj is None:
+            code = 404
+        elif self.conflicts:
+            self.conflicts -= 1
+            obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+            code = 409
+        elif body.get("metadata", {}).get("resourceVersion") != obj["metadata"]["resourceVersion"]:
+            code = 409
+        else:
+            obj["status"]["lifecycle"].update(body["status"]["lifecycle"])
+            obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+        self.patches.append((request.content_type, body, code))
+        return web.json_response(obj if code == 200 else {"kind": "Status", "code": code}, status=code)
+
+    async def list_pods(self, request: web.Request) -> web.Response:
+        self.selectors.append(request.query.get("labelSelector", ""))
+        return web.json_response({"kind": "PodList", "items": self.pods})
+
+
+@contextlib.asynccontextmanager
+async def kube_api() -> AsyncIterator[FakeKube]:
+    """A :class:`FakeKube` served on a free loopback port (its ``url``) until the block ends."""
+    kube = FakeKube()
+    app = web.Application()
+    path = "/apis/drainrouter.dev/v1alpha1/namespaces/{ns}/modelservices/{name}"
+    app.router.add_get(path, kube.get)
+    app.router.add_patch(path + "/status", kube.patch)
+    app.router.add_get("/api/v1/namespaces/{ns}/pods", kube.list_pods)
+    async with serving(app, "127.0.0.1") as url:
+        kube.url = url
+        yield kube
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application, host: str) -> AsyncIterator[str]:
+    """``app`` on a free port of ``host`` (its base URL) until the block ends."""
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, host, 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
