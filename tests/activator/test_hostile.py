@@ -17,9 +17,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from drain_router.tools import fake_kube
+from drain_router.tools.fake_kube import NAME, NS
 from drain_router.tools.process import wait_until
 from tests.activator import stand_ins
-from tests.activator.stand_ins import NAME, NS, POD_IP, SERVICE, Client, held, wait_held
+from tests.activator.stand_ins import POD_IP, SERVICE, Client, held, wait_held
 from tests.blackbox import settled, settled_rss
 
 UPLOAD_BYTES = 64 * 1024 * 1024
@@ -34,14 +36,14 @@ async def close_clients() -> AsyncIterator[None]:
 
 
 @pytest.fixture
-async def kube() -> AsyncIterator[stand_ins.FakeKube]:
-    async with stand_ins.kube_api() as api:
+async def kube() -> AsyncIterator[fake_kube.FakeKube]:
+    async with fake_kube.kube_api() as api:
         yield api
 
 
-async def test_a_held_upload_is_held_back_not_buffered(kube: stand_ins.FakeKube) -> None:
+async def test_a_held_upload_is_held_back_not_buffered(kube: fake_kube.FakeKube) -> None:
     async with stand_ins.recording_pod() as pod:
-        kube.services[(NS, NAME)] = stand_ins.modelservice(port=pod.port)
+        kube.services[(NS, NAME)] = fake_kube.modelservice(port=pod.port)
         async with stand_ins.activator(kube.url) as act:
             assert act.proc.pid is not None
             before = await settled_rss(act.proc.pid, settle=0.5)
@@ -68,7 +70,7 @@ async def test_a_held_upload_is_held_back_not_buffered(kube: stand_ins.FakeKube)
             assert sent < UPLOAD_BYTES // 2, f"{sent} bytes accepted from a held client"
             assert grew < 8 * 1024 * 1024, f"activator RSS grew {grew / 2**20:.1f} MiB holding an upload"
 
-            kube.pods = [stand_ins.pod(POD_IP, "llama-0")]
+            kube.pods = [fake_kube.pod(POD_IP, "llama-0")]
             await asyncio.wait_for(uploading, 60)
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
             assert head.startswith(b"HTTP/1.1 200"), head
@@ -84,8 +86,8 @@ async def test_a_held_upload_is_held_back_not_buffered(kube: stand_ins.FakeKube)
             writer.close()
 
 
-async def test_held_requests_cost_bounded_memory_each(kube: stand_ins.FakeKube) -> None:
-    kube.services[(NS, NAME)] = stand_ins.modelservice(port=1)
+async def test_held_requests_cost_bounded_memory_each(kube: fake_kube.FakeKube) -> None:
+    kube.services[(NS, NAME)] = fake_kube.modelservice(port=1)
     async with stand_ins.activator(kube.url, "--queue-size", str(HELD)) as act:
         assert act.proc.pid is not None
         warm = await Client.send(act.port, "/hold?id=warm")
@@ -108,8 +110,8 @@ async def test_held_requests_cost_bounded_memory_each(kube: stand_ins.FakeKube) 
     ],
     ids=["head-too-large", "non-ascii-service", "service-name-too-long"],
 )
-async def test_bad_heads_are_refused_never_held(kube: stand_ins.FakeKube, extra: bytes, status: int) -> None:
-    kube.services[(NS, NAME)] = stand_ins.modelservice(port=1)
+async def test_bad_heads_are_refused_never_held(kube: fake_kube.FakeKube, extra: bytes, status: int) -> None:
+    kube.services[(NS, NAME)] = fake_kube.modelservice(port=1)
     async with stand_ins.activator(kube.url) as act:
         reader, writer = await asyncio.open_connection("127.0.0.1", act.port)
         writer.write(b"GET /hold HTTP/1.1\r\nHost: x\r\n" + extra + b"\r\n")
