@@ -14,14 +14,15 @@ from typing import Any
 import aiohttp
 import pytest
 
+from drain_router.decisions import activation, route_switch
 from drain_router.decisions import activator as activator_decisions
-from drain_router.decisions import route_switch
 from drain_router.tools import process as process_
 from tests.activator import stand_ins
 
 from . import process_pods
 from .conftest import NAMESPACE, eventually
 from .rules_scenario import deployment, make_service, ready_pods
+from .scenario import events
 from .test_operator_waking import ROUTES, RULES, Recorder, lifecycle, route
 
 pytestmark = pytest.mark.slow
@@ -69,6 +70,11 @@ async def _service(cluster: Any, kubelet: process_pods.ProcessKubelet, *, timeou
 
 
 async def _hold(port: int, id_: str, header: str, wait: float = 0) -> tuple[int, Any]:
+    status, _, body = await _hold_answer(port, id_, header, wait)
+    return status, body
+
+
+async def _hold_answer(port: int, id_: str, header: str, wait: float = 0) -> tuple[int, dict[str, str], Any]:
     async with aiohttp.ClientSession() as session:
         async with session.post(
             f"http://127.0.0.1:{port}/hold?id={id_}&wait={wait}",
@@ -76,7 +82,7 @@ async def _hold(port: int, id_: str, header: str, wait: float = 0) -> tuple[int,
             headers={activator_decisions.SERVICE_HEADER.decode(): header},
             timeout=aiohttp.ClientTimeout(total=120),
         ) as response:
-            return response.status, await response.json(content_type=None)
+            return response.status, dict(response.headers), await response.json(content_type=None)
 
 
 async def _direct(ip: str, port: int, id_: str, wait: float = 0) -> tuple[int, Any]:
@@ -203,3 +209,36 @@ async def test_a_request_in_flight_on_the_last_pod_finishes_whatever_the_sleep_d
         await eventually(lambda: process.exit_code is not None, what="the router's exit", timeout=30)
         assert process.exit_code == 0
     recorder.check_never_at_an_empty_service()
+
+
+async def test_a_wake_that_never_gets_a_ready_pod_answers_503_and_leaves_the_service_asleep(
+    cluster: Any, model: stand_ins.Model, kubelet: process_pods.ProcessKubelet, start_operator: Any
+) -> None:
+    """activationTimeout 3 s on both sides; the woken pod's cold start never ends. Result: the held
+    request is answered 503 with Retry-After from the last cold start (none observed yet: the
+    default) and never reaches the model server; the controller scales back to 0 with a Warning
+    WakeFailed, the route left at the activator, phase ScaledToZero."""
+    emu, server = cluster
+    async with stand_ins.activator(str(server.url).rstrip("/"), "--activation-timeout-secs", "3") as act:
+        assert act.port is not None
+        service = route_switch.ActivatorService(namespace="gw", name="activator", port=act.port)
+        await _service(cluster, kubelet, timeout=3)
+        at_activator = [{"group": "", "kind": "Service", "name": "activator", "namespace": "gw", "port": act.port}]
+        recorder = Recorder(emu, at_activator)
+        (pod,) = await eventually(lambda: ready_pods(emu), what="a Ready pod whose router listens")
+        assert (await _direct(pod["status"]["podIP"], kubelet.main_port, "warm"))[0] == 200
+        await start_operator(**FAST, activator_service=service)
+        await _asleep(emu, kubelet)
+        kubelet.cold_start.clear()  # for good: no pod of the wake ever starts
+
+        status, headers, body = await _hold_answer(act.port, "late", _header(emu))
+        assert status == 503 and headers["Retry-After"] == str(activation.retry_after(None)), (status, headers, body)
+        assert model.arrived == ["warm"]
+        await eventually(lambda: ("Warning", "WakeFailed") in events(emu), what="a WakeFailed Warning", timeout=30)
+        await eventually(
+            lambda: lifecycle(emu).get("phase") == "ScaledToZero" and deployment(emu)["spec"]["replicas"] == 0,
+            what="asleep again",
+        )
+        assert all(r["backendRefs"] == at_activator for r in route(emu)["spec"]["rules"])
+        assert [w.data["spec"]["replicas"] for w in recorder.of("deployments")] == [0, 1, 0]
+        recorder.check_never_at_an_empty_service()
