@@ -330,3 +330,29 @@ async def test_a_refused_scale_down_is_not_recorded(cluster: Any, routers: Any, 
     await _asleep(emu)
     assert lifecycle(emu)["replicasBeforeZero"] == 2 and ("Normal", "WakeRequested") not in events(emu)
     recorder.check_never_at_an_empty_service()
+
+
+async def test_a_service_asleep_before_the_activator_was_enabled_wakes_on_a_request(
+    cluster: Any, routers: Any, start_operator: Any
+) -> None:
+    """1. scaled to zero by the rule with the route kept (no activator) 2. the controller restarted with
+    --activator-service. Result: the route goes to the activator (the Deployment stays at 0), phase
+    ScaledToZero; a wake asked scales it back to 1 (no replicasBeforeZero was recorded) and, once a
+    router serves, the route's rules are restored."""
+    emu, server = cluster
+    await _service(cluster, routers)
+    op = await start_operator(**{k: v for k, v in FAST.items() if k != "activator_service"})
+    await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)
+    await op.stop()
+    await eventually(lambda: not ready_pods(emu), what="no Ready pod", timeout=10)
+    recorder = Recorder(emu)  # from here on, with the activator
+    await start_operator(**FAST)
+    await eventually(lambda: lifecycle(emu).get("phase") == "ScaledToZero", what="phase ScaledToZero")
+    assert all(r["backendRefs"] == AT_ACTIVATOR for r in route(emu)["spec"]["rules"])
+    assert {w.data["spec"]["replicas"] for w in recorder.of("deployments")} == {0}
+    for ip in fake_routers.IPS:
+        routers.busy(ip)
+    await _ask_for_a_wake(server, emu)
+    await eventually(lambda: deployment(emu)["spec"]["replicas"] == 1, what="scaled back to 1", timeout=10)
+    await eventually(lambda: route(emu)["spec"]["rules"] == RULES, what="the route's rules restored", timeout=15)
+    recorder.check_never_at_an_empty_service()
