@@ -160,6 +160,15 @@ def test_rbac_verbs_follow_the_features(helm: Helm, features: dict[str, bool], e
     assert rules(one(render(helm, {"features": features}), "Role", CONTROLLER)) == expected
 
 
+def test_the_activator_service_is_passed_and_lets_the_controller_patch_routes(helm: Helm) -> None:
+    """Waking on a request: the flag, and patch on the route kinds it switches; nothing else broadens."""
+    docs = render(helm, {"activatorService": "drain-router/activator:8012"})
+    assert flag(controller_args(docs), "--activator-service") == "drain-router/activator:8012"
+    patching = [(g, r, (*v, "patch")) for g, r, v in (HTTPROUTES, GRPCROUTES)]
+    assert rules(one(docs, "Role", CONTROLLER)) == [*DEFAULT_RULES[:-3], *patching, INFERENCEPOOLS]
+    assert "--activator-service" not in controller_args(render(helm))
+
+
 def test_watch_namespaces_get_one_role_each(helm: Helm) -> None:
     docs = render(helm, values_sets.CONTROLLER_NAMESPACES)
     roles = find(docs, "Role", CONTROLLER)

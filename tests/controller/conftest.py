@@ -49,7 +49,11 @@ def chart_rules(helm: chart.Helm) -> list[Rule]:
     """The controller's RBAC as the controller chart renders it with every feature the suite exercises
     (cluster mode, so the node reads are granted too)."""
     docs = helm.template(
-        {"watch": {"allNamespaces": True}, "features": {"forceDelete": True, "inferencePools": True}},
+        {
+            "watch": {"allNamespaces": True},
+            "features": {"forceDelete": True, "inferencePools": True},
+            "activatorService": "gw/activator:8012",
+        },
         chart=chart.CONTROLLER_CHART,
     )
     return rules_of(chart.find(docs, "Role") + chart.find(docs, "ClusterRole"))

@@ -40,16 +40,17 @@ fails the test on purpose.
   resources: [deployments]
   verbs: [get, delete{{ if $f.lifecycleRules }}, patch{{ end }}]
 {{- if $f.httpRoutes }}
-# The route (RouteRemoving stage).
+# The route (RouteRemoving stage); patch (only with activatorService): pointed at the activator and back.
 - apiGroups: [gateway.networking.k8s.io]
   resources: [httproutes]
-  verbs: [get, delete]
+  verbs: [get, delete{{ if .Values.activatorService }}, patch{{ end }}]
 {{- end }}
 {{- if $f.grpcRoutes }}
-# A GRPCRoute: the route itself (RouteRemoving), or the first workload object after the HTTPRoute.
+# A GRPCRoute: the route itself (RouteRemoving), or the first workload object after the HTTPRoute;
+# patch (only with activatorService): pointed at the activator and back.
 - apiGroups: [gateway.networking.k8s.io]
   resources: [grpcroutes]
-  verbs: [get, delete]
+  verbs: [get, delete{{ if .Values.activatorService }}, patch{{ end }}]
 {{- end }}
 {{- if $f.inferencePools }}
 # An InferencePool: the route itself (RouteRemoving) or a workload object deleted after the route.
