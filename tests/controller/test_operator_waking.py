@@ -356,3 +356,31 @@ async def test_a_service_asleep_before_the_activator_was_enabled_wakes_on_a_requ
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 1, what="scaled back to 1", timeout=10)
     await eventually(lambda: route(emu)["spec"]["rules"] == RULES, what="the route's rules restored", timeout=15)
     recorder.check_never_at_an_empty_service()
+
+
+async def test_recycling_waits_while_the_service_wakes(cluster: Any, routers: Any, start_operator: Any) -> None:
+    """1. asleep 2. recycling turned on with a 1 s maximum pod lifetime, no waiting for idle 3. a wake
+    asked; the woken pods' routers still starting. Result: while Waking, past their lifetime and
+    Ready, no pod is evicted."""
+    emu, server = cluster
+    await _service(cluster, routers)
+    await start_operator(**FAST)
+    await _asleep(emu)
+    response = await server.client.patch(
+        f"/apis/{MSVC.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/modelservices/llama",
+        json={"spec": {"recycling": {"maxPodLifetimeSeconds": 1, "waitForIdle": False}}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.status == 200, await response.text()
+    for ip in fake_routers.IPS:
+        routers.answer(ip, 200, {"inflight": 0, "state": "starting", "idle_since": None, "served": 0})
+    evictions = len(emu.evictions)
+    await _ask_for_a_wake(server, emu)
+    await eventually(lambda: lifecycle(emu).get("phase") == "Waking", what="phase Waking", timeout=10)
+    await eventually(lambda: len(ready_pods(emu)) == 2, what="two Ready pods (routers starting)")
+    born = time.time()
+    asked = len(routers.asked)
+    await eventually(
+        lambda: time.time() > born + 2 and len(routers.asked) > asked + 10, what="passes past the pods' lifetime"
+    )
+    assert lifecycle(emu)["phase"] == "Waking" and len(emu.evictions) == evictions
