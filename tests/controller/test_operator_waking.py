@@ -71,7 +71,7 @@ async def test_sleep_points_the_route_at_the_activator_before_the_deployment_goe
     assert events(emu).count(("Normal", "LifecycleScaledToZero")) == 1
     cond = condition(emu, "Waking")
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", "ScaledToZero")
-    recorder.check_never_at_an_emptyservice()
+    recorder.check_never_at_an_empty_service()
 
 
 async def test_a_wake_scales_back_and_points_the_route_back_once_a_router_serves(
@@ -112,7 +112,7 @@ async def test_a_wake_scales_back_and_points_the_route_back_once_a_router_serves
     )
     back = next(i for i, w in enumerate(recorder.writes) if w.plural == ROUTES and w.data["spec"]["rules"] == RULES)
     assert scale_up < back
-    recorder.check_never_at_an_emptyservice()
+    recorder.check_never_at_an_empty_service()
 
 
 async def test_the_waking_condition_is_true_while_waking(cluster: Any, routers: Any, start_operator: Any) -> None:
@@ -130,7 +130,7 @@ async def test_the_waking_condition_is_true_while_waking(cluster: Any, routers: 
     cond = condition(emu, "Waking")
     assert cond is not None and (cond["status"], cond["reason"]) == ("True", "Waking")
     assert all(r["backendRefs"] == AT_ACTIVATOR for r in route(emu)["spec"]["rules"])
-    recorder.check_never_at_an_emptyservice()
+    recorder.check_never_at_an_empty_service()
 
 
 async def test_a_wake_request_runs_a_pass_at_once(cluster: Any, routers: Any, start_operator: Any) -> None:
@@ -175,7 +175,7 @@ async def test_a_wake_without_a_ready_router_scales_back_to_zero_after_the_timeo
     cond = condition(emu, "Waking")
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", "WakeFailed")
     assert wakes(op, "failed") == 1
-    recorder.check_never_at_an_emptyservice()
+    recorder.check_never_at_an_empty_service()
 
 
 async def test_without_the_flag_the_route_is_never_written(cluster: Any, routers: Any, start_operator: Any) -> None:

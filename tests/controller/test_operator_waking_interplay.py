@@ -66,7 +66,7 @@ async def test_a_refused_scale_down_is_not_recorded(cluster: Any, routers: Any, 
     emu.heal()
     await asleep(emu)
     assert lifecycle(emu)["replicasBeforeZero"] == 2 and ("Normal", "WakeRequested") not in events(emu)
-    recorder.check_never_at_an_emptyservice()
+    recorder.check_never_at_an_empty_service()
 
 
 async def test_a_service_asleep_before_the_activator_was_enabled_wakes_on_a_request(
@@ -92,10 +92,10 @@ async def test_a_service_asleep_before_the_activator_was_enabled_wakes_on_a_requ
     await ask_for_a_wake(server, emu)
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 1, what="scaled back to 1", timeout=10)
     await eventually(lambda: route(emu)["spec"]["rules"] == RULES, what="the route's rules restored", timeout=15)
-    recorder.check_never_at_an_emptyservice()
+    recorder.check_never_at_an_empty_service()
 
 
-async def test_recycling_waits_while_the_servicewakes(cluster: Any, routers: Any, start_operator: Any) -> None:
+async def test_recycling_waits_while_the_service_wakes(cluster: Any, routers: Any, start_operator: Any) -> None:
     """1. asleep 2. recycling turned on with a 1 s maximum pod lifetime, no waiting for idle 3. a wake
     asked; the woken pods' routers still starting. Result: while Waking, past their lifetime and
     Ready, no pod is evicted."""

@@ -62,7 +62,7 @@ class Recorder:
     def of(self, plural: str) -> list[Write]:
         return [w for w in self.writes if w.plural == plural]
 
-    def check_never_at_an_emptyservice(self) -> None:
+    def check_never_at_an_empty_service(self) -> None:
         """Every route write that points a rule at the model Service came while a pod was Ready, and
         every scale to 0 came while the route pointed at the activator."""
         for write in self.writes:
