@@ -53,7 +53,7 @@ async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, 
         records.update({k: kept[k] for k in status_.ACTIVATION_KEYS if k in kept})
     else:
         owned = exists and not being_deleted and stage in (None, "Released")
-        plan, route_ref = await waking.plan(turn, fresh, decision, stored, answers, replicas if owned else None)
+        plan, route_ref = await waking.plan(turn, fresh, rules, decision, stored, answers, replicas if owned else None)
         decision = plan.rules
         records = {**status_.lifecycle_dict(decision.status), **plan.records()}
     also = None if plan is None else plan.step.condition

@@ -81,6 +81,7 @@ async def read_route(
 async def plan(
     turn: turn_.Turn,
     fresh: Mapping[str, Any],
+    rules: Sequence[lifecycle.Rule],
     decision: lifecycle.RuleDecision,
     stored_rules: lifecycle.LifecycleStatus,
     answers: Sequence[probe.Answer],
@@ -96,24 +97,27 @@ async def plan(
     )
     holds = activation.holds_rules(stored)
     scale_rule = decision.action is lifecycle.Policy.SCALE_TO_ZERO
+    # Already at 0 with a ScaleToZero rule (slept before the activator was enabled, or scaled down by
+    # hand): asleep all the same, so the route goes to the activator and a request wakes it.
+    asleep = replicas == 0 and any(r.policy is lifecycle.Policy.SCALE_TO_ZERO for r in rules)
     now = turn.ctx.clock()
     step = activation.step(
         observed,
         stored,
-        sleep_due=scale_rule and not holds,
+        sleep_due=(scale_rule or asleep) and not holds,
         now=now,
         activation_timeout=activation_timeout(fresh.get("spec") or {}),
     )
     scaled_at = decision.status.scaled_to_zero_at
     if step.action is activation.Action.SCALE_TO_ZERO:
-        scaled_at = now
+        scaled_at = now if scaled_at is None or scale_rule else scaled_at
     elif scale_rule:
         scaled_at = stored_rules.scaled_to_zero_at  # not scaled (yet): the record must not say so
-    rules = dataclasses.replace(decision, status=dataclasses.replace(decision.status, scaled_to_zero_at=scaled_at))
+    kept = dataclasses.replace(decision, status=dataclasses.replace(decision.status, scaled_to_zero_at=scaled_at))
     if scale_rule or holds or step.action is not None:
-        rules = dataclasses.replace(rules, action=None, events=())
+        kept = dataclasses.replace(kept, action=None, events=())
     slept = scale_rule and step.action is activation.Action.SCALE_TO_ZERO
-    return Plan(rules=rules, step=step, stored=stored, route=obj, slept=slept, events=decision.events), ref
+    return Plan(rules=kept, step=step, stored=stored, route=obj, slept=slept, events=decision.events), ref
 
 
 async def act(

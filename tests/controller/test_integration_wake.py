@@ -23,7 +23,7 @@ from . import process_pods
 from .conftest import NAMESPACE, eventually
 from .rules_scenario import deployment, make_service, ready_pods
 from .scenario import events
-from .test_operator_waking import ROUTES, RULES, Recorder, lifecycle, route
+from .waking_scenario import ROUTES, RULES, Recorder, lifecycle, route
 
 pytestmark = pytest.mark.slow
 

@@ -4,93 +4,32 @@ the writes."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import kmock
 import pytest
 
-from drain_router.decisions import activator, durations, route_switch
+from drain_router.decisions import durations, route_switch
 
 from . import fake_routers
-from .conftest import MSVC, NAMESPACE, eventually
-from .rules_scenario import condition, deployment, make_service, ready_pods, status
+from .conftest import NAMESPACE, eventually
+from .rules_scenario import condition, deployment, ready_pods
 from .scenario import event_messages, events
-
-ACTIVATOR = route_switch.ActivatorService(namespace="gw", name="activator", port=8012)
-AT_ACTIVATOR = [{"group": "", "kind": "Service", "name": "activator", "namespace": "gw", "port": 8012}]
-RULES = [
-    {
-        "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
-        "backendRefs": [{"name": "llama", "port": 8080}],
-        "filters": [
-            {"type": "RequestHeaderModifier", "requestHeaderModifier": {"add": [{"name": "x-a", "value": "1"}]}}
-        ],
-    },
-    {"backendRefs": [{"name": "llama", "port": 8080, "weight": 1}]},
-]
-FAST = {"idle_recheck_secs": 0.2, "max_sleep_secs": 0.5, "lifecycle_buffer_secs": 0.1, "activator_service": ACTIVATOR}
-ROUTES = "httproutes"
-
-
-@dataclasses.dataclass
-class Write:
-    """One write of the route or the Deployment as the emulator received it, with the cluster then."""
-
-    plural: str
-    data: Any
-    ready_pods: int
-    route_rules: list[Any]
-
-
-class Recorder:
-    def __init__(self, emu: Any, at_activator: list[dict[str, Any]] | None = None) -> None:
-        self.emu = emu
-        self.at_activator = AT_ACTIVATOR if at_activator is None else at_activator
-        """A rule's backendRefs while it points at the activator."""
-        self.writes: list[Write] = []
-        emu.on_request = self.seen
-
-    def seen(self, request: Any) -> None:
-        plural = request.resource.plural if request.resource is not None else None
-        if plural in (ROUTES, "deployments") and request.method == "PATCH" and request.subresource is None:
-            self.writes.append(
-                Write(
-                    plural,
-                    request.data,
-                    len(ready_pods(self.emu)),
-                    (route(self.emu).get("spec") or {}).get("rules") or [],
-                )
-            )
-
-    def of(self, plural: str) -> list[Write]:
-        return [w for w in self.writes if w.plural == plural]
-
-    def check_never_at_an_empty_service(self) -> None:
-        """Every route write that points a rule at the model Service came while a pod was Ready, and
-        every scale to 0 came while the route pointed at the activator."""
-        for write in self.writes:
-            if write.plural == ROUTES:
-                rules = write.data["spec"]["rules"]
-                if any(r.get("backendRefs") != self.at_activator for r in rules):
-                    assert write.ready_pods > 0, f"the route pointed at the Service with no Ready pod: {write.data}"
-            elif write.data.get("spec", {}).get("replicas") == 0:
-                assert all(r.get("backendRefs") == self.at_activator for r in write.route_rules), (
-                    "scaled to 0 with the route at the Service"
-                )
-
-
-def route(emu: Any) -> dict[str, Any]:
-    obj = emu.get(f"gateway.networking.k8s.io/v1/{ROUTES}", NAMESPACE, "llama")
-    assert obj is not None
-    return obj
-
-
-def lifecycle(emu: Any) -> dict[str, Any]:
-    return dict(status(emu).get("lifecycle") or {})
+from .waking_scenario import (
+    AT_ACTIVATOR,
+    FAST,
+    ROUTES,
+    RULES,
+    ask_for_a_wake,
+    asleep,
+    lifecycle,
+    route,
+    route_reads,
+    service,
+    wakes,
+)
 
 
 @pytest.fixture
@@ -98,55 +37,6 @@ async def routers() -> AsyncIterator[fake_routers.FakeRouters]:
     async with fake_routers.running() as r:
         r.idle_since = time.time()
         yield r
-
-
-async def _service(cluster: Any, routers: Any, *, timeout: int = 600) -> Recorder:
-    """Two Ready pods, idle; ScaleToZero after 1 s; the route with :data:`RULES`."""
-    emu, server = cluster
-    rules = {"rules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": 1}}], "activationTimeoutSeconds": timeout}
-    await make_service(emu, admin_port=routers.port, replicas=2, lifecycle=rules)
-    response = await server.client.patch(
-        f"/apis/gateway.networking.k8s.io/v1/namespaces/{NAMESPACE}/{ROUTES}/llama",
-        json={"spec": {"rules": RULES}},
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert response.status == 200, await response.text()
-    await eventually(lambda: len(ready_pods(emu)) == 2, what="two Ready pods")
-    return Recorder(emu)
-
-
-async def _asleep(emu: Any) -> None:
-    await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)
-    await eventually(lambda: lifecycle(emu).get("phase") == "ScaledToZero", what="phase ScaledToZero")
-    await eventually(lambda: not ready_pods(emu), what="no Ready pod", timeout=10)
-
-
-async def _ask_for_a_wake(server: kmock.Server, emu: Any) -> float:
-    """As the activator does: a merge patch of the status subresource with the resourceVersion read."""
-    obj = emu.get(MSVC, NAMESPACE, "llama")
-    now = time.time()
-    patch = activator.wake_patch(now, obj["metadata"]["resourceVersion"])
-    response = await server.client.patch(
-        f"/apis/{MSVC.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/modelservices/llama/status",
-        json=patch,
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert response.status == 200, await response.text()
-    return now
-
-
-def _route_reads(emu: Any) -> list[Any]:
-    return [
-        r
-        for r in emu._requests
-        if r.action == kmock.action.FETCH and r.resource is not None and r.resource.plural == ROUTES
-    ]
-
-
-def _wakes(op: Any, outcome: str) -> float:
-    return float(
-        op.ctx.metrics.registry.get_sample_value("drain_router_controller_wakes_total", {"outcome": outcome}) or 0
-    )
 
 
 async def test_sleep_points_the_route_at_the_activator_before_the_deployment_goes_to_zero(
@@ -157,9 +47,9 @@ async def test_sleep_points_the_route_at_the_activator_before_the_deployment_goe
     annotation; that write came before the Deployment's scale to 0; replicasBeforeZero 2, phase
     ScaledToZero, one LifecycleScaledToZero event, the Waking condition False."""
     emu, _ = cluster
-    recorder = await _service(cluster, routers)
+    recorder = await service(cluster, routers)
     await start_operator(**FAST)
-    await _asleep(emu)
+    await asleep(emu)
     rules = route(emu)["spec"]["rules"]
     assert [r["backendRefs"] for r in rules] == [AT_ACTIVATOR, AT_ACTIVATOR]
     header = {"name": "x-drain-router-service", "value": f"{NAMESPACE}/llama"}
@@ -193,13 +83,13 @@ async def test_a_wake_scales_back_and_points_the_route_back_once_a_router_serves
     the annotation gone, phase Active, awokenAt and coldStartSeconds recorded, an Awoken event. No
     route write ever pointed at the model Service while no pod was Ready."""
     emu, server = cluster
-    recorder = await _service(cluster, routers)
+    recorder = await service(cluster, routers)
     op = await start_operator(**FAST)
-    await _asleep(emu)
+    await asleep(emu)
     for ip in fake_routers.IPS:  # the woken pods serve requests: the idle rule stays quiet after the wake
         routers.busy(ip)
     emu.ready_after = 1.0  # a woken pod's router answers for a second before the pod is Ready
-    asked = await _ask_for_a_wake(server, emu)
+    asked = await ask_for_a_wake(server, emu)
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 2, what="scaled back to 2", timeout=10)
     await eventually(lambda: ("Normal", "WakeRequested") in events(emu), what="WakeRequested")
     await eventually(lambda: lifecycle(emu).get("phase") == "Active", what="phase Active", timeout=15)
@@ -213,7 +103,7 @@ async def test_a_wake_scales_back_and_points_the_route_back_once_a_router_serves
     assert events(emu).count(("Normal", "Awoken")) == 1 and events(emu).count(("Normal", "WakeRequested")) == 1
     cond = condition(emu, "Waking")
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", "Awoken")
-    assert _wakes(op, "awoken") == 1 and _wakes(op, "failed") == 0
+    assert wakes(op, "awoken") == 1 and wakes(op, "failed") == 0
     # the status said Waking (the condition True) before the route went back
     waking = [m for m in event_messages(emu) if m[1] == "WakeRequested"]
     assert waking and "a request is held" in waking[0][2]
@@ -229,12 +119,12 @@ async def test_the_waking_condition_is_true_while_waking(cluster: Any, routers: 
     """1. asleep 2. a wake asked 3. the woken pods' routers still starting. Result: phase Waking, the
     Waking condition True, the route still at the activator."""
     emu, server = cluster
-    recorder = await _service(cluster, routers)
+    recorder = await service(cluster, routers)
     await start_operator(**FAST)
-    await _asleep(emu)
+    await asleep(emu)
     for ip in fake_routers.IPS:
         routers.answer(ip, 200, {"inflight": 0, "state": "starting", "idle_since": None, "served": 0})
-    await _ask_for_a_wake(server, emu)
+    await ask_for_a_wake(server, emu)
     await eventually(lambda: lifecycle(emu).get("phase") == "Waking", what="phase Waking", timeout=10)
     await eventually(lambda: len(ready_pods(emu)) == 2, what="two Ready pods (routers starting)")
     cond = condition(emu, "Waking")
@@ -247,15 +137,15 @@ async def test_a_wake_request_runs_a_pass_at_once(cluster: Any, routers: Any, st
     """1. asleep 2. the operator restarted with a 60 s requeue and maximum sleep 3. a wake asked.
     Result: the Deployment is scaled back within a few seconds, not after the minute."""
     emu, server = cluster
-    await _service(cluster, routers)
+    await service(cluster, routers)
     op = await start_operator(**FAST)
-    await _asleep(emu)
+    await asleep(emu)
     await op.stop()
-    reads = len(_route_reads(emu))
+    reads = len(route_reads(emu))
     await start_operator(**{**FAST, "max_sleep_secs": 60.0, "requeue_secs": 60.0})
     # the daemon's first pass (it reads the route last) is over: it sleeps for the minute
-    await eventually(lambda: len(_route_reads(emu)) > reads, what="the first pass after the restart")
-    await _ask_for_a_wake(server, emu)
+    await eventually(lambda: len(route_reads(emu)) > reads, what="the first pass after the restart")
+    await ask_for_a_wake(server, emu)
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 2, what="scaled back at once", timeout=5)
 
 
@@ -266,12 +156,12 @@ async def test_a_wake_without_a_ready_router_scales_back_to_zero_after_the_timeo
     Result: after 2 s the Deployment back at 0, a Warning WakeFailed, phase ScaledToZero,
     wakeRequestedAt cleared (the next held request asks again); the route never left the activator."""
     emu, server = cluster
-    recorder = await _service(cluster, routers, timeout=2)
+    recorder = await service(cluster, routers, timeout=2)
     op = await start_operator(**FAST)
-    await _asleep(emu)
+    await asleep(emu)
     for ip in fake_routers.IPS:
         routers.answer(ip, 503, "")
-    asked = await _ask_for_a_wake(server, emu)
+    asked = await ask_for_a_wake(server, emu)
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 2, what="scaled back to 2", timeout=10)
     await eventually(lambda: ("Warning", "WakeFailed") in events(emu), what="WakeFailed", timeout=15)
     failed_at = time.time()
@@ -284,51 +174,16 @@ async def test_a_wake_without_a_ready_router_scales_back_to_zero_after_the_timeo
     assert all(r["backendRefs"] == AT_ACTIVATOR for r in route(emu)["spec"]["rules"])
     cond = condition(emu, "Waking")
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", "WakeFailed")
-    assert _wakes(op, "failed") == 1
+    assert wakes(op, "failed") == 1
     recorder.check_never_at_an_empty_service()
 
 
 async def test_without_the_flag_the_route_is_never_written(cluster: Any, routers: Any, start_operator: Any) -> None:
     emu, _ = cluster
-    recorder = await _service(cluster, routers)
+    recorder = await service(cluster, routers)
     await start_operator(**{k: v for k, v in FAST.items() if k != "activator_service"})
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)
     requests = len(emu._requests)
     await eventually(lambda: len(emu._requests) > requests + 10, what="more passes")
     assert not recorder.of(ROUTES) and route(emu)["spec"]["rules"] == RULES
     assert "phase" not in lifecycle(emu) and condition(emu, "Waking") is None
-
-
-async def test_a_route_it_cannot_switch_keeps_the_service_up(cluster: Any, routers: Any, start_operator: Any) -> None:
-    """1. the route has no rules (nothing to point at the activator) 2. ScaleToZero due. Result: over
-    many passes, neither the route nor the Deployment is written: a service is never put to sleep
-    behind a route that still points at it."""
-    emu, _ = cluster
-    rules = {"rules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": 1}}]}
-    await make_service(emu, admin_port=routers.port, lifecycle=rules)
-    await eventually(lambda: len(ready_pods(emu)) == 1, what="a Ready pod")
-    recorder = Recorder(emu)
-    await start_operator(**FAST)
-    asked = len(routers.asked)
-    await eventually(lambda: len(routers.asked) > asked + 10, what="ten passes", timeout=15)
-    assert not recorder.writes and deployment(emu)["spec"]["replicas"] == 1
-
-
-async def test_a_refused_scale_down_is_not_recorded(cluster: Any, routers: Any, start_operator: Any) -> None:
-    """1. the route switched 2. the scale to 0 refused (500) for a while. Result: the record goes back
-    to Active after each refusal (no pass mistakes the running pods for a person's wake: no
-    WakeRequested); once the API accepts it, the service sleeps."""
-    emu, _ = cluster
-    recorder = await _service(cluster, routers)
-    emu.fail("update", "apps/v1/deployments", "llama", 500, "InternalError", "etcd is having a moment")
-    await start_operator(**FAST)
-    await eventually(lambda: len(recorder.of("deployments")) >= 3, what="three refused scale-downs", timeout=15)
-    await eventually(lambda: lifecycle(emu).get("phase") == "Active", what="the record put back")
-    history = emu.objects[emu.key(MSVC, NAMESPACE, "llama")].history
-    phases = [((h.get("status") or {}).get("lifecycle") or {}).get("phase") for h in history]
-    assert "ScaledToZero" in phases and "Waking" not in phases, phases
-    assert ("Normal", "WakeRequested") not in events(emu) and deployment(emu)["spec"]["replicas"] == 2
-    emu.heal()
-    await _asleep(emu)
-    assert lifecycle(emu)["replicasBeforeZero"] == 2 and ("Normal", "WakeRequested") not in events(emu)
-    recorder.check_never_at_an_empty_service()

@@ -1,0 +1,141 @@
+"""Scale to zero and wake on a request beside everything else the controller does: a route it cannot
+switch, a refused scale-down, a service asleep before the activator was enabled, recycling while
+waking, a deletion while asleep."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from . import fake_routers
+from .conftest import MSVC, NAMESPACE, eventually
+from .rules_scenario import deployment, make_service, ready_pods
+from .scenario import delete_msvc, delete_order, events, exists
+from .waking_scenario import (
+    AT_ACTIVATOR,
+    FAST,
+    RULES,
+    Recorder,
+    ask_for_a_wake,
+    asleep,
+    lifecycle,
+    route,
+    service,
+)
+
+
+@pytest.fixture
+async def routers() -> AsyncIterator[fake_routers.FakeRouters]:
+    async with fake_routers.running() as r:
+        r.idle_since = time.time()
+        yield r
+
+
+async def test_a_route_it_cannot_switch_keeps_the_service_up(cluster: Any, routers: Any, start_operator: Any) -> None:
+    """1. the route has no rules (nothing to point at the activator) 2. ScaleToZero due. Result: over
+    many passes, neither the route nor the Deployment is written: a service is never put to sleep
+    behind a route that still points at it."""
+    emu, _ = cluster
+    rules = {"rules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": 1}}]}
+    await make_service(emu, admin_port=routers.port, lifecycle=rules)
+    await eventually(lambda: len(ready_pods(emu)) == 1, what="a Ready pod")
+    recorder = Recorder(emu)
+    await start_operator(**FAST)
+    asked = len(routers.asked)
+    await eventually(lambda: len(routers.asked) > asked + 10, what="ten passes", timeout=15)
+    assert not recorder.writes and deployment(emu)["spec"]["replicas"] == 1
+
+
+async def test_a_refused_scale_down_is_not_recorded(cluster: Any, routers: Any, start_operator: Any) -> None:
+    """1. the route switched 2. the scale to 0 refused (500) for a while. Result: the record goes back
+    to Active after each refusal (no pass mistakes the running pods for a person's wake: no
+    WakeRequested); once the API accepts it, the service sleeps."""
+    emu, _ = cluster
+    recorder = await service(cluster, routers)
+    emu.fail("update", "apps/v1/deployments", "llama", 500, "InternalError", "etcd is having a moment")
+    await start_operator(**FAST)
+    await eventually(lambda: len(recorder.of("deployments")) >= 3, what="three refused scale-downs", timeout=15)
+    await eventually(lambda: lifecycle(emu).get("phase") == "Active", what="the record put back")
+    history = emu.objects[emu.key(MSVC, NAMESPACE, "llama")].history
+    phases = [((h.get("status") or {}).get("lifecycle") or {}).get("phase") for h in history]
+    assert "ScaledToZero" in phases and "Waking" not in phases, phases
+    assert ("Normal", "WakeRequested") not in events(emu) and deployment(emu)["spec"]["replicas"] == 2
+    emu.heal()
+    await asleep(emu)
+    assert lifecycle(emu)["replicasBeforeZero"] == 2 and ("Normal", "WakeRequested") not in events(emu)
+    recorder.check_never_at_an_empty_service()
+
+
+async def test_a_service_asleep_before_the_activator_was_enabled_wakes_on_a_request(
+    cluster: Any, routers: Any, start_operator: Any
+) -> None:
+    """1. scaled to zero by the rule with the route kept (no activator) 2. the controller restarted with
+    --activator-service. Result: the route goes to the activator (the Deployment stays at 0), phase
+    ScaledToZero; a wake asked scales it back to 1 (no replicasBeforeZero was recorded) and, once a
+    router serves, the route's rules are restored."""
+    emu, server = cluster
+    await service(cluster, routers)
+    op = await start_operator(**{k: v for k, v in FAST.items() if k != "activator_service"})
+    await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)
+    await op.stop()
+    await eventually(lambda: not ready_pods(emu), what="no Ready pod", timeout=10)
+    recorder = Recorder(emu)  # from here on, with the activator
+    await start_operator(**FAST)
+    await eventually(lambda: lifecycle(emu).get("phase") == "ScaledToZero", what="phase ScaledToZero")
+    assert all(r["backendRefs"] == AT_ACTIVATOR for r in route(emu)["spec"]["rules"])
+    assert all(w.data["spec"]["replicas"] == 0 for w in recorder.of("deployments")), "left at 0"
+    for ip in fake_routers.IPS:
+        routers.busy(ip)
+    await ask_for_a_wake(server, emu)
+    await eventually(lambda: deployment(emu)["spec"]["replicas"] == 1, what="scaled back to 1", timeout=10)
+    await eventually(lambda: route(emu)["spec"]["rules"] == RULES, what="the route's rules restored", timeout=15)
+    recorder.check_never_at_an_empty_service()
+
+
+async def test_recycling_waits_while_the_service_wakes(cluster: Any, routers: Any, start_operator: Any) -> None:
+    """1. asleep 2. recycling turned on with a 1 s maximum pod lifetime, no waiting for idle 3. a wake
+    asked; the woken pods' routers still starting. Result: while Waking, past their lifetime and
+    Ready, no pod is evicted."""
+    emu, server = cluster
+    await service(cluster, routers)
+    await start_operator(**FAST)
+    await asleep(emu)
+    response = await server.client.patch(
+        f"/apis/{MSVC.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/modelservices/llama",
+        json={"spec": {"recycling": {"maxPodLifetimeSeconds": 1, "waitForIdle": False}}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.status == 200, await response.text()
+    for ip in fake_routers.IPS:
+        routers.answer(ip, 200, {"inflight": 0, "state": "starting", "idle_since": None, "served": 0})
+    evictions = len(emu.evictions)
+    await ask_for_a_wake(server, emu)
+    await eventually(lambda: lifecycle(emu).get("phase") == "Waking", what="phase Waking", timeout=10)
+    await eventually(lambda: len(ready_pods(emu)) == 2, what="two Ready pods (routers starting)")
+    born = time.time()
+    asked = len(routers.asked)
+    await eventually(
+        lambda: time.time() > born + 2 and len(routers.asked) > asked + 10, what="passes past the pods' lifetime"
+    )
+    assert lifecycle(emu)["phase"] == "Waking" and len(emu.evictions) == evictions
+
+
+async def test_a_service_deleted_while_asleep_tears_down_as_without_the_activator(
+    cluster: Any, routers: Any, start_operator: Any
+) -> None:
+    """1. asleep (the route at the activator) 2. the ModelService deleted. Result: the staged teardown
+    removes the route, then the workload, and releases it; nothing switches the route or scales the
+    Deployment after the deletion started."""
+    emu, server = cluster
+    recorder = await service(cluster, routers)
+    await start_operator(**FAST)
+    await asleep(emu)
+    writes = len(recorder.writes)
+    await delete_msvc(emu, server)
+    await eventually(lambda: not exists(emu, MSVC), what="the ModelService released", timeout=20)
+    order = delete_order(emu)
+    assert order.index("httproutes/llama") < order.index("deployments/llama"), order
+    assert len(recorder.writes) == writes, recorder.writes[writes:]
