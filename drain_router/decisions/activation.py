@@ -144,7 +144,12 @@ def _active(observed: Observed, status: ActivationStatus, *, sleep_due: bool, no
     if route is Route.ACTIVATOR and (status.wake_pending or not sleep_due):
         # Asked for between the route switch and the scale-down, or the sleep no longer due: the
         # pods still run, so the route goes back once one answers ready.
-        if not (observed.router_ready and observed.replicas):
+        if not observed.replicas:
+            # ... unless nothing runs behind the activator (scaled to 0 by hand between the two
+            # steps): asleep, so the wake asked for (or the next one) scales it back.
+            asleep = dataclasses.replace(status, phase=Phase.SCALED_TO_ZERO)
+            return Step(status=asleep, condition=_not_waking("ScaledToZero", "scaled to zero behind the activator"))
+        if not observed.router_ready:
             return Step(status=status)
         awoken = dataclasses.replace(status, awoken_at=now) if status.wake_pending else status
         return Step(status=awoken, action=Action.ROUTE_TO_SERVICE)
