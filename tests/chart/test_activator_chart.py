@@ -160,7 +160,14 @@ def test_all_namespaces_uses_a_cluster_role_and_the_listed_grants(helm: Helm) ->
         ),
         ({"activator": {"enabled": True, "surprise": 1}}, "surprise"),
     ],
-    ids=["all-namespaces-without-grants", "same-ports", "no-route-features", "queue-size-0", "drain-past-grace", "unknown-key"],
+    ids=[
+        "all-namespaces-without-grants",
+        "same-ports",
+        "no-route-features",
+        "queue-size-0",
+        "drain-past-grace",
+        "unknown-key",
+    ],
 )
 def test_bad_activator_values_are_refused_with_the_reason(helm: Helm, values: dict[str, Any], message: str) -> None:
     assert message in helm.template_error(values, chart=CONTROLLER_CHART)

@@ -217,7 +217,10 @@ def test_two_replicas_elect_a_leader_with_a_liveness_probe_on_healthz(helm: Helm
     lease_role = one(docs, "Role", LEADER_ELECTION)
     assert lease_role["metadata"]["namespace"] == NAMESPACE and rules(lease_role) == [LEASES]
     selector = dep["spec"]["selector"]["matchLabels"]
-    assert one(docs, "PodDisruptionBudget", CONTROLLER)["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+    assert one(docs, "PodDisruptionBudget", CONTROLLER)["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": selector},
+    }
     (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert term["podAffinityTerm"] == {
         "topologyKey": "kubernetes.io/hostname",

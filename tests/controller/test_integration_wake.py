@@ -128,7 +128,9 @@ async def test_requests_to_a_sleeping_service_wake_it_and_are_answered_in_arriva
         assert act.port is not None and act.admin_port is not None
         service = route_switch.ActivatorService(namespace="gw", name="activator", port=act.port)
         await _service(cluster, kubelet)
-        recorder = Recorder(emu, [{"group": "", "kind": "Service", "name": "activator", "namespace": "gw", "port": act.port}])
+        recorder = Recorder(
+            emu, [{"group": "", "kind": "Service", "name": "activator", "namespace": "gw", "port": act.port}]
+        )
         (pod,) = await eventually(lambda: ready_pods(emu), what="a Ready pod whose router listens")
         status, body = await _direct(pod["status"]["podIP"], kubelet.main_port, "warm")
         assert (status, body["id"]) == (200, "warm")  # served > 0: the idle clock may start
@@ -186,7 +188,9 @@ async def test_a_request_in_flight_on_the_last_pod_finishes_whatever_the_sleep_d
     emu, server = cluster
     service = route_switch.ActivatorService(namespace="gw", name="activator", port=process_.free_port())
     await _service(cluster, kubelet)
-    recorder = Recorder(emu, [{"group": "", "kind": "Service", "name": "activator", "namespace": "gw", "port": service.port}])
+    recorder = Recorder(
+        emu, [{"group": "", "kind": "Service", "name": "activator", "namespace": "gw", "port": service.port}]
+    )
     (pod,) = await eventually(lambda: ready_pods(emu), what="a Ready pod whose router listens")
     ip = pod["status"]["podIP"]
     assert (await _direct(ip, kubelet.main_port, "warm"))[0] == 200
