@@ -22,7 +22,7 @@ from tests.activator import stand_ins
 from . import process_pods
 from .conftest import NAMESPACE, eventually
 from .rules_scenario import deployment, make_service, ready_pods
-from .test_operator_waking import RULES, ROUTES, Recorder, lifecycle, route
+from .test_operator_waking import ROUTES, RULES, Recorder, lifecycle, route
 
 pytestmark = pytest.mark.slow
 
@@ -185,7 +185,7 @@ async def test_a_request_in_flight_on_the_last_pod_finishes_whatever_the_sleep_d
     200 whole: either the sleep went on (the pod's router drained it and exited 0) or the busy pod
     cancelled it (the route pointed back once the router answered); never a route at the Service
     without a Ready pod."""
-    emu, server = cluster
+    emu, _server = cluster
     service = route_switch.ActivatorService(namespace="gw", name="activator", port=process_.free_port())
     await _service(cluster, kubelet)
     recorder = Recorder(
