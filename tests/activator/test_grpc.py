@@ -157,7 +157,11 @@ async def test_calls_naming_no_service_are_answered_at_once_never_held(kube) -> 
     async with stand_ins.activator(kube.url, "--grpc-port", "0", "--max-services", "2") as act:
         async with grpcupstream.channel(act.grpc_port) as ch:
             echo = grpcupstream.method(ch, "Echo")
-            for metadata in ((), (("x-drain-router-service", "Not A Service"),), (("x-drain-router-service", "a/b/c"),)):
+            for metadata in (
+                (),
+                (("x-drain-router-service", "Not A Service"),),
+                (("x-drain-router-service", "a/b/c"),),
+            ):
                 error = await refused(echo(b"x", metadata=metadata, timeout=2))
                 assert error.code() == grpc.StatusCode.UNIMPLEMENTED, (metadata, error)
                 assert "127.0.0.1" not in (error.details() or "")

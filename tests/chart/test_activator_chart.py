@@ -206,7 +206,13 @@ def test_the_activators_grpc_port_is_off_by_default_and_a_second_service_port_wh
     assert {"name": "grpc", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
     http, grpc = one(docs, "Service", ACTIVATOR)["spec"]["ports"]
     assert http["name"] == "http"
-    assert grpc == {"name": "grpc", "port": 8081, "targetPort": "grpc", "protocol": "TCP", "appProtocol": "kubernetes.io/h2c"}
+    assert grpc == {
+        "name": "grpc",
+        "port": 8081,
+        "targetPort": "grpc",
+        "protocol": "TCP",
+        "appProtocol": "kubernetes.io/h2c",
+    }
 
 
 def test_the_model_charts_model_service_names_the_grpc_port_when_grpc_is_on(helm: Helm) -> None:
