@@ -119,14 +119,15 @@ async def test_held_calls_wake_the_service_and_complete_through_the_pod_router(k
 
 
 async def test_queue_full_timeout_and_a_cancelled_call(kube) -> None:
-    """1. two held (--queue-size 2): a third RESOURCE_EXHAUSTED with pushback  2. one cancelled: its
-    place is free, a new one held  3. past --activation-timeout-secs: UNAVAILABLE with pushback; every
-    pushback the last cold start (7.3 s: 8000 ms)."""
+    """1. an HTTP request and a call held (--queue-size 2 counts both): a third RESOURCE_EXHAUSTED
+    with pushback  2. the call cancelled: its place is free, a new one held  3. past
+    --activation-timeout-secs: the call UNAVAILABLE with pushback, the request 503; every pushback
+    the last cold start (7.3 s: 8000 ms)."""
     kube.services[(NS, NAME)] = modelservice(1, 1, cold_start=7.3)
     args = ("--grpc-port", "0", "--queue-size", "2", "--activation-timeout-secs", "2")
     async with stand_ins.activator(kube.url, *args) as act, grpcupstream.channel(act.grpc_port) as ch:
         echo = grpcupstream.method(ch, "Echo")
-        first = asyncio.ensure_future(echo(b"a", metadata=NAMED, timeout=30))
+        first = await Client.send(act.port, "/hold?id=a")
         await wait_held(act.admin_port, 1)
         leaving = echo(b"b", metadata=NAMED, timeout=30)
         await wait_held(act.admin_port, 2)
@@ -141,11 +142,12 @@ async def test_queue_full_timeout_and_a_cancelled_call(kube) -> None:
         second = asyncio.ensure_future(echo(b"d", metadata=NAMED, timeout=30))
         await wait_held(act.admin_port, 2)
 
-        for call in (first, second):
-            timed_out = await refused(call)
-            assert timed_out.code() == grpc.StatusCode.UNAVAILABLE, timed_out
-            assert trailers(timed_out)["grpc-retry-pushback-ms"] == "8000"
-            assert "wake" in (timed_out.details() or "")
+        timed_out = await refused(second)
+        assert timed_out.code() == grpc.StatusCode.UNAVAILABLE, timed_out
+        assert trailers(timed_out)["grpc-retry-pushback-ms"] == "8000"
+        assert "wake" in (timed_out.details() or "")
+        status, headers, _ = await first.answer(timeout=5.0)
+        assert status == 503 and headers["retry-after"] == "8"
         assert await held(act.admin_port) == 0
         assert (await stand_ins.metric(act.admin_port, "drain_router_activation_timeouts_total"))[()] == 2
 
