@@ -195,14 +195,16 @@ def test_the_model_charts_model_service_names_the_traffic_port_and_the_activatio
 
 
 def test_the_activators_grpc_port_is_off_by_default_and_a_second_service_port_when_set(helm: Helm) -> None:
-    """activator.grpcPort 0: no --grpc-port, one Service port; set: the flag, a container port and
-    the Service's port named grpc (h2c), which a GRPCRoute can point at."""
+    """activator.grpcPort 0: no --grpc-port, one Service port; set: the flag, a container port, the
+    Service's port named grpc (h2c), and the controller's --activator-service names it (GRPCRoutes
+    are pointed there)."""
     docs = render(helm, ENABLED)
     assert "--grpc-port" not in one(docs, "Deployment", ACTIVATOR)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert len(one(docs, "Service", ACTIVATOR)["spec"]["ports"]) == 1
     docs = render(helm, {**ENABLED, "activator": {**ENABLED["activator"], "grpcPort": 8081}})
     container = one(docs, "Deployment", ACTIVATOR)["spec"]["template"]["spec"]["containers"][0]
     assert flag(container["args"], "--grpc-port") == "8081"
+    assert flag(controller_args(docs), "--activator-service") == f"{NAMESPACE}/{ACTIVATOR}:8080,8081"
     assert {"name": "grpc", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
     http, grpc = one(docs, "Service", ACTIVATOR)["spec"]["ports"]
     assert http["name"] == "http"
