@@ -84,15 +84,17 @@ async def refused(call: Any) -> grpc.aio.AioRpcError:
 
 async def test_held_calls_wake_the_service_and_complete_through_the_pod_router(kube, upstream, pod) -> None:
     """1. four unary calls, two server streams and one HTTP request held: the gauge counts 7  2. the
-    wake patch  3. the pod listed: every call completes OK through the pod's router, each stream
-    whole (20 messages), the HTTP request too; none lost, each once  4. a late call goes straight
-    through."""
+    wake patch  3. the pod listed: every call completes OK through the pod's router, the unary ones
+    reaching the gRPC server in arrival order, each stream whole (20 messages), the HTTP request
+    too; none lost, each once  4. a late call goes straight through."""
     router, model = pod
     kube.services[(NS, NAME)] = modelservice(router.port, router.grpc_port)
     async with stand_ins.activator(kube.url, "--grpc-port", "0") as act, grpcupstream.channel(act.grpc_port) as ch:
         echo, stream = grpcupstream.method(ch, "Echo"), grpcupstream.method(ch, "Stream")
-        unary = [asyncio.ensure_future(echo(b"u%d" % i, metadata=NAMED, timeout=30)) for i in range(4)]
-        await wait_held(act.admin_port, 4)
+        unary = []
+        for i in range(4):
+            unary.append(asyncio.ensure_future(echo(b"u%d" % i, metadata=(*NAMED, ("x-id", str(i))), timeout=30)))
+            await wait_held(act.admin_port, i + 1)
         streams = [stream(b"20 5", metadata=NAMED, timeout=30) for _ in range(2)]
         await wait_held(act.admin_port, 6)
         http = await Client.send(act.port, "/hold?id=h")
@@ -110,6 +112,7 @@ async def test_held_calls_wake_the_service_and_complete_through_the_pod_router(k
         assert (status, stand_ins.body_id(body)) == (200, "h") and model.arrived == ["h"]
         assert sorted(upstream.calls) == ["Echo"] * 4 + ["Stream"] * 2, "each reached the model server once"
         assert all(meta.get("x-drain-router-service") == SERVICE for meta in upstream.metadata)
+        assert [meta["x-id"] for meta in upstream.metadata] == ["0", "1", "2", "3"], "in arrival order"
         assert await held(act.admin_port) == 0
 
         assert await echo(b"late", metadata=NAMED, timeout=10) == b"late"
