@@ -42,6 +42,17 @@ OPTIONS = [
         default="8080",
         metavar="PORT",
     ),
+    _option(
+        "grpc-port",
+        LISTENERS,
+        "gRPC (h2c, prior knowledge) listener port: the activator Service's grpc port, where a GRPCRoute "
+        "of a sleeping service points. Calls are held like requests (RESOURCE_EXHAUSTED when the queue is "
+        "full, UNAVAILABLE past the timeout) and forwarded to the pod router's spec.router.grpcPort. "
+        "Unset: no gRPC listener. 0 picks a free port (logged).",
+        default=None,
+        type=click.IntRange(min=0, max=65535),
+        metavar="PORT",
+    ),
     _option("admin-host", LISTENERS, "Admin listener address.", default="0.0.0.0", metavar="ADDRESS"),
     _option(
         "admin-port",
@@ -153,6 +164,9 @@ def command(**given: Any) -> None:
         raise click.BadParameter(
             f"{exc.value!r}: {exc.reason}", param_hint=f"'{config.flag_name(exc.field)}'"
         ) from None
+    grpc_port = given["grpc_port"]
+    if grpc_port and grpc_port in (cfg.proxy.port, cfg.admin.port):
+        raise click.BadParameter("must differ from --port and --admin-port", param_hint="'--grpc-port'")
     try:
         settings = settings_.ActivatorSettings(**given)
     except ValueError as exc:

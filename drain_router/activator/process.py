@@ -1,6 +1,7 @@
 """One activator process: the router's runtime (:class:`~drain_router.proxy.lifecycle.Router`: the
 admin listener, signals, the drain with ``/readyz`` 503 first, the deadline) with the activator's
-traffic listener, whose requests go to one destination per service (:class:`~.sites.Sites`), and
+traffic listener, whose requests go to one destination per service (:class:`~.sites.Sites`), its
+gRPC listener with ``--grpc-port`` (each call's destination its service's, :mod:`.grpcsites`), and
 a watcher per service with requests (:mod:`.waking`). At closing every held request is answered
 503 with ``Retry-After`` and ``Connection: close`` (a retry reaches another replica); what it
 forwards runs to completion, as the router's in-flight requests do.
@@ -17,12 +18,13 @@ import uvloop
 from prometheus_client import CollectorRegistry
 
 from drain_router import config, metrics
-from drain_router.activator import waking
+from drain_router.activator import grpcsites, waking
 from drain_router.activator.kube import Kube
 from drain_router.activator.settings import ActivatorSettings
 from drain_router.activator.sites import ServiceSite, Sites
 from drain_router.decisions import drain
 from drain_router.proxy import lifecycle, tuning
+from drain_router.proxy.grpc.listener import GrpcListener
 from drain_router.proxy.listener import TrafficListener
 
 
@@ -81,16 +83,32 @@ class Activator(lifecycle.Router):
         self.state.queued = self.sites.held
 
     async def _start_main(self, stack: contextlib.AsyncExitStack) -> None:
-        listener = TrafficListener(
-            self.state, None, connection_limit=tuning.traffic_connection_limit(), sites=self.sites
-        )
+        limit = tuning.traffic_connection_limit()
+        if self.settings.grpc_port is not None:
+            limit -= tuning.grpc_connection_limit(limit)  # (the gRPC listener's share, as the router's)
+        listener = TrafficListener(self.state, None, connection_limit=limit, sites=self.sites)
         listener.exempt_paths = frozenset()  # every request of a sleeping service is held
         self.port = await listener.start(self.config.proxy.host, self.config.proxy.port)
         self.listener = listener
         stack.callback(listener.close)
 
     async def _start_grpc(self, stack: contextlib.AsyncExitStack) -> None:
-        return  # gRPC (h2c) is not held yet: HTTP/1.1 and WebSocket handshakes only
+        """``--grpc-port``: the router's gRPC listener, each call's destination its service's site."""
+        if self.settings.grpc_port is None:
+            return
+        assert self.sites is not None
+        picker = grpcsites.GrpcSites(self.sites)
+        listener = GrpcListener(
+            self.state,
+            None,
+            float(self.config.proxy.upstream_connect_timeout_secs),
+            connection_limit=tuning.grpc_connection_limit(tuning.traffic_connection_limit()),
+            sites=picker,
+        )
+        picker.listener = listener
+        stack.callback(listener.close)
+        self.grpc_port = await listener.bind(self.config.proxy.host, self.settings.grpc_port)
+        self.grpc = listener
 
 
 def serve(cfg: config.Config, settings: ActivatorSettings, *, pending_signals: Iterable[int] = ()) -> int:

@@ -32,10 +32,14 @@ class ActivatorSettings:
     """Between two lists of a service's pods (and probes of their routers)."""
     kube_api: str | None = None
     """The Kubernetes API's base URL (None: in cluster, from the service account)."""
+    grpc_port: int | None = None
+    """The gRPC (h2c) listener's port (None: no gRPC listener; 0: a free port)."""
 
     def __post_init__(self) -> None:
         for name, minimum in (("queue_size", 1), ("activation_timeout_secs", 1), ("max_services", 1)):
             if getattr(self, name) < minimum:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least {minimum}")
+        if self.grpc_port is not None and not 0 <= self.grpc_port < 65536:
+            raise ValueError("--grpc-port must be a port (0-65535)")
         if self.poll_interval_secs <= 0:
             raise ValueError("--poll-interval-secs must be more than 0")

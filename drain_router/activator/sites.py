@@ -45,6 +45,7 @@ NO_SERVICE: responses.Error = (404, "no_service", "the request names no service 
 BAD_SERVICE: responses.Error = (400, "bad_service", "x-drain-router-service must be <namespace>/<name>")
 NOT_FOUND: responses.Error = (404, "service_not_found", "no such service")
 TABLE_FULL: responses.Error = (503, "activator_full", "the activator holds requests for too many services")
+GRPC_NOT_FOUND = (5, "no such service")  # NOT_FOUND, for a held gRPC call
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -124,6 +125,10 @@ class ServiceSite:
         self.missing_until = 0.0
         """Loop time until which it is answered 404 at once (its ModelService was not found)."""
         self.watcher: asyncio.Task[None] | None = None
+        self.grpc: Any = None
+        """Its gRPC side (:class:`~.grpcsites.GrpcSite`), once a gRPC call came for it."""
+        self.grpc_port: int | None = None
+        self.grpc_port_read = False  # spec.router.grpcPort (None: none), once read
 
     @property
     def forwarding(self) -> bool:
@@ -156,6 +161,8 @@ class ServiceSite:
         if self.url == url:
             return
         self.pool, self.url = self._pool(url), url
+        if self.grpc is not None:
+            self.grpc.sync()  # (before the gate opens: its held calls start on the new pool)
         if self.held_since is not None:
             self.table.own.activations.inc()
             self.table.own.activation_seconds.observe(now - self.held_since)
@@ -170,6 +177,8 @@ class ServiceSite:
         log.info("activator.holding", service=self.service, upstream=self.url, inflight=self.gate.active)
         self.url = None
         self.gate.resize(0)
+        if self.grpc is not None:
+            self.grpc.sync()
 
     def not_found(self, now: float, for_secs: float) -> None:
         """Its ModelService does not exist: every held request is answered 404 now, and new ones for
@@ -177,16 +186,20 @@ class ServiceSite:
         self.missing_until = now + for_secs
         self.held_since = None
         for ticket in self.gate.take_waiters():
-            assert isinstance(ticket, slots.Ticket)
+            self.table.own.refused.labels("not_found").inc()
+            if not isinstance(ticket, slots.Ticket):  # a gRPC call's
+                self.grpc.refuse_held(GRPC_NOT_FOUND, only=ticket)
+                continue
             exchange = ticket.exchange
             exchange.gated = None
             exchange.discard = True
-            self.table.own.refused.labels("not_found").inc()
             exchange.reply(NOT_FOUND, Outcome.REJECTED)
 
     def close(self) -> None:
         for pool in self.pools.values():
             pool.close()
+        if self.grpc is not None:
+            self.grpc.close()
 
 
 class Sites:

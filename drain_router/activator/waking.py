@@ -9,7 +9,8 @@ watcher a site runs while it has requests to hold or forward.
 2. Every ``--poll-interval-secs``: while forwarding, probe the router it forwards to; otherwise (or
    when that one stops answering ready) list the service's pods and probe each one's router
    (``/readyz`` on ``spec.router.port``, its traffic port): the first 200 makes the site forward to
-   it (``http://<podIP>:<spec.router.port>``). None ready: the site holds again.
+   it (``http://<podIP>:<spec.router.port>``, and gRPC calls to ``spec.router.grpcPort``; a
+   service with none has its gRPC calls answered UNAVAILABLE). None ready: the site holds again.
 3. The watcher ends when nothing is held or forwarded any more: at once while holding, after
    :data:`IDLE_FORWARDING_SECS` while forwarding (the route usually points back at the model Service
    by then, and the next request starts a fresh watcher: read, wake if asleep, find a pod).
@@ -26,6 +27,7 @@ import time
 from typing import Any
 
 from drain_router import logs
+from drain_router.activator import grpcsites
 from drain_router.activator.kube import Kube, Unanswered
 from drain_router.activator.sites import ServiceSite
 from drain_router.decisions import activator
@@ -99,6 +101,7 @@ async def watch(site: ServiceSite, kube: Kube, *, poll_interval: float, clock: A
                     return
                 spec = obj.get("spec") or {}
                 port = activator.router_port(spec)
+                grpcsites.port_read(site, activator.router_grpc_port(spec))
             url = site.url
             if url is None or not await kube.router_ready(_host(url), port):
                 url = await ready_pod(site, kube, spec)

@@ -52,10 +52,10 @@ def setting(default: Any, option: Option) -> Any:
 
 
 class ActivatorServiceType(click.ParamType[Any]):
-    """``<namespace>/<name>:<port>`` -> :class:`route_switch.ActivatorService`; anything else is a usage
+    """``<namespace>/<name>:<port>[,<grpcPort>]`` -> :class:`route_switch.ActivatorService`; anything else is a usage
     error naming the value and the expected form."""
 
-    name = "NS/NAME:PORT"
+    name = "NS/NAME:PORT[,GRPC_PORT]"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if value is None or isinstance(value, route_switch.ActivatorService):
@@ -70,9 +70,10 @@ ACTIVATOR_SERVICE = Option(
     flag="activator-service",
     heading=WAKING,
     type=ActivatorServiceType(),
-    metavar="NS/NAME:PORT",
+    metavar="NS/NAME:PORT[,GRPC_PORT]",
     show_default=False,
-    help="The activator's Service (drain-router activator). Given, a ScaleToZero rule first points the "
+    help="The activator's Service (drain-router activator), and its gRPC port if it has one (a GRPCRoute "
+    "points there; without it, at PORT). Given, a ScaleToZero rule first points the "
     "ModelService's route at it (every rule's backendRefs, with a header naming the ModelService) and only "
     "then scales the Deployment to 0; a request arriving while asleep is held by the activator, which asks "
     "for a wake; the controller scales the Deployment back and points the route back once a pod's router "

@@ -112,6 +112,14 @@ def router_port(spec: Any) -> int:
     return _port(router.get("port", DEFAULT_ROUTER_PORT), DEFAULT_ROUTER_PORT)
 
 
+def router_grpc_port(spec: Any) -> int | None:
+    """The model pods' router gRPC port (``spec.router.grpcPort``; None when absent or not a port: the
+    service takes no gRPC calls, and the activator answers them UNAVAILABLE rather than hold them)."""
+    router = spec.get("router") if isinstance(spec, dict) else None
+    value = router.get("grpcPort") if isinstance(router, dict) else None
+    return _port(value, 0) or None
+
+
 def _port(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536 else default
 

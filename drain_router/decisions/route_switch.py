@@ -30,37 +30,43 @@ ANNOTATION = "drainrouter.dev/backend-refs"
 HEADER = SERVICE_HEADER.decode("ascii")
 _MODIFIER = "RequestHeaderModifier"
 _LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
-_SERVICE = re.compile(rf"(?P<namespace>{_LABEL})/(?P<name>{_LABEL}):(?P<port>[0-9]{{1,5}})")
+_SERVICE = re.compile(rf"(?P<namespace>{_LABEL})/(?P<name>{_LABEL}):(?P<port>[0-9]{{1,5}})(?:,(?P<grpc>[0-9]{{1,5}}))?")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ActivatorService:
-    """The activator's Service (``--activator-service <namespace>/<name>:<port>``)."""
+    """The activator's Service (``--activator-service <namespace>/<name>:<port>[,<grpcPort>]``)."""
 
     namespace: str
     name: str
     port: int
+    grpc_port: int | None = None
+    """Its gRPC (h2c) port, where a GRPCRoute points (None: every route at :attr:`port`)."""
 
     def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}:{self.port}"
+        grpc = "" if self.grpc_port is None else f",{self.grpc_port}"
+        return f"{self.namespace}/{self.name}:{self.port}{grpc}"
 
-    def backend_ref(self) -> dict[str, Any]:
-        return {"group": "", "kind": "Service", "name": self.name, "namespace": self.namespace, "port": self.port}
+    def backend_ref(self, route_kind: str = "HTTPRoute") -> dict[str, Any]:
+        """The ``backendRef`` of a route of this kind: a GRPCRoute's at the gRPC port when there is one."""
+        port = self.grpc_port if route_kind == "GRPCRoute" and self.grpc_port is not None else self.port
+        return {"group": "", "kind": "Service", "name": self.name, "namespace": self.namespace, "port": port}
 
 
 def parse_activator_service(text: str) -> ActivatorService:
-    """``<namespace>/<name>:<port>`` (a Service's namespace and name are DNS-1123 labels, the port
-    1..65535); ``ValueError`` saying what is wrong otherwise."""
+    """``<namespace>/<name>:<port>[,<grpcPort>]`` (a Service's namespace and name are DNS-1123 labels,
+    the ports 1..65535); ``ValueError`` saying what is wrong otherwise."""
     match = _SERVICE.fullmatch(text.strip())
     if match is None:
         raise ValueError(
-            f"{text!r} is not <namespace>/<name>:<port> (namespace and name DNS-1123 labels, e.g. "
-            "drain-router/drain-router-activator:8080)"
+            f"{text!r} is not <namespace>/<name>:<port>[,<grpcPort>] (namespace and name DNS-1123 labels, "
+            "e.g. drain-router/drain-router-activator:8080 or ...:8080,8081)"
         )
-    port = int(match["port"])
-    if not 1 <= port <= 65535:
-        raise ValueError(f"{text!r}: port {port} is not in 1..65535")
-    return ActivatorService(namespace=match["namespace"], name=match["name"], port=port)
+    port, grpc = int(match["port"]), None if match["grpc"] is None else int(match["grpc"])
+    for value in (port, grpc):
+        if value is not None and not 1 <= value <= 65535:
+            raise ValueError(f"{text!r}: port {value} is not in 1..65535")
+    return ActivatorService(namespace=match["namespace"], name=match["name"], port=port, grpc_port=grpc)
 
 
 def _rules(route: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -133,9 +139,9 @@ def to_activator(route: Mapping[str, Any], activator: ActivatorService, service:
     (``<namespace>/<name>``), the originals saved in :data:`ANNOTATION`."""
     rules = _rules(route)
     kept = [{k: r[k] for k in ("backendRefs", "filters") if k in r} for r in rules]
+    ref = activator.backend_ref(str(route.get("kind") or ""))  # (a GRPCRoute: the activator's gRPC port)
     switched = [
-        {**r, "backendRefs": [activator.backend_ref()], "filters": _with_header(list(r.get("filters") or ()), service)}
-        for r in rules
+        {**r, "backendRefs": [ref], "filters": _with_header(list(r.get("filters") or ()), service)} for r in rules
     ]
     return _patch(route, switched, json.dumps(kept, separators=(",", ":"), sort_keys=True))
 

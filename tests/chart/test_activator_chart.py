@@ -159,6 +159,8 @@ def test_all_namespaces_uses_a_cluster_role_and_the_listed_grants(helm: Helm) ->
             "must be less than activator.terminationGracePeriodSeconds",
         ),
         ({"activator": {"enabled": True, "surprise": 1}}, "surprise"),
+        ({"activator": {"enabled": True, "grpcPort": 9091}}, "must differ from activator.port"),
+        ({"activator": {"enabled": True, "grpcPort": 70000}}, "grpcPort"),
     ],
     ids=[
         "all-namespaces-without-grants",
@@ -167,6 +169,8 @@ def test_all_namespaces_uses_a_cluster_role_and_the_listed_grants(helm: Helm) ->
         "queue-size-0",
         "drain-past-grace",
         "unknown-key",
+        "grpc-port-is-admin-port",
+        "grpc-port-not-a-port",
     ],
 )
 def test_bad_activator_values_are_refused_with_the_reason(helm: Helm, values: dict[str, Any], message: str) -> None:
@@ -187,4 +191,37 @@ def test_the_model_charts_model_service_names_the_traffic_port_and_the_activatio
     service = one(helm.template(values), "ModelService")
     assert service["spec"]["router"]["port"] == 8181
     assert service["spec"]["lifecycle"]["activationTimeoutSeconds"] == 900
+    crds.validate(service)
+
+
+def test_the_activators_grpc_port_is_off_by_default_and_a_second_service_port_when_set(helm: Helm) -> None:
+    """activator.grpcPort 0: no --grpc-port, one Service port; set: the flag, a container port, the
+    Service's port named grpc (h2c), and the controller's --activator-service names it (GRPCRoutes
+    are pointed there)."""
+    docs = render(helm, ENABLED)
+    assert "--grpc-port" not in one(docs, "Deployment", ACTIVATOR)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert len(one(docs, "Service", ACTIVATOR)["spec"]["ports"]) == 1
+    docs = render(helm, {**ENABLED, "activator": {**ENABLED["activator"], "grpcPort": 8081}})
+    container = one(docs, "Deployment", ACTIVATOR)["spec"]["template"]["spec"]["containers"][0]
+    assert flag(container["args"], "--grpc-port") == "8081"
+    assert flag(controller_args(docs), "--activator-service") == f"{NAMESPACE}/{ACTIVATOR}:8080,8081"
+    assert {"name": "grpc", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
+    http, grpc = one(docs, "Service", ACTIVATOR)["spec"]["ports"]
+    assert http["name"] == "http"
+    assert grpc == {
+        "name": "grpc",
+        "port": 8081,
+        "targetPort": "grpc",
+        "protocol": "TCP",
+        "appProtocol": "kubernetes.io/h2c",
+    }
+
+
+def test_the_model_charts_model_service_names_the_grpc_port_when_grpc_is_on(helm: Helm) -> None:
+    """spec.router.grpcPort is the router's gRPC port with grpc.enabled (the activator relays held
+    calls there), absent without (the activator answers that service's calls UNAVAILABLE)."""
+    values: dict[str, Any] = {"modelService": {"enabled": True}}
+    assert "grpcPort" not in one(helm.template(values), "ModelService")["spec"]["router"]
+    service = one(helm.template({**values, "grpc": {"enabled": True, "port": 8181}}), "ModelService")
+    assert service["spec"]["router"]["grpcPort"] == 8181
     crds.validate(service)

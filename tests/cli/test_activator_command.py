@@ -41,6 +41,13 @@ def test_the_defaults(served) -> None:
     assert (settings.queue_size, settings.activation_timeout_secs, settings.max_services) == (1000, 600, 1000)
     assert settings.poll_interval_secs == 1
     assert (cfg.proxy.port, cfg.admin.port, cfg.drain.shutdown_drain_secs) == (8080, 9091, 30)
+    assert settings.grpc_port is None  # no gRPC listener unless asked for
+
+
+def test_grpc_port_from_the_flag_or_its_variable(served) -> None:
+    assert run([*API, "--grpc-port", "8081"]).exit_code == 0
+    assert run(API, env={"DRAIN_ROUTER_ACTIVATOR_GRPC_PORT": "0"}).exit_code == 0
+    assert [settings.grpc_port for _, settings in served] == [8081, 0]
 
 
 def test_flags_and_variables_map_into_the_settings(served) -> None:
@@ -62,6 +69,8 @@ def test_flags_and_variables_map_into_the_settings(served) -> None:
         (["--poll-interval-secs", "0"], "--poll-interval-secs"),
         (["--port", "70000"], "--port"),
         (["--shutdown-drain-secs", "1801"], "--shutdown-drain-secs"),
+        (["--grpc-port", "70000"], "--grpc-port"),
+        (["--grpc-port", "9091"], "--grpc-port"),
     ],
 )
 def test_a_bad_value_exits_2_naming_its_flag(served, args: list[str], named: str) -> None:

@@ -97,6 +97,24 @@ def test_the_pods_are_listed_by_match_labels_and_probed_on_the_router_ports() ->
     assert activator.router_port({"router": {"port": 70000}}) == activator.DEFAULT_ROUTER_PORT == 8080
 
 
+@pytest.mark.parametrize(
+    ("spec", "port"),
+    [
+        ({"router": {"port": 8080, "grpcPort": 8081}}, 8081),
+        ({"router": {"port": 8080}}, None),
+        ({"router": {"grpcPort": 0}}, None),
+        ({"router": {"grpcPort": 70000}}, None),
+        ({"router": {"grpcPort": "8081"}}, None),
+        ({"router": {"grpcPort": True}}, None),
+        ({}, None),
+        (None, None),
+    ],
+)
+def test_the_router_grpc_port_is_spec_router_grpc_port_or_none(spec: object, port: int | None) -> None:
+    """A service with no valid grpcPort takes no gRPC calls (the activator answers them UNAVAILABLE)."""
+    assert activator.router_grpc_port(spec) == port
+
+
 def test_candidate_pods_are_running_with_an_ip_and_not_deleted_oldest_first() -> None:
     def pod(name: str, created: str, *, phase: str = "Running", ip: str | None = "10.0.0.1", deleted: bool = False):
         meta = {"name": name, "creationTimestamp": created} | ({"deletionTimestamp": created} if deleted else {})

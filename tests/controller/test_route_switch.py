@@ -168,6 +168,26 @@ def test_classify(rules: Any, annotations: dict[str, str] | None, expected: acti
     assert route_switch.classify(_route(rules, annotations), ACTIVATOR) is expected
 
 
+def test_a_grpc_route_points_at_the_activators_grpc_port_when_it_has_one() -> None:
+    """``--activator-service gw/activator:8012,8013``: a GRPCRoute's rules at 8013, an HTTPRoute's at
+    8012; without a gRPC port both at 8012. Either way it is classified at the activator, and back."""
+    with_grpc = route_switch.parse_activator_service("gw/activator:8012,8013")
+    assert with_grpc == route_switch.ActivatorService(namespace="gw", name="activator", port=8012, grpc_port=8013)
+    assert str(with_grpc) == "gw/activator:8012,8013" and str(ACTIVATOR) == "gw/activator:8012"
+    grpc_route = {**_route(), "kind": "GRPCRoute"}
+    for activator, route, port in (
+        (with_grpc, grpc_route, 8013),
+        (with_grpc, _route(), 8012),
+        (ACTIVATOR, grpc_route, 8012),
+    ):
+        patch = route_switch.to_activator(route, activator, "ns/llama")
+        assert {ref["port"] for rule in patch["spec"]["rules"] for ref in rule["backendRefs"]} == {port}
+        switched = {**route, "metadata": {**route["metadata"], **patch["metadata"]}, "spec": patch["spec"]}
+        assert route_switch.classify(switched, activator) is activation.Route.ACTIVATOR
+        back = route_switch.to_service(switched)
+        assert back["spec"]["rules"] == route["spec"]["rules"]
+
+
 def test_no_resource_version_no_precondition() -> None:
     route = _route()
     del route["metadata"]["resourceVersion"]
@@ -184,6 +204,9 @@ def test_no_resource_version_no_precondition() -> None:
         "GW/activator:80",
         "gw/act.ivator:80",
         "gw/activator:http",
+        "gw/activator:8080,0",
+        "gw/activator:8080,",
+        "gw/activator:8080,8081,8082",
     ],
 )
 def test_an_invalid_activator_service_is_a_usage_error(text: str) -> None:

@@ -7,10 +7,8 @@ response's end went out to the client (whatever its ``grpc-status``), ``client_a
 client reset the stream, broke the protocol on it, or left (the model server's stream is reset at
 once, so the engine aborts the generation), ``upstream_error`` for the model server's failures,
 ``deadline_aborted`` for the drain deadline (the client gets ``grpc-status: 14``, retryable). Health
-calls relayed while serving are calls that never count.
-
-Each stream tells the call once that it left its connection (:meth:`Call.on_closed`), whatever the
-cause: that is where every way out of a call meets.
+calls relayed while serving never count. Each stream tells the call once that it left its
+connection (:meth:`Call.on_closed`), whatever the cause: where every way out of a call meets.
 """
 
 from __future__ import annotations
@@ -36,10 +34,10 @@ class Site(queued.Site, Protocol):
     """What a call needs from the listener it came through (metrics, loop, flusher, gate: :class:`queued.Site`)."""
 
     inflight: InFlight
-    pool: GrpcPool
+    pool: GrpcPool | None
+    """None only while its gate holds every call (an activator's service asleep)."""
     access_log: bool
-    watches: set[Call]
-    """Health Watch calls relayed while serving (they get NOT_SERVING at SIGTERM)."""
+    watches: set[Call]  # health Watch calls relayed while serving (they get NOT_SERVING at SIGTERM)
 
 
 class Call:
@@ -53,6 +51,7 @@ class Call:
         "gated",
         "head_seen",
         "headers",
+        "pool",
         "request",
         "request_end",
         "site",
@@ -94,10 +93,10 @@ class Call:
         self.head_seen = False
         self.finished = False
         self.gated: object = None  # see queued.Gated
-        self.ending: Outcome | None = None
-        """The outcome to finish with once the end the router sent goes out."""
+        self.ending: Outcome | None = None  # the outcome to finish with once the end the router sent goes out
         self.started_at = 0.0
         self.timer: asyncio.TimerHandle | None = None
+        self.pool: GrpcPool | None = None  # its site's as it started (an activator's site changes pool)
 
     def start(self) -> None:
         site = self.site
@@ -106,7 +105,9 @@ class Call:
             site.inflight.enter(self)
         if self.request.timeout is not None:
             self.timer = site.loop.call_later(self.request.timeout, self.timed_out)
-        site.pool.acquire(self)
+        pool = self.pool = site.pool
+        assert pool is not None  # (a call starts only where a pool is)
+        pool.acquire(self)
 
     # -- pool.Waiter ------------------------------------------------------------------------------
 
@@ -265,12 +266,13 @@ class Call:
         down = self.down
         if down.sid in self.down_conn.streams:  # whole (its end sent), the client still sending: it may stop (§8.1)
             self.down_conn.reset(down, frames.NO_ERROR if down.state is State.HALF_CLOSED_LOCAL else frames.CANCEL)
-        up, up_conn = self.up, self.up_conn
-        if up is None:
-            site.pool.cancel(self)
-        elif up_conn is not None and up.sid in up_conn.streams:
-            up_conn.reset(up, frames.CANCEL)
-        site.pool.released()
+        up, up_conn, pool = self.up, self.up_conn, self.pool
+        if pool is not None:  # (None: it never started)
+            if up is None:
+                pool.cancel(self)
+            elif up_conn is not None and up.sid in up_conn.streams:
+                up_conn.reset(up, frames.CANCEL)
+            pool.released()
         if self.gated is not None:
             queued.leave(self, outcome)
 
@@ -294,4 +296,5 @@ class Call:
             self.head_seen = True
             conn.send_headers(down, answers.response_head(), False)
         conn.send_data(down, health.message(health.NOT_SERVING), False)
-        self.site.pool.released()
+        if self.pool is not None:  # (relayed: it started)
+            self.pool.released()

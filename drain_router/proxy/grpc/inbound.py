@@ -49,8 +49,17 @@ class Stage(enum.Enum):
     CLOSED = "closed"
 
 
+class Sites(Protocol):
+    """A listener's destinations when calls name where they go (the activator's services)."""
+
+    def pick(self, conn: Connection, stream: Stream, headers: Headers, request: Request, end: bool) -> Site | None:
+        """The site of a new call, or None when it was answered already (refused, never held)."""
+
+
 class Listener(Site, Protocol):
     """What a client connection needs from the listener above it."""
+
+    sites: Sites | None
 
     max_streams: int
     connection_limit: int
@@ -164,14 +173,20 @@ class Inbound(Wire):
             listener.local_health.add(local)
             local.start(end)
             return
+        site: Site = listener
+        if listener.sites is not None:  # (the activator: each call names its service)
+            picked = listener.sites.pick(core, stream, headers, request, end)
+            if picked is None:
+                return  # answered at once
+            site = picked
         tracer = listener.tracer  # (--tracing: None when off; health calls have no span)
         if tracer is None or path in health.PATHS:
-            call = Call(listener, core, stream, headers, request, end, counted=path not in health.PATHS)
+            call = Call(site, core, stream, headers, request, end, counted=path not in health.PATHS)
         else:
-            call = traced.call(tracer, listener, core, stream, headers, request, end)
+            call = traced.call(tracer, site, core, stream, headers, request, end)
         if call.boundaries is not None:
             listener.watches.add(call)
-        if call.counted and listener.gate is not None and not queued.admit(call, listener.gate):
+        if call.counted and site.gate is not None and not queued.admit(call, site.gate):
             return  # it waits for a slot (it starts when given one), or was refused
         call.start()
 

@@ -12,14 +12,14 @@ import asyncio
 
 from drain_router import logs
 from drain_router.config import Upstream
-from drain_router.decisions import drain
+from drain_router.decisions import capacity, drain
 from drain_router.metrics import Metrics
 from drain_router.proxy.grpc import frames
 from drain_router.proxy.grpc import rules as r
 from drain_router.proxy.grpc.answered import LocalHealth
 from drain_router.proxy.grpc.call import Call
 from drain_router.proxy.grpc.connection import Flusher
-from drain_router.proxy.grpc.inbound import Inbound
+from drain_router.proxy.grpc.inbound import Inbound, Sites
 from drain_router.proxy.grpc.pool import GrpcPool
 from drain_router.proxy.state import InFlight, RouterState
 
@@ -28,13 +28,22 @@ log = logs.get("drain_router.grpc")
 
 class GrpcListener:
     def __init__(
-        self, state: RouterState, upstream: Upstream, connect_timeout: float, *, connection_limit: int
+        self,
+        state: RouterState,
+        upstream: Upstream | None,
+        connect_timeout: float,
+        *,
+        connection_limit: int,
+        sites: Sites | None = None,
     ) -> None:
         self.state = state
         self.connection_limit = connection_limit
         """Client connections at once (its share of the descriptors); one past it gets GOAWAY."""
         self.inflight: InFlight = state.inflight
         self.gate = state.gate
+        self.answers = capacity.GRPC_ANSWERS
+        self.sites = sites
+        """Where each call goes when calls name it (the activator's services); None: :attr:`pool`."""
         self.metrics: Metrics = state.metrics
         self.access_log = state.config.log.access_log
         self.tracer = state.tracer
@@ -46,7 +55,10 @@ class GrpcListener:
         """A client connection's preface must arrive within this (the client header timeout)."""
         self.idle_timeout = float(proxy.client_keepalive_timeout_secs)
         """A client connection with no stream for this long gets GOAWAY (the keep-alive timeout)."""
-        self.pool = GrpcPool(upstream, connect_timeout, self.upstream_limit, self.flusher)
+        self.connect_timeout = connect_timeout
+        self.pool: GrpcPool | None = (
+            None if upstream is None else GrpcPool(upstream, connect_timeout, self.upstream_limit, self.flusher)
+        )
         self.max_streams = r.MAX_CONCURRENT_STREAMS
         """Advertised to every client connection: never above the model server's own limit."""
         self.conns: set[Inbound] = set()
@@ -63,6 +75,7 @@ class GrpcListener:
         """Before binding: connect to the model server to learn its stream limit, so the first clients
         are told the right one. At most the connect timeout (a model server that is down or starting
         is only logged), and cut short by ``interrupt`` (a SIGTERM during startup)."""
+        assert self.pool is not None  # (the router's listener: one model server)
         self.warming = asyncio.ensure_future(self.pool.warm())
         stop = asyncio.ensure_future(interrupt.wait())
         await asyncio.wait((self.warming, stop), return_when=asyncio.FIRST_COMPLETED)
@@ -119,4 +132,5 @@ class GrpcListener:
         self.flusher.flush()
         if self.warming is not None:
             self.warming.cancel()
-        self.pool.close()
+        if self.pool is not None:
+            self.pool.close()

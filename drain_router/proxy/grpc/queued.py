@@ -36,6 +36,8 @@ class Site(Protocol):
     metrics: Metrics
     flusher: Flusher
     loop: asyncio.AbstractEventLoop
+    answers: dict[Reason, tuple[int, str]]
+    """The status and message of each refusal (the router's :data:`~drain_router.decisions.capacity.GRPC_ANSWERS`)."""
 
     @property
     def gate(self) -> Gate | None: ...
@@ -110,17 +112,26 @@ def leave(call: Gated, outcome: Outcome) -> None:
 
 def refuse(call: Gated, reason: Reason, retry_after: float) -> None:
     """Trailers-only: RESOURCE_EXHAUSTED or UNAVAILABLE, with when to retry; counted ``rejected``."""
-    status, message = capacity.GRPC_ANSWERS[reason]
+    status, message = call.site.answers[reason]
     if reason is Reason.CLOSING:
         tracing.event(call, spans.REFUSED_CLOSING)
+    answer(call, status, message, capacity.headers(retry_after)[1])
+
+
+def answer(call: Gated, status: int, message: str, pushback_ms: int | None = None) -> None:
+    """The call ends before it reached any model server: trailers-only with ``status`` and
+    ``message`` (and ``grpc-retry-pushback-ms`` when given), or REFUSED_STREAM for an h2c stream
+    that is not a gRPC call; counted ``rejected``, never in flight."""
     call.counted = False  # never in flight: counted here
     call.status = str(status)
     call.site.metrics.count_grpc(call.status, Outcome.REJECTED, 0.0)
     call.ending = Outcome.REJECTED
     down, conn = call.down, call.down_conn
     if call.request.grpc and conn.sending(down):
-        pushback = (PUSHBACK, b"%d" % capacity.headers(retry_after)[1])
-        conn.send_headers(down, [*answers.ending(status, message, head_sent=False), pushback], True)
+        ending = answers.ending(status, message, head_sent=False)
+        if pushback_ms is not None:
+            ending.append((PUSHBACK, b"%d" % pushback_ms))
+        conn.send_headers(down, ending, True)
     else:  # not a gRPC call (an h2c stream): refused as a stream, which a client may retry
         conn.reset(down, frames.REFUSED_STREAM)
         call.finish(Outcome.REJECTED)
