@@ -23,10 +23,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from drain_router.tools import fake_kube
+from drain_router.tools.fake_kube import NAME, NS
 from drain_router.tools.process import wait_until
 from tests import grpcupstream
 from tests.activator import stand_ins
-from tests.activator.stand_ins import NAME, NS, POD_IP, SERVICE, Client, held, wait_held
+from tests.activator.stand_ins import POD_IP, SERVICE, Client, held, wait_held
 from tests.process import RouterProcess
 
 NAMED = (("x-drain-router-service", SERVICE),)
@@ -39,8 +41,8 @@ async def close_clients() -> AsyncIterator[None]:
 
 
 @pytest.fixture
-async def kube() -> AsyncIterator[stand_ins.FakeKube]:
-    async with stand_ins.kube_api() as api:
+async def kube() -> AsyncIterator[fake_kube.FakeKube]:
+    async with fake_kube.kube_api() as api:
         yield api
 
 
@@ -66,7 +68,7 @@ async def pod(upstream: grpcupstream.Upstream) -> AsyncIterator[tuple[RouterProc
 
 
 def modelservice(port: int, grpc_port: int | None, **kwargs: Any) -> dict[str, Any]:
-    obj = stand_ins.modelservice(port=port, **kwargs)
+    obj = fake_kube.modelservice(port=port, **kwargs)
     if grpc_port is not None:
         obj["spec"]["router"]["grpcPort"] = grpc_port
     return obj
@@ -103,7 +105,7 @@ async def test_held_calls_wake_the_service_and_complete_through_the_pod_router(k
         await asyncio.sleep(0.3)
         assert upstream.calls == [] and await held(act.admin_port) == 7
 
-        kube.pods = [stand_ins.pod(POD_IP, "llama-0")]
+        kube.pods = [fake_kube.pod(POD_IP, "llama-0")]
         assert await asyncio.gather(*unary) == [b"u%d" % i for i in range(4)]
         for call in streams:
             assert [m async for m in call] == [b"tok%d" % i for i in range(20)]
