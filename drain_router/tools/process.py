@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import inspect
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -32,20 +33,47 @@ class ProcessFailed(RuntimeError):
 
 
 _HANDED_OUT: set[int] = set()
+_PICK = random.Random()
+"""Seeded by the OS: two test runs on one machine pick different ports."""
+
+
+#: The lowest port :func:`free_port` hands out (below it: the well-known and registered services a
+#: machine may run).
+FIRST_PORT = 10_000
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of local ports for outgoing connections (Linux's default when unreadable)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def free_port(host: str = LOOPBACK) -> int:
-    """A port nothing listens on right now (the kernel's pick for port 0), never one this process
-    handed out before: the kernel may pick a just-released port again, and a replica whose admin
-    port equals its main port refuses to start."""
-    for _ in range(100):
+    """A port nothing is bound to right now, below the kernel's ephemeral range, and never one this
+    process handed out before (a replica whose admin port equals its main port refuses to start).
+
+    Below the ephemeral range because a process is often restarted on the port it was given (a pod
+    coming back, a model server after a crash): a port from that range may meanwhile become the
+    local port of any outgoing connection on the machine (another test run's clients too), and the
+    restarted process could not bind it. Only an explicit bind takes a port below it."""
+    low = _ephemeral_range()[0]
+    for _ in range(1000):
+        port = _PICK.randrange(FIRST_PORT, low) if low > FIRST_PORT + 1000 else 0
+        if port in _HANDED_OUT:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
             port = int(sock.getsockname()[1])
         if port not in _HANDED_OUT:
             _HANDED_OUT.add(port)
             return port
-    raise RuntimeError("no fresh free port after 100 tries")
+    raise RuntimeError("no fresh free port after 1000 tries")
 
 
 @overload
