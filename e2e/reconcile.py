@@ -319,14 +319,18 @@ def reconcile(
         )
 
     # 4. The model servers: every stream a router completed, a model finished; one a model finished
-    #    was completed, or its client left at the very end; every cancellation has a router reason.
+    #    was completed, or its client left at the very end, or the router aborted it at the deadline
+    #    while its model server was frozen (a stall: resumed, the model server writes the stream's last
+    #    chunks into the connection the router already closed, and counts it finished before the
+    #    reset comes back); every cancellation has a router reason.
     if models.finished + slack < routers.completed:
         mismatches.append(f"routers completed {routers.completed} streams, models finished only {models.finished}")
-    if models.finished > routers.completed + routers.client_aborted + routers.unresolved + slack:
+    ended_elsewhere = routers.client_aborted + routers.deadline_aborted + routers.unresolved
+    if models.finished > routers.completed + ended_elsewhere + slack:
         mismatches.append(
             f"models finished {models.finished} streams, routers completed {routers.completed} "
-            f"(+{routers.client_aborted} client_aborted, +{routers.unresolved} unresolved, "
-            f"window {slack})"
+            f"(+{routers.client_aborted} client_aborted, +{routers.deadline_aborted} deadline_aborted, "
+            f"+{routers.unresolved} unresolved, window {slack})"
         )
     reasons = routers.client_aborted + routers.deadline_aborted + routers.killed_inflight
     if models.cancelled > reasons + routers.unresolved + slack:
