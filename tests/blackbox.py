@@ -9,7 +9,7 @@ import struct
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 import psutil
@@ -78,6 +78,55 @@ async def requests_total(admin_port: int) -> dict[tuple[str, str], float]:
                 if sample.name == "drain_router_requests_total":
                     out[(sample.labels["code"], sample.labels["outcome"])] = sample.value
     return out
+
+
+async def metric_samples(admin_port: int, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Samples of ``name`` from /metrics, by their labels."""
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{admin_port}/metrics") as resp:
+        text = await resp.text()
+    out: dict[tuple[tuple[str, str], ...], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                out[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+class RawClient:
+    """One raw connection with one request on it, closed at the end of the test (:meth:`close_all`,
+    from an autouse fixture), whatever happened. Subclasses write the request (``send``)."""
+
+    opened: ClassVar[list[RawClient]] = []
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        RawClient.opened.append(self)
+
+    async def answer(self, timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
+        """The status, the headers (lowercase names) and the body of the one response."""
+        head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), timeout)
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            if ":" in line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        body = await asyncio.wait_for(self.reader.readexactly(int(headers.get("content-length", "0"))), timeout)
+        return status_of(head), headers, body
+
+    async def closed(self, timeout: float = 5.0) -> bool:
+        return await asyncio.wait_for(self.reader.read(1), timeout) == b""
+
+    def close(self) -> None:
+        self.writer.close()
+
+    @staticmethod
+    async def close_all() -> None:
+        while RawClient.opened:
+            client = RawClient.opened.pop()
+            client.close()
+            with contextlib.suppress(Exception):
+                await client.writer.wait_closed()
 
 
 async def inflight(admin_port: int) -> dict[str, object]:

@@ -12,14 +12,12 @@ import dataclasses
 import json
 import sys
 from collections.abc import AsyncIterator
-from typing import ClassVar
 
-import aiohttp
 from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
 
 from drain_router.tools import fake_kube
 from drain_router.tools import process as process_
+from tests.blackbox import RawClient, metric_samples
 from tests.process import RouterProcess, log_path
 
 NS, NAME = fake_kube.NS, fake_kube.NAME
@@ -145,15 +143,7 @@ async def pod_router(upstream: str) -> AsyncIterator[RouterProcess]:
 
 
 async def metric(admin_port: int, name: str) -> dict[tuple[tuple[str, str], ...], float]:
-    """Samples of ``name`` from /metrics, by their labels."""
-    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{admin_port}/metrics") as resp:
-        text = await resp.text()
-    out: dict[tuple[tuple[str, str], ...], float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name:
-                out[tuple(sorted(sample.labels.items()))] = sample.value
-    return out
+    return await metric_samples(admin_port, name)
 
 
 async def held(admin_port: int, service: str = SERVICE) -> float:
@@ -164,14 +154,8 @@ async def wait_held(admin_port: int, n: int, timeout: float = 5.0, service: str 
     await process_.wait_until(lambda: held(admin_port, service), timeout, f"{n} held", until=lambda v: v == n)
 
 
-class Client:
-    """One raw connection with one request on it (closed at the end of the test: :func:`close_all`)."""
-
-    opened: ClassVar[list[Client]] = []
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        Client.opened.append(self)
+class Client(RawClient):
+    """One raw request to the activator, naming ``service`` (none: no header)."""
 
     @classmethod
     async def send(cls, port: int, target: str, service: str | None = SERVICE, body: str | None = None) -> Client:
@@ -181,28 +165,6 @@ class Client:
         writer.write(f"{method} {target} HTTP/1.1\r\nHost: x\r\n{named}{framing}\r\n{body or ''}".encode())
         await writer.drain()
         return cls(reader, writer)
-
-    async def answer(self, timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
-        head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), timeout)
-        lines = head.decode("latin-1").split("\r\n")
-        headers = {}
-        for line in lines[1:]:
-            if ":" in line:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-        body = await asyncio.wait_for(self.reader.readexactly(int(headers.get("content-length", "0"))), timeout)
-        return int(lines[0].split()[1]), headers, body
-
-    def close(self) -> None:
-        self.writer.close()
-
-    @classmethod
-    async def close_all(cls) -> None:
-        while cls.opened:
-            client = cls.opened.pop()
-            client.close()
-            with contextlib.suppress(Exception):
-                await client.writer.wait_closed()
 
 
 def body_id(body: bytes) -> str:

@@ -32,18 +32,6 @@ from tests.activator import stand_ins
 from tests.activator.stand_ins import DEAD_POD_IP, NAME, NS, POD_IP, SERVICE, Client, body_id, held, wait_held
 
 
-@pytest.fixture(autouse=True)
-async def close_clients() -> AsyncIterator[None]:
-    yield
-    await Client.close_all()
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[fake_kube.FakeKube]:
-    async with fake_kube.kube_api() as api:
-        yield api
-
-
 @pytest.fixture
 async def model() -> AsyncIterator[stand_ins.Model]:
     async with stand_ins.model_server() as server:

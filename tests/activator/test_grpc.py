@@ -34,18 +34,6 @@ from tests.process import RouterProcess
 NAMED = (("x-drain-router-service", SERVICE),)
 
 
-@pytest.fixture(autouse=True)
-async def close_clients() -> AsyncIterator[None]:
-    yield
-    await Client.close_all()
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[fake_kube.FakeKube]:
-    async with fake_kube.kube_api() as api:
-        yield api
-
-
 @pytest.fixture
 async def upstream() -> AsyncIterator[grpcupstream.Upstream]:
     async with grpcupstream.running() as up:

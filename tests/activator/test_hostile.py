@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -27,18 +26,6 @@ from tests.blackbox import settled, settled_rss
 UPLOAD_BYTES = 64 * 1024 * 1024
 PIECE = b"0123456789abcdef" * 16384  # 256 KiB
 HELD = 200
-
-
-@pytest.fixture(autouse=True)
-async def close_clients() -> AsyncIterator[None]:
-    yield
-    await Client.close_all()
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[fake_kube.FakeKube]:
-    async with fake_kube.kube_api() as api:
-        yield api
 
 
 async def test_a_held_upload_is_held_back_not_buffered(kube: fake_kube.FakeKube) -> None:

@@ -14,18 +14,14 @@ the test lets it go (:mod:`tests.heldupstream`: what arrived, in which order, th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 from collections.abc import AsyncIterator
-from typing import ClassVar
 
-import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from drain_router.tools.process import wait_until
 from tests import heldupstream
-from tests.blackbox import by_outcome, inflight, requests_total, reset, status_of
+from tests.blackbox import RawClient, by_outcome, inflight, metric_samples, requests_total, reset
 from tests.process import RouterProcess, Start, router_starter
 
 
@@ -38,11 +34,7 @@ async def held() -> AsyncIterator[heldupstream.HeldUpstream]:
 @pytest.fixture(autouse=True)
 async def close_clients() -> AsyncIterator[None]:
     yield
-    while Client.opened:
-        client = Client.opened.pop()
-        client.close()
-        with contextlib.suppress(Exception):
-            await client.writer.wait_closed()
+    await RawClient.close_all()
 
 
 @pytest.fixture
@@ -55,39 +47,13 @@ def limits(n: int, q: int, t: int = 30) -> tuple[str, ...]:
     return ("--max-concurrent-requests", str(n), "--queue-size", str(q), "--queue-timeout-secs", str(t))
 
 
-class Client:
-    """One raw connection with one request on it (closed at the end of the test, whatever happened)."""
-
-    opened: ClassVar[list[Client]] = []
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        Client.opened.append(self)
-
+class Client(RawClient):
     @classmethod
     async def send(cls, port: int, target: str, method: str = "GET") -> Client:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(f"{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
         await writer.drain()
         return cls(reader, writer)
-
-    async def answer(self, timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
-        """The status, the headers (lowercase names) and the body of the one response."""
-        head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), timeout)
-        lines = head.decode("latin-1").split("\r\n")
-        headers = {}
-        for line in lines[1:]:
-            if ":" in line:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-        body = await asyncio.wait_for(self.reader.readexactly(int(headers.get("content-length", "0"))), timeout)
-        return status_of(head), headers, body
-
-    async def closed(self, timeout: float = 5.0) -> bool:
-        return await asyncio.wait_for(self.reader.read(1), timeout) == b""
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 async def counts(router: RouterProcess) -> dict[str, object]:
@@ -104,15 +70,8 @@ async def wait_counts(router: RouterProcess, inflight_: int, queued: int, timeou
 
 
 async def metric(router: RouterProcess, name: str) -> dict[tuple[tuple[str, str], ...], float]:
-    """Samples of ``name`` from /metrics, by their labels."""
-    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{router.admin_port}/metrics") as resp:
-        text = await resp.text()
-    out: dict[tuple[tuple[str, str], ...], float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name:
-                out[tuple(sorted(sample.labels.items()))] = sample.value
-    return out
+    assert router.admin_port is not None
+    return await metric_samples(router.admin_port, name)
 
 
 async def rejections(router: RouterProcess) -> dict[str, float]:
