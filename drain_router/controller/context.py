@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, cast
 
@@ -17,7 +17,7 @@ from drain_router import tracing
 from drain_router.controller import kube as kube_
 from drain_router.controller import metrics as metrics_
 from drain_router.controller import settings as settings_
-from drain_router.decisions import deletion, objects, spans
+from drain_router.decisions import deletion, objects, ownership, spans
 
 
 def body(obj: Mapping[str, Any]) -> kopf.Body:
@@ -28,6 +28,22 @@ def body(obj: Mapping[str, Any]) -> kopf.Body:
 def post(obj: Mapping[str, Any], event: objects.Event) -> None:
     """Post a decision's event on ``obj`` (kopf posts it in the background)."""
     kopf.event(body(obj), type=event.type, reason=str(event.reason), message=event.message)
+
+
+def warn_not_owned(ctx: Context, obj: Mapping[str, Any], refused: Iterable[ownership.NotOwned], logger: Any) -> None:
+    """A Warning ``NotOwned`` on the ModelService for each object it names (or pod it selects) that
+    is not its own, once per object and reason in this run; every pass logs them."""
+    uid = (obj.get("metadata") or {}).get("uid", "")
+    for item in refused:
+        logger.info(f"left alone, not owned by this service: {item}")
+        key = (uid, NOT_OWNED, str(item))
+        if key not in ctx.warned:
+            ctx.warned.add(key)
+            post(obj, objects.Event(type="Warning", reason=NOT_OWNED, message=f"left alone: {item}"))
+
+
+NOT_OWNED = "NotOwned"
+"""The Warning's reason: a named object, or a selected pod, that the ModelService does not own."""
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -16,9 +16,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_router.controller import context, lifecycle_pass, observe, recycle_pass
 from drain_router.controller import kube as kube_
+from drain_router.controller import status as status_
 from drain_router.controller import turn as turn_
 from drain_router.controller import workload as workload_
-from drain_router.decisions import spans
+from drain_router.decisions import deletion, spans
 
 MIN_SLEEP_SECS = 0.05
 """The daemon's shortest sleep, so a requeue time already past never spins the loop."""
@@ -79,6 +80,10 @@ async def service_pass(ctx: context.Context, namespace: str, name: str, logger: 
     workload = await workload_.observe_workload(ctx.kube, fresh, spec)
     for failure in workload.failures:
         logger.warning(f"read failed, recycling and lifecycle rules wait for the next pass: {failure}")
+    context.warn_not_owned(ctx, fresh, workload.not_owned, logger)
+    report = [str(n) for n in workload.not_owned][: deletion.MAX_LISTED_PODS] or None
+    if not workload.failures and (fresh.get("status") or {}).get("notOwned") != report:
+        fresh, _ = await status_.write_status(ctx, fresh, lambda _: {"notOwned": report}, logger)
     requeues: list[float] = []
     session = ctx.session
     owned = session is None

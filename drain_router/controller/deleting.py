@@ -15,7 +15,7 @@ import kopf
 from drain_router.controller import context, observe
 from drain_router.controller import kube as kube_
 from drain_router.controller import status as status_
-from drain_router.decisions import deletion, durations, objects, spans
+from drain_router.decisions import deletion, durations, objects, ownership, spans
 
 
 class Requeue(kopf.TemporaryError):
@@ -122,9 +122,10 @@ async def deletion_step(ctx: context.Context, fresh: Mapping[str, Any], logger: 
 
     # 2. Act. Failures are counted, logged and handed to the next pass, which decides again.
     failures = []
+    context.warn_not_owned(ctx, fresh, (*obs.unowned(), *obs.ignored_pods), logger)
     for action in decision.actions:
         try:
-            await _act(ctx, namespace, action)
+            await _act(ctx, obs, action, logger)
         except kube_.CallFailed as exc:
             failures.append(exc.failure)
             ctx.metrics.action_errors.labels(action.kind.value).inc()
@@ -168,22 +169,35 @@ def _status_patch(current: Mapping[str, Any], decision: deletion.Decision, now: 
     new_deletion = decision.status.as_dict()
     conditions = objects.set_condition(current.get("conditions"), decision.condition, now)
     old_deletion = current.get("deletion") or {}
+    not_owned = list(decision.status.not_owned) or None
     same = (
         current.get("phase") == "Deleting"
         and status_.compact(old_deletion) == status_.compact(new_deletion)
         and current.get("conditions") == conditions
+        and current.get("notOwned") == not_owned
     )
     if same:
         return None
-    return {"phase": "Deleting", "conditions": conditions, "deletion": new_deletion}
+    return {"phase": "Deleting", "conditions": conditions, "deletion": new_deletion, "notOwned": not_owned}
 
 
-async def _act(ctx: context.Context, namespace: str, action: deletion.Action) -> None:
+async def _act(ctx: context.Context, obs: deletion.Observations, action: deletion.Action, logger: Any) -> None:
+    """Carry out one action on the object it names, with the consent its observation carries; an
+    object without one (never decided on, but checked here too) is left alone."""
     if action.kind in (deletion.ActionKind.DELETE_ROUTE, deletion.ActionKind.DELETE_WORKLOAD):
         assert action.ref is not None
-        await ctx.kube.delete(action.ref, namespace)
+        seen = [o for o in (obs.route, *obs.workload) if o is not None and o.ref == action.ref]
+        consent = next((o.verdict for o in seen if isinstance(o.verdict, ownership.Consent)), None)
+        if consent is None:
+            logger.warning(f"{action.kind.value} {action.ref} not sent: not owned by this service")
+            return
+        await ctx.kube.delete(action.ref, consent)
     elif action.kind is deletion.ActionKind.FORCE_DELETE_POD:
         assert action.pod is not None and action.uid is not None
-        code = await ctx.kube.force_delete_pod(namespace, action.pod, action.uid)
+        pod = next((p for p in obs.pods if p.uid == action.uid and p.name == action.pod), None)
+        if pod is None or pod.consent is None:
+            logger.warning(f"{action.kind.value} {action.pod} not sent: not owned by this service")
+            return
+        code = await ctx.kube.force_delete_pod(pod.consent)
         if code == 200:
             ctx.metrics.pods_force_deleted.inc()

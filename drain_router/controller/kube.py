@@ -3,6 +3,11 @@
 Objects named by ``apiVersion``/``kind`` (the route, the workload) are resolved to their URL by
 :mod:`drain_router.controller.discovery`, so any kind works. Every answer is a plain dict, ``None``
 for NotFound; a failure is :class:`CallFailed`, which names the call.
+
+Every write to an object of the user's (delete, force delete, eviction, scale, patch) takes an
+:class:`ownership.Consent` and writes only the object it names, in its namespace, with its ``uid`` as
+a precondition (and a route patch on the ``resourceVersion`` it was read at): the ownership rule of :mod:`drain_router.decisions.ownership` is checked before any call reaches here.
+The ModelService's own status, events and the controller's Lease are the controller's own objects.
 """
 
 from __future__ import annotations
@@ -16,9 +21,19 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_router.controller import crd, discovery
-from drain_router.decisions import deletion, recycling
+from drain_router.decisions import deletion, ownership, recycling
 
 MERGE_PATCH = "application/merge-patch+json"
+
+FOREGROUND_KINDS = frozenset({("apps", "Deployment"), ("apps", "ReplicaSet"), ("apps", "StatefulSet")})
+"""Kinds deleted with ``propagationPolicy: Foreground``: the object stays (terminating) until its
+pods are gone, so a terminating pod can still prove it is the service's through its owners while the
+teardown waits for it (and force-deletes it); everything else goes in the background."""
+
+
+def _named(ref: deletion.ObjectRef, consent: ownership.Consent) -> None:
+    if (ref.kind, ref.name) != (consent.kind, consent.name):
+        raise ValueError(f"consent for {consent.kind}/{consent.name} used to write {ref}")
 
 
 class CallFailed(Exception):
@@ -90,23 +105,35 @@ class Kube:
                 return None
             raise CallFailed(failure(self._discovery.call_name("GET", ref), exc)) from exc
 
-    async def delete(self, ref: deletion.ObjectRef, namespace: str) -> int:
-        """Background propagation, like ``kubectl delete``: dependents (ReplicaSets, pods) are
-        garbage-collected after the owner goes. Returns the HTTP status (404 counts as done);
+    async def delete(self, ref: deletion.ObjectRef, consent: ownership.Consent) -> int:
+        """Delete the object ``consent`` proves the service's, with its uid as a precondition (409
+        when a replacement took the name since it was read: decided again on the next pass).
+        Background propagation, like ``kubectl delete``, except for the kinds of
+        :data:`FOREGROUND_KINDS`. Returns the HTTP status (404 and 409 count as answered);
         :class:`CallFailed` for a refusal (403, 500) or no answer."""
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        _named(ref, consent)
+        policy = "Foreground" if (ref.group, ref.kind) in FOREGROUND_KINDS else "Background"
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": policy,
+            "preconditions": {"uid": consent.uid},
+        }
         try:
-            return await self._delete(await self._discovery.path(ref, namespace), body)
+            return await self._delete(await self._discovery.path(ref, consent.namespace), body)
         except _FAILURES as exc:
             raise CallFailed(failure(self._discovery.call_name("DELETE", ref), exc)) from exc
 
-    async def force_delete_pod(self, namespace: str, name: str, uid: str) -> int:
+    async def force_delete_pod(self, consent: ownership.Consent) -> int:
         """Grace 0 with a UID precondition: a replacement pod that reuses the name answers 409."""
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        if consent.kind != "Pod":
+            raise ValueError(f"consent for {consent.kind}/{consent.name} used to force-delete a pod")
+        grace = {"gracePeriodSeconds": 0, "preconditions": {"uid": consent.uid}}
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", **grace}
         try:
-            return await self._delete(f"/api/v1/namespaces/{namespace}/pods/{name}", body)
+            return await self._delete(f"/api/v1/namespaces/{consent.namespace}/pods/{consent.name}", body)
         except _FAILURES as exc:
-            raise CallFailed(failure(f"DELETE v1 pods/{name} (grace 0)", exc)) from exc
+            raise CallFailed(failure(f"DELETE v1 pods/{consent.name} (grace 0)", exc)) from exc
 
     async def _delete(self, path: str, body: dict[str, Any]) -> int:
         try:
@@ -165,35 +192,50 @@ class Kube:
             raise
         return dict(_as_object(answer) or {})
 
-    async def delete_modelservice(self, namespace: str, name: str) -> int:
+    async def delete_modelservice(self, consent: ownership.Consent) -> int:
         """Delete the ModelService (its finalizer then runs the staged teardown). 404 counts as done."""
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        if consent.how is not ownership.How.ITSELF:
+            raise ValueError(f"consent for {consent.kind}/{consent.name} used to delete a ModelService")
+        namespace, name = consent.namespace, consent.name
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": "Background",
+            "preconditions": {"uid": consent.uid},
+        }
         try:
             return await self._delete(self._modelservice_path(namespace, name), body)
         except _FAILURES as exc:
             raise CallFailed(failure(f"DELETE {crd.group()}/{crd.version()} {crd.plural()}/{name}", exc)) from exc
 
-    async def scale(self, ref: deletion.ObjectRef, namespace: str, replicas: int) -> None:
+    async def scale(self, ref: deletion.ObjectRef, consent: ownership.Consent, replicas: int) -> None:
         """Merge patch of ``spec.replicas`` (the Deployment's own resource: no scale subresource, so the
-        RBAC is one ``patch`` on deployments)."""
+        RBAC is one ``patch`` on deployments). The patch carries the object's uid, which is
+        immutable: a replacement under the same name answers 422 and is not scaled. Not its
+        resourceVersion: a Deployment's status moves with its pods, and a wake must not wait a pass
+        for every status write."""
+        _named(ref, consent)
+        body: dict[str, Any] = {"metadata": {"uid": consent.uid}, "spec": {"replicas": replicas}}
         try:
             await self._call(
-                await self._discovery.path(ref, namespace),
-                "PATCH",
-                body={"spec": {"replicas": replicas}},
-                content_type=MERGE_PATCH,
+                await self._discovery.path(ref, consent.namespace), "PATCH", body=body, content_type=MERGE_PATCH
             )
         except _FAILURES as exc:
             raise CallFailed(
                 failure(self._discovery.call_name("PATCH", ref) + f" spec.replicas={replicas}", exc)
             ) from exc
 
-    async def patch(self, ref: deletion.ObjectRef, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Merge patch of the object ``ref`` names (a route switch). With ``metadata.resourceVersion`` in
-        ``body`` the patch is conditional: :class:`Conflict` when the object changed since it was read."""
+    async def patch(self, ref: deletion.ObjectRef, consent: ownership.Consent, body: dict[str, Any]) -> dict[str, Any]:
+        """Merge patch of the object ``consent`` proves the service's (a route switch), conditional on
+        the resourceVersion it was read at: :class:`Conflict` when it changed since."""
+        _named(ref, consent)
+        metadata = {**(body.get("metadata") or {}), "uid": consent.uid}
+        if consent.resource_version:
+            metadata["resourceVersion"] = consent.resource_version
+        body = {**body, "metadata": metadata}
         try:
             answer = await self._call(
-                await self._discovery.path(ref, namespace), "PATCH", body=body, content_type=MERGE_PATCH
+                await self._discovery.path(ref, consent.namespace), "PATCH", body=body, content_type=MERGE_PATCH
             )
         except _FAILURES as exc:
             call = failure(self._discovery.call_name("PATCH", ref), exc)
@@ -202,16 +244,19 @@ class Kube:
             raise CallFailed(call) from exc
         return dict(_as_object(answer) or {})
 
-    async def evict_pod(self, namespace: str, name: str, uid: str) -> recycling.EvictAnswer:
+    async def evict_pod(self, consent: ownership.Consent) -> recycling.EvictAnswer:
         """``policy/v1`` Eviction with a UID precondition and the pod's own grace (no
         ``gracePeriodSeconds``). Every answer is data, never an exception: the code, the Status
         reason, the first cause's reason and the message. A 2xx whose body says ``status: Failure``
         is a failure; no answer at all is code 0."""
+        if consent.kind != "Pod":
+            raise ValueError(f"consent for {consent.kind}/{consent.name} used to evict a pod")
+        namespace, name = consent.namespace, consent.name
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
-            "deleteOptions": {"preconditions": {"uid": uid}},
+            "deleteOptions": {"preconditions": {"uid": consent.uid}},
         }
         try:
             answer = await self._call(f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", "POST", body=body)

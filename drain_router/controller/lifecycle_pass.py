@@ -11,12 +11,12 @@ from typing import Any
 
 import kopf
 
-from drain_router.controller import context, deleting, probe, waking
+from drain_router.controller import context, deleting, observe, probe, waking
 from drain_router.controller import kube as kube_
 from drain_router.controller import status as status_
 from drain_router.controller import turn as turn_
 from drain_router.controller import workload as workload_
-from drain_router.decisions import activation, deletion, lifecycle, objects
+from drain_router.decisions import activation, deletion, lifecycle, objects, ownership
 
 CONDITION_TYPE = "LifecycleRulesValid"
 
@@ -70,7 +70,8 @@ async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, 
         requeue_at = _waking_requeue(plan, requeue_at, standard)
         if plan.step.action is not None or plan.step.events:
             # 2. Act (the route switch or the scale), 3. events; a failure puts the record back.
-            if not await waking.act(turn, fresh, plan, route_ref, workload.deployment_ref):
+            acted = await waking.act(turn, fresh, plan, route_ref, workload.deployment_ref, workload.deployment_consent)
+            if not acted:
                 fresh, _ = await status_.write_status(ctx, fresh, waking.revert(read), logger)
                 return fresh, standard
             return fresh, min(requeue_at, standard) if plan.step.action is not None else requeue_at
@@ -135,20 +136,19 @@ async def _act(
     only when it starts, not on every pass it runs)."""
     assert decision.action is not None
     ctx, workload, logger = turn.ctx, turn.workload, turn.logger
-    meta = fresh["metadata"]
     standard = turn.standard_requeue()
     first = True
     try:
         if decision.action is lifecycle.Policy.SCALE_TO_ZERO:
-            assert workload.deployment_ref is not None
-            await ctx.kube.scale(workload.deployment_ref, meta["namespace"], 0)
+            assert workload.deployment_ref is not None and workload.deployment_consent is not None
+            await ctx.kube.scale(workload.deployment_ref, workload.deployment_consent, 0)
         elif decision.action is lifecycle.Policy.DELETE_WORKLOAD:
             first = teardown_starts
             step = await deleting.deletion_step(ctx, fresh, logger)
             if step.verdict is not deletion.Verdict.RELEASE:
                 requeue_at = min(requeue_at, standard if step.requeue_at is None else step.requeue_at)
         else:
-            await ctx.kube.delete_modelservice(meta["namespace"], meta["name"])
+            await ctx.kube.delete_modelservice(ownership.itself(observe.owner(fresh)))
     except kube_.CallFailed as exc:
         logger.warning(f"lifecycle {decision.action.value} failed, retried next pass: {exc.failure}")
         ctx.metrics.action_errors.labels(f"Lifecycle{decision.action.value}").inc()

@@ -6,11 +6,12 @@ Reads and parsing only; decisions live in drain_router.decisions and never see a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping
+import dataclasses
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any
 
 from drain_router.controller import kube as kube_
-from drain_router.decisions import deletion, durations, objects
+from drain_router.decisions import deletion, durations, objects, ownership
 
 
 def label_selector(pod_selector: Mapping[str, Any]) -> str:
@@ -63,8 +64,43 @@ def service_spec(spec: Mapping[str, Any]) -> deletion.ServiceSpec:
     )
 
 
+def owner(body: Mapping[str, Any]) -> ownership.Owner:
+    """The ModelService as the ownership rule names it."""
+    meta = body["metadata"]
+    return ownership.Owner(namespace=meta["namespace"], name=meta["name"], uid=meta.get("uid", ""))
+
+
+def claim(kind: str, obj: Mapping[str, Any]) -> ownership.Claim:
+    """What an object read from the API says about whom it belongs to."""
+    meta = obj.get("metadata") or {}
+    refs = tuple(
+        ownership.OwnerRef(
+            api_version=str(r.get("apiVersion") or ""),
+            kind=str(r.get("kind") or ""),
+            name=str(r.get("name") or ""),
+            uid=str(r.get("uid") or ""),
+            controller=r.get("controller") is True,
+        )
+        for r in meta.get("ownerReferences") or ()
+        if isinstance(r, Mapping)
+    )
+    labels = meta.get("labels") or {}
+    return ownership.Claim(
+        kind=kind,
+        namespace=meta.get("namespace"),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        resource_version=meta.get("resourceVersion"),
+        labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
+        owner_refs=refs,
+    )
+
+
 def _object(
-    ref: deletion.ObjectRef, obj: Mapping[str, Any] | None, failure: deletion.ApiFailure | None = None
+    service: ownership.Owner,
+    ref: deletion.ObjectRef,
+    obj: Mapping[str, Any] | None,
+    failure: deletion.ApiFailure | None = None,
 ) -> deletion.ObjectObservation:
     if failure is not None:  # unknown: assumed to exist; the stage that needs it waits
         return deletion.ObjectObservation(ref=ref, exists=True)
@@ -76,10 +112,21 @@ def _object(
         exists=True,
         deleting=bool(meta.get("deletionTimestamp")),
         service_label=(meta.get("labels") or {}).get(deletion.SERVICE_LABEL),
+        verdict=ownership.check(service, claim(ref.kind, obj)),
     )
 
 
-def pod(obj: Mapping[str, Any]) -> objects.Pod:
+def deployment_consents(observed: Iterable[deletion.ObjectObservation]) -> tuple[ownership.Consent, ...]:
+    """The consents of the owned Deployments among ``observed``: the only owners a pod can prove
+    itself the service's through."""
+    return tuple(
+        o.verdict
+        for o in observed
+        if o.ref.api_version == "apps/v1" and o.ref.kind == "Deployment" and isinstance(o.verdict, ownership.Consent)
+    )
+
+
+def pod(obj: Mapping[str, Any], consent: ownership.Consent | None = None) -> objects.Pod:
     """A pod as every decision reads it: readiness from its ``Ready`` condition, never its phase."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     stamp, start = meta.get("deletionTimestamp"), status.get("startTime")
@@ -96,20 +143,64 @@ def pod(obj: Mapping[str, Any]) -> objects.Pod:
         pod_ip=status.get("podIP") or None,
         deletion_timestamp=None if not stamp else durations.parse_time(stamp),
         grace=None if grace is None else float(grace),
+        consent=consent,
     )
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SelectedPods:
+    """The pods ``spec.podSelector`` selects, split by the ownership rule."""
+
+    owned: tuple[objects.Pod, ...] = ()
+    """Selected and owned through a ReplicaSet of an owned Deployment, each with its consent."""
+    not_owned: tuple[ownership.NotOwned, ...] = ()
+    """Selected but not the service's: never evicted, force-deleted or waited for."""
+
+
 async def selected_pods(
-    kube: kube_.Kube, namespace: str, pod_selector: Mapping[str, Any]
-) -> tuple[tuple[objects.Pod, ...] | None, deletion.ApiFailure | None]:
-    """The pods ``spec.podSelector`` selects, any phase; or ``None`` and the failure. An empty
-    selector is a failure too: the list is never sent (it would count every pod)."""
+    kube: kube_.Kube,
+    service: ownership.Owner,
+    pod_selector: Mapping[str, Any],
+    deployments: Sequence[ownership.Consent],
+) -> tuple[SelectedPods | None, deletion.ApiFailure | None]:
+    """The pods ``spec.podSelector`` selects, any phase, split into the ones the service owns (through
+    a ReplicaSet whose controller is one of ``deployments``, read here by name) and the others; or
+    ``None`` and the failure. An empty selector is a failure too: the list is never sent (it would
+    count every pod)."""
     try:
         selector = label_selector(pod_selector)
     except ValueError as exc:
         return None, deletion.ApiFailure(call="LIST v1 pods", code=None, message=f"not sent: {exc}")
-    listed, failure = await try_read(kube.list_pods(namespace, selector))
-    return (None, failure) if failure is not None else (tuple(pod(p) for p in listed or ()), None)
+    listed, failure = await try_read(kube.list_pods(service.namespace, selector))
+    if failure is not None:
+        return None, failure
+    claims = [(raw, claim("Pod", raw)) for raw in listed or ()]
+    names = sorted(
+        {
+            ref.name
+            for _, c in claims
+            if (ref := c.controller_ref()) is not None and (ref.group, ref.kind) == ownership.REPLICASET
+        }
+        if deployments
+        else set()
+    )
+    answers = await asyncio.gather(*(try_read(kube.get(_replicaset(name), service.namespace)) for name in names))
+    for _, failed in answers:
+        if failed is not None:
+            return None, failed
+    replicasets = {name: claim("ReplicaSet", obj) for name, (obj, _) in zip(names, answers) if obj is not None}
+    owned, not_owned = [], []
+    for raw, c in claims:
+        verdict = ownership.check_pod(service, c, replicasets, deployments)
+        if isinstance(verdict, ownership.Consent):
+            owned.append(pod(raw, verdict))
+        else:
+            not_owned.append(verdict)
+    return SelectedPods(owned=tuple(owned), not_owned=tuple(not_owned)), None
+
+
+def _replicaset(name: str) -> deletion.ObjectRef:
+    return deletion.ObjectRef(api_version="apps/v1", kind="ReplicaSet", name=name)
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:
@@ -147,18 +238,22 @@ async def observe(
             failed.append(deletion.FailedRead(subject=subject, failure=failure))
         return answer, failure
 
+    service = owner(body)
     route_ref = deletion.find_route(spec)
     route = None
     if route_ref is not None:
-        route = _object(route_ref, *await read(deletion.Subject.ROUTE, kube.get(route_ref, namespace)))
+        route = _object(service, route_ref, *await read(deletion.Subject.ROUTE, kube.get(route_ref, namespace)))
     answers = await asyncio.gather(
         *(read(deletion.Subject.WORKLOAD, kube.get(ref, namespace)) for ref in spec.workload)
     )
+    workload = tuple(_object(service, ref, *answer) for ref, answer in zip(spec.workload, answers))
     # A failed list (or an empty selector, never sent): the pod stages wait, then time out naming it.
-    listed, failure = await selected_pods(kube, namespace, raw_spec.get("podSelector") or {})
+    selected, failure = await selected_pods(
+        kube, service, raw_spec.get("podSelector") or {}, deployment_consents(workload)
+    )
     if failure is not None:
         failed.append(deletion.FailedRead(subject=deletion.Subject.PODS, failure=failure))
-    pods = listed or ()
+    pods = () if selected is None else selected.owned
     node_names = sorted({p.node for p in pods if p.node})
     if read_nodes:
         node_answers = await asyncio.gather(*(read(deletion.Subject.NODES, kube.get_node(n)) for n in node_names))
@@ -169,8 +264,9 @@ async def observe(
         service=meta["name"],
         suspend=spec.suspend,
         route=route,
-        workload=tuple(_object(ref, *answer) for ref, answer in zip(spec.workload, answers)),
+        workload=workload,
         pods=pods,
+        ignored_pods=() if selected is None else selected.not_owned,
         nodes=nodes,
         failed_reads=tuple(failed),
     )

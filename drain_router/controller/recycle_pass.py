@@ -60,7 +60,8 @@ async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, 
     if decision.kind is recycling.Kind.EVICT:
         assert decision.pod is not None
         pod = decision.pod
-        evicted = await ctx.kube.evict_pod(namespace, pod.name, pod.uid)
+        assert pod.consent is not None, "only owned pods are observed"
+        evicted = await ctx.kube.evict_pod(pod.consent)
         now = ctx.clock()
         decision = recycling.after_eviction(decision, evicted, now, retry_secs=s.recycle_retry_secs)
         if 200 <= evicted.code < 300 and not evicted.failure:

@@ -15,7 +15,7 @@ from drain_router.controller import context, observe, probe
 from drain_router.controller import kube as kube_
 from drain_router.controller import status as status_
 from drain_router.controller import turn as turn_
-from drain_router.decisions import activation, deletion, lifecycle, objects, recycling, route_switch
+from drain_router.decisions import activation, deletion, lifecycle, objects, ownership, recycling, route_switch
 
 DEFAULT_ACTIVATION_TIMEOUT = int(activation.DEFAULT_ACTIVATION_TIMEOUT_SECS)
 
@@ -30,6 +30,8 @@ class Plan:
     """``status.lifecycle``'s activation fields as read: what a failed action puts back."""
     route: Mapping[str, Any] | None
     """The route as read this pass (what a switch rewrites)."""
+    route_consent: ownership.Consent | None = None
+    """The route's ownership proof; a route the service does not own is never switched."""
     slept: bool = False
     """The step's scale-down carries out the ScaleToZero rule: the rule's event and count go with it."""
     events: tuple[objects.Event, ...] = ()
@@ -60,7 +62,7 @@ async def read_route(
     turn: turn_.Turn, fresh: Mapping[str, Any]
 ) -> tuple[activation.Route, Mapping[str, Any] | None, deletion.ObjectRef | None]:
     """Where ``spec.route`` points: NONE without one (or when it does not exist), UNKNOWN when the read
-    fails or its shape is not one this controller switches."""
+    fails, its shape is not one this controller switches, or the service does not own it."""
     raw = (fresh.get("spec") or {}).get("route")
     activator = turn.ctx.settings.activator_service
     if not raw or activator is None:
@@ -72,6 +74,10 @@ async def read_route(
         return activation.Route.UNKNOWN, None, ref
     if route is None or (route.get("metadata") or {}).get("deletionTimestamp"):
         return activation.Route.NONE, None, ref
+    verdict = ownership.check(observe.owner(fresh), observe.claim(ref.kind, route))
+    if isinstance(verdict, ownership.NotOwned):
+        context.warn_not_owned(turn.ctx, fresh, (verdict,), turn.logger)
+        return activation.Route.UNKNOWN, None, ref
     where = route_switch.classify(route, activator)
     if where is activation.Route.UNKNOWN:
         turn.logger.info(f"route {ref.kind}/{ref.name} has a shape this controller does not switch: left alone")
@@ -117,11 +123,23 @@ async def plan(
     if scale_rule or holds or step.action is not None:
         kept = dataclasses.replace(kept, action=None, events=())
     slept = scale_rule and step.action is activation.Action.SCALE_TO_ZERO
-    return Plan(rules=kept, step=step, stored=stored, route=obj, slept=slept, events=decision.events), ref
+    consent = None
+    if obj is not None and ref is not None:
+        verdict = ownership.check(observe.owner(fresh), observe.claim(ref.kind, obj))
+        consent = verdict if isinstance(verdict, ownership.Consent) else None
+    plan_ = Plan(
+        rules=kept, step=step, stored=stored, route=obj, route_consent=consent, slept=slept, events=decision.events
+    )
+    return plan_, ref
 
 
 async def act(
-    turn: turn_.Turn, fresh: Mapping[str, Any], plan_: Plan, route_ref: deletion.ObjectRef | None, deployment: Any
+    turn: turn_.Turn,
+    fresh: Mapping[str, Any],
+    plan_: Plan,
+    route_ref: deletion.ObjectRef | None,
+    deployment: deletion.ObjectRef | None,
+    deployment_consent: ownership.Consent | None,
 ) -> bool:
     """Carry out the step's action (if any), then post its events (and the ScaleToZero rule's, when
     the step carried it out). ``False`` when the action failed: the caller puts the record back."""
@@ -134,17 +152,18 @@ async def act(
         if step.action is None:  # a person's scale-up: nothing to do but say so
             pass
         elif step.action is activation.Action.ROUTE_TO_ACTIVATOR:
-            assert plan_.route is not None and route_ref is not None
+            assert plan_.route is not None and route_ref is not None and plan_.route_consent is not None
             patch = route_switch.to_activator(plan_.route, activator, f"{namespace}/{name}")
-            await ctx.kube.patch(route_ref, namespace, patch)
+            await ctx.kube.patch(route_ref, plan_.route_consent, patch)
         elif step.action is activation.Action.ROUTE_TO_SERVICE:
-            assert plan_.route is not None and route_ref is not None
-            await ctx.kube.patch(route_ref, namespace, route_switch.to_service(plan_.route))
+            assert plan_.route is not None and route_ref is not None and plan_.route_consent is not None
+            await ctx.kube.patch(route_ref, plan_.route_consent, route_switch.to_service(plan_.route))
         elif step.action is activation.Action.SCALE_UP:
-            assert step.replicas is not None
-            await ctx.kube.scale(deployment, namespace, step.replicas)
+            assert step.replicas is not None and deployment is not None and deployment_consent is not None
+            await ctx.kube.scale(deployment, deployment_consent, step.replicas)
         else:
-            await ctx.kube.scale(deployment, namespace, 0)
+            assert deployment is not None and deployment_consent is not None
+            await ctx.kube.scale(deployment, deployment_consent, 0)
     except kube_.CallFailed as exc:
         assert step.action is not None
         turn.logger.warning(f"{step.action.value} failed, retried next pass: {exc.failure}")

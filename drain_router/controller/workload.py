@@ -12,7 +12,7 @@ from typing import Any
 
 from drain_router.controller import kube as kube_
 from drain_router.controller import observe
-from drain_router.decisions import deletion, objects, recycling
+from drain_router.decisions import deletion, objects, ownership, recycling
 
 DEFAULT_ADMIN_PORT = 9091
 
@@ -37,13 +37,15 @@ def deployment_refs(spec: deletion.ServiceSpec) -> tuple[deletion.ObjectRef, ...
     return tuple(r for r in spec.workload if r.api_version == "apps/v1" and r.kind == "Deployment")
 
 
-def _deployment(ref: deletion.ObjectRef, obj: Mapping[str, Any] | None) -> recycling.DeploymentObservation:
+def _deployment(
+    ref: deletion.ObjectRef, obj: Mapping[str, Any] | None, verdict: ownership.Consent | ownership.NotOwned | None
+) -> recycling.DeploymentObservation:
     if obj is None:
         return recycling.DeploymentObservation(name=ref.name, exists=False)
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     return recycling.DeploymentObservation(
         name=ref.name,
-        service_label=(meta.get("labels") or {}).get(deletion.SERVICE_LABEL),
+        owned=isinstance(verdict, ownership.Consent),
         generation=int(meta.get("generation") or 1),
         observed_generation=status.get("observedGeneration"),
         spec_replicas=spec.get("replicas"),
@@ -60,8 +62,12 @@ class Workload:
 
     observation: recycling.WorkloadObservation
     deployment: Mapping[str, Any] | None
-    """The Deployment, when ``spec.workload`` names exactly one and it exists."""
+    """The Deployment, when ``spec.workload`` names exactly one, it exists and the service owns it."""
     deployment_ref: deletion.ObjectRef | None
+    deployment_consent: ownership.Consent | None = None
+    """What a scale of ``deployment`` needs (set exactly when ``deployment`` is)."""
+    not_owned: tuple[ownership.NotOwned, ...] = ()
+    """Deployments named and selected pods that the service does not own: left alone, reported."""
     failures: tuple[deletion.ApiFailure, ...] = ()
     """Failed reads: nothing is decided on a partial picture."""
 
@@ -83,22 +89,37 @@ class Workload:
 
 
 async def observe_workload(kube: kube_.Kube, body: Mapping[str, Any], spec: deletion.ServiceSpec) -> Workload:
-    """Read every Deployment of ``spec.workload`` and the pods ``spec.podSelector`` selects. Never raises
-    for a failed read: it is listed in ``failures``."""
-    meta, raw_spec = body["metadata"], body.get("spec") or {}
-    namespace = meta["namespace"]
+    """Read every Deployment of ``spec.workload`` and the pods ``spec.podSelector`` selects; keep the
+    pods the service owns through a ReplicaSet of a Deployment it owns (the others are reported in
+    ``not_owned``, never evicted and never counted). Never raises for a failed read: it is listed in
+    ``failures``."""
+    raw_spec = body.get("spec") or {}
+    service = observe.owner(body)
     failures: list[deletion.ApiFailure] = []
     refs = deployment_refs(spec)
-    answers = await asyncio.gather(*(observe.try_read(kube.get(ref, namespace)) for ref in refs))
+    answers = await asyncio.gather(*(observe.try_read(kube.get(ref, service.namespace)) for ref in refs))
     failures.extend(f for _, f in answers if f is not None)
-    listed, failure = await observe.selected_pods(kube, namespace, raw_spec.get("podSelector") or {})
+    verdicts = [
+        None if obj is None else ownership.check(service, observe.claim(ref.kind, obj))
+        for ref, (obj, _) in zip(refs, answers)
+    ]
+    consents = tuple(v for v in verdicts if isinstance(v, ownership.Consent))
+    selected, failure = await observe.selected_pods(kube, service, raw_spec.get("podSelector") or {}, consents)
     if failure is not None:
         failures.append(failure)
-    deployments = tuple(_deployment(ref, obj) for ref, (obj, _) in zip(refs, answers))
-    single = answers[0][0] if len(refs) == 1 else None
+    deployments = tuple(_deployment(ref, obj, v) for ref, (obj, _), v in zip(refs, answers, verdicts))
+    single = verdicts[0] if len(refs) == 1 else None
+    owned_single = single if isinstance(single, ownership.Consent) else None
+    not_owned = [v for v in verdicts if isinstance(v, ownership.NotOwned)]
+    if selected is not None:
+        not_owned.extend(selected.not_owned)
     return Workload(
-        observation=recycling.WorkloadObservation(service=meta["name"], deployments=deployments, pods=listed or ()),
-        deployment=single,
-        deployment_ref=refs[0] if len(refs) == 1 else None,
+        observation=recycling.WorkloadObservation(
+            service=service.name, deployments=deployments, pods=() if selected is None else selected.owned
+        ),
+        deployment=answers[0][0] if owned_single is not None else None,
+        deployment_ref=refs[0] if owned_single is not None else None,
+        deployment_consent=owned_single,
+        not_owned=tuple(not_owned),
         failures=tuple(failures),
     )

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from drain_router.decisions import durations
+from drain_router.decisions import durations, ownership
 
 IGNORED_POD_PHASES = ("Succeeded", "Failed")
 """Pods in these phases have exited: never waited for, never recycled."""
@@ -33,6 +33,9 @@ class Pod:
     """When the grace ends (Kubernetes sets it to request time + grace); ``None``: not terminating."""
     grace: float | None = None
     """``deletionGracePeriodSeconds`` when terminating, else the pod's terminationGracePeriodSeconds."""
+    consent: ownership.Consent | None = None
+    """The proof that the service owns this pod (:func:`ownership.check_pod`): what an eviction or a
+    force delete of it needs. The controller only hands pods that have one to the decisions."""
 
     @property
     def terminating(self) -> bool:

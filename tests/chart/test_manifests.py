@@ -137,11 +137,20 @@ def test_model_service_defaults_match_the_crd(helm: Helm) -> None:
 def test_model_service_workload_is_labelled_and_kept_by_helm_uninstall(helm: Helm) -> None:
     """helm uninstall deletes only the ModelService; the controller removes the rest in order."""
     docs = helm.template(values_sets.FULL)
-    name = one(docs, "ModelService")["metadata"]["name"]
+    ms = one(docs, "ModelService")
+    name = ms["metadata"]["name"]
     for kind in ("Deployment", "Service", "HTTPRoute"):
         obj = one(docs, kind, FULLNAME)
         assert obj["metadata"]["labels"]["drainrouter.dev/service"] == name
         assert obj["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    # The label is the controller's consent: every object the ModelService names carries it, or the
+    # controller leaves it alone at teardown.
+    named = [*ms["spec"]["workload"], *([ms["spec"]["route"]] if ms["spec"].get("route") else [])]
+    assert named
+    for ref in named:
+        obj = one(docs, ref["kind"], ref["name"])
+        assert obj["apiVersion"] == ref["apiVersion"]
+        assert obj["metadata"]["labels"]["drainrouter.dev/service"] == name, ref
     plain = helm.template()
     for kind in ("Deployment", "Service"):
         meta = one(plain, kind, FULLNAME)["metadata"]

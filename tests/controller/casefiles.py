@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from drain_router.controller import observe
-from drain_router.decisions import deletion, durations, objects
+from drain_router.decisions import deletion, durations, objects, ownership
 from tests import casefiles
 
 SERVICE = "llama"
@@ -26,12 +26,29 @@ def t(value: str | None) -> float | None:
     return None if value is None else durations.parse_time(value)
 
 
+OWNER = ownership.Owner(namespace="ns", name=SERVICE, uid="uid-msvc")
+
+
 def object_observation(data: dict[str, Any]) -> deletion.ObjectObservation:
+    """An object of a case: the service's (labelled for it) unless the case says ``owned: false`` or
+    gives it another ``serviceLabel``."""
+    ref = observe.object_ref(data)
+    label = data.get("serviceLabel")
+    if label is None and data.get("owned", True):
+        label = SERVICE
+    claim = ownership.Claim(
+        kind=ref.kind,
+        namespace=OWNER.namespace,
+        name=ref.name,
+        uid=f"uid-{ref.name}",
+        labels={} if label is None else {ownership.SERVICE_LABEL: label},
+    )
     return deletion.ObjectObservation(
-        ref=observe.object_ref(data),
+        ref=ref,
         exists=data["exists"],
         deleting=data.get("deleting", False),
-        service_label=data.get("serviceLabel"),
+        service_label=label,
+        verdict=ownership.check(OWNER, claim) if data["exists"] else None,
     )
 
 

@@ -20,6 +20,7 @@ from drain_router.tools import process as process_
 from tests.chart import conftest as chart_fixtures
 from tests.chart import helm as chart
 
+from . import ownership_audit
 from .emulator import ClusterEmulator, Rule, rules_of
 
 NAMESPACE = "ns"
@@ -66,6 +67,7 @@ async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Cluster
     if os.environ.get(RBAC_ENV) == "1":
         emulator.rbac = request.getfixturevalue("chart_rules")
     assert emulator.install_crd(crd.load()) == MSVC
+    audit = ownership_audit.install(emulator, MSVC) if getattr(request.module, "AUDIT_OWNERSHIP", True) else None
     async with emulator, kmock.Server(emulator) as server:
         loops = [asyncio.create_task(emulator.kubelet()), asyncio.create_task(emulator.controllers())]
         try:
@@ -76,6 +78,7 @@ async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Cluster
             for task in loops:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+    assert audit is None or not audit.violations, f"writes to objects the service does not own: {audit.violations}"
 
 
 class Operator:

@@ -31,7 +31,8 @@ The controllers, in one loop (:meth:`ClusterEmulator.controllers`), each on the 
   (:meth:`ClusterEmulator._evict`) reads the stored status and decrements ``disruptionsAllowed``.
 - the garbage collector: in the background, a dependent whose owners are all gone is deleted
   :attr:`~ClusterEmulator.gc_delay` seconds after the last one went (a Deployment's pods: two delays,
-  through the ReplicaSet).
+  through the ReplicaSet); ``propagationPolicy: Foreground`` keeps an owner terminating (finalizer
+  ``foregroundDeletion``) until its dependents, deleted in the foreground themselves, are gone.
 
 Faults on purpose: :meth:`ClusterEmulator.fail` makes one call answer an error status (a 403 on a
 DELETE, a 500 on a GET) until :meth:`ClusterEmulator.heal`; deleting an entry of ``resources`` makes
@@ -47,8 +48,7 @@ For leader election: ``coordination.k8s.io/v1`` Leases (written by PUT, above);
 Not emulated: admission webhooks and built-in types' validation and defaulting, field selectors,
 watch bookmarks and ``resourceVersion`` resumption, strategic merge patch and server-side apply, the
 ``/scale`` subresource (the controller patches ``spec.replicas``), the ``Recreate`` strategy,
-``minReadySeconds``, ``progressDeadlineSeconds`` and Deployment conditions, pod deletion cost,
-foreground deletion, the disruption controller's ``disruptedPods`` map (an eviction marks the pod
+``minReadySeconds``, ``progressDeadlineSeconds`` and Deployment conditions, pod deletion cost, the disruption controller's ``disruptedPods`` map (an eviction marks the pod
 terminating at once, so it is never counted healthy twice), and the schema features listed in
 :mod:`schema`. Pods created by a test (not by a ReplicaSet) keep the status they were given.
 """
@@ -96,6 +96,8 @@ LEASES = "coordination.k8s.io/v1/leases"
 
 
 HASH_LABEL = "pod-template-hash"
+FOREGROUND = "foregroundDeletion"
+"""The finalizer a ``propagationPolicy: Foreground`` delete puts on an owner with dependents."""
 
 
 def _template_hash(template: dict[str, Any]) -> str:
@@ -335,6 +337,9 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     on_request: Callable[[Any], None] | None = None
     """Called (must not block) with each request as it arrives, before anything is answered: a test
     records the cluster as each write found it."""
+    write_audit: Callable[[Any], None] | None = None
+    """Called (must not block) with each request before anything is answered, the cluster as the
+    request finds it: the ownership audit (:mod:`ownership_audit`)."""
     on_pod_deleted: Callable[[dict[str, Any]], None] | None = None
     """Called (under the lock, must not block) when a pod is marked deleted; the process-backed
     kubelet uses it to SIGTERM the pod's router."""
@@ -633,8 +638,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         pods_res = kmock.resource("v1/pods")
         for key, rs in self._live("apps/v1/replicasets"):
             meta, spec = rs["metadata"], rs.get("spec") or {}
-            if meta.get("deletionTimestamp"):
-                continue
+            if meta.get("deletionTimestamp") or "template" not in spec:
+                continue  # a test's ReplicaSet with no template only links its pods to their Deployment
             desired = int(spec.get("replicas") or 0)
             alive = [
                 p
@@ -743,12 +748,27 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         removed objects is deleted (gracefully, Background) :attr:`gc_delay` seconds after the last of
         them went. A Deployment's pods therefore go about two delays after it (via the ReplicaSet)."""
         for key, obj in list(self._live_all()):
+            if FOREGROUND in (obj["metadata"].get("finalizers") or ()):
+                self._foreground(key, obj)
+                continue
             owners = [r.get("uid") for r in obj["metadata"].get("ownerReferences") or ()]
             if not owners or obj["metadata"].get("deletionTimestamp"):
                 continue
             gone = [self._gone.get(uid) for uid in owners]
             if all(at is not None for at in gone) and now >= max(at for at in gone if at is not None) + self.gc_delay:
                 self._delete(key, {})
+
+    def _foreground(self, key: Any, obj: dict[str, Any]) -> None:
+        """Foreground deletion: the owner stays (terminating) while it has dependents; each is deleted,
+        in the foreground itself when it has dependents of its own (a Deployment's ReplicaSet, whose
+        pods then terminate gracefully); once none is left the finalizer goes, and with it the owner."""
+        dependents = self._dependents(obj["metadata"].get("uid", ""))
+        for dep_key, dep in dependents:
+            if not dep["metadata"].get("deletionTimestamp"):
+                self._delete(dep_key, {"propagationPolicy": "Foreground"})
+        if not dependents:
+            kept = [f for f in obj["metadata"].get("finalizers") or () if f != FOREGROUND]
+            self._write(key, {"metadata": {"finalizers": kept or None}})
 
     def _live_all(self) -> list[tuple[Any, dict[str, Any]]]:
         return [(k, o.raw) for k, o in self.objects.items() if not o.deleted]
@@ -831,6 +851,9 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         change, a new ``resourceVersion``."""
         obj = self.objects[key]
         old = obj.raw
+        uid = ((patch.get("metadata") or {}) if isinstance(patch, dict) else {}).get("uid")
+        if uid is not None and uid != old["metadata"].get("uid"):  # immutable: a real server says 422
+            raise kmock.KubernetesError(status=422, reason="Invalid", message="metadata.uid: field is immutable")
         if isinstance(patch, list):  # JSON patch; a failed ``test`` op is 422, as on a real server
             try:
                 new = jsonpatch.apply_patch(copy.deepcopy(old), patch)
@@ -892,11 +915,22 @@ class ClusterEmulator(kmock.KubernetesEmulator):
                     self.on_pod_deleted(self.objects[key].raw)
         elif meta.get("deletionTimestamp"):
             pass
+        elif options.get("propagationPolicy") == "Foreground" and self._dependents(meta.get("uid", "")):
+            finalizers = [*(meta.get("finalizers") or ()), FOREGROUND]
+            self._write(key, {"metadata": {"deletionTimestamp": self._now(), "finalizers": finalizers}})
         elif meta.get("finalizers"):
             self._write(key, {"metadata": {"deletionTimestamp": self._now()}})
         else:
             self._hard_delete(key)
         return raw
+
+    def _dependents(self, uid: str) -> list[tuple[Any, dict[str, Any]]]:
+        """The objects not yet removed (terminating ones included) with an ``ownerReference`` to ``uid``."""
+        return [
+            (k, o)
+            for k, o in self._live_all()
+            if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or ())
+        ]
 
     def _orphan(self, uid: str) -> None:
         """``propagationPolicy: Orphan``: the dependents lose their reference to the owner (at once; the
@@ -954,6 +988,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             await self._buses[resource].put({"type": kind, "object": raw})
 
     async def _handle(self, request: Any) -> Any:
+        if self.write_audit is not None:
+            self.write_audit(request)
         if self.on_request is not None:
             self.on_request(request)
         action = request.action

@@ -12,6 +12,7 @@ from drain_router.controller import crd
 
 from .conftest import MSVC, NAMESPACE, ClusterEmulator
 from .emulator import EXITS_AFTER
+from .scenario import OWNED
 
 LABELS = {"app.kubernetes.io/instance": "llama"}
 ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "name": "llama"}
@@ -36,7 +37,7 @@ async def make_service(
     await cluster.put(
         "apps/v1/deployments",
         {
-            "metadata": {"name": "llama", "namespace": NAMESPACE},
+            "metadata": {"name": "llama", "namespace": NAMESPACE, "labels": OWNED},
             "spec": {
                 "replicas": replicas,
                 "selector": {"matchLabels": LABELS},
@@ -51,7 +52,8 @@ async def make_service(
         },
     )
     await cluster.put(
-        "gateway.networking.k8s.io/v1/httproutes", {"metadata": {"name": "llama", "namespace": NAMESPACE}}
+        "gateway.networking.k8s.io/v1/httproutes",
+        {"metadata": {"name": "llama", "namespace": NAMESPACE, "labels": OWNED}},
     )
     spec: dict[str, Any] = {
         "podSelector": {"matchLabels": LABELS},

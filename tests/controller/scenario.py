@@ -8,11 +8,14 @@ from typing import Any
 import kmock
 
 from drain_router.controller import crd
+from drain_router.decisions.ownership import SERVICE_LABEL
 
 from .conftest import MSVC, NAMESPACE, ClusterEmulator, eventually
 from .emulator import EXITS_AFTER
 
 LABELS = {"app.kubernetes.io/instance": "llama"}
+OWNED = {SERVICE_LABEL: "llama"}
+"""The label the model chart puts on everything it renders: the objects are the service's to delete."""
 ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "name": "llama"}
 
 
@@ -39,13 +42,23 @@ async def make_service(
     await cluster.put(
         "v1/nodes", {"metadata": {"name": node}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
     )
-    deployment = await cluster.put("apps/v1/deployments", {"metadata": {"name": "llama", "namespace": NAMESPACE}})
+    deployment = await cluster.put(
+        "apps/v1/deployments", {"metadata": {"name": "llama", "namespace": NAMESPACE, "labels": OWNED}}
+    )
     await cluster.put(
-        "v1/services", {"metadata": {"name": "llama", "namespace": NAMESPACE, "labels": service_labels or {}}}
+        "v1/services",
+        {
+            "metadata": {
+                "name": "llama",
+                "namespace": NAMESPACE,
+                "labels": OWNED if service_labels is None else service_labels,
+            }
+        },
     )
     if route_object:
         await cluster.put(
-            "gateway.networking.k8s.io/v1/httproutes", {"metadata": {"name": "llama", "namespace": NAMESPACE}}
+            "gateway.networking.k8s.io/v1/httproutes",
+            {"metadata": {"name": "llama", "namespace": NAMESPACE, "labels": OWNED}},
         )
     workload = [
         {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"},
@@ -54,12 +67,15 @@ async def make_service(
     if pool is not None:
         await cluster.put(
             "inference.networking.k8s.io/v1/inferencepools",
-            {"metadata": {"name": pool, "namespace": NAMESPACE}, "spec": {"selector": {"matchLabels": LABELS}}},
+            {
+                "metadata": {"name": pool, "namespace": NAMESPACE, "labels": OWNED},
+                "spec": {"selector": {"matchLabels": LABELS}},
+            },
         )
         pool_ref = {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool", "name": pool}
         if route != pool_ref:
             workload.insert(len(workload) if pool_last else 0, pool_ref)
-    owner = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama", "uid": deployment["metadata"]["uid"]}]
+    owner = await replicaset(cluster, deployment)
     for i in range(pods):
         await cluster.put(
             "v1/pods",
@@ -102,6 +118,27 @@ async def make_service(
             },
         },
     )
+
+
+async def replicaset(cluster: ClusterEmulator, deployment: dict[str, Any], name: str = "llama-5f7c") -> list[Any]:
+    """A ReplicaSet of ``deployment`` (no template: the emulator leaves it alone) and the owner
+    reference its pods carry, so that they are the service's through it."""
+    rs = await cluster.put(
+        "apps/v1/replicasets",
+        {
+            "metadata": {
+                "name": name,
+                "namespace": deployment["metadata"]["namespace"],
+                "ownerReferences": [controller_ref("apps/v1", "Deployment", deployment)],
+            }
+        },
+    )
+    return [controller_ref("apps/v1", "ReplicaSet", rs)]
+
+
+def controller_ref(api_version: str, kind: str, owner: dict[str, Any]) -> dict[str, Any]:
+    meta = owner["metadata"]
+    return {"apiVersion": api_version, "kind": kind, "name": meta["name"], "uid": meta["uid"], "controller": True}
 
 
 def msvc(cluster: ClusterEmulator) -> dict[str, Any] | None:

@@ -60,12 +60,11 @@ ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "nam
 
 
 def _object(state: str, ref: dict[str, str]) -> deletion.ObjectObservation:
-    return deletion.ObjectObservation(
-        ref=observe.object_ref(ref),
-        exists=state != "absent",
-        deleting=state == "deleting",
-        service_label="other" if state == "foreign" else None,
-    )
+    """``state``: present, absent, deleting, foreign (labelled for another service) or notOwned."""
+    data = {**ref, "exists": state != "absent", "deleting": state == "deleting"}
+    if state == "foreign":
+        data["serviceLabel"] = "other"
+    return casefiles.object_observation({**data, "owned": state != "notOwned"})
 
 
 def _status(data: dict[str, Any] | None) -> deletion.DeletionStatus | None:
@@ -137,6 +136,8 @@ def test_next_stage(row: dict[str, Any]) -> None:
         assert status is not None and status.pods_remaining == expect["podsRemaining"]
     if "listedPods" in expect:
         assert status is not None and len(status.pods) == expect["listedPods"]
+    if "notOwned" in expect:
+        assert status is not None and list(status.not_owned) == expect["notOwned"]
     if "forceDeletedCount" in expect:
         assert status is not None and status.force_deleted_count == expect["forceDeletedCount"]
     if "forceDeletedListed" in expect:

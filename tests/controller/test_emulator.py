@@ -19,6 +19,9 @@ LABELS = {"app": "llama"}
 CONTROLLER = {"User-Agent": "kopf/1.45.2"}
 """What the controller's own calls look like; the tests' kmock client is exempt from RBAC mode."""
 
+AUDIT_OWNERSHIP = False
+"""These tests drive the emulator itself, not the controller: the ownership audit does not apply."""
+
 
 async def _pod(
     emu: ClusterEmulator, name: str, *, ready: bool = True, phase: str = "Running", grace: int = 30

@@ -14,14 +14,19 @@ import kmock
 import pytest
 from kubernetes_asyncio import client
 
-from drain_router.controller import crd
+from drain_router.controller import crd, observe
 from drain_router.controller import kube as kube_
-from drain_router.decisions import deletion, recycling
+from drain_router.decisions import deletion, ownership, recycling
 
+from . import consents
 from .conftest import MSVC, NAMESPACE
 from .emulator import ClusterEmulator
 
 DEPLOYMENT = deletion.ObjectRef(api_version="apps/v1", kind="Deployment", name="llama")
+LABEL = {ownership.SERVICE_LABEL: "llama"}
+AUDIT_OWNERSHIP = False
+"""These tests call the API client directly, with consents made for objects the test wrote as it
+needed (a pod with no ReplicaSet): the ownership audit of the operator tests does not apply."""
 
 
 @pytest.fixture
@@ -45,7 +50,7 @@ async def _pod(emu: ClusterEmulator, name: str = "a") -> str:
 async def test_evict_success_is_201_and_sends_the_uid_and_no_grace(cluster: Any, kube: kube_.Kube) -> None:
     emu, _ = cluster
     uid = await _pod(emu)
-    answer = await kube.evict_pod(NAMESPACE, "a", uid)
+    answer = await kube.evict_pod(consents.pod("a", uid))
     assert answer == recycling.EvictAnswer(code=201)
     (request,) = [r for r in emu._requests if r.subresource == "eviction"]
     assert request.data == {
@@ -58,27 +63,27 @@ async def test_evict_success_is_201_and_sends_the_uid_and_no_grace(cluster: Any,
 
 async def test_evict_answers_are_data(cluster: Any, kube: kube_.Kube) -> None:
     emu, _ = cluster
-    assert (await kube.evict_pod(NAMESPACE, "nobody", "u")).code == 404
+    assert (await kube.evict_pod(consents.pod("nobody", "u"))).code == 404
     await _pod(emu)
-    conflict = await kube.evict_pod(NAMESPACE, "a", "another-uid")
+    conflict = await kube.evict_pod(consents.pod("a", "another-uid"))
     assert (conflict.code, conflict.reason) == (409, "Conflict")
     await emu.put(
         "policy/v1/poddisruptionbudgets",
         {"metadata": {"name": "llama", "namespace": NAMESPACE}, "spec": {"selector": {}, "maxUnavailable": 0}},
     )
     uid = emu.get("v1/pods", NAMESPACE, "a")["metadata"]["uid"]  # type: ignore[index]
-    budget = await kube.evict_pod(NAMESPACE, "a", uid)
+    budget = await kube.evict_pod(consents.pod("a", uid))
     assert (budget.code, budget.reason, budget.cause) == (429, "TooManyRequests", "DisruptionBudget")
     assert "disruption budget" in budget.message
     emu.forbid("create", "pods/eviction")
-    forbidden = await kube.evict_pod(NAMESPACE, "a", uid)
+    forbidden = await kube.evict_pod(consents.pod("a", uid))
     assert (forbidden.code, forbidden.reason) == (403, "Forbidden") and "pods/eviction" in forbidden.message
     emu.heal()
     await emu.put(
         "policy/v1/poddisruptionbudgets",
         {"metadata": {"name": "two", "namespace": NAMESPACE}, "spec": {"selector": {}, "maxUnavailable": 1}},
     )
-    failed = await kube.evict_pod(NAMESPACE, "a", uid)
+    failed = await kube.evict_pod(consents.pod("a", uid))
     assert failed.code == 500 and failed.message.startswith("This pod has more than one PodDisruptionBudget")
 
 
@@ -100,20 +105,33 @@ def test_a_2xx_failure_status_is_a_failure() -> None:
 async def test_no_answer_is_code_0(kube: kube_.Kube) -> None:
     configuration = client.Configuration(host="http://127.0.0.1:9")  # discard port: nothing listens
     async with client.ApiClient(configuration) as api:
-        answer = await kube_.Kube(api).evict_pod(NAMESPACE, "a", "u")
+        answer = await kube_.Kube(api).evict_pod(consents.pod("a", "u"))
     assert answer.code == 0 and "no answer" in answer.message
 
 
 async def test_scale_is_a_merge_patch_of_spec_replicas(cluster: Any, kube: kube_.Kube) -> None:
     emu, _ = cluster
-    await emu.put(
-        "apps/v1/deployments", {"metadata": {"name": "llama", "namespace": NAMESPACE}, "spec": {"replicas": 3}}
+    created = await emu.put(
+        "apps/v1/deployments",
+        {"metadata": {"name": "llama", "namespace": NAMESPACE, "labels": LABEL}, "spec": {"replicas": 3}},
     )
-    await kube.scale(DEPLOYMENT, NAMESPACE, 0)
-    assert emu.get("apps/v1/deployments", NAMESPACE, "llama")["spec"]["replicas"] == 0  # type: ignore[index]
+    await kube.scale(DEPLOYMENT, consents.of("Deployment", created), 0)
+    stored = emu.get("apps/v1/deployments", NAMESPACE, "llama")
+    assert stored is not None and stored["spec"]["replicas"] == 0
+    async with emu._lock:
+        emu._hard_delete(emu.key("apps/v1/deployments", NAMESPACE, "llama"))
+    await emu.put(
+        "apps/v1/deployments",
+        {"metadata": {"name": "llama", "namespace": NAMESPACE, "labels": LABEL}, "spec": {"replicas": 3}},
+    )
+    with pytest.raises(kube_.CallFailed) as replaced:  # another object under the name: not written
+        await kube.scale(DEPLOYMENT, consents.of("Deployment", created), 0)
+    assert replaced.value.failure.code == 422
+    stored = emu.get("apps/v1/deployments", NAMESPACE, "llama")
+    assert stored is not None and stored["spec"]["replicas"] == 3
     emu.forbid("patch", "deployments")
     with pytest.raises(kube_.CallFailed) as caught:
-        await kube.scale(DEPLOYMENT, NAMESPACE, 0)
+        await kube.scale(DEPLOYMENT, consents.of("Deployment", stored), 0)
     assert caught.value.failure.code == 403 and "PATCH apps/v1 deployments/llama" in caught.value.failure.call
 
 
@@ -131,10 +149,13 @@ async def _msvc(emu: ClusterEmulator) -> dict[str, Any]:
 
 async def test_delete_modelservice(cluster: Any, kube: kube_.Kube) -> None:
     emu, _ = cluster
-    await _msvc(emu)
-    assert await kube.delete_modelservice(NAMESPACE, "llama") == 200
+    created = await _msvc(emu)
+    itself = ownership.itself(observe.owner(created))
+    assert await kube.delete_modelservice(itself) == 200
     assert emu.get(MSVC, NAMESPACE, "llama") is None
-    assert await kube.delete_modelservice(NAMESPACE, "llama") == 404
+    assert await kube.delete_modelservice(itself) == 404
+    with pytest.raises(ValueError):  # only the ModelService's own consent deletes a ModelService
+        await kube.delete_modelservice(consents.labelled("ModelService", "llama", "uid-other"))
 
 
 async def test_status_patch_with_a_stale_resource_version_is_a_conflict(cluster: Any, kube: kube_.Kube) -> None:

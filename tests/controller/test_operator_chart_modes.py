@@ -106,7 +106,11 @@ async def test_namespaced_install_needs_no_node_reads(
     rules = controller_chart_rules(helm, {})
     assert not [r for r in rules if "nodes" in r[1]], "the namespaced chart grants no nodes"
     emu.rbac = rules
-    await make_service(emu, deletion_spec={"routeSettle": "0s", "maxWait": "4s"})
+    # Reading nodes: the pods outlive the deadline (they exit at their 30 s grace), so the pod stage
+    # needs the refused read to the end; without: they exit at once and the teardown ends Clean.
+    await make_service(
+        emu, deletion_spec={"routeSettle": "0s", "maxWait": "4s"}, exits_after=None if read_nodes else 0.5
+    )
     await start_operator(read_nodes=read_nodes)
     await delete_msvc(emu, server)
     await eventually(lambda: msvc(emu) is None, what="the ModelService to be released", timeout=20)

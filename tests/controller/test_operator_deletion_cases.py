@@ -29,9 +29,10 @@ import pytest
 from drain_router.controller import crd, handlers
 from drain_router.decisions import deletion
 
-from . import casefiles
+from . import casefiles, ownership_audit
 from .conftest import MSVC, NAMESPACE, RBAC_ENV, ClusterEmulator, Operator, eventually
-from .scenario import LABELS, msvc, msvc_url
+from .emulator import FOREGROUND
+from .scenario import LABELS, OWNED, msvc, msvc_url, replicaset
 
 CASES = casefiles.load_dir("controller")
 REQUEUE = 900.0
@@ -70,14 +71,18 @@ async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Cluster
         subresources=set(spec["versions"][0]["subresources"]),
         verbs={"get", "list", "watch", "patch", "delete"},
     )
+    audit = ownership_audit.install(emulator, MSVC)
     async with emulator, kmock.Server(emulator) as server:
         yield emulator, server
+    assert not audit.violations, f"writes to objects the service does not own: {audit.violations}"
 
 
 def _object(kind: str, data: dict[str, Any], deleted_at: str) -> tuple[str, dict[str, Any]]:
     meta: dict[str, Any] = {"name": data["name"], "namespace": NAMESPACE}
     if data.get("serviceLabel") is not None:
         meta["labels"] = {deletion.SERVICE_LABEL: data["serviceLabel"]}
+    elif data.get("owned", True):
+        meta["labels"] = OWNED
     if data.get("deleting"):
         meta.update(finalizers=[HOLDER], deletionTimestamp=deleted_at)
     return PATHS[kind], {"metadata": meta}
@@ -92,8 +97,30 @@ async def _build(emu: ClusterEmulator, case: dict[str, Any]) -> None:
     for data in ([route] if route else []) + workload:
         if data["exists"]:
             await emu.put(*_object(data["kind"], data, case["now"]))
+    spec_workload = [{k: o[k] for k in ("apiVersion", "kind", "name")} for o in workload]
+    owner_refs: list[Any] = []
+    if obs.get("pods"):
+        # The pods are the service's through a ReplicaSet of its Deployment. Once the teardown has
+        # deleted the Deployment (in the foreground), it stays, terminating, while its pods do.
+        live = next((o for o in workload if o["kind"] == "Deployment" and o["exists"]), None)
+        if live is None:
+            name = next((o["name"] for o in workload if o["kind"] == "Deployment"), "llama")
+            gone = {"deletionTimestamp": case["now"], "finalizers": [FOREGROUND]}
+            deployment = await emu.put(
+                PATHS["Deployment"], {"metadata": {"name": name, "namespace": NAMESPACE, "labels": OWNED, **gone}}
+            )
+            if not any(o["kind"] == "Deployment" for o in workload):
+                spec_workload.append({"apiVersion": "apps/v1", "kind": "Deployment", "name": name})
+        else:
+            deployment = emu.get(PATHS["Deployment"], NAMESPACE, live["name"])  # type: ignore[assignment]
+        owner_refs = await replicaset(emu, deployment)
     for pod in obs.get("pods") or []:
-        meta: dict[str, Any] = {"name": pod["name"], "namespace": NAMESPACE, "labels": LABELS}
+        meta: dict[str, Any] = {
+            "name": pod["name"],
+            "namespace": NAMESPACE,
+            "labels": LABELS,
+            "ownerReferences": owner_refs,
+        }
         if pod.get("deletionTimestamp"):
             meta.update(deletionTimestamp=pod["deletionTimestamp"], deletionGracePeriodSeconds=pod.get("grace"))
         spec: dict[str, Any] = {"nodeName": pod.get("node")}
@@ -109,7 +136,7 @@ async def _build(emu: ClusterEmulator, case: dict[str, Any]) -> None:
             "podSelector": {"matchLabels": LABELS},
             "route": None if route is None else {k: route[k] for k in ref},
             "suspend": obs.get("suspend", False),
-            "workload": [{k: o[k] for k in ref} for o in workload],
+            "workload": spec_workload,
             **({"deletion": case["spec"]["deletion"]} if (case.get("spec") or {}).get("deletion") else {}),
         },
     }

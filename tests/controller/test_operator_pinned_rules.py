@@ -22,7 +22,7 @@ from drain_router.decisions import durations, recycling
 from . import fake_routers
 from .conftest import NAMESPACE, eventually
 from .rules_scenario import deployment, held, make_service, patches_to, ready_pods
-from .scenario import delete_msvc, event_messages, msvc, passes
+from .scenario import OWNED, delete_msvc, event_messages, msvc, passes
 
 _ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute"}
 FAST = {"idle_recheck_secs": 0.2, "max_sleep_secs": 0.3, "idle_probe_timeout_secs": 0.5, "lifecycle_buffer_secs": 0.1}
@@ -101,7 +101,7 @@ async def test_a_route_already_being_deleted_is_not_deleted_again(
     await make_service(emu, admin_port=routers.port)
     await emu.put(
         "gateway.networking.k8s.io/v1/httproutes",
-        {"metadata": {"name": "held", "namespace": NAMESPACE, "finalizers": ["example.com/keep"]}},
+        {"metadata": {"name": "held", "namespace": NAMESPACE, "finalizers": ["example.com/keep"], "labels": OWNED}},
     )
     response = await server.client.patch(
         f"/apis/{crd.group()}/{crd.version()}/namespaces/{NAMESPACE}/{crd.plural()}/llama",

@@ -28,7 +28,7 @@ def _pod(data: dict[str, Any]) -> objects.Pod:
 
 def _deployments(row: dict[str, Any], active: int) -> tuple[recycling.DeploymentObservation, ...]:
     if "deployments" in row:
-        return tuple(recycling.DeploymentObservation(name=d["name"]) for d in row["deployments"])
+        return tuple(recycling.DeploymentObservation(name=d["name"], owned=True) for d in row["deployments"])
     d = row.get("deployment", {})
     desired = d.get("specReplicas", active)
     counts = {
@@ -38,7 +38,7 @@ def _deployments(row: dict[str, Any], active: int) -> tuple[recycling.Deployment
         recycling.DeploymentObservation(
             name="llama",
             exists=d.get("exists", True),
-            service_label=d.get("serviceLabel"),
+            owned=d.get("owned", True),
             generation=d.get("generation", 1),
             observed_generation=d.get("observedGeneration", 1),
             spec_replicas=desired,

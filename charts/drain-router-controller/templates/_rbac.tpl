@@ -40,6 +40,11 @@ fails the test on purpose.
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, delete{{ if $f.lifecycleRules }}, patch{{ end }}]
+# A selected pod is the service's only through a ReplicaSet of a Deployment it owns: read each
+# ReplicaSet the pods name, by name (never listed, never written).
+- apiGroups: [apps]
+  resources: [replicasets]
+  verbs: [get]
 {{- if $f.httpRoutes }}
 # The route (RouteRemoving stage); patch (only with activator.enabled): a sleeping service's route
 # pointed at the activator, and back.

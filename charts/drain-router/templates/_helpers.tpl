@@ -47,8 +47,9 @@ app.kubernetes.io/part-of: drain-router
 {{- end -}}
 
 {{/* Labels and annotations of the objects the ModelService lists (Deployment, Service, routes, pool).
-The drainrouter.dev/service label marks them as this service's own (the controller never deletes an
-object labelled with another service's name). helm.sh/resource-policy: keep makes `helm uninstall`
+The drainrouter.dev/service label marks them as this service's own: the controller deletes, scales
+or patches only objects that carry it (or an owner reference to the ModelService), and the pods of
+this Deployment are the service's through its ReplicaSets. helm.sh/resource-policy: keep makes `helm uninstall`
 leave them to the controller, which removes them in order: route, settle, workload, pods. */}}
 {{- define "drain-router.workloadLabels" -}}
 {{ include "drain-router.labels" . }}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from drain_router.decisions import ownership
 from drain_router.decisions.deletion.enums import Subject
 from drain_router.decisions.deletion.refs import ObjectRef
 from drain_router.decisions.objects import Pod
@@ -45,9 +46,21 @@ class ObjectObservation:
     """Has a deletionTimestamp: counts as deleted (we asked, or someone did)."""
     service_label: str | None = None
     """Value of the ``drainrouter.dev/service`` label, if any."""
+    verdict: ownership.Consent | ownership.NotOwned | None = None
+    """The ownership check of the object as read (:func:`ownership.check`); ``None`` when it was not
+    read (absent, or the read failed): nothing is written without a :class:`ownership.Consent`."""
 
     def foreign_to(self, service: str) -> bool:
         return self.exists and self.service_label is not None and self.service_label != service
+
+    @property
+    def owned(self) -> bool:
+        return isinstance(self.verdict, ownership.Consent)
+
+    @property
+    def not_owned(self) -> ownership.NotOwned | None:
+        """Why an existing object is not the service's to write, ``None`` when it is (or is unknown)."""
+        return self.verdict if self.exists and isinstance(self.verdict, ownership.NotOwned) else None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,13 +72,22 @@ class Observations:
     """``None``: no route configured (NoRoute)."""
     workload: tuple[ObjectObservation, ...] = ()
     pods: tuple[Pod, ...] = ()
-    """Pods matching ``spec.podSelector`` in the namespace, any phase."""
+    """Pods matching ``spec.podSelector`` in the namespace that the service owns (through a
+    ReplicaSet of a Deployment it owns), any phase. Selected pods it does not own are not here: never
+    waited for, never force-deleted."""
+    ignored_pods: tuple[ownership.NotOwned, ...] = ()
+    """Pods the selector selects that the service does not own (reported, never counted)."""
     nodes: Mapping[str, bool] = dataclasses.field(default_factory=dict)
     """Node name -> Ready, for the nodes of the listed pods. A name not here is a missing node."""
     failed_reads: tuple[FailedRead, ...] = ()
     """Reads of this pass that failed; a stage that needs one of their subjects cannot move on."""
     failed_actions: tuple[ApiFailure, ...] = ()
     """Actions of the previous pass that failed (retried if still needed; named when time runs out)."""
+
+    def unowned(self) -> tuple[ownership.NotOwned, ...]:
+        """The route and workload objects that exist but are not the service's, in spec order."""
+        found = (o.not_owned for o in (self.route, *self.workload) if o is not None)
+        return tuple(dict.fromkeys(n for n in found if n is not None))
 
     def unread(self, *subjects: Subject) -> tuple[ApiFailure, ...]:
         return tuple(f.failure for f in self.failed_reads if f.subject in subjects)

@@ -61,10 +61,18 @@ def next_stage(status: DeletionStatus | None, obs: Observations, knobs: Knobs, n
         unread = obs.unread(*_NEEDS[current.stage])
         result = blocked(current, step, unread) if unread else _STEPS[current.stage](current, step)
         if isinstance(result, Stop):
-            return dataclasses.replace(result.decision, events=(*events, *result.decision.events))
+            return _report(dataclasses.replace(result.decision, events=(*events, *result.decision.events)), obs)
         assert _order(result.status.stage) > _order(current.stage), "stages only move forward"
         current = result.status
         events.append(result.event)
+
+
+def _report(decision: Decision, obs: Observations) -> Decision:
+    """Every status written lists what the pass left alone because the service does not own it."""
+    if decision.status is None:
+        return decision
+    not_owned = tuple(str(n) for n in (*obs.unowned(), *obs.ignored_pods))[:MAX_LISTED_PODS]
+    return dataclasses.replace(decision, status=dataclasses.replace(decision.status, not_owned=not_owned))
 
 
 def _before_stages(current: DeletionStatus, obs: Observations, knobs: Knobs) -> Decision | None:
@@ -127,12 +135,10 @@ def _route_removing(status: DeletionStatus, p: Pass) -> Advance | Stop:
             outcome=Outcome.ROUTE_STUCK,
             uninstalled_at=p.now,
         )
-    # Ask again until it is gone (a failed delete is retried); never touch its finalizers.
-    deletes = (
-        ()
-        if route.deleting or route.foreign_to(p.obs.service)
-        else (Action(kind=ActionKind.DELETE_ROUTE, ref=route.ref),)
-    )
+    # Ask again until it is gone (a failed delete is retried); never touch its finalizers. A route
+    # the service does not own is waited for like one held by a foreign finalizer: RouteStuck at the
+    # deadline, so no workload goes under live traffic sooner than with the route removed.
+    deletes = () if route.deleting or not route.owned else (Action(kind=ActionKind.DELETE_ROUTE, ref=route.ref),)
     return wait(status, p, actions=deletes)
 
 
@@ -146,11 +152,7 @@ def _route_settling(status: DeletionStatus, p: Pass) -> Advance | Stop:
 
 def _uninstalling(status: DeletionStatus, p: Pass) -> Advance | Stop:
     route_ref = None if p.obs.route is None else p.obs.route.ref
-    pending = [
-        o
-        for o in p.obs.workload
-        if o.exists and not o.deleting and o.ref != route_ref and not o.foreign_to(p.obs.service)
-    ]
+    pending = [o for o in p.obs.workload if o.exists and not o.deleting and o.ref != route_ref and o.owned]
     if pending:
         # One pass after entering (the deletes were asked for at least once), the deadline ends it.
         tried = status.uninstalled_at is None or status.uninstalled_at < p.now

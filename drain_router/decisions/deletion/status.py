@@ -42,6 +42,9 @@ class DeletionStatus:
     """The first :data:`MAX_LISTED_PODS` pods force-deleted."""
     force_deleted_count: int = 0
     """How many pods were force-deleted in all (the list stops at :data:`MAX_LISTED_PODS`)."""
+    not_owned: tuple[str, ...] = ()
+    """The objects named (and pods selected) but not owned, each ``Kind/name: why``, at most
+    :data:`MAX_LISTED_PODS`: left alone. Written as the top-level ``status.notOwned``, not here."""
     message: str = ""
 
     @classmethod

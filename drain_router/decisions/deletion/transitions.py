@@ -147,18 +147,23 @@ def stage_message(status: DeletionStatus, p: Pass) -> str:
     stage, obs = status.stage, p.obs
     route = "" if obs.route is None else str(obs.route.ref)
     if stage is Stage.ROUTE_REMOVING:
+        refused = None if obs.route is None else obs.route.not_owned
+        if refused is not None:
+            return f"route {route} not owned ({refused.refusal.value}), left in place; RouteStuck at the deadline"
         return f"deleting route {route}"
     if stage is Stage.ROUTE_SETTLING:
         assert status.route_removed_at is not None
         end = min(status.route_removed_at + p.knobs.route_settle, p.deadline)
         return f"route {route} removed; settling until {durations.format_time(end)}"
     if stage is Stage.UNINSTALLING:
-        names = ", ".join(str(o.ref) for o in obs.workload if obs.route is None or o.ref != obs.route.ref)
+        route_ref = None if obs.route is None else obs.route.ref
+        names = ", ".join(str(o.ref) for o in obs.workload if o.ref != route_ref and o.not_owned is None)
+        left = ", ".join(str(o.ref) for o in obs.workload if o.ref != route_ref and o.not_owned is not None)
         prefix = {
             Outcome.NO_ROUTE: "no route configured; ",
             Outcome.ROUTE_STUCK: f"route {route} still present at the deadline, its finalizers left alone; ",
         }.get(status.outcome, "")  # type: ignore[arg-type]
-        return f"{prefix}deleting workload: {names or 'nothing'}"
+        return f"{prefix}deleting workload: {names or 'nothing'}" + (f"; not owned, left alone: {left}" if left else "")
     if stage in (Stage.PODS_TERMINATING, Stage.FORCE_DELETING):
         return p.pods.message
     if stage is Stage.RELEASED:

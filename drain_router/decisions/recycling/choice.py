@@ -177,8 +177,8 @@ def _gate(obs: WorkloadObservation, active: list[Pod]) -> tuple[DeploymentObserv
     if len(obs.deployments) != 1 or not obs.deployments[0].exists:
         return None, HoldReason.NO_DEPLOYMENT
     deployment = obs.deployments[0]
-    if deployment.service_label is not None and deployment.service_label != obs.service:
-        return deployment, HoldReason.FOREIGN_WORKLOAD
+    if not deployment.owned:
+        return deployment, HoldReason.NOT_OWNED
     desired = _desired(deployment)
     counts = (
         deployment.replicas,

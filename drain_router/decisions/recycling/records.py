@@ -41,7 +41,7 @@ class Kind(str, enum.Enum):
 
 class HoldReason(enum.StrEnum):
     NO_DEPLOYMENT = "NoDeployment"
-    FOREIGN_WORKLOAD = "ForeignWorkload"
+    NOT_OWNED = "NotOwned"
     WORKLOAD_UNSTABLE = "WorkloadUnstable"
     FOREIGN_POD = "ForeignPod"
     BUSY = "Busy"
@@ -76,8 +76,8 @@ class DeploymentObservation:
 
     name: str
     exists: bool = True
-    service_label: str | None = None
-    """Value of the ``drainrouter.dev/service`` label, if any."""
+    owned: bool = False
+    """The service owns it (:func:`ownership.check`): a Deployment it does not own holds recycling."""
     generation: int = 1
     observed_generation: int | None = 1
     spec_replicas: int | None = 1
@@ -94,7 +94,7 @@ class WorkloadObservation:
     deployments: tuple[DeploymentObservation, ...] = ()
     """Every ``apps/v1`` Deployment listed in ``spec.workload``, in order."""
     pods: tuple[Pod, ...] = ()
-    """Pods matching ``spec.podSelector``, any phase."""
+    """Pods matching ``spec.podSelector`` that the service owns (each with its consent), any phase."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
