@@ -10,10 +10,10 @@ STAMP  := $(VENV)/.installed
 # declares ranges). The dev tools are the `dev` dependency group, which needs pip >= 25.1.
 CONSTRAINTS := constraints.txt
 
-$(STAMP): pyproject.toml $(CONSTRAINTS)
+$(STAMP): pyproject.toml devtools/pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade 'pip>=25.1'
-	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[controller,demo,otel]' --group dev
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[controller,otel]' -e ./devtools --group dev
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -29,14 +29,15 @@ $(ENGINE_STAMP): $(STAMP)
 
 engine: $(ENGINE_STAMP)
 
-# The demo's own environment: the package and the demo extra only (no test, lint or controller tools).
+# The demo's own environment: the package and its development tools only (no test, lint or controller
+# tools).
 DEMO_VENV  := .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
-$(DEMO_STAMP): pyproject.toml $(CONSTRAINTS)
+$(DEMO_STAMP): pyproject.toml devtools/pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/pip install --quiet --upgrade pip
-	$(DEMO_VENV)/bin/pip install --quiet -c $(CONSTRAINTS) -e '.[demo]'
+	$(DEMO_VENV)/bin/pip install --quiet -c $(CONSTRAINTS) -e . -e ./devtools
 	touch $(DEMO_STAMP)
 
 ## make test: lint (import contracts, ruff rules and format, mypy strict) + every test, e2e last
@@ -44,7 +45,7 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy drain_router
+	$(BIN)/mypy drain_router devtools/drain_router_dev
 	$(BIN)/pytest
 
 unit: $(STAMP)
@@ -57,18 +58,18 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy drain_router
+	$(BIN)/mypy drain_router devtools/drain_router_dev
 
 demo: $(DEMO_STAMP)
-	$(DEMO_VENV)/bin/drain-router demo
+	$(DEMO_VENV)/bin/drain-router-dev demo
 
 ## make demo-overload: the engine past its capacity, straight and behind a router's admission control
 demo-overload: $(DEMO_STAMP)
-	$(DEMO_VENV)/bin/drain-router demo --overload
+	$(DEMO_VENV)/bin/drain-router-dev demo --overload
 
 ## make demo-wake: a model service scaled to zero woken by its first requests through the activator
 demo-wake: $(DEMO_STAMP)
-	$(DEMO_VENV)/bin/drain-router demo --wake --clients 20
+	$(DEMO_VENV)/bin/drain-router-dev demo --wake --clients 20
 
 ## make soak: SOAK_CYCLES (default 200) rolling-restart cycles per balancer (HAProxy, Envoy) with random
 ## faults, plus a drain-off control; fails on any unaccounted loss or a growing router (not in CI)
@@ -114,8 +115,8 @@ constraints:
 	rm -rf $(CONSTRAINTS_VENV)
 	$(PYTHON) -m venv $(CONSTRAINTS_VENV)
 	$(CONSTRAINTS_VENV)/bin/pip install --quiet --upgrade 'pip>=25.1'
-	$(CONSTRAINTS_VENV)/bin/pip install --quiet '.[controller,demo,plot,otel]' --group dev --group engine
-	{ sed -n '/^#/p' $(CONSTRAINTS); $(CONSTRAINTS_VENV)/bin/pip freeze --exclude drain-router; } > $(CONSTRAINTS).new
+	$(CONSTRAINTS_VENV)/bin/pip install --quiet '.[controller,plot,otel]' ./devtools --group dev --group engine
+	{ sed -n '/^#/p' $(CONSTRAINTS); $(CONSTRAINTS_VENV)/bin/pip freeze --exclude drain-router --exclude drain-router-dev; } > $(CONSTRAINTS).new
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 	rm -rf $(CONSTRAINTS_VENV)
 
@@ -123,7 +124,7 @@ constraints:
 ## binary and the image's base rootfs under .cache/, the tools' caches, __pycache__), never a tracked
 ## file; CI checks that nothing untracked is left after it.
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) $(CONSTRAINTS_VENV) build dist *.egg-info .cache \
+	rm -rf $(VENV) $(DEMO_VENV) $(CONSTRAINTS_VENV) build dist *.egg-info devtools/*.egg-info devtools/build .cache \
 	    .pytest_cache .hypothesis .mypy_cache .ruff_cache .import_linter_cache \
 	    bench/results/tmp drain-router-demo.png
 	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} + \

@@ -1,7 +1,7 @@
 """The ``activator`` workload of the bench: what ``drain-router activator`` costs per relayed and per
 held request, against the router (issue 39).
 
-The Kubernetes API is the package's stand-in (:mod:`drain_router.tools.fake_kube`, served in the
+The Kubernetes API is the package's stand-in (:mod:`drain_router_dev.fake_kube`, served in the
 bench's process, on the load generator's core); the "model pod" is the bench upstream itself, which
 answers ``GET /readyz`` 200 on its own port: the activator probes it there and forwards to it
 (``spec.router.port`` and ``adminPort`` both the upstream's port, pod IP 127.0.0.1). The activator
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from bench import procstat, targets, tracing_overhead
-from drain_router.tools import fake_kube
+from drain_router_dev import fake_kube
 
 if TYPE_CHECKING:
     from bench.runner import Bench

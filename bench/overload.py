@@ -35,7 +35,7 @@ import aiohttp
 
 from bench import overload_report, overload_stats, overload_targets, targets
 from bench.overload_targets import Engine
-from drain_router.tools import overload
+from drain_router_dev import overload
 
 ROOT = Path(__file__).resolve().parent.parent
 

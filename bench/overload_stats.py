@@ -1,6 +1,6 @@
 """The overload measurement's arithmetic: what one cell's requests add up to. Pure: no I/O, no
 clock. (The engine's capacity, the arrivals and the clients' waits are
-:mod:`drain_router.tools.overload`'s, shared with ``drain-router demo --overload``.)"""
+:mod:`drain_router_dev.overload`'s, shared with ``drain-router-dev demo --overload``.)"""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench import stats
-from drain_router.tools.overload import Request
+from drain_router_dev.overload import Request
 
 
 def _ms(values: Sequence[float]) -> dict[str, float | None]:

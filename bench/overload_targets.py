@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import targets
-from drain_router.tools import process as process_
+from drain_router_dev import process as process_
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def engine(shape: Engine, workdir: Path, cpus: set[int] | None) -> Running:
     argv = [
         sys.executable,
         "-m",
-        "drain_router",
+        "drain_router_dev",
         "fake-model",
         "--host",
         "127.0.0.1",

@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 
 from bench import activator_cost, grpcload, loadgen, overload, procstat, targets, tracing_overhead
-from drain_router.tools import process as process_
+from drain_router_dev import process as process_
 
 RESULTS_DIR = Path(__file__).parent / "results"
 MIB = 2**20

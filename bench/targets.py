@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from drain_router.tools import process as process_
+from drain_router_dev import process as process_
 
 #: How long a target gets to answer its first request after start.
 START_TIMEOUT_SECS = 20.0

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from bench import loadgen, targets
-from drain_router.tools import process as process_
+from drain_router_dev import process as process_
 
 if TYPE_CHECKING:
     from bench.runner import Bench

@@ -1,7 +1,7 @@
 """The bench upstream: a stand-in model server on a raw asyncio protocol (uvloop), so it is never the
 bottleneck of a proxy measurement.
 
-Kept apart from ``drain-router fake-model`` on purpose: the fake model is an aiohttp application
+Kept apart from ``drain-router-dev fake-model`` on purpose: the fake model is an aiohttp application
 (counters, overrides, a vLLM-like shutdown) whose own per-request cost (~50 µs in aiohttp's server
 alone) would be measured along with the proxy; this one writes prebuilt bytes.
 

@@ -31,7 +31,7 @@ from typing import Any
 import aiohttp
 
 from drain_router.decisions import websocket_close
-from drain_router.tools import cluster
+from drain_router_dev import cluster
 
 PAUSE_SECS = (0.5, 6.0)
 """A client waits between the end of a response and its next turn a time drawn evenly from this range

@@ -1,7 +1,7 @@
 """drain-router: lossless pod termination for LLM model servers on Kubernetes.
 
 Public facade: ``__version__`` and ``Config``. Layers, top to bottom (checked by import-linter,
-see ``.importlinter``): ``drain_router.cli`` > ``drain_router.proxy`` | ``drain_router.controller`` | ``drain_router.tools``
+see ``.importlinter``): ``drain_router.cli`` > ``drain_router.proxy`` | ``drain_router.controller``
 > ``drain_router.config``, ``drain_router.metrics``, ``drain_router.logs`` > ``drain_router.decisions`` (pure, no I/O).
 
 Nothing is imported eagerly: the entry point (:mod:`drain_router.entry`) must be able to install its

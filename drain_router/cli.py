@@ -21,8 +21,8 @@ from drain_router.config import usage
 
 #: Subcommands that live in other packages, imported only when invoked, so ``serve`` never loads kopf.
 #: Each description is the first line of the command's own help (a test keeps them equal); None:
-#: ``drain-router --help`` takes it from the command itself (the demo's counts its recipes, and the
-#: demo needs no extra).
+#: ``drain-router --help`` takes it from the command itself. The development tools (the fake model
+#: server, the demo) are another distribution's command, ``drain-router-dev``.
 LAZY_COMMANDS: dict[str, tuple[str, str | None]] = {
     "controller": (
         "drain_router.controller.command",
@@ -32,11 +32,6 @@ LAZY_COMMANDS: dict[str, tuple[str, str | None]] = {
         "drain_router.activator.command",
         "Hold the requests of ModelServices scaled to zero, ask for a wake, forward them once ready.",
     ),
-    "fake-model": (
-        "drain_router.tools.fake_model",
-        "A stand-in OpenAI-compatible streaming model server, for demos and tests.",
-    ),
-    "demo": ("drain_router.tools.demo", None),
 }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from drain_router.tools.process import Process
+from drain_router_dev.process import Process
 from e2e import envoy, haproxy, probed
 
 KINDS = ("haproxy", "envoy")

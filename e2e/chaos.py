@@ -1,7 +1,7 @@
 """Faults during rolling restarts, behind a real balancer, with three views of every request reconciled.
 
 A :class:`Fleet` is what a Deployment of model pods looks like on this machine: ``pods`` pairs of a
-``drain-router fake-model`` and a ``drain-router serve`` in front of it (one model server per router,
+``drain-router-dev fake-model`` and a ``drain-router serve`` in front of it (one model server per router,
 as in a pod), a real HAProxy or Envoy health-checking every router's ``/readyz``, streaming clients
 through the balancer and, beside them, :data:`SESSION_CLIENTS` realtime (WebSocket) session clients
 that hold ``/v1/realtime`` sessions for the whole run, each reconnecting at once when its session
@@ -50,8 +50,8 @@ from typing import Any
 import aiohttp
 import psutil
 
-from drain_router.tools import cluster, grpc_load, load, realtime, sessions, streams
-from drain_router.tools.process import Process, wait_until
+from drain_router_dev import cluster, grpc_load, load, realtime, sessions, streams
+from drain_router_dev.process import Process, wait_until
 from e2e import balancers, reconcile
 
 DRAIN_SECS = 1

@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_router.tools import cluster
-from drain_router.tools.process import Process
+from drain_router_dev import cluster
+from drain_router_dev.process import Process
 from e2e import balancers, envoy, haproxy, probed
 
 E2E_DIR = Path(__file__).parent

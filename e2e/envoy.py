@@ -37,7 +37,7 @@ from typing import Any
 
 import aiohttp
 
-from drain_router.tools.process import LOOPBACK, Process, free_port
+from drain_router_dev.process import LOOPBACK, Process, free_port
 from e2e import probed
 from e2e.probed import Server
 

@@ -24,7 +24,7 @@ import io
 import shutil
 from pathlib import Path
 
-from drain_router.tools.process import LOOPBACK, Process, free_port
+from drain_router_dev.process import LOOPBACK, Process, free_port
 from e2e import probed
 from e2e.probed import Server
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from drain_router.tools.process import LOOPBACK, Process, wait_until
+from drain_router_dev.process import LOOPBACK, Process, wait_until
 
 CHECK_PATH = "/readyz"
 """What the balancers health-check: a router's readiness. A model server straight behind a
@@ -23,7 +23,7 @@ class Server:
     port: int
     check_port: int | None = None
     """Where the health check goes when it is not ``port`` (an engine pod's readiness stand-in,
-    :class:`drain_router.tools.pods.PodReadiness`, or a router's admin port behind its gRPC port);
+    :class:`drain_router_dev.pods.PodReadiness`, or a router's admin port behind its gRPC port);
     HAProxy only."""
 
 

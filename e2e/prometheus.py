@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from drain_router.tools.process import LOOPBACK, Process, free_port, wait_until
+from drain_router_dev.process import LOOPBACK, Process, free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "drain-router"

@@ -24,8 +24,8 @@ from typing import Any
 
 import aiohttp
 
-from drain_router.tools import cluster
-from drain_router.tools.process import LOOPBACK, Process, free_port, wait_until
+from drain_router_dev import cluster
+from drain_router_dev.process import LOOPBACK, Process, free_port, wait_until
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ID = "smollm2-135m"

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import aiohttp
 
-from drain_router.tools.process import Process, ProcessFailed
+from drain_router_dev.process import Process, ProcessFailed
 from e2e import balancers, chaos
 
 DEFAULT_CYCLES = 200

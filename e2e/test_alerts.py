@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from drain_router.tools.process import Process, wait_until
+from drain_router_dev.process import Process, wait_until
 from e2e import chaos, prometheus
 from tests.chart.helm import obtain_helm
 

@@ -1,4 +1,4 @@
-"""``drain-router demo`` runs from a clean working directory and tells the story it promises."""
+"""``drain-router-dev demo`` runs from a clean working directory and tells the story it promises."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_demo_compares_three_recipes(tmp_path: Path, report: list[str]) -> None:
     (with either balancer) are in the same table; the PNG when matplotlib is there."""
     png = tmp_path / "timeline.png"
     proc = subprocess.run(
-        [sys.executable, "-m", "drain_router", "demo", "--plain", "--png", str(png), *DEMO_ARGS],
+        [sys.executable, "-m", "drain_router_dev", "demo", "--plain", "--png", str(png), *DEMO_ARGS],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from drain_router.tools.process import Process, wait_until
+from drain_router_dev.process import Process, wait_until
 from e2e import chaos
 
 CYCLES = 1

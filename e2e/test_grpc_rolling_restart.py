@@ -22,8 +22,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_router.tools import grpc_load
-from drain_router.tools.process import wait_until
+from drain_router_dev import grpc_load
+from drain_router_dev.process import wait_until
 from e2e.rolling import restart_in_turn
 
 CYCLES = 5

@@ -8,8 +8,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_router.tools import load, streams
-from drain_router.tools.process import wait_until
+from drain_router_dev import load, streams
+from drain_router_dev.process import wait_until
 
 STREAMS = 40
 LEAVING = 15

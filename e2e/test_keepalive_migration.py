@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_router.tools import cluster, load, pods, streams
-from drain_router.tools.process import Process, wait_until
+from drain_router_dev import cluster, load, pods, streams
+from drain_router_dev.process import Process, wait_until
 
 
 def _local_port(resp: aiohttp.ClientResponse) -> int:

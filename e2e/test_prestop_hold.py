@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_router.tools import cluster, load, streams
-from drain_router.tools.process import wait_until
+from drain_router_dev import cluster, load, streams
+from drain_router_dev.process import wait_until
 
 STREAMS = 8
 CHUNKS = 20

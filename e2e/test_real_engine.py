@@ -36,8 +36,8 @@ from typing import Protocol
 import aiohttp
 import pytest
 
-from drain_router.tools import cluster
-from drain_router.tools.process import Process, wait_until
+from drain_router_dev import cluster
+from drain_router_dev.process import Process, wait_until
 from e2e import haproxy, probed, real_engine
 from e2e.real_engine import Engine, Outcome
 

@@ -27,8 +27,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_router.tools import cluster, load, realtime, sessions
-from drain_router.tools.process import wait_until
+from drain_router_dev import cluster, load, realtime, sessions
+from drain_router_dev.process import wait_until
 
 CYCLES = 2
 PODS = 2

@@ -28,8 +28,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_router.tools import cluster, load, pods, recipes
-from drain_router.tools.process import Process, wait_until
+from drain_router_dev import cluster, load, pods, recipes
+from drain_router_dev.process import Process, wait_until
 from e2e import haproxy
 
 CYCLES = 3

@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_router.tools import load
-from drain_router.tools.process import wait_until
+from drain_router_dev import load
+from drain_router_dev.process import wait_until
 from e2e.rolling import restart_in_turn
 
 CYCLES = 5

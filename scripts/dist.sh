@@ -38,7 +38,6 @@ install_txt() {
         echo "$whl"
         echo "    The router:                    pip install $whl"
         echo "    With the controller:           pip install '$whl[controller]'"
-        echo "    With the local demo:           pip install '$whl[demo]'"
         echo "    The same from the index:       pip install 'drain-router[controller]==$VERSION'"
         echo "    At the tested versions:        pip install -c $cons '$whl[controller]'"
         echo

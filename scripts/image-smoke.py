@@ -50,7 +50,7 @@ STREAM_EVENTS, STREAM_INTERVAL = 40, 0.1  # a 4 s stream: it outlives the 2 s dr
 LAST_EVENT = b"data: [DONE]\n\n"
 VENV = "opt/drain-router"
 # Never in the image: the demo and plot extras, the development tools, and pip/setuptools (nothing
-# installs at run time). The demo stays `pip install 'drain-router[demo]'` away on a workstation.
+# installs at run time). The demo is the devtools distribution, installed from a clone on a workstation.
 NOT_IN_IMAGE = (
     "pytest",
     "hypothesis",

@@ -125,7 +125,11 @@ def _run(mutant: Mutant, tree: pathlib.Path, timeout: float) -> tuple[str, float
             text = path.read_text()
             assert text.count(e.original) == 1, (mutant.id, e.file)
             path.write_text(text.replace(e.original, e.replacement))
-        env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join((str(tree), str(tree / "devtools"))),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
         command = [sys.executable, "-m", "pytest", "-x", "-q", "--tb=line", "-p", "no:cacheprovider", *mutant.tests]
         started = time.monotonic()
         try:
@@ -148,7 +152,7 @@ def _run(mutant: Mutant, tree: pathlib.Path, timeout: float) -> tuple[str, float
 
 def _check_copy(tree: pathlib.Path) -> None:
     """The tests must import the copy's ``drain_router``, not the checkout's (an editable install)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(tree), str(tree / "devtools")))}
     where = subprocess.run(
         [sys.executable, "-c", "import drain_router; print(drain_router.__file__)"],
         cwd=tree,

@@ -15,7 +15,7 @@ import aiohttp
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 
 
 def _complete(answer: bytes) -> bool:

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from drain_router import config
 from drain_router.proxy import lifecycle
-from drain_router.tools.fake_model import testing as fake_model_testing
+from drain_router_dev.fake_model import testing as fake_model_testing
 
 
 class RunningRouter:

@@ -1,7 +1,7 @@
 """A gRPC server the tests control (grpcio's asyncio server, raw-bytes methods), standing where the
 model server's gRPC port is: what it received, when a call was cancelled, and the statuses,
 metadata and trailers it answers with. Like tests/rawupstream.py for HTTP: the fake engine
-(drain_router.tools.fake_model) is vLLM's stand-in; this one is a test double with knobs.
+(drain_router_dev.fake_model) is vLLM's stand-in; this one is a test double with knobs.
 
 Methods (service ``t.T``), request and response bytes as they are:
 
@@ -97,7 +97,7 @@ class Upstream:
             yield message
 
     async def wait_active(self, n: int) -> None:
-        from drain_router.tools.process import wait_until
+        from drain_router_dev.process import wait_until
 
         await wait_until(lambda: self.active == n, timeout=10, what=f"{n} active streams upstream")
 

@@ -15,7 +15,7 @@ from aiohttp import web
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 
-from drain_router.tools import process
+from drain_router_dev import process
 
 
 def value(v: common_pb2.AnyValue) -> Any:

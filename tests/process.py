@@ -1,4 +1,4 @@
-"""Run ``drain-router serve`` as a real subprocess (the shared harness, drain_router.tools.process) and read
+"""Run ``drain-router serve`` as a real subprocess (the shared harness, drain_router_dev.process) and read
 its JSON log lines."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from drain_router.tools import process as process_
+from drain_router_dev import process as process_
 
 _LOGS = Path(tempfile.mkdtemp(prefix="router-processes-"))
 """The routers' log files, one directory for the test run, removed at its end."""

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from drain_router.tools import fake_kube
+from drain_router_dev import fake_kube
 from tests.blackbox import RawClient
 
 

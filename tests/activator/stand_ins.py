@@ -1,5 +1,5 @@
 """The activator's world, stood in: a Kubernetes API serving one kind of ModelService, its status
-subresource and the pods list (:class:`~drain_router.tools.fake_kube.FakeKube`, recording every
+subresource and the pods list (:class:`~drain_router_dev.fake_kube.FakeKube`, recording every
 call; the package's own), a model server that records
 the order requests reach it and echoes WebSocket messages (:class:`Model`), and processes
 (the activator, and ``drain-router serve`` as a model pod's router)."""
@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from drain_router.tools import fake_kube
-from drain_router.tools import process as process_
+from drain_router_dev import fake_kube
+from drain_router_dev import process as process_
 from tests.blackbox import RawClient, metric_samples
 from tests.process import RouterProcess, log_path
 

@@ -26,8 +26,8 @@ import aiohttp
 import pytest
 
 from drain_router.decisions import activation
-from drain_router.tools import fake_kube
-from drain_router.tools.process import wait_until
+from drain_router_dev import fake_kube
+from drain_router_dev.process import wait_until
 from tests.activator import stand_ins
 from tests.activator.stand_ins import DEAD_POD_IP, NAME, NS, POD_IP, SERVICE, Client, body_id, held, wait_held
 

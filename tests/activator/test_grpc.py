@@ -23,9 +23,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from drain_router.tools import fake_kube
-from drain_router.tools.fake_kube import NAME, NS
-from drain_router.tools.process import wait_until
+from drain_router_dev import fake_kube
+from drain_router_dev.fake_kube import NAME, NS
+from drain_router_dev.process import wait_until
 from tests import grpcupstream
 from tests.activator import stand_ins
 from tests.activator.stand_ins import POD_IP, SERVICE, Client, held, wait_held

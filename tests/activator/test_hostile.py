@@ -16,9 +16,9 @@ import json
 
 import pytest
 
-from drain_router.tools import fake_kube
-from drain_router.tools.fake_kube import NAME, NS
-from drain_router.tools.process import wait_until
+from drain_router_dev import fake_kube
+from drain_router_dev.fake_kube import NAME, NS
+from drain_router_dev.process import wait_until
 from tests.activator import stand_ins
 from tests.activator.stand_ins import POD_IP, SERVICE, Client, held, wait_held
 from tests.blackbox import settled, settled_rss

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 from tests import heldupstream
 from tests.blackbox import RawClient, by_outcome, inflight, metric_samples, requests_total, reset
 from tests.process import RouterProcess, Start, router_starter

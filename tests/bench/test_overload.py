@@ -13,7 +13,7 @@ import pytest
 
 from bench import overload_report, report
 from bench.overload_stats import summarize
-from drain_router.tools.overload import Attempt, Request, arrivals, capacity_tokens_per_s, retry_wait
+from drain_router_dev.overload import Attempt, Request, arrivals, capacity_tokens_per_s, retry_wait
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -24,8 +24,8 @@ import pytest
 
 from drain_router.proxy import tuning
 from drain_router.proxy.health import MAX_DRAIN_WAITERS
-from drain_router.tools import streams
-from drain_router.tools.process import wait_until
+from drain_router_dev import streams
+from drain_router_dev.process import wait_until
 from tests.blackbox import Response, raw_exchange, read_response, reset, status_of
 from tests.process import RouterProcess, Start, router_starter
 

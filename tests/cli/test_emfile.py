@@ -12,8 +12,8 @@ import signal
 import aiohttp
 
 from drain_router.proxy import tuning
-from drain_router.tools import streams
-from drain_router.tools.process import wait_until
+from drain_router_dev import streams
+from drain_router_dev.process import wait_until
 from tests.process import RouterProcess
 
 NOFILE = 208  # soft = hard, so the router's own raise to the hard limit cannot lift it

@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 
 from drain_router.proxy import engine_metrics
-from drain_router.tools.fake_model import app as fake_app
-from drain_router.tools.fake_model import testing as fake_model_testing
+from drain_router_dev.fake_model import app as fake_app
+from drain_router_dev.fake_model import testing as fake_model_testing
 from tests.blackbox import requests_total
 from tests.process import RouterProcess, Start, router_starter
 

@@ -27,8 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drain_router.tools.fake_model import testing as fake_model_testing
-from drain_router.tools.process import wait_until
+from drain_router_dev.fake_model import testing as fake_model_testing
+from drain_router_dev.process import wait_until
 from tests import process
 from tests.blackbox import Canary, canary, status_of
 

@@ -17,7 +17,7 @@ import aiohttp
 import psutil
 import pytest
 
-from drain_router.tools.process import free_port, wait_until
+from drain_router_dev.process import free_port, wait_until
 from tests.blackbox import (
     Canary,
     by_outcome,

@@ -21,7 +21,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 from tests import process
 
 ROOT = Path(__file__).resolve().parents[2]

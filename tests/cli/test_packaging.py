@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-USER_EXTRAS = {"controller", "demo", "plot", "otel"}
+USER_EXTRAS = {"controller", "plot", "otel"}
 
 
 def constraint_pins() -> dict[str, str]:
@@ -48,7 +48,7 @@ def dev_group(name: str) -> list[Requirement]:
 
 
 @pytest.fixture(scope="module")
-def wheel_metadata(tmp_path_factory: pytest.TempPathFactory) -> email.message.Message:
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)],
@@ -56,10 +56,42 @@ def wheel_metadata(tmp_path_factory: pytest.TempPathFactory) -> email.message.Me
         capture_output=True,
         timeout=300,
     )
-    [wheel] = out.glob("drain_router-*.whl")
+    [built] = out.glob("drain_router-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def wheel_metadata(wheel: Path) -> email.message.Message:
     with zipfile.ZipFile(wheel) as zf:
         [name] = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
         return email.message_from_bytes(zf.read(name))
+
+
+@pytest.mark.slow
+def test_the_runtime_wheel_carries_no_development_tool(wheel: Path) -> None:
+    """The fake model server, the stand-in Kubernetes API, the load generators and the demo are the
+    devtools distribution's: the product's wheel has the router, the activator and the controller."""
+    with zipfile.ZipFile(wheel) as zf:
+        modules = [n for n in zf.namelist() if n.endswith(".py")]
+    tops = {n.split("/")[0] for n in modules}
+    assert tops == {"drain_router"}, tops
+    packages = {n.rsplit("/", 1)[0] for n in modules}
+    assert not [p for p in packages if "tools" in p or "fake" in p or "demo" in p], sorted(packages)
+    assert {"drain_router/proxy", "drain_router/activator", "drain_router/controller"} <= packages
+
+
+def test_the_devtools_requirements_are_pinned() -> None:
+    """``make venv`` installs ./devtools with -c constraints.txt too: each of its dependencies has a
+    tested version inside its range."""
+    devtools = tomllib.loads((ROOT / "devtools" / "pyproject.toml").read_text(encoding="utf-8"))
+    pins = constraint_pins()
+    for entry in devtools["project"]["dependencies"]:
+        req = Requirement(entry)
+        name = canonicalize_name(req.name)
+        if name == "drain-router":
+            continue
+        assert name in pins, f"devtools' {name} has no tested version in constraints.txt"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{name}=={pins[name]} vs {req}"
 
 
 def requires(metadata: email.message.Message) -> list[Requirement]:

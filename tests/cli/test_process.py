@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_router.tools import streams
-from drain_router.tools.process import wait_until
+from drain_router_dev import streams
+from drain_router_dev.process import wait_until
 from tests.process import RouterProcess, held_entry
 
 

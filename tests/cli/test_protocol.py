@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 from tests import rawupstream
 from tests.blackbox import (
     by_outcome,

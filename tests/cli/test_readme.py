@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from drain_router.tools import process
+from drain_router_dev import process
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

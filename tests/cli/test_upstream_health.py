@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 from tests import rawupstream
 from tests.process import RouterProcess
 

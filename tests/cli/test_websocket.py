@@ -29,7 +29,7 @@ from aiohttp import WSMsgType, web
 from prometheus_client.parser import text_string_to_metric_families
 
 from drain_router.decisions.websocket_close import WEBSOCKET_QUIET_SECS
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 from tests.blackbox import by_outcome, inflight, requests_total, wait_idle
 from tests.process import RouterProcess, Start, router_starter
 

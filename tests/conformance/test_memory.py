@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 from tests.blackbox import inflight, reset, wait_idle
 from tests.conformance import wire
 from tests.process import RouterProcess

@@ -16,7 +16,7 @@ from kubernetes_asyncio import client
 
 from drain_router.controller import context, crd
 from drain_router.controller import settings as settings_
-from drain_router.tools import process as process_
+from drain_router_dev import process as process_
 from tests.chart import conftest as chart_fixtures
 from tests.chart import helm as chart
 
@@ -31,7 +31,7 @@ T = TypeVar("T")
 
 
 async def eventually(check: Callable[[], T], *, timeout: float = 30.0, what: str) -> T:
-    """:func:`~drain_router.tools.process.wait_until` with this suite's default: 30 s, room for many of
+    """:func:`~drain_router_dev.process.wait_until` with this suite's default: 30 s, room for many of
     the operator's passes (``REQUEUE`` apart) on a loaded machine."""
     return await process_.wait_until(check, timeout, what)
 

@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from drain_router.controller import probe
-from drain_router.tools import process as process_
+from drain_router_dev import process as process_
 
 IPS = tuple(f"127.0.0.{n}" for n in range(2, 14))
 

@@ -1,7 +1,7 @@
 """Process-backed pods: the emulator's Deployment controller creates pods, and this kubelet stand-in
 runs a real ``drain-router serve`` for each one, bound to the pod's own loopback ``podIP``
 (127.0.0.2, .3, ...) on the ModelService's admin port, in front of one shared
-``drain-router fake-model``. A pod turns Ready once its router listens. When the pod is deleted
+``drain-router-dev fake-model``. A pod turns Ready once its router listens. When the pod is deleted
 (an eviction is a graceful delete), the router gets SIGTERM, exactly as a kubelet sends it; when the
 process exits the pod is removed, and its exit status is kept for the test. At the end of the
 pod's grace the emulator's kubelet removes the pod and a router still running is SIGKILLed.
@@ -19,7 +19,7 @@ from typing import Any
 
 import kmock
 
-from drain_router.tools import process as process_
+from drain_router_dev import process as process_
 from tests.process import RouterProcess, log_path
 
 from .emulator import ClusterEmulator
@@ -156,8 +156,8 @@ class ProcessKubelet:
 
 @contextlib.asynccontextmanager
 async def fake_model(*args: str) -> AsyncIterator[str]:
-    """One ``drain-router fake-model`` on 127.0.0.1; yields its URL."""
-    argv = [sys.executable, "-m", "drain_router", "fake-model", "--host", "127.0.0.1", "--port", "0", *args]
+    """One ``drain-router-dev fake-model`` on 127.0.0.1; yields its URL."""
+    argv = [sys.executable, "-m", "drain_router_dev", "fake-model", "--host", "127.0.0.1", "--port", "0", *args]
     proc = process_.Process("fake-model", argv, log_path("fake-model"))
     proc.start()
     listening: list[dict[str, Any]] = []

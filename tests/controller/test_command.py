@@ -13,7 +13,7 @@ from typing import Any
 import kmock
 import yaml
 
-from drain_router.tools import process as process_
+from drain_router_dev import process as process_
 
 from .conftest import NAMESPACE, eventually
 from .emulator import ClusterEmulator

@@ -19,7 +19,7 @@ import kmock
 import pytest
 
 from drain_router.controller import operator
-from drain_router.tools import process as process_
+from drain_router_dev import process as process_
 
 from .conftest import NAMESPACE, eventually
 from .emulator import LEASES, ClusterEmulator, LeaseWrite

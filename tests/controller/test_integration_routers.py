@@ -1,6 +1,6 @@
 """The controller and real routers cooperating (issue 10, scenarios a-c): process-backed pods
 (:mod:`process_pods`), each a real ``drain-router serve`` on its own loopback podIP in front of a
-shared ``drain-router fake-model``; the real operator against the emulator. The idle probe asks
+shared ``drain-router-dev fake-model``; the real operator against the emulator. The idle probe asks
 those routers, and an eviction's SIGTERM starts their drain."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 
 from drain_router.controller import probe
 from drain_router.decisions import durations
-from drain_router.tools import process as process_
-from drain_router.tools import streams
+from drain_router_dev import process as process_
+from drain_router_dev import streams
 
 from . import process_pods
 from .conftest import MSVC, NAMESPACE, eventually

@@ -16,7 +16,7 @@ import pytest
 
 from drain_router.decisions import activation, route_switch
 from drain_router.decisions import activator as activator_decisions
-from drain_router.tools import process as process_
+from drain_router_dev import process as process_
 from tests.activator import stand_ins
 
 from . import process_pods

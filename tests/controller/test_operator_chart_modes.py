@@ -11,7 +11,7 @@ import aiohttp
 import kmock
 import pytest
 
-from drain_router.tools import process as process_
+from drain_router_dev import process as process_
 from tests.chart import helm as chart
 
 from .conftest import ClusterEmulator, Operator, eventually

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 from tests import grpcupstream
 from tests.grpc.conftest import StartGrpcRouter, admin_json, grpc_requests
 from tests.process import RouterProcess

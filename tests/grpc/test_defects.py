@@ -20,7 +20,7 @@ import pytest
 from hyperframe import frame as hf
 
 from drain_router.proxy.grpc import rules
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 from tests import grpcupstream
 from tests.grpc.conftest import StartGrpcRouter, grpc_requests, inflight
 from tests.h2client import PREFACE, RawClient, message, request_headers

@@ -12,7 +12,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hyperframe import frame as hf
 
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 from tests import grpcupstream, rawh2upstream
 from tests.grpc.conftest import StartGrpcRouter, inflight
 from tests.h2client import RawClient, message, request_headers

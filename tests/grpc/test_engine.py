@@ -12,8 +12,8 @@ import pytest
 from smg_grpc_proto.generated import vllm_engine_pb2 as pb
 from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
 
-from drain_router.tools.fake_model import openai, testing
-from drain_router.tools.process import wait_until
+from drain_router_dev.fake_model import openai, testing
+from drain_router_dev.process import wait_until
 from tests.grpc.conftest import StartGrpcRouter, grpc_requests, inflight
 
 

@@ -24,7 +24,7 @@ from hyperframe import frame as hf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drain_router.tools import process as process_
+from drain_router_dev import process as process_
 from tests.h2client import RawClient, message, request_headers
 from tests.process import RouterProcess, log_path
 
@@ -54,7 +54,7 @@ streams = st.builds(
 
 
 async def _start() -> tuple[process_.Process, RouterProcess]:
-    argv = [sys.executable, "-m", "drain_router", "fake-model", "--port", "0", "--grpc-port", "0"]
+    argv = [sys.executable, "-m", "drain_router_dev", "fake-model", "--port", "0", "--grpc-port", "0"]
     model = process_.Process("fake-model", argv, log_path("fake-model"))
     model.start()
     lines: list[dict[str, object]] = []

@@ -9,7 +9,7 @@ import time
 import grpc
 import pytest
 
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 from tests import grpcupstream
 from tests.grpc.conftest import StartGrpcRouter, grpc_requests, inflight
 

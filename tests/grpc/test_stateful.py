@@ -64,7 +64,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, rule, run_state_machine_as_test
 
-from drain_router.tools import process as process_
+from drain_router_dev import process as process_
 from tests import recordingh2upstream as rec
 from tests.grpc.conftest import grpc_requests, inflight
 from tests.h2client import RawClient, message, request_headers

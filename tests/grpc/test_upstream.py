@@ -7,7 +7,7 @@ import grpc
 import pytest
 from hyperframe import frame as hf
 
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 from tests import grpcupstream, rawh2upstream
 from tests.grpc.conftest import StartGrpcRouter, grpc_requests, inflight
 from tests.h2client import RawClient

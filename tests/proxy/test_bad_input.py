@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from drain_router.tools import streams
-from drain_router.tools.process import wait_until
+from drain_router_dev import streams
+from drain_router_dev.process import wait_until
 
 
 async def _raw(port: int, data: bytes, timeout: float = 3.0) -> bytes:

@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-from drain_router.tools import streams
-from drain_router.tools.process import wait_until
+from drain_router_dev import streams
+from drain_router_dev.process import wait_until
 from tests.blackbox import outcomes_in
 
 

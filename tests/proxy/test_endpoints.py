@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from drain_router.tools.fake_model import testing as fake_model_testing
-from drain_router.tools.process import wait_until
+from drain_router_dev.fake_model import testing as fake_model_testing
+from drain_router_dev.process import wait_until
 
 
 async def test_probes_on_both_listeners_metrics_admin_only(fake_upstream, start_router, http):

@@ -15,9 +15,9 @@ import aiohttp
 import h11
 import pytest
 
-from drain_router.tools import streams
-from drain_router.tools.fake_model import testing as fake_model_testing
-from drain_router.tools.process import free_port, wait_until
+from drain_router_dev import streams
+from drain_router_dev.fake_model import testing as fake_model_testing
+from drain_router_dev.process import free_port, wait_until
 from tests import rawupstream
 from tests.blackbox import outcomes_in
 

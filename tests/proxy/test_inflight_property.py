@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry
 
 from drain_router import config
 from drain_router.proxy import lifecycle
-from drain_router.tools.fake_model import testing as fake_model_testing
-from drain_router.tools.process import wait_until
+from drain_router_dev.fake_model import testing as fake_model_testing
+from drain_router_dev.process import wait_until
 from tests.blackbox import outcomes_in
 
 KINDS = ("completed", "slow", "abort_mid_stream", "abort_in_prefill", "upstream_cut", "oversized", "upgrade")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from drain_router.proxy import pool as pool_mod
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 from tests import rawupstream
 
 

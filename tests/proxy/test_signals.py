@@ -8,7 +8,7 @@ import os
 import signal
 
 from drain_router.proxy import signals
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 
 
 async def test_capture_replays_dispatches_and_restores() -> None:

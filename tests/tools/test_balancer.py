@@ -12,10 +12,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from drain_router.tools import balancer, fake_model, load, realtime, sessions, streams
-from drain_router.tools.fake_model import app as fake_app
-from drain_router.tools.fake_model import state as fake_state
-from drain_router.tools.process import wait_until
+from drain_router_dev import balancer, fake_model, load, realtime, sessions, streams
+from drain_router_dev.fake_model import app as fake_app
+from drain_router_dev.fake_model import state as fake_state
+from drain_router_dev.process import wait_until
 
 
 class Upstream:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 
 from drain_router.metrics import Metrics, Outcome
-from drain_router.tools import cluster
+from drain_router_dev import cluster
 
 
 def test_grpc_streams_are_read_apart_and_together() -> None:

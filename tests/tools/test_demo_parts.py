@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from drain_router.tools import grpc_load, load, pods, realtime, recipes, sessions, streams, timeline
-from drain_router.tools import runs as runs_mod
+from drain_router_dev import grpc_load, load, pods, realtime, recipes, sessions, streams, timeline
+from drain_router_dev import runs as runs_mod
 
 
 def _record(t: float, duration: float, outcome: streams.Outcome, status: int | None = 200) -> load.Record:
@@ -270,7 +270,7 @@ def test_the_runs_compared_are_the_labelled_ones_and_the_help_counts_them(tmp_pa
     many (it said three while the demo printed four)."""
     from click.testing import CliRunner
 
-    from drain_router.tools import demo
+    from drain_router_dev import demo
 
     made = recipes.compared("http://127.0.0.1:1", replicas=1, drain_secs=2, chunks=3, interval_ms=1)
     assert [r.label for r in made] == list(recipes.LABELS)

@@ -18,10 +18,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from click.testing import CliRunner
 
-from drain_router.tools import fake_model, streams
-from drain_router.tools.fake_model import serve
-from drain_router.tools.fake_model import state as fake_state
-from drain_router.tools.process import wait_until
+from drain_router_dev import fake_model, streams
+from drain_router_dev.fake_model import serve
+from drain_router_dev.fake_model import state as fake_state
+from drain_router_dev.process import wait_until
 
 Client = Callable[..., Awaitable[TestClient]]
 
@@ -162,7 +162,7 @@ async def test_client_disconnect_counts_cancelled(client: TestClient, first_toke
 
 def _spawn(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "drain_router", "fake-model", "--port", "0", *args],
+        [sys.executable, "-m", "drain_router_dev", "fake-model", "--port", "0", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -244,7 +244,7 @@ async def test_exit_on_sigterm_cuts_streams(spawned: Any) -> None:
 async def test_unix_socket(spawned: Any, tmp_path: Any) -> None:
     path = str(tmp_path / "model.sock")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "drain_router", "fake-model", "--uds", path],
+        [sys.executable, "-m", "drain_router_dev", "fake-model", "--uds", path],
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,

@@ -18,9 +18,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_router.tools import fake_model, streams
-from drain_router.tools.fake_model import capacity, testing
-from drain_router.tools.process import wait_until
+from drain_router_dev import fake_model, streams
+from drain_router_dev.fake_model import capacity, testing
+from drain_router_dev.process import wait_until
 
 
 @pytest.mark.parametrize(
@@ -179,7 +179,7 @@ async def test_max_active_is_the_peak_of_concurrent_streams(http: aiohttp.Client
 
 def test_the_command_takes_a_batch_size() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "drain_router", "fake-model", "--port", "0", "--batch-size", "4"],
+        [sys.executable, "-m", "drain_router_dev", "fake-model", "--port", "0", "--batch-size", "4"],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -18,10 +18,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from smg_grpc_proto.generated import vllm_engine_pb2 as pb
 from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
 
-from drain_router.tools import fake_model
-from drain_router.tools import process as process_
-from drain_router.tools.fake_model import grpc_engine, grpc_inference, grpc_server, testing
-from drain_router.tools.process import wait_until
+from drain_router_dev import fake_model
+from drain_router_dev import process as process_
+from drain_router_dev.fake_model import grpc_engine, grpc_inference, grpc_server, testing
+from drain_router_dev.process import wait_until
 from tests.process import log_path
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -220,10 +220,10 @@ async def test_a_port_in_use_is_refused(serve: Serve) -> None:
 
 
 class ModelProcess:
-    """``drain-router fake-model --grpc-port 0`` as a child process, and the events it logged."""
+    """``drain-router-dev fake-model --grpc-port 0`` as a child process, and the events it logged."""
 
     def __init__(self, *args: str) -> None:
-        argv = [sys.executable, "-m", "drain_router", "fake-model", "--port", "0", "--grpc-port", "0", *args]
+        argv = [sys.executable, "-m", "drain_router_dev", "fake-model", "--port", "0", "--grpc-port", "0", *args]
         self.proc = process_.Process("fake-model", argv, log_path("fake-model"))
         self.events: list[dict[str, Any]] = []
 

@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from drain_router.tools import fake_model
-from drain_router.tools.fake_model import serve, testing
-from drain_router.tools.fake_model import state as fake_state
-from drain_router.tools.process import wait_until
+from drain_router_dev import fake_model
+from drain_router_dev.fake_model import serve, testing
+from drain_router_dev.fake_model import state as fake_state
+from drain_router_dev.process import wait_until
 
 Client = Callable[..., Awaitable[TestClient]]
 

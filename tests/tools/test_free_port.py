@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from drain_router.tools import process
+from drain_router_dev import process
 
 
 def test_ports_are_below_the_ephemeral_range_bindable_and_never_repeated() -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from drain_router.tools import fake_model, grpc_load
-from drain_router.tools.fake_model import testing
-from drain_router.tools.grpc_load import CallResult, Outcome
-from drain_router.tools.process import free_port, wait_until
+from drain_router_dev import fake_model, grpc_load
+from drain_router_dev.fake_model import testing
+from drain_router_dev.grpc_load import CallResult, Outcome
+from drain_router_dev.process import free_port, wait_until
 
 WHOLE = (0, 1, 2)
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from drain_router.tools import balancer, fake_model, grpc_load
-from drain_router.tools.fake_model import testing
-from drain_router.tools.process import free_port, wait_until
+from drain_router_dev import balancer, fake_model, grpc_load
+from drain_router_dev.fake_model import testing
+from drain_router_dev.process import free_port, wait_until
 
 Start = Callable[..., Awaitable[tuple[balancer.Balancer, list[testing.FakeModel]]]]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import itertools
 
-from drain_router.tools import load
-from drain_router.tools.fake_model import testing
-from drain_router.tools.process import wait_until
+from drain_router_dev import load
+from drain_router_dev.fake_model import testing
+from drain_router_dev.process import wait_until
 
 
 async def test_staggered_clients_arrive_spread_over_one_stream() -> None:

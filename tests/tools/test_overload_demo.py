@@ -1,4 +1,4 @@
-"""``drain-router demo --overload``, shortened: real fake-engine and router processes, the same
+"""``drain-router-dev demo --overload``, shortened: real fake-engine and router processes, the same
 arrivals at 3x the engine's capacity straight and through the router's admission control."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from drain_router.tools import demo, overload_demo
+from drain_router_dev import demo, overload_demo
 
 
 @pytest.mark.timeout(90)

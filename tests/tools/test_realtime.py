@@ -11,11 +11,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from drain_router.tools import realtime, sessions
-from drain_router.tools.fake_model import app as fake_app
-from drain_router.tools.fake_model import openai, serve, testing
-from drain_router.tools.fake_model import state as fake_state
-from drain_router.tools.process import free_port, wait_until
+from drain_router_dev import realtime, sessions
+from drain_router_dev.fake_model import app as fake_app
+from drain_router_dev.fake_model import openai, serve, testing
+from drain_router_dev.fake_model import state as fake_state
+from drain_router_dev.process import free_port, wait_until
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from drain_router.tools import sessions
+from drain_router_dev import sessions
 
 CASES = yaml.safe_load((Path(__file__).parent.parent / "cases" / "sessions" / "classify.yaml").read_text())
 

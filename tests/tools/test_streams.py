@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from drain_router.tools import streams
+from drain_router_dev import streams
 
 CASES = yaml.safe_load((Path(__file__).parent.parent / "cases" / "streams" / "classify.yaml").read_text())
 

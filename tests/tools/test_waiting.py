@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from drain_router.tools.process import POLL_SECS, wait_until
+from drain_router_dev.process import POLL_SECS, wait_until
 
 
 async def test_returns_the_first_truthy_value_and_calls_no_more() -> None:

@@ -1,4 +1,4 @@
-"""``drain-router demo --wake``, shortened: the stand-in Kubernetes API, a real activator process,
+"""``drain-router-dev demo --wake``, shortened: the stand-in Kubernetes API, a real activator process,
 a pod (fake-model behind drain-router serve) started by the demo once the wake is asked."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import io
 import pytest
 from click.testing import CliRunner
 
-from drain_router.tools import demo, wake_demo
+from drain_router_dev import demo, wake_demo
 
 ROWS = [
     "clients",

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import WSMsgType, web
 
 from drain_router.decisions import spans
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 from tests import grpcupstream, otlp, rawupstream
 from tests.tracing.conftest import StartTraced
 

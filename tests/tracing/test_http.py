@@ -11,7 +11,7 @@ import sys
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from drain_router.tools.process import wait_until
+from drain_router_dev.process import wait_until
 from tests import otlp, rawupstream
 from tests.process import RouterProcess
 from tests.tracing.conftest import StartTraced
