@@ -1,5 +1,5 @@
 """The ``activator`` workload of the bench: what ``drain-router activator`` costs per relayed and per
-held request, against the router (issue 39).
+held request, against the router.
 
 The Kubernetes API is the package's stand-in (:mod:`drain_router_dev.fake_kube`, served in the
 bench's process, on the load generator's core); the "model pod" is the bench upstream itself, which

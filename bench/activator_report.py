@@ -14,7 +14,7 @@ from bench import stats
 
 RELAYED, HELD = "activator_small_get", "activator_held"
 CPU = "target_cpu_us_per_unit"
-#: Issue 39: (workload, metric, what it is, at most this many times the router's).
+#: (workload, metric, what it is, at most this many times the router's).
 GOALS = (
     (RELAYED, CPU, "activator CPU per relayed small GET / the router's", 1.25),
     (HELD, "kib_per_held", "activator RSS per held request / the router's per queued request", 2.0),
@@ -43,7 +43,7 @@ def _failed(records: Sequence[dict[str, Any]], workload: str) -> str:
 
 
 def goals(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 39's goals: a relayed request at most 1.25x the router's CPU, a held request at most
+    """The goals: a relayed request at most 1.25x the router's CPU, a held request at most
     2x the memory of a request in the router's admission queue."""
     if not _cells(records):
         return []

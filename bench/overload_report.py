@@ -64,7 +64,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def goals(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 37's goals, on the router's arms: TTFT at 4x against unloaded, goodput against the
+    """The goals, on the router's arms: TTFT at 4x against unloaded, goodput against the
     engine's capacity, first retries admitted with the router's estimate against a fixed 1 s, and
     the gate's cost per request with nothing waiting."""
     cells = _cells(records)

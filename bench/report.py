@@ -224,8 +224,8 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
         value: dict[str, Any] | None = ratios.get(workload, {}).get(f"router/{base}", {}).get(metric, {}).get("ratio")
         return value
 
-    # Issue 11: the traffic path at nginx's cost (nginx shares the upstream's core, as the router does);
-    # issue 25 tightened the streaming goals and added CPU per small GET, the stream arriving in one
+    # the traffic path at nginx's cost (nginx shares the upstream's core, as the router does);
+    # a later round tightened the streaming goals and added CPU per small GET, the stream arriving in one
     # read and the upload.
     conns = results["plan"]["small_connections"]
     add(
@@ -332,7 +332,7 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
         "KiB",
         workload="idle_hold",
     )
-    # Issue 22: WebSocket sessions through the router, against nginx as a WebSocket proxy.
+    # WebSocket sessions through the router, against nginx as a WebSocket proxy.
     plan = results["plan"]
     if "ws_sessions" in plan:
         skipped = summary.get("ws_echo", {}).get("router", {}).get("skipped")
@@ -367,7 +367,7 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
             f"router skipped: it {hold_skipped}" if hold_skipped else "",
             workload="ws_idle_hold",
         )
-    # Issue 30: gRPC through the router's own HTTP/2 listener, against Envoy and nginx as gRPC proxies.
+    # gRPC through the router's own HTTP/2 listener, against Envoy and nginx as gRPC proxies.
     if any(w in summary for w in ("grpc_stream", "grpc_idle_hold")):
         add(
             f"gRPC streamed tokens, {plan['grpc_streams']} calls (messages/s, router / Envoy)",
@@ -403,11 +403,11 @@ def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, An
         "ms",
         workload="drain",
     )
-    # Issue 37: the engine past its capacity behind the router's admission control.
+    # the engine past its capacity behind the router's admission control.
     out += overload_report.goals(results["records"])
-    # Issue 38: what --tracing costs, at sampling ratio 0 and 1, against the router without it.
+    # what --tracing costs, at sampling ratio 0 and 1, against the router without it.
     out += tracing_report.goals(results["records"])
-    # Issue 39: what the activator costs per relayed and per held request, against the router.
+    # what the activator costs per relayed and per held request, against the router.
     out += activator_report.goals(results["records"])
     return out
 

@@ -1,4 +1,4 @@
-"""The ``tracing`` workload of the bench: what ``--tracing`` costs the router (issue 38).
+"""The ``tracing`` workload of the bench: what ``--tracing`` costs the router.
 
 Three routers in front of the bench upstream, started the same way, measured in the same rounds:
 **off** (no ``--tracing``: the router as shipped), **ratio 0** and **ratio 1** (``--tracing`` with

@@ -14,7 +14,7 @@ from bench import stats
 
 #: The arms, in table order, and how the table names them.
 ARMS = {"off": "tracing off", "ratio0": "`--tracing`, ratio 0", "ratio1": "`--tracing`, ratio 1"}
-#: Issue 38: ratio 0's and ratio 1's CPU per small GET over off's.
+#: ratio 0's and ratio 1's CPU per small GET over off's.
 GOALS = (("ratio0", 1.03), ("ratio1", 1.25))
 CPU = "target_cpu_us_per_unit"
 
@@ -40,7 +40,7 @@ def value(records: Sequence[dict[str, Any]], workload: str, arm: str, metric: st
 
 
 def goals(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 38's goals on the small GET workload: CPU per request at ratio 0 ≤ 1.03x off's, at
+    """The goals on the small GET workload: CPU per request at ratio 0 ≤ 1.03x off's, at
     ratio 1 ≤ 1.25x (off against the tree before tracing is not one of them: the off arm is the
     plain router)."""
     if not any(r["workload"] == "tracing_small_get" for r in records):

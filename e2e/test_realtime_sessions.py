@@ -1,6 +1,6 @@
 """Realtime (WebSocket) sessions across rolling restarts behind a real HAProxy and a real Envoy.
 
-The claim (issue 22): a realtime session that a rolling restart interrupts ends with a Close frame,
+The claim: a realtime session that a rolling restart interrupts ends with a Close frame,
 1000 or 1001 (Going Away), never with a 1006 (a connection lost without a Close: a reset, a cut
 tunnel); a client told 1001 reconnects through the balancer and lands on a replica that is not
 going away.

@@ -1,5 +1,5 @@
 """``drain-router activator``: holds the requests of ModelServices scaled to zero, asks for a wake,
-and forwards them in arrival order once a pod's router answers ready (SPEC 6, "Waking on a request").
+and forwards them in arrival order once a pod's router answers ready ("Waking on a request").
 
 Layered above :mod:`drain_router.proxy`, whose traffic path it reuses: the router's listener, client
 connections and exchanges, with one destination per service (:mod:`.sites`: a held queue, a

@@ -148,7 +148,7 @@ def queue_timeout_exceeds_drain(
 ) -> Advisory | None:
     """Warn when a request may wait in the admission queue longer than the drain window.
 
-    At closing the router answers every request still queued with 503 (SPEC 4): the model server never
+    At closing the router answers every request still queued with 503: the model server never
     saw them, so a retry elsewhere is safe, but each client waited for nothing. With a queue timeout
     no longer than the window, every request queued before SIGTERM reaches its own end (admitted, or
     503 at its timeout) before closing, and only requests that arrive during the drain, which the

@@ -160,8 +160,8 @@ def test_keda_query_adds_the_queue_depth_with_include_queued(helm: Helm) -> None
 
 
 def test_the_query_reads_only_metrics_the_router_exports(helm: Helm) -> None:
-    """SPEC 5 names drain_router_queue_depth; the router's admission gate exports it (until a router
-    does, that one name is only checked against SPEC)."""
+    """docs/metrics.md names drain_router_queue_depth; the router's admission gate exports it (until a router
+    does, that one name is only checked against the docs)."""
     keda = {**values_sets.KEDA["autoscaling"], "includeQueued": True}
     query = one(helm.template({"autoscaling": keda}), "ScaledObject")["spec"]["triggers"][0]["metadata"]["query"]
     names = set(re.findall(r"drain_router_[a-z_]+", query))

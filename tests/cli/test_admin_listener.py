@@ -1,4 +1,4 @@
-"""The admin listener is bounded and plain (SPEC 4), black-box: a real ``drain-router serve`` process and
+"""The admin listener is bounded and plain, black-box: a real ``drain-router serve`` process and
 raw sockets.
 
 - A ``/admin/drain-wait`` caller that leaves frees its slot at once: callers that disconnect can never

@@ -1,4 +1,4 @@
-"""The admission flags (SPEC 2): their defaults, the flags and their DRAIN_ROUTER_* variables reach the
+"""The admission flags: their defaults, the flags and their DRAIN_ROUTER_* variables reach the
 config, and bad values are refused naming the flag."""
 
 from __future__ import annotations

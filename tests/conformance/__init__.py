@@ -1,4 +1,4 @@
-"""The traffic path's conformance suite: SPEC 4's invariants (framing decided once; one request in,
+"""The traffic path's conformance suite: the invariants (framing decided once; one request in,
 one response out; bounds both ways; pipelining), attacked with generated input in both directions and
 judged by an independent strict HTTP/1.1 parser (h11), never by the router's own code.
 

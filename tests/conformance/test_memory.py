@@ -1,4 +1,4 @@
-"""Bounds under pipelining (SPEC 4, "Bounds both ways"): one slow request (the upstream never answers
+"""Bounds under pipelining ("Bounds both ways"): one slow request (the upstream never answers
 it) followed by thousands of pipelined GETs in one write, on each of a few dozen connections. The
 router must stop reading behind the slow request: its RSS grows by a bounded amount, ``/admin/inflight``
 never reads more than a small constant per connection (a pipelined request counts from the moment its
@@ -93,7 +93,7 @@ async def flood(p: RouterProcess, up: wire.Upstream, connections: int, pipelined
             s.cancel()
         for c in clients:
             # Leave with a reset: a FIN queued behind unsent pipelined bytes (the router is not
-            # reading them, as SPEC asks) cannot reach the router until they are read, so only a
+            # reading them, as the router's bounds ask) cannot reach the router until they are read, so only a
             # reset is a departure TCP can show it (docs/proxying.md).
             reset(c.writer)
     await wait_idle(admin_port, timeout=10)

@@ -222,7 +222,7 @@ async def test_05_an_oversized_upstream_head_is_a_502(start, up, shape):
 
 
 async def test_05_an_upstream_head_that_never_ends_is_a_502(start, up):
-    """SPEC bounds the upstream head's time to complete like a client's: the router's
+    """The router bounds the upstream head's time to complete like a client's: the router's
     RESPONSE_HEAD_SECS (10 s from its first byte) gives a 502, well within 30 s."""
     p = await start()
     rid = wire.new_id()

@@ -2,7 +2,7 @@
 the stream cut at arbitrary offsets into many writes; Content-Length, chunked with extensions and
 trailers, no body; hostile headers; sometimes a malformed request after valid ones).
 
-The invariants (SPEC 4, "Framing is decided once", "One request in, one response out", "Bounds both
+The invariants ("Framing is decided once", "One request in, one response out", "Bounds both
 ways"):
 
 - the upstream receives exactly the requests the router accepted, in order, each parseable by h11,
@@ -14,7 +14,7 @@ ways"):
 - once the client has left, ``/admin/inflight`` returns to 0.
 
 A request's expected fate is the RFC's, not the router's: ``accept`` (valid), ``reject`` (RFC 9112 or
-SPEC say 400/431), ``either`` (the RFC lets a server accept or reject, e.g. obs-fold, bare LF,
+the router's rules say 400/431), ``either`` (the RFC lets a server accept or reject, e.g. obs-fold, bare LF,
 identical duplicate Content-Length) and ``either_close`` (Content-Length with Transfer-Encoding: reject,
 or process by the Transfer-Encoding and close after responding, RFC 9112 §6.1).
 """
@@ -33,7 +33,7 @@ from tests.conformance import wire
 
 ACCEPT, REJECT, EITHER, EITHER_CLOSE = "accept", "reject", "either", "either_close"
 
-#: Hostile additions, the framing they need, and their fate under RFC 9112 / SPEC 4.
+#: Hostile additions, the framing they need, and their fate under RFC 9112 and the router's rules.
 HOSTILE: dict[str, tuple[tuple[str, ...], str]] = {
     "connection-content-length": (("length",), REJECT),
     "connection-content-length-keepalive": (("length",), REJECT),
@@ -62,7 +62,7 @@ GARBAGE = [
 
 
 class Req:
-    """One generated request: its bytes, and what the RFC and SPEC let the router do with it
+    """One generated request: its bytes, and what the RFC and the router's rules let the router do with it
     (a plain class: its repr stays short whatever the size of its bytes)."""
 
     def __init__(

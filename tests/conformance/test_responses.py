@@ -3,7 +3,7 @@ with extensions and trailers, close-delimited, none; surplus after the framed en
 a body on 204/304/HEAD, extra bytes; 1xx interim responses before the final one; bad statuses, an
 unrequested 101, ``Connection: content-length``, oversized heads), written in arbitrary pieces.
 
-The invariants (SPEC 4, "One request in, one response out", "Bounds both ways"):
+The invariants ("One request in, one response out", "Bounds both ways"):
 
 - the client (an h11 client) gets exactly one final response per request, well framed, in order: a
   valid upstream response is relayed with its status and body; an invalid or oversized one becomes a

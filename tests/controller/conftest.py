@@ -38,7 +38,7 @@ async def eventually(check: Callable[[], T], *, timeout: float = 30.0, what: str
 
 RBAC_ENV = "CONTROLLER_TEST_RBAC"
 """``CONTROLLER_TEST_RBAC=1``: every emulated cluster allows only what the chart's rendered Role and
-ClusterRole grant (issue 10, scenario h: the whole controller suite passes in RBAC mode)."""
+ClusterRole grant (the whole controller suite passes in RBAC mode)."""
 
 
 helm = chart_fixtures.helm

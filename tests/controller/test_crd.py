@@ -82,7 +82,7 @@ def test_namespace_flags_are_validated() -> None:
 
 
 def test_activation_fields_match_the_code() -> None:
-    """The status the lifecycle pass writes (issue 39) is the CRD's ``status.lifecycle``; the phase
+    """The status the lifecycle pass writes is the CRD's ``status.lifecycle``; the phase
     enum, the printer column and ``activationTimeoutSeconds``'s default are the code's."""
     from drain_router.controller import status as status_
     from drain_router.decisions import activation

@@ -1,4 +1,4 @@
-"""The controller and real routers cooperating (issue 10, scenarios a-c): process-backed pods
+"""The controller and real routers cooperating: process-backed pods
 (:mod:`process_pods`), each a real ``drain-router serve`` on its own loopback podIP in front of a
 shared ``drain-router-dev fake-model``; the real operator against the emulator. The idle probe asks
 those routers, and an eviction's SIGTERM starts their drain."""

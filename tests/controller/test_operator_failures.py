@@ -1,4 +1,4 @@
-"""``maxWait`` is an overall budget, also when the API server keeps refusing (issue 10, first defect).
+"""``maxWait`` is an overall budget, also when the API server keeps refusing.
 
 A read that fails (a route kind the API server does not serve, a 500 on a GET) or a workload DELETE
 that keeps answering 403 must not leave kopf retrying forever with no status and the finalizer held:

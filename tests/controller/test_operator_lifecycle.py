@@ -156,7 +156,7 @@ async def test_invalid_rules_act_on_nothing_and_warn_once_per_generation(
 
 
 async def test_the_idle_clock_never_moves_back(cluster: Any, routers: Any, start_operator: Any) -> None:
-    """SPEC 6: while the service stays idle, ``status.lifecycle.idleSince`` never decreases.
+    """While the service stays idle, ``status.lifecycle.idleSince`` never decreases.
     1. two pods: the one that served last went idle just now, the other an hour ago 2. the recent
     one is evicted (its replacement has served nothing) 3. the older one's probe fails 4. the
     controller restarts. Result: idleSince stays at the recent time throughout, and the 30 s

@@ -1,5 +1,5 @@
 """Rules of pod recycling and lifecycle actions that the code kept with no operator-level test to
-catch a break (issue 21's mutation audit: each of these had a surviving mutant).
+catch a break (the mutation audit: each of these had a surviving mutant).
 
 Each test runs the real operator against the emulator and stand-in routers and fails with its
 mutant applied (``tests/mutants.yaml``): ``maxPodLifetimeIdleTimeoutSeconds: 0`` skips the probe; a

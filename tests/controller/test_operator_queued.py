@@ -1,4 +1,4 @@
-"""A router with requests queued is not idle (SPEC 3, 6), end to end through the real operator:
+"""A router with requests queued is not idle, end to end through the real operator:
 emulated API server, stand-in routers whose ``/admin/inflight`` reports nothing in flight and
 requests waiting in the admission queue."""
 

@@ -1,4 +1,4 @@
-"""Four rules of the staged deletion that held in code with no test to catch a break (issue 10).
+"""Four rules of the staged deletion that held in code with no test to catch a break.
 
 Each test runs the real operator against the emulator and fails when its rule is broken:
 the status is written before the action it records; an invalid annotation posts an

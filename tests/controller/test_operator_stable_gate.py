@@ -1,4 +1,4 @@
-"""Recycling's stable-Deployment gate (SPEC 6) through the real operator, against the emulator's
+"""Recycling's stable-Deployment gate through the real operator, against the emulator's
 Deployment controller: rollouts through ReplicaSets and a status that lags what it describes.
 
 Each test builds a state in which exactly one of the gate's inputs says "not stable" while every

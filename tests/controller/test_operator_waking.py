@@ -1,5 +1,5 @@
 """Scale to zero and wake on a request (``--activator-service``) through the real operator, against the
-emulator and stand-in routers: the orderings of SPEC 6 "Waking on a request" as the API server saw
+emulator and stand-in routers: the orderings of waking on a request (docs/controller.md) as the API server saw
 the writes."""
 
 from __future__ import annotations

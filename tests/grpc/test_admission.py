@@ -1,4 +1,4 @@
-"""Admission control on the gRPC listener (SPEC 4), on real router processes with grpcio clients:
+"""Admission control on the gRPC listener, on real router processes with grpcio clients:
 streams count against ``--max-concurrent-requests``; a refusal for capacity is RESOURCE_EXHAUSTED
 and at closing UNAVAILABLE, both with ``grpc-retry-pushback-ms``, and never reaches the model
 server; a client's RST_STREAM frees its place in the queue at once; health calls never wait."""

@@ -1,4 +1,4 @@
-"""HTTP/2's known attacks against the gRPC listener, from a raw client over a socket (SPEC 4): each
+"""HTTP/2's known attacks against the gRPC listener, from a raw client over a socket: each
 gets GOAWAY with the right code, costs bounded memory, and leaves the in-flight count at 0."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Regression tests of the gRPC listener's HTTP/2 defects, from raw sockets against a real router
-process. Each test is named after its defect and states the rule it pins (RFC 9113, SPEC 4-5); each
+process. Each test is named after its defect and states the rule it pins (RFC 9113, docs/grpc.md); each
 failed against the router before the HTTP/2 layer's explicit stream state machine."""
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ async def test_defect1_headers_after_end_stream_ends_the_call_once(
     opened: list[Any], grpc_router: StartGrpcRouter, upstream: grpcupstream.Upstream
 ) -> None:
     """RFC 9113 §5.1: HEADERS on a half-closed (remote) stream is a stream error STREAM_CLOSED. The
-    router's RST_STREAM ends the relayed call then, exactly once (SPEC 5: `client_aborted`): the
+    router's RST_STREAM ends the relayed call then, exactly once (`client_aborted`): the
     model server's stream is cancelled, in-flight is back to 0 while the client stays connected, and
     SIGTERM then exits 0 at once, long before the deadline."""
     router = await grpc_router("--termination-grace-secs", "8")

@@ -1,4 +1,4 @@
-"""The gRPC listener through the drain (SPEC 1, 4), on real router processes and real signals: the
+"""The gRPC listener through the drain, on real router processes and real signals: the
 RFC 9113 §6.8 GOAWAY sequence, streams running on, health NOT_SERVING at once, refused streams,
 grpc-status 14 at the deadline."""
 

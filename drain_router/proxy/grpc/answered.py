@@ -1,5 +1,5 @@
 """``grpc.health.v1.Health`` answered by the router itself: NOT_SERVING in starting, draining and
-closing (SPEC 4). A Check gets one answer; a Watch stays open with NOT_SERVING, and when the router
+closing. A Check gets one answer; a Watch stays open with NOT_SERVING, and when the router
 starts serving it ends UNAVAILABLE so the client watches again (relayed to the model server then).
 Never counted in flight.
 """

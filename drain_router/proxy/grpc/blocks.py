@@ -52,7 +52,7 @@ class Events(sending.Events, Protocol):
 
 
 class Budgets:
-    """A connection's budgets for frames that cost work without progress (SPEC 4): a client's are
+    """A connection's budgets for frames that cost work without progress: a client's are
     :mod:`rules`' limits, the model server's are unlimited."""
 
     __slots__ = ("idle", "pings", "resets", "settings")

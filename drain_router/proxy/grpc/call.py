@@ -2,7 +2,7 @@
 
 A :class:`Call` pairs the client's stream (``down``) with one stream to the model server (``up``) and
 relays headers, data, trailers and resets one to one. It enters the in-flight count when it starts
-and leaves exactly once (:meth:`Call.finish`), with the outcome of SPEC 5: ``completed`` when the
+and leaves exactly once (:meth:`Call.finish`), with its outcome: ``completed`` when the
 response's end went out to the client (whatever its ``grpc-status``), ``client_aborted`` when the
 client reset the stream, broke the protocol on it, or left (the model server's stream is reset at
 once, so the engine aborts the generation), ``upstream_error`` for the model server's failures,

@@ -1,6 +1,6 @@
 """One client connection to the gRPC listener (the router is the HTTP/2 server).
 
-It admits each new stream under the bounds (SPEC 4) and hands it to a
+It admits each new stream under the bounds and hands it to a
 :class:`~drain_router.proxy.grpc.call.Call` (or, for health while the router is not serving, to a
 :class:`~drain_router.proxy.grpc.answered.LocalHealth`); its core pays for frames that cost work
 without progress from the client's budgets. A connection that sends no preface within the client

@@ -1,4 +1,4 @@
-"""The gRPC listener (``--grpc-port``): accepts h2c connections, follows the drain (SPEC 1, 4).
+"""The gRPC listener (``--grpc-port``): accepts h2c connections, follows the drain.
 
 Serving and draining: streams are accepted and relayed. At SIGTERM every health Watch gets
 NOT_SERVING at once. At closing the listener stops accepting and every client connection gets the

@@ -2,7 +2,7 @@
 room, a new connection is opened when none has any.
 
 The model server's SETTINGS_MAX_CONCURRENT_STREAMS is reported to the listener, which never lets a
-client open more streams on one connection (SPEC 4).
+client open more streams on one connection.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a relayed HTTP/2 stream may carry, and the bounds of a connection (RFC 9113 §8, SPEC 4).
+"""What a relayed HTTP/2 stream may carry, and the bounds of a connection (RFC 9113 §8).
 Pure: no I/O; table-tested.
 
 Header lists are HPACK-decoded ``(name, value)`` byte pairs. A request that breaks a rule of §8.2-8.3

@@ -2,7 +2,7 @@
 are gathered in :attr:`Sender.out` and the I/O layer takes them (:meth:`Sender.data_to_send`) when
 told there is output (:meth:`Events.output_ready`).
 
-Flow control gives back-pressure both ways (SPEC 4): DATA goes out within the peer's windows, the
+Flow control gives back-pressure both ways: DATA goes out within the peer's windows, the
 rest waits on its stream (at most one stream window, since the other side's window is re-opened only
 for bytes taken here); a stream's receive window is re-opened in batches as the other side takes its
 bytes (:meth:`Sender.grant`). Output other than relayed DATA (control frames, header blocks) queued

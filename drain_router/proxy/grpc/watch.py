@@ -1,5 +1,5 @@
 """Where a relayed health Watch is between two gRPC messages, so the router can put NOT_SERVING there
-at SIGTERM (SPEC 4). Pure: no I/O."""
+at SIGTERM. Pure: no I/O."""
 
 from __future__ import annotations
 
