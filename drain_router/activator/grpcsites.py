@@ -21,7 +21,8 @@ from typing import Final
 
 from drain_router import config
 from drain_router.activator.sites import ServiceSite, Sites
-from drain_router.decisions.capacity import RESOURCE_EXHAUSTED, UNAVAILABLE, Reason
+from drain_router.decisions.capacity import Reason
+from drain_router.decisions.grpc_status import GrpcStatus
 from drain_router.metrics import Metrics
 from drain_router.proxy.capacity import Gate
 from drain_router.proxy.grpc import health, queued
@@ -33,24 +34,24 @@ from drain_router.proxy.grpc.rules import Request
 from drain_router.proxy.grpc.streams import Headers, Stream
 from drain_router.proxy.state import InFlight
 
-NOT_FOUND: Final = 5
-UNIMPLEMENTED: Final = 12
-
 #: A held call's refusals (the router's own say "admission queue"; here the service is waking).
 ANSWERS: Final = {
-    Reason.QUEUE_FULL: (RESOURCE_EXHAUSTED, "too many calls are held for this service while it wakes"),
-    Reason.QUEUE_TIMEOUT: (UNAVAILABLE, "the service did not wake within the activation timeout"),
-    Reason.CLOSING: (UNAVAILABLE, "the activator is shutting down; retry on another replica"),
+    Reason.QUEUE_FULL: (GrpcStatus.RESOURCE_EXHAUSTED, "too many calls are held for this service while it wakes"),
+    Reason.QUEUE_TIMEOUT: (GrpcStatus.UNAVAILABLE, "the service did not wake within the activation timeout"),
+    Reason.CLOSING: (GrpcStatus.UNAVAILABLE, "the activator is shutting down; retry on another replica"),
 }
 #: The answers to a call refused before it is held, by the HTTP refusal's code (:mod:`.sites`).
 REFUSALS: Final = {
-    "no_service": (UNIMPLEMENTED, "the call names no service (x-drain-router-service)"),
-    "bad_service": (UNIMPLEMENTED, "x-drain-router-service must be <namespace>/<name>"),
-    "service_not_found": (NOT_FOUND, "no such service"),
-    "activator_full": (UNAVAILABLE, "the activator holds calls for too many services"),
+    "no_service": (GrpcStatus.UNIMPLEMENTED, "the call names no service (x-drain-router-service)"),
+    "bad_service": (GrpcStatus.UNIMPLEMENTED, "x-drain-router-service must be <namespace>/<name>"),
+    "service_not_found": (GrpcStatus.NOT_FOUND, "no such service"),
+    "activator_full": (GrpcStatus.UNAVAILABLE, "the activator holds calls for too many services"),
 }
-NO_GRPC_PORT: Final = (UNAVAILABLE, "the service has no gRPC port (its ModelService sets no spec.router.grpcPort)")
-HEALTH: Final = (UNIMPLEMENTED, "the activator answers no health checks for a service")
+NO_GRPC_PORT: Final = (
+    GrpcStatus.UNAVAILABLE,
+    "the service has no gRPC port (its ModelService sets no spec.router.grpcPort)",
+)
+HEALTH: Final = (GrpcStatus.UNIMPLEMENTED, "the activator answers no health checks for a service")
 
 
 class GrpcSite:
@@ -108,7 +109,7 @@ class GrpcSite:
         for old in [u for u, p in self.pools.items() if p is not self.pool and _idle(p)]:
             self.pools.pop(old).close()
 
-    def refuse_held(self, answer: tuple[int, str], *, only: queued.Ticket | None = None) -> int:
+    def refuse_held(self, answer: tuple[GrpcStatus, str], *, only: queued.Ticket | None = None) -> int:
         """Answer held gRPC calls now (``only`` that one, else every one): they leave the gate."""
         tickets = [only] if only is not None else [w for w in self.site.gate.waiters if isinstance(w, queued.Ticket)]
         for ticket in tickets:

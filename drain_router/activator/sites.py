@@ -25,6 +25,7 @@ from drain_router import config, logs
 from drain_router.activator.settings import ActivatorSettings
 from drain_router.decisions import activation, activator
 from drain_router.decisions.capacity import Reason
+from drain_router.decisions.grpc_status import GrpcStatus
 from drain_router.metrics import ActivatorMetrics, Metrics, Outcome
 from drain_router.proxy import responses, slots
 from drain_router.proxy.capacity import Gate
@@ -45,7 +46,7 @@ NO_SERVICE: responses.Error = (404, "no_service", "the request names no service 
 BAD_SERVICE: responses.Error = (400, "bad_service", "x-drain-router-service must be <namespace>/<name>")
 NOT_FOUND: responses.Error = (404, "service_not_found", "no such service")
 TABLE_FULL: responses.Error = (503, "activator_full", "the activator holds requests for too many services")
-GRPC_NOT_FOUND = (5, "no such service")  # NOT_FOUND, for a held gRPC call
+GRPC_NOT_FOUND = (GrpcStatus.NOT_FOUND, "no such service")  # for a held gRPC call
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

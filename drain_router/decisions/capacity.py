@@ -21,6 +21,8 @@ from __future__ import annotations
 import enum
 import math
 
+from drain_router.decisions.grpc_status import GrpcStatus
+
 #: The shortest wait a refusal asks for: ``Retry-After`` is whole seconds and 0 would invite a
 #: client to retry in the same instant, into the same full queue.
 MIN_RETRY_AFTER_SECS = 1.0
@@ -71,14 +73,12 @@ HTTP_ANSWERS: dict[Reason, tuple[int, str, str, bool]] = {
     ),
 }
 
-#: gRPC status codes the refusals end a call with: RESOURCE_EXHAUSTED for capacity, UNAVAILABLE
+#: The gRPC statuses the refusals end a call with: RESOURCE_EXHAUSTED for capacity, UNAVAILABLE
 #: (retryable elsewhere) at closing; and their messages.
-RESOURCE_EXHAUSTED = 8
-UNAVAILABLE = 14
-GRPC_ANSWERS: dict[Reason, tuple[int, str]] = {
-    Reason.QUEUE_FULL: (RESOURCE_EXHAUSTED, "the router's admission queue is full"),
-    Reason.QUEUE_TIMEOUT: (RESOURCE_EXHAUSTED, "the call waited --queue-timeout-secs for a slot"),
-    Reason.CLOSING: (UNAVAILABLE, "the router is shutting down; retry on another replica"),
+GRPC_ANSWERS: dict[Reason, tuple[GrpcStatus, str]] = {
+    Reason.QUEUE_FULL: (GrpcStatus.RESOURCE_EXHAUSTED, "the router's admission queue is full"),
+    Reason.QUEUE_TIMEOUT: (GrpcStatus.RESOURCE_EXHAUSTED, "the call waited --queue-timeout-secs for a slot"),
+    Reason.CLOSING: (GrpcStatus.UNAVAILABLE, "the router is shutting down; retry on another replica"),
 }
 
 

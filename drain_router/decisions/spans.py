@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from drain_router.decisions import grpc_status
+
 Attributes = dict[str, str | int | float | bool]
 
 # The drain's span events, in the order a request can meet them.
@@ -36,9 +38,8 @@ EVENTS: Final = (
 #: Outcomes (``drain_router_requests_total``'s label) that make a span an error.
 ERROR_OUTCOMES: Final = frozenset({"upstream_error", "deadline_aborted"})
 
-#: gRPC statuses a server span reports as an error (the RPC semantic conventions: UNKNOWN,
-#: DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS).
-GRPC_SERVER_ERRORS: Final = frozenset({2, 4, 12, 13, 14, 15})
+#: gRPC statuses a server span reports as an error (the RPC semantic conventions).
+GRPC_SERVER_ERRORS: Final = grpc_status.SERVER_ERRORS
 
 
 def split_authority(authority: str, default_port: int) -> tuple[str, int]:

@@ -8,6 +8,7 @@ import pytest
 
 from drain_router.decisions import capacity
 from drain_router.decisions.capacity import Verdict
+from drain_router.decisions.grpc_status import GrpcStatus
 from tests import casefiles
 
 
@@ -77,4 +78,4 @@ def test_every_refusal_has_an_http_and_a_grpc_answer():
         status, _, _, close = capacity.HTTP_ANSWERS[reason]
         grpc_status, _ = capacity.GRPC_ANSWERS[reason]
         assert (status, close) == ((429, False) if reason == "queue_full" else (503, reason == "closing"))
-        assert grpc_status == (capacity.UNAVAILABLE if reason == "closing" else capacity.RESOURCE_EXHAUSTED)
+        assert grpc_status == (GrpcStatus.UNAVAILABLE if reason == "closing" else GrpcStatus.RESOURCE_EXHAUSTED)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from drain_router.decisions.grpc_status import GrpcStatus
 from drain_router.proxy.grpc import answers, frames, health
 from drain_router.proxy.grpc.h2 import Connection
 from drain_router.proxy.grpc.streams import Exit, Headers, Stream
@@ -41,11 +42,11 @@ class LocalHealth:
         down, conn = self.down, self.conn
         conn.send_headers(down, answers.response_head(), False)
         conn.send_data(down, health.message(health.NOT_SERVING), False)
-        conn.send_headers(down, answers.trailers(answers.OK), True)
+        conn.send_headers(down, answers.trailers(GrpcStatus.OK), True)
 
     def serving_now(self) -> None:
         """The router is serving: a Watch ends, so its client watches again (relayed this time)."""
-        self.conn.send_headers(self.down, answers.trailers(answers.UNAVAILABLE, SERVING_NOW_MESSAGE), True)
+        self.conn.send_headers(self.down, answers.trailers(GrpcStatus.UNAVAILABLE, SERVING_NOW_MESSAGE), True)
 
     def not_serving(self) -> None:
         """Already NOT_SERVING: nothing to push."""

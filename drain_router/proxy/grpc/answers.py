@@ -7,10 +7,6 @@ from typing import Final
 
 Headers = list[tuple[bytes, bytes]]
 
-OK: Final = 0
-DEADLINE_EXCEEDED: Final = 4
-UNAVAILABLE: Final = 14
-
 DEADLINE_MESSAGE: Final = "the router's drain deadline was reached (the pod is terminating); retry on another replica"
 UPSTREAM_LOST_MESSAGE: Final = "the model server's connection was lost"
 UNREACHABLE_MESSAGE: Final = "the model server is unreachable"

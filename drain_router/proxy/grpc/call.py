@@ -17,6 +17,7 @@ import asyncio
 from typing import Protocol
 
 from drain_router import logs
+from drain_router.decisions.grpc_status import GrpcStatus
 from drain_router.metrics import Outcome
 from drain_router.proxy.grpc import answers, frames, health, queued
 from drain_router.proxy.grpc import rules as r
@@ -215,8 +216,8 @@ class Call:
         self.ending = outcome
         down, conn = self.down, self.down_conn
         if self.request.grpc and conn.sending(down):
-            self.status = str(answers.UNAVAILABLE)
-            conn.send_headers(down, answers.ending(answers.UNAVAILABLE, message, head_sent=self.head_seen), True)
+            self.status = str(GrpcStatus.UNAVAILABLE)
+            conn.send_headers(down, answers.ending(GrpcStatus.UNAVAILABLE, message, head_sent=self.head_seen), True)
             return  # finish() follows when the trailers go out
         conn.reset(down, frames.CANCEL)
         self.finish(outcome)
@@ -235,9 +236,9 @@ class Call:
             return
         down, conn = self.down, self.down_conn
         self.ending = Outcome.COMPLETED
-        self.status = str(answers.DEADLINE_EXCEEDED)
+        self.status = str(GrpcStatus.DEADLINE_EXCEEDED)
         conn.discard_pending(down)
-        ending = answers.ending(answers.DEADLINE_EXCEEDED, answers.TIMEOUT_MESSAGE, head_sent=self.head_seen)
+        ending = answers.ending(GrpcStatus.DEADLINE_EXCEEDED, answers.TIMEOUT_MESSAGE, head_sent=self.head_seen)
         conn.send_headers(down, ending, True)
         self.site.flusher.flush()
 

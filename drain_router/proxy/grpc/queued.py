@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from drain_router import tracing
 from drain_router.decisions import capacity, spans
 from drain_router.decisions.capacity import Reason
+from drain_router.decisions.grpc_status import GrpcStatus
 from drain_router.metrics import Metrics, Outcome
 from drain_router.proxy.capacity import Gate
 from drain_router.proxy.grpc import answers, frames
@@ -36,7 +37,7 @@ class Site(Protocol):
     metrics: Metrics
     flusher: Flusher
     loop: asyncio.AbstractEventLoop
-    answers: dict[Reason, tuple[int, str]]
+    answers: dict[Reason, tuple[GrpcStatus, str]]
     """The status and message of each refusal (the router's :data:`~drain_router.decisions.capacity.GRPC_ANSWERS`)."""
 
     @property
