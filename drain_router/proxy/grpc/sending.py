@@ -129,10 +129,7 @@ class Sender:
         if stream.pending:
             stream.pending.clear()
             stream.pending_trailers = None
-        closed = self.closed
-        closed.how[stream.sid] = how
-        if len(closed.how) > 2 * closed.capacity:
-            closed.forget_oldest()
+        self.closed.add(stream.sid, how)
         handler = stream.handler
         if handler is not None:
             handler.on_closed(stream, exit, code)
