@@ -23,8 +23,9 @@ from drain_router.proxy.upstream import UpstreamConnection
 
 COMPLETED = Outcome.COMPLETED
 """Bound once for the hot path: a global is read in nanoseconds, an enum member (on 3.11) in ~70."""
-TAIL = sse.TAIL
 PATHS = sse.PATHS
+SHORT = sse.SHORT
+LARGEST = sse.LARGEST
 
 
 class Exchange:
@@ -36,7 +37,7 @@ class Exchange:
         "code",
         "dest",
         "discard",
-        "event_name",
+        "end",
         "finished",
         "gated",
         "head_sent",
@@ -52,9 +53,6 @@ class Exchange:
         "reused",
         "started",
         "started_at",
-        "stream",
-        "tail",
-        "tail_max",
         "target",
         "to_client",
         "truncated",
@@ -100,11 +98,8 @@ class Exchange:
         """What one upstream read produced for the client: written in one write by :meth:`flush`."""
         self.body_at = 0
         """Where this read's body bytes start in ``to_client`` (after a head that came with them)."""
-        self.stream = sse.NOT_SSE
-        """The stream kind (:mod:`.sse`); an event stream's ``tail`` and the rest: :func:`~.relaying.watch`."""
-        self.tail: bytes
-        self.tail_max: int
-        self.event_name: bytes | None
+        self.end: sse.StreamEnd | None = None
+        """An event stream's end, as the OpenAI SDK reads it (:func:`~.relaying.watch`); None: not one."""
         self.truncated = 0
         """Ended without its terminal event: 0, :data:`~.relaying.TRUNCATED` or :data:`~.relaying.CUT`."""
         self.head_sent = False
@@ -197,34 +192,40 @@ class Exchange:
             at = self.body_at
             self.body_at = 0
             parts = len(out) - at
+            end = self.end
             if parts == 1:
                 body = out[at]
                 size = len(body)
-                if self.stream:
-                    if TAIL <= size <= self.tail_max:
-                        self.tail = body  # a reference: no copy on the hot path
+                if end is not None:
+                    if end.fast and SHORT <= size <= LARGEST:
+                        end.prev = end.last  # references: no copy on the hot path
+                        end.last = body
+                        end.seen += size
                     else:
-                        relaying.keep(self, out, at)
+                        end.feed(out, at)
                 out[at] = b"%x\r\n%s\r\n" % (size, body)
             elif parts > 1:
-                if self.stream:
-                    last = out[-1]
-                    if TAIL <= len(last) <= self.tail_max:
-                        self.tail = last
+                size = sum(map(len, out[at:]))
+                if end is not None:
+                    prev, last = out[-2], out[-1]
+                    if end.fast and SHORT <= len(prev) <= LARGEST and SHORT <= len(last) <= LARGEST:
+                        end.prev = prev  # the read's last two events, by reference
+                        end.last = last
+                        end.seen += size
                     else:
-                        relaying.keep(self, out, at)
-                out.insert(at, b"%x\r\n" % sum(map(len, out[at:])))
+                        end.feed(out, at)
+                out.insert(at, b"%x\r\n" % size)
                 out.append(b"\r\n")
             if self.resp_done:
-                if self.stream:
-                    relaying.last_chunk(self, out)
+                if end is not None:
+                    relaying.last_chunk(self, end, out)
                 else:
                     out.append(sse.LAST_CHUNK)
             elif not out:
                 return
         else:
-            if self.stream:
-                relaying.track(self, out)
+            if self.end is not None:
+                relaying.track(self, self.end, out)
             if not self.resp_done and (not out or (self.mode == SMALL and not self.head_sent)):
                 return
         transport = self.client.transport

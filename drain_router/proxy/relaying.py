@@ -45,10 +45,7 @@ class Relayed(Forwarded, Protocol):
     close: bool
     body_at: int
     head_sent: bool
-    stream: int
-    tail: bytes
-    tail_max: int
-    event_name: bytes | None
+    end: sse.StreamEnd | None
     truncated: int
 
     @property
@@ -64,54 +61,45 @@ class Relayed(Forwarded, Protocol):
 
 
 def watch(exchange: Relayed, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-    """A response to an OpenAI-style path: its stream kind, and for an event stream its tail (of the
-    body relayed so far), the longest read kept whole as the tail (``tail_max``; -1: none, each read
-    goes through :func:`~.sse.advance`) and its last event name."""
-    exchange.stream = stream = sse.kind(exchange.target, status, headers)
-    if stream:
-        exchange.tail = sse.START
-        exchange.event_name = None
-        # A NAMED stream's every read goes through sse.advance, which finds event names.
-        exchange.tail_max = -1 if stream == sse.NAMED else sse.TAIL_MAX
+    """A response to an OpenAI-style path: an event stream's end is watched (:class:`~.sse.StreamEnd`)."""
+    kind = sse.kind(exchange.target, status, headers)
+    exchange.end = sse.StreamEnd(kind) if kind else None
 
 
-def keep(exchange: Relayed, out: list[bytes], at: int) -> None:
-    """The tail after a read whose body pieces are ``out[at:]``, off the hot path (:func:`~.sse.advance`)."""
-    exchange.tail, exchange.event_name = sse.advance(exchange.stream, exchange.tail, exchange.event_name, out[at:])
-
-
-def last_chunk(exchange: Relayed, out: list[bytes]) -> None:
+def last_chunk(exchange: Relayed, end: sse.StreamEnd, out: list[bytes]) -> None:
     """A chunked body ended: the last chunk, or what a truncated stream gets (:func:`truncated`)."""
-    if sse.ended_honestly(exchange.stream, exchange.tail, exchange.event_name):
+    if end.ended_honestly():
         out.append(sse.LAST_CHUNK)
     else:
-        truncated(exchange, out)
+        truncated(exchange, end, out)
 
 
-def track(exchange: Relayed, out: list[bytes]) -> None:
+def track(exchange: Relayed, end: sse.StreamEnd, out: list[bytes]) -> None:
     """A read of a body that is not re-chunked (of known length, or close-delimited for an HTTP/1.0
-    client): its tail kept, and a stream that ended without its terminal event told
-    (:func:`truncated`). A small body of known length waits whole in ``out`` for its one write."""
+    client): its pieces watched, and a stream that ended without its terminal event told
+    (:func:`truncated`). A small body of known length waits whole in ``out`` for its one write: its
+    pieces are watched once, when it is whole."""
     at = exchange.body_at
-    if len(out) > at:
-        last = out[-1]
-        if sse.TAIL <= len(last) <= exchange.tail_max:
-            exchange.tail = last
-        else:
-            keep(exchange, out, at)
-    if exchange.mode != SMALL:
+    if exchange.mode == SMALL:
+        if not exchange.resp_done:
+            return
+        if len(out) > at:
+            end.feed(out, at)
+    else:
+        if len(out) > at:
+            end.feed(out, at)
         exchange.body_at = 0  # what this read brought is written now
-    if exchange.resp_done and not sse.ended_honestly(exchange.stream, exchange.tail, exchange.event_name):
-        truncated(exchange, out)
+    if exchange.resp_done and not end.ended_honestly():
+        truncated(exchange, end, out)
 
 
-def truncated(exchange: Relayed, out: list[bytes]) -> None:
+def truncated(exchange: Relayed, end: sse.StreamEnd, out: list[bytes]) -> None:
     """The stream ended without its terminal event: what :func:`~.sse.truncated_end` says goes on
     ``out`` (this read's last bytes), and it is logged."""
-    end, cut = sse.truncated_end(exchange.mode, exchange.tail)
+    written, cut = sse.truncated_end(exchange.mode, end.at_boundary())
     exchange.truncated = CUT if cut else TRUNCATED
-    out.append(end)
-    log.warning("proxy.stream_truncated", path=exchange.path, status=exchange.code, error_event=bool(end), cut=cut)
+    out.append(written)
+    log.warning("proxy.stream_truncated", path=exchange.path, status=exchange.code, error_event=bool(written), cut=cut)
 
 
 def end_truncated(exchange: Relayed) -> None:
@@ -126,8 +114,9 @@ def end_truncated(exchange: Relayed) -> None:
 def deadline(exchange: Relayed) -> None:
     """Before the in-flight deadline cuts it, a stream gets what :func:`~.sse.deadline_end` says."""
     transport = exchange.client.transport
-    if exchange.stream and exchange.head_sent and transport is not None:
-        transport.write(sse.deadline_end(exchange.mode, exchange.tail))
+    end = exchange.end
+    if end is not None and exchange.head_sent and transport is not None:
+        transport.write(sse.deadline_end(exchange.mode, end.at_boundary()))
 
 
 def upstream_lost(exchange: Relayed, exc: BaseException | None, invalid: bool) -> None:
@@ -163,12 +152,13 @@ def upstream_lost(exchange: Relayed, exc: BaseException | None, invalid: bool) -
 
 def answered(exchange: Relayed) -> bool:
     """A chunked event stream whose relayed bytes (all written) end with its terminal event."""
+    end = exchange.end
     return (
-        exchange.stream != sse.NOT_SSE
+        end is not None
         and exchange.mode == CHUNKED
         and exchange.head_sent
         and not exchange.to_client
-        and sse.ended_honestly(exchange.stream, exchange.tail, exchange.event_name)
+        and end.ended_honestly()
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ import openai
 import pytest
 
 from drain_router.proxy import sse
-from tests import rawupstream
+from tests import rawupstream, ssegen
 from tests.blackbox import by_outcome, requests_total, wait_idle
 from tests.process import RouterProcess, Start, router_starter
 from tests.rawupstream import Stream
@@ -328,3 +329,43 @@ async def test_the_openai_sdk_raises_on_a_truncated_stream_and_not_on_a_whole_on
     raw.stream = Stream(EVENTS)
     with pytest.raises(openai.APIError, match="without its terminal event"):
         await asyncio.to_thread(_sdk_stream, p.port)
+
+
+# -- generated streams, judged by the OpenAI SDK's decoder -----------------------------------------
+
+GENERATED = 40
+"""Streams per framing: each a generated body in generated reads (a seeded generator: the same
+streams every run)."""
+
+
+def _generated(seed: int) -> tuple[bytes, list[bytes]]:
+    rng = random.Random(seed)
+    body = ssegen.stream(rng.choice, rng.randint)
+    return body, ssegen.reads(body, [rng.randint(0, max(len(body), 1)) for _ in range(rng.randint(0, 5))])
+
+
+@pytest.mark.parametrize("framing", ["chunked", "length"])
+async def test_generated_streams_end_as_the_openai_sdk_reads_them(start_process, raw, framing):
+    """1. A raw model server answers each of 40 generated streams (comments, ids, retries, [DONE] in
+    its variants, more after it, cut anywhere) in generated reads, chunked or with a Content-Length.
+    Result: the router adds its error event (or cuts a chunked body) exactly when the OpenAI SDK's
+    decoder, fed the model server's bytes, stops at no [DONE] event; a stream it would stop on is
+    relayed byte for byte and counted completed, whatever follows its [DONE]."""
+    p = await start_process()
+    expected = {"completed": 0, "upstream_error": 0}
+    for seed in range(GENERATED):
+        body, pieces = _generated(seed)
+        if not pieces:
+            continue
+        honest = ssegen.sdk_saw_done(pieces)
+        raw.stream = Stream(pieces, framing=framing, pause=0.005)
+        answer = await _request(p, "/v1/chat/completions")
+        assert answer.status == 200, seed
+        if honest or framing == "length":
+            assert answer.ended and answer.body == body, (seed, body)
+        else:
+            assert answer.body != body or not answer.ended, (seed, body)
+            assert answer.body.startswith(body), (seed, body)
+        expected["completed" if honest else "upstream_error"] += 1
+    assert await _outcomes(p) == {k: v for k, v in expected.items() if v}
+    assert expected["completed"] and expected["upstream_error"], "the seeds give both kinds"

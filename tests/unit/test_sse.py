@@ -1,16 +1,20 @@
 """The pure rules of honest stream ends (:mod:`drain_router.proxy.sse`), table by table: which
-responses are streams with a known terminal event, how the tail is kept, what counts as ended."""
+responses are streams with a known terminal event, what is kept of a stream, what counts as ended;
+and, with generated streams cut into generated reads, the OpenAI SDK's own decoder as the oracle of
+whether a stream ended with its terminal event."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from drain_router.proxy import sse
 from drain_router.proxy.rewrite import CHUNKED, LENGTH, SMALL, UNTIL_CLOSE
+from tests import ssegen
 
 SSE = [(b"Content-Type", b"text/event-stream; charset=utf-8")]
 
@@ -36,34 +40,51 @@ def test_kind(target, status, headers, expected):
     assert sse.kind(target, status, headers) == expected
 
 
+def _end(kind: int, *reads: bytes) -> sse.StreamEnd:
+    end = sse.StreamEnd(kind)
+    for read in reads:
+        end.feed([read], 0)
+    return end
+
+
 @pytest.mark.parametrize(
-    ("stream", "tail", "name", "honest"),
+    ("kind", "body", "honest"),
     [
-        (sse.DONE, b"data: [DONE]\n\n", None, True),
-        (sse.DONE, b'data: {"x": 1}\n\ndata: [DONE]\r\n\r\n', None, True),
-        (sse.DONE, b"data:[DONE]\n\n", None, True),
-        (sse.DONE, b"data: [DONE]\n", None, True),
-        (sse.DONE, b'data: {"x": 1}\n\n', None, False),
-        (sse.DONE, b"data: [DON", None, False),
-        (sse.DONE, b'data: {"text": "data: [DONE]"}\n\n', None, False),
-        (sse.DONE, b"xdata: [DONE]\n\n", None, False),
-        (sse.DONE, sse.START, None, False),
-        (sse.NAMED, b'"completed"}\n\n', b"response.completed", True),
-        (sse.NAMED, b'"failed"}\n\n', b"response.failed", True),
-        (sse.NAMED, b'"incomplete"}\n\n', b"response.incomplete", True),
-        (sse.NAMED, b'"completed"}', b"response.completed", False),  # its data not whole
-        (sse.NAMED, b'"delta"}\n\n', b"response.output_text.delta", False),
-        (sse.NAMED, b'"x"}\n\n', None, False),
-        (sse.NAMED, b"data: [DONE]\n\n", None, True),
-        (sse.NOT_SSE, b"anything", None, True),
+        (sse.DONE, b"data: [DONE]\n\n", True),
+        (sse.DONE, b'data: {"x": 1}\n\ndata: [DONE]\r\n\r\n', True),
+        (sse.DONE, b"data:[DONE]\n\n", True),
+        (sse.DONE, b"data: [DONE] \n\n", True),  # a trailing space: the data still starts with [DONE]
+        (sse.DONE, b"data: [DONE]\n\n: keep-alive\n\n", True),  # the SDK stopped reading at [DONE]
+        (sse.DONE, b"data: [DONE]\n\nid: 7\n", True),
+        (sse.DONE, b'data: [DONE]\n\ndata: {"x": 1}\n\n', True),
+        (sse.DONE, b"id: 1\ndata: [DONE]\nretry: 5\n\n", True),
+        (sse.DONE, b": hi\r\ndata: [DONE]\r\r", True),
+        (sse.DONE, b"data: [DONE]\n", False),  # never dispatched: the SDK never saw it
+        (sse.DONE, b'data: {"x": 1}\n\n', False),
+        (sse.DONE, b"data: [DON", False),
+        (sse.DONE, b'data: {"text": "data: [DONE]"}\n\n', False),
+        (sse.DONE, b"xdata: [DONE]\n\n", False),
+        (sse.DONE, b"data: x\ndata: [DONE]\n\n", False),  # its data is "x\n[DONE]"
+        (sse.DONE, b"data:  [DONE]\n\n", False),  # one space is dropped, not two
+        (sse.DONE, b": data: [DONE]\n\n", False),
+        (sse.DONE, b"", False),
+        (sse.NAMED, b'event: response.completed\ndata: {"type": "response.completed"}\n\n', True),
+        (sse.NAMED, b"event: response.failed\ndata: {}\r\n\r\n", True),
+        (sse.NAMED, b"event: response.incomplete\ndata: {}\n\n", True),
+        (sse.NAMED, b'event: response.completed\ndata: {"x": 1}', False),  # its data not whole
+        (sse.NAMED, b"event: response.output_text.delta\ndata: {}\n\n", False),
+        (sse.NAMED, b"data: {}\n\n", False),
+        (sse.NAMED, b"data: [DONE]\n\n", True),
     ],
 )
-def test_ended_honestly(stream, tail, name, honest):
-    assert sse.ended_honestly(stream, tail, name) is honest
+def test_ended_honestly(kind, body, honest):
+    assert _end(kind, body).ended_honestly() is honest
+    if body:  # the same, however it is cut into reads
+        assert _end(kind, *(body[i : i + 1] for i in range(len(body)))).ended_honestly() is honest
 
 
 @pytest.mark.parametrize(
-    ("tail", "boundary"),
+    ("body", "boundary"),
     [
         (b"data: x\n\n", True),
         (b"data: x\r\n\r\n", True),
@@ -71,63 +92,49 @@ def test_ended_honestly(stream, tail, name, honest):
         (b"data: x\n", False),
         (b"data: x\r\n", False),
         (b"data: x", False),
-        (sse.START, True),
+        (b"", True),
     ],
 )
-def test_at_boundary(tail, boundary):
-    assert sse.at_boundary(tail) is boundary
+def test_at_boundary(body, boundary):
+    assert _end(sse.DONE, *([body] if body else [])).at_boundary() is boundary
 
 
-def test_keep_bounds_the_tail_and_joins_short_pieces():
-    middle = b"m" * 100
-    assert sse.keep(b"old", [middle]) is middle  # whole, by reference
-    big = b"b" * 10_000
-    assert sse.keep(b"old", [big]) == big[-sse.TAIL :]
-    assert sse.keep(b"x" * 64, [b"ab", b"cd"]) == (b"x" * 64 + b"abcd")[-sse.TAIL :]
-    assert sse.keep(b"\n\n", [b"data: [DO", b"NE]\n\n"]) == b"\n\ndata: [DONE]\n\n"
+def test_reads_are_kept_by_reference_and_what_is_kept_is_bounded():
+    end = sse.StreamEnd(sse.DONE)
+    pieces = [b'data: {"i": %d, "pad": "%s"}\n\n' % (i, b"x" * 60) for i in range(1000)]
+    for piece in pieces:
+        end.feed([piece], 0)
+    assert end.last is pieces[-1] and end.prev is pieces[-2]  # no copies
+    big = b"x" * 100_000 + b"\n\ndata: [DONE]\n\n"
+    end.feed([big], 0)
+    assert len(end.last) == sse.WINDOW and end.ended_honestly()  # a big read costs a window, not itself
+    for _ in range(100):
+        end.feed([b"\n"], 0)  # short pieces are joined, within bounds
+    assert len(end.last) <= sse.WINDOW + 1 and end.ended_honestly()
 
 
-@given(st.lists(st.binary(max_size=700), min_size=1, max_size=12), st.binary(max_size=sse.TAIL))
-def test_keep_is_the_last_bytes_of_the_stream(pieces, tail):
-    """Whatever the pieces, the tail ends the stream so far (its last TAIL bytes at least, never
-    more than TAIL_MAX)."""
-    kept = sse.keep(tail, pieces)
-    stream = tail + b"".join(pieces)
-    assert len(kept) <= sse.TAIL_MAX
-    assert stream.endswith(kept) and len(kept) >= min(sse.TAIL, len(stream))
+def test_a_read_of_many_pieces_keeps_only_what_the_window_needs():
+    end = sse.StreamEnd(sse.DONE)
+    out = [b"HEAD", *(b'data: {"i": %d}\n\n' % i for i in range(500)), b"data: [DONE]\n\n"]
+    end.feed(out, 1)
+    assert end.ended_honestly() and len(end.prev + end.last) < sse.WINDOW + 40
+    assert end.seen == sum(map(len, out[1:]))
 
 
-def _feed(stream: int, body: bytes, cuts: list[int]) -> tuple[bytes, bytes | None]:
-    tail, name = sse.START, None
-    at = 0
-    for cut in [*sorted(cuts), len(body)]:
-        if cut > at:
-            tail, name = sse.advance(stream, tail, name, [body[at:cut]])
-            at = cut
-    return tail, name
+# -- the OpenAI SDK as the oracle ------------------------------------------------------------------
 
 
-COMPLETED = (
-    b'event: response.completed\ndata: {"type": "response.completed", "response": {"x": "' + b"y" * 300 + b'"}}\n\n'
-)
-DELTA = b'event: response.output_text.delta\ndata: {"delta": "event: response.completed"}\n\n'
-
-
-@given(st.lists(st.integers(min_value=0, max_value=len(DELTA + COMPLETED)), max_size=6))
-def test_a_named_terminal_event_is_found_however_the_stream_is_cut(cuts):
-    tail, name = _feed(sse.NAMED, DELTA + COMPLETED, cuts)
-    assert name == b"response.completed" and sse.ended_honestly(sse.NAMED, tail, name)
-    tail, name = _feed(sse.NAMED, COMPLETED + DELTA, cuts)
-    assert not sse.ended_honestly(sse.NAMED, tail, name)
-
-
-@given(st.lists(st.integers(min_value=0, max_value=200), max_size=6))
-def test_done_is_found_however_the_stream_is_cut(cuts):
-    body = b'data: {"choices": []}\n\n' * 5 + b"data: [DONE]\n\n"
-    tail, _ = _feed(sse.DONE, body, cuts)
-    assert sse.ended_honestly(sse.DONE, tail, None)
-    tail, _ = _feed(sse.DONE, body[:-14], cuts)
-    assert not sse.ended_honestly(sse.DONE, tail, None)
+@given(st.data(), st.lists(st.integers(min_value=0, max_value=400), max_size=8))
+@settings(max_examples=400)
+def test_a_stream_ended_as_the_openai_sdk_decoder_reads_it(data, cuts):
+    body = ssegen.stream(
+        lambda options: data.draw(st.sampled_from(options)), lambda lo, hi: data.draw(st.integers(lo, hi))
+    )
+    pieces = ssegen.reads(body, cuts)
+    end = sse.StreamEnd(sse.DONE)
+    for piece in pieces:
+        end.feed([piece], 0)
+    assert end.ended_honestly() is ssegen.sdk_saw_done(pieces), body
 
 
 @pytest.mark.parametrize(
@@ -144,32 +151,52 @@ def test_last_event_name(window, name):
     assert sse.last_event_name(window) == name
 
 
-@pytest.mark.parametrize(
-    ("mode", "tail", "written", "cut"),
-    [
-        (CHUNKED, b"x\n\n", b"%x\r\n%s\r\n0\r\n\r\n" % (len(sse.TRUNCATED_EVENT), sse.TRUNCATED_EVENT), False),
-        (CHUNKED, b"data: {", b"", True),
-        (UNTIL_CLOSE, b"x\n\n", sse.TRUNCATED_EVENT, False),
-        (UNTIL_CLOSE, b"data: {", b"", False),
-        (SMALL, b"x\n\n", b"", False),
-        (LENGTH, b"x\n\n", b"", False),
-    ],
+COMPLETED = (
+    b'event: response.completed\ndata: {"type": "response.completed", "response": {"x": "' + b"y" * 3000 + b'"}}\n\n'
 )
-def test_truncated_end(mode, tail, written, cut):
-    assert sse.truncated_end(mode, tail) == (written, cut)
+DELTA = b'event: response.output_text.delta\ndata: {"delta": "event: response.completed"}\n\n'
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(DELTA + COMPLETED)), max_size=6))
+def test_a_named_terminal_event_longer_than_the_window_is_found_however_the_stream_is_cut(cuts):
+    def fed(body: bytes) -> sse.StreamEnd:
+        end = sse.StreamEnd(sse.NAMED)
+        points = sorted({0, *(c for c in cuts if c < len(body)), len(body)})
+        for a, b in itertools.pairwise(points):
+            if b > a:
+                end.feed([body[a:b]], 0)
+        return end
+
+    assert fed(DELTA + COMPLETED).ended_honestly()
+    assert not fed(COMPLETED + DELTA).ended_honestly()
 
 
 @pytest.mark.parametrize(
-    ("mode", "tail", "written"),
+    ("mode", "boundary", "written", "cut"),
     [
-        (CHUNKED, b"x\n\n", b"%x\r\n%s\r\n" % (len(sse.DEADLINE_EVENT), sse.DEADLINE_EVENT)),
-        (CHUNKED, b"data: {", b""),
-        (UNTIL_CLOSE, b"x\r\n\r\n", sse.DEADLINE_EVENT),
-        (LENGTH, b"x\n\n", b""),
+        (CHUNKED, True, b"%x\r\n%s\r\n0\r\n\r\n" % (len(sse.TRUNCATED_EVENT), sse.TRUNCATED_EVENT), False),
+        (CHUNKED, False, b"", True),
+        (UNTIL_CLOSE, True, sse.TRUNCATED_EVENT, False),
+        (UNTIL_CLOSE, False, b"", False),
+        (SMALL, True, b"", False),
+        (LENGTH, True, b"", False),
     ],
 )
-def test_deadline_end(mode, tail, written):
-    assert sse.deadline_end(mode, tail) == written
+def test_truncated_end(mode, boundary, written, cut):
+    assert sse.truncated_end(mode, boundary) == (written, cut)
+
+
+@pytest.mark.parametrize(
+    ("mode", "boundary", "written"),
+    [
+        (CHUNKED, True, b"%x\r\n%s\r\n" % (len(sse.DEADLINE_EVENT), sse.DEADLINE_EVENT)),
+        (CHUNKED, False, b""),
+        (UNTIL_CLOSE, True, sse.DEADLINE_EVENT),
+        (LENGTH, True, b""),
+    ],
+)
+def test_deadline_end(mode, boundary, written):
+    assert sse.deadline_end(mode, boundary) == written
 
 
 @pytest.mark.parametrize("event", [sse.TRUNCATED_EVENT, sse.DEADLINE_EVENT])
