@@ -156,7 +156,11 @@ def _active(observed: Observed, status: ActivationStatus, *, sleep_due: bool, no
     if not sleep_due or route is Route.UNKNOWN:
         return Step(status=status)
     if route is Route.SERVICE:
-        return Step(status=status, action=Action.ROUTE_TO_ACTIVATOR)
+        # No request can be held for a service whose route points at it: a wake asked for now is a
+        # held request's last poll after the wake it asked for, already answered. Forgotten here,
+        # before the activator becomes the route, it cannot turn the next sleep into a wake.
+        fresh = dataclasses.replace(status, wake_requested_at=None) if status.wake_pending else status
+        return Step(status=fresh, action=Action.ROUTE_TO_ACTIVATOR)
     # The route points away from the model Service (or there is none): now the Deployment may go.
     asleep = dataclasses.replace(
         status,

@@ -28,6 +28,8 @@ EVICTION: Rule = (("",), ("pods/eviction",), ("create",))
 SERVICES: Rule = (("",), ("services",), ("get", "delete"))
 DEPLOYMENTS: Rule = (("apps",), ("deployments",), ("get", "delete"))
 DEPLOYMENTS_PATCH: Rule = (("apps",), ("deployments",), ("get", "delete", "patch"))
+REPLICASETS: Rule = (("apps",), ("replicasets",), ("get",))
+"""Whether a selected pod is the service's: its ReplicaSet's controller (always granted)."""
 HTTPROUTES: Rule = (("gateway.networking.k8s.io",), ("httproutes",), ("get", "delete"))
 GRPCROUTES: Rule = (("gateway.networking.k8s.io",), ("grpcroutes",), ("get", "delete"))
 INFERENCEPOOLS: Rule = (("inference.networking.k8s.io",), ("inferencepools",), ("get", "delete"))
@@ -36,7 +38,17 @@ NODES: Rule = (("",), ("nodes",), ("get",))
 #: The default features: every route kind the model chart renders (HTTPRoute, GRPCRoute,
 #: InferencePool), recycling, lifecycle rules; no force delete.
 ROUTES = [HTTPROUTES, GRPCROUTES, INFERENCEPOOLS]
-DEFAULT_RULES = [MODELSERVICES_DELETE, STATUS, EVENTS, PODS_LIST, EVICTION, SERVICES, DEPLOYMENTS_PATCH, *ROUTES]
+DEFAULT_RULES = [
+    MODELSERVICES_DELETE,
+    STATUS,
+    EVENTS,
+    PODS_LIST,
+    EVICTION,
+    SERVICES,
+    DEPLOYMENTS_PATCH,
+    REPLICASETS,
+    *ROUTES,
+]
 
 
 def rules(role: dict[str, Any]) -> list[Rule]:
@@ -100,7 +112,17 @@ def test_all_namespaces_uses_one_cluster_role_with_node_reads(helm: Helm) -> Non
     [
         pytest.param(
             {"forceDelete": True},
-            [MODELSERVICES_DELETE, STATUS, EVENTS, PODS_DELETE, EVICTION, SERVICES, DEPLOYMENTS_PATCH, *ROUTES],
+            [
+                MODELSERVICES_DELETE,
+                STATUS,
+                EVENTS,
+                PODS_DELETE,
+                EVICTION,
+                SERVICES,
+                DEPLOYMENTS_PATCH,
+                REPLICASETS,
+                *ROUTES,
+            ],
             id="force-delete-adds-pods-delete",
         ),
         pytest.param(
@@ -113,6 +135,7 @@ def test_all_namespaces_uses_one_cluster_role_with_node_reads(helm: Helm) -> Non
                 EVICTION,
                 SERVICES,
                 DEPLOYMENTS_PATCH,
+                REPLICASETS,
                 HTTPROUTES,
                 GRPCROUTES,
             ],
@@ -128,6 +151,7 @@ def test_all_namespaces_uses_one_cluster_role_with_node_reads(helm: Helm) -> Non
                 EVICTION,
                 SERVICES,
                 DEPLOYMENTS_PATCH,
+                REPLICASETS,
                 HTTPROUTES,
                 INFERENCEPOOLS,
             ],
@@ -135,12 +159,12 @@ def test_all_namespaces_uses_one_cluster_role_with_node_reads(helm: Helm) -> Non
         ),
         pytest.param(
             {"recycling": False},
-            [MODELSERVICES_DELETE, STATUS, EVENTS, PODS_LIST, SERVICES, DEPLOYMENTS_PATCH, *ROUTES],
+            [MODELSERVICES_DELETE, STATUS, EVENTS, PODS_LIST, SERVICES, DEPLOYMENTS_PATCH, REPLICASETS, *ROUTES],
             id="no-recycling-no-eviction",
         ),
         pytest.param(
             {"lifecycleRules": False},
-            [MODELSERVICES_READ, STATUS, EVENTS, PODS_LIST, EVICTION, SERVICES, DEPLOYMENTS, *ROUTES],
+            [MODELSERVICES_READ, STATUS, EVENTS, PODS_LIST, EVICTION, SERVICES, DEPLOYMENTS, REPLICASETS, *ROUTES],
             id="no-lifecycle-no-patch-no-self-delete",
         ),
         pytest.param(
@@ -151,7 +175,7 @@ def test_all_namespaces_uses_one_cluster_role_with_node_reads(helm: Helm) -> Non
                 "recycling": False,
                 "lifecycleRules": False,
             },
-            [MODELSERVICES_READ, STATUS, EVENTS, PODS_LIST, SERVICES, DEPLOYMENTS],
+            [MODELSERVICES_READ, STATUS, EVENTS, PODS_LIST, SERVICES, DEPLOYMENTS, REPLICASETS],
             id="minimal",
         ),
     ],
