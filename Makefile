@@ -23,8 +23,15 @@ venv: $(STAMP)
 ## time, then pip's cached wheel; needs cmake and a C++ compiler), its GGUF and the OpenAI SDK.
 ENGINE_STAMP := $(VENV)/.engine-installed
 
+# Built for any x86-64 with AVX2, never for the building machine's own CPU (ggml's default, -march=native):
+# on a CPU with AMX tiles, a native build's batched matrix code crashes the engine (SIGSEGV) where the
+# kernel does not grant the process the tiles. Not from pip's wheel cache either, which keys a built
+# wheel by its sdist alone and would hand back one built with other flags.
+ENGINE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+
 $(ENGINE_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -c $(CONSTRAINTS) --no-binary llama-cpp-python --group engine
+	CMAKE_ARGS="$(ENGINE_CMAKE_ARGS)" $(BIN)/pip install --quiet --no-cache-dir -c $(CONSTRAINTS) \
+	    --no-binary llama-cpp-python --group engine
 	touch $(ENGINE_STAMP)
 
 engine: $(ENGINE_STAMP)

@@ -193,7 +193,7 @@ async def test_defect1_headers_after_end_stream_ends_the_call_once(
     client.headers(1, request_headers("/t.T/Stream"), end_stream=True)
     assert await reset_code(client, 1) == STREAM_CLOSED
     await inflight_back_to_zero(router)
-    await wait_until(lambda: upstream.cancelled_at, timeout=3, what="the model server's stream cancelled")
+    await wait_until(lambda: upstream.cancelled_at, timeout=10, what="the model server's stream cancelled")
     outcomes = await grpc_requests(router)
     assert outcomes.get(("none", "client_aborted")) == 1.0 and sum(outcomes.values()) == 1.0, outcomes
     sent = time.monotonic()
@@ -267,7 +267,7 @@ async def test_defect2_every_request_header_block_is_checked(
         client.headers(1, fields, end_stream=end)
         await bystander.completes()
         assert await reset_code(client, 1) == PROTOCOL_ERROR
-    await wait_until(lambda: upstream.cancelled_at, timeout=3, what="the model server's stream cancelled")
+    await wait_until(lambda: upstream.cancelled_at, timeout=10, what="the model server's stream cancelled")
     await inflight_back_to_zero(router)
 
 
@@ -325,7 +325,7 @@ async def test_defect2_content_length_must_match_the_data(
         client.data(1, extra, end_stream=end)
         await bystander.completes()
         assert await reset_code(client, 1) == PROTOCOL_ERROR
-    await wait_until(lambda: upstream.cancelled_at, timeout=3, what="the model server's stream cancelled")
+    await wait_until(lambda: upstream.cancelled_at, timeout=10, what="the model server's stream cancelled")
     await inflight_back_to_zero(router)
 
 
@@ -700,7 +700,7 @@ async def test_defect8_data_after_end_stream_is_a_stream_closed_error(
     found = await client.wait_for(reset_or_goaway(1), timeout=3, what="RST_STREAM on stream 1")
     assert found[0].error_code == STREAM_CLOSED
     await inflight_back_to_zero(router)
-    await wait_until(lambda: upstream.cancelled_at, timeout=3, what="the model server's stream cancelled")
+    await wait_until(lambda: upstream.cancelled_at, timeout=10, what="the model server's stream cancelled")
 
 
 IDLE_FRAMES: dict[str, hf.Frame] = {
