@@ -125,6 +125,10 @@ async def test_after_closing_new_calls_fail_unavailable_with_a_single_router(grp
         await router.wait_event("drain.start")  # (two signals sent at once would merge into one)
         router.signal(signal.SIGTERM)  # the second one goes straight to closing
         await router.wait_event("drain.closing")
+        # A call the client sent before it read the GOAWAY is served (RFC 9113 §6.8): wait until its
+        # channel has read it (it leaves READY), so the next call needs a connection no one accepts.
+        while ch.get_state() is grpc.ChannelConnectivity.READY:
+            await ch.wait_for_state_change(grpc.ChannelConnectivity.READY)
         with pytest.raises(grpc.aio.AioRpcError) as failed:
             await grpcupstream.method(ch, "Echo")(b"x", timeout=5)
         assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
