@@ -60,28 +60,29 @@ def router_ready(pods: Sequence[objects.Pod], answers: Sequence[probe.Answer]) -
 
 async def read_route(
     turn: turn_.Turn, fresh: Mapping[str, Any]
-) -> tuple[activation.Route, Mapping[str, Any] | None, deletion.ObjectRef | None]:
+) -> tuple[activation.Route, Mapping[str, Any] | None, deletion.ObjectRef | None, ownership.Consent | None]:
     """Where ``spec.route`` points: NONE without one (or when it does not exist), UNKNOWN when the read
-    fails, its shape is not one this controller switches, or the service does not own it."""
+    fails, its shape is not one this controller switches, or the service does not own it; with the
+    route as read and its consent (what a switch writes with)."""
     raw = (fresh.get("spec") or {}).get("route")
     activator = turn.ctx.settings.activator_service
     if not raw or activator is None:
-        return activation.Route.NONE, None, None
+        return activation.Route.NONE, None, None, None
     ref = observe.object_ref(raw)
     route, failure = await observe.try_read(turn.ctx.kube.get(ref, fresh["metadata"]["namespace"]))
     if failure is not None:
         turn.logger.info(f"route read failed, nothing is switched this pass: {failure}")
-        return activation.Route.UNKNOWN, None, ref
+        return activation.Route.UNKNOWN, None, ref, None
     if route is None or (route.get("metadata") or {}).get("deletionTimestamp"):
-        return activation.Route.NONE, None, ref
+        return activation.Route.NONE, None, ref, None
     verdict = ownership.check(observe.owner(fresh), observe.claim(ref.kind, route))
     if isinstance(verdict, ownership.NotOwned):
         context.warn_not_owned(turn.ctx, fresh, (verdict,), turn.logger)
-        return activation.Route.UNKNOWN, None, ref
+        return activation.Route.UNKNOWN, None, ref, None
     where = route_switch.classify(route, activator)
     if where is activation.Route.UNKNOWN:
         turn.logger.info(f"route {ref.kind}/{ref.name} has a shape this controller does not switch: left alone")
-    return where, route, ref
+    return where, route, ref, verdict
 
 
 async def plan(
@@ -97,7 +98,7 @@ async def plan(
     ``spec.replicas``, ``None`` when it is absent or the staged deletion owns it."""
     lifecycle_raw = (fresh.get("status") or {}).get("lifecycle")
     stored = status_.activation_status(lifecycle_raw)
-    route, obj, ref = await read_route(turn, fresh)
+    route, obj, ref, consent = await read_route(turn, fresh)
     observed = activation.Observed(
         route=route, replicas=replicas, router_ready=router_ready(turn.workload.active_pods, answers)
     )
@@ -123,10 +124,6 @@ async def plan(
     if scale_rule or holds or step.action is not None:
         kept = dataclasses.replace(kept, action=None, events=())
     slept = scale_rule and step.action is activation.Action.SCALE_TO_ZERO
-    consent = None
-    if obj is not None and ref is not None:
-        verdict = ownership.check(observe.owner(fresh), observe.claim(ref.kind, obj))
-        consent = verdict if isinstance(verdict, ownership.Consent) else None
     plan_ = Plan(
         rules=kept, step=step, stored=stored, route=obj, route_consent=consent, slept=slept, events=decision.events
     )
