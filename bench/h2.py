@@ -2,7 +2,7 @@
 splitting a read into frames, SETTINGS, WINDOW_UPDATE, HPACK blocks that never touch a dynamic table,
 and counting gRPC messages across DATA payloads.
 
-Kept apart from the router's own framing (``drain_router.proxy.grpc.frames``) on purpose: the tool
+Kept apart from the router's own framing (``drain_router.h2.frames``) on purpose: the tool
 that measures the router does not share its code.
 """
 

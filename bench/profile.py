@@ -29,7 +29,7 @@ _ENTRY_FILES = (
     "asyncio/runners.py",
     "drain-router",
     "drain_router/cli.py",
-    "drain_router/proxy/lifecycle.py",
+    "drain_router/runtime/lifecycle.py",
 )
 
 

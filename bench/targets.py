@@ -211,8 +211,8 @@ class Router(Target):
     src_env = ROUTER_SRC_ENV
 
     def missing(self) -> str | None:
-        if importlib.util.find_spec("drain_router.proxy.lifecycle") is None:
-            return "drain_router.proxy.lifecycle is not importable (the router is not built yet)"
+        if importlib.util.find_spec("drain_router.runtime.lifecycle") is None:
+            return "drain_router.runtime.lifecycle is not importable (the router is not built yet)"
         return None
 
     def version(self) -> str:
@@ -266,7 +266,7 @@ class RouterBefore(Router):
 
     def missing(self) -> str | None:
         src = os.environ.get(BEFORE_SRC_ENV)
-        if not src or not (Path(src) / "drain_router" / "proxy" / "lifecycle.py").exists():
+        if not src or not (Path(src) / "drain_router" / "__main__.py").exists():
             return f"set {BEFORE_SRC_ENV} to a checkout of the router to compare with"
         return None
 
@@ -275,7 +275,8 @@ class RouterBefore(Router):
 
     def speaks_grpc(self) -> bool:
         src = os.environ.get(BEFORE_SRC_ENV)
-        return bool(src) and (Path(str(src)) / "drain_router" / "proxy" / "grpc" / "listener.py").exists()
+        tree = Path(str(src)) / "drain_router"
+        return bool(src) and any((tree / d / "listener.py").exists() for d in ("grpc", "proxy/grpc"))
 
 
 class AiohttpProxy(Target):

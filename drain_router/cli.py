@@ -142,7 +142,7 @@ def serve(**params: Any) -> None:
     early_signals.install()
     cfg = _build(params)
     from drain_router import logs
-    from drain_router.proxy import lifecycle  # the event loop, httptools and aiohttp only when serving
+    from drain_router.runtime import lifecycle  # the event loop, httptools and aiohttp only when serving
 
     _require_tracing(cfg.log.tracing, "--tracing")
     logs.configure(format=cfg.log.format, level=cfg.log.level)

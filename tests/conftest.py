@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from drain_router import config
-from drain_router.proxy import lifecycle
+from drain_router.runtime import lifecycle
 from drain_router_dev.fake_model import testing as fake_model_testing
 
 

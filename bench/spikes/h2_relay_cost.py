@@ -7,7 +7,7 @@ client's, without sockets (only the Python each way costs):
   them: receive the DATA frame, send it on the other connection, acknowledge it, and take the
   client's WINDOW_UPDATE back;
 - frames passed through: parse the 9-byte header, rewrite the stream id, keep the payload (what
-  ``drain_router.proxy.grpc`` does).
+  ``drain_router.grpc`` does).
 
 Run: ``pip install h2==4.4.1 && python bench/spikes/h2_relay_cost.py`` (h2 is not a dependency).
 """

@@ -29,11 +29,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from drain_router import config, metrics
-from drain_router.proxy.client import ClientConnection
-from drain_router.proxy.listener import TrafficListener
-from drain_router.proxy.pool import UpstreamPool
-from drain_router.proxy.state import RouterState
-from drain_router.proxy.upstream import UpstreamConnection
+from drain_router.http1.client import ClientConnection
+from drain_router.http1.listener import TrafficListener
+from drain_router.http1.upstream.connection import UpstreamConnection
+from drain_router.http1.upstream.pool import UpstreamPool
+from drain_router.state import RouterState
 
 REQUEST = b"GET /small HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n"
 SMALL = b'{"object":"model","padding":"' + b"x" * 170 + b'"}'

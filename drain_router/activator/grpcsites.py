@@ -21,18 +21,18 @@ from typing import Final
 
 from drain_router import config
 from drain_router.activator.sites import ServiceSite, Sites
+from drain_router.admission.gate import Gate
 from drain_router.decisions.capacity import Reason
 from drain_router.decisions.grpc_status import GrpcStatus
+from drain_router.grpc import health, queued
+from drain_router.grpc.call import Call
+from drain_router.grpc.listener import GrpcListener
+from drain_router.grpc.pool import GrpcPool
+from drain_router.h2.connection import Connection
+from drain_router.h2.rules import Request
+from drain_router.h2.streams import Headers, Stream
 from drain_router.metrics import Metrics
-from drain_router.proxy.capacity import Gate
-from drain_router.proxy.grpc import health, queued
-from drain_router.proxy.grpc.call import Call
-from drain_router.proxy.grpc.h2 import Connection
-from drain_router.proxy.grpc.listener import GrpcListener
-from drain_router.proxy.grpc.pool import GrpcPool
-from drain_router.proxy.grpc.rules import Request
-from drain_router.proxy.grpc.streams import Headers, Stream
-from drain_router.proxy.state import InFlight
+from drain_router.state import InFlight
 
 #: A held call's refusals (the router's own say "admission queue"; here the service is waking).
 ANSWERS: Final = {
@@ -55,7 +55,7 @@ HEALTH: Final = (GrpcStatus.UNIMPLEMENTED, "the activator answers no health chec
 
 
 class GrpcSite:
-    """One service's destination for gRPC calls (a :class:`~drain_router.proxy.grpc.call.Site`): the
+    """One service's destination for gRPC calls (a :class:`~drain_router.grpc.call.Site`): the
     service's gate, and while it forwards, the pool to its pod's router's gRPC port."""
 
     __slots__ = (
@@ -137,7 +137,7 @@ def port_read(site: ServiceSite, port: int | None) -> None:
 
 
 class GrpcSites:
-    """The gRPC listener's destinations (its :class:`~drain_router.proxy.grpc.inbound.Sites`): the
+    """The gRPC listener's destinations (its :class:`~drain_router.grpc.inbound.Sites`): the
     table of services of :class:`~.sites.Sites`, each with its :class:`GrpcSite`."""
 
     def __init__(self, sites: Sites) -> None:

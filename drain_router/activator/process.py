@@ -1,4 +1,4 @@
-"""One activator process: the router's runtime (:class:`~drain_router.proxy.lifecycle.Router`: the
+"""One activator process: the router's runtime (:class:`~drain_router.runtime.lifecycle.Router`: the
 admin listener, signals, the drain with ``/readyz`` 503 first, the deadline) with the activator's
 traffic listener, whose requests go to one destination per service (:class:`~.sites.Sites`), its
 gRPC listener with ``--grpc-port`` (each call's destination its service's, :mod:`.grpcsites`), and
@@ -23,9 +23,9 @@ from drain_router.activator.kube import Kube
 from drain_router.activator.settings import ActivatorSettings
 from drain_router.activator.sites import ServiceSite, Sites
 from drain_router.decisions import drain
-from drain_router.proxy import lifecycle, tuning
-from drain_router.proxy.grpc.listener import GrpcListener
-from drain_router.proxy.listener import TrafficListener
+from drain_router.grpc.listener import GrpcListener
+from drain_router.http1.listener import TrafficListener
+from drain_router.runtime import lifecycle, tuning
 
 
 class Activator(lifecycle.Router):

@@ -1,7 +1,7 @@
 """One destination per ModelService (:class:`ServiceSite`), and the bounded table that picks it from
-a request's head (:class:`Sites`, the activator listener's :class:`~drain_router.proxy.roles.Sites`).
+a request's head (:class:`Sites`, the activator listener's :class:`~drain_router.http1.roles.Sites`).
 
-A site is a held queue: a :class:`~drain_router.proxy.capacity.Gate` of 0 slots (bound
+A site is a held queue: a :class:`~drain_router.admission.gate.Gate` of 0 slots (bound
 ``--queue-size``, timeout ``--activation-timeout-secs``, every refusal's ``Retry-After`` from the
 last cold start) and no upstream pool while no pod of its service is ready. Once one is
 (:meth:`ServiceSite.forward`), it gets a pool to that pod's router and its gate opens: the held
@@ -23,14 +23,14 @@ from typing import Any
 
 from drain_router import config, logs
 from drain_router.activator.settings import ActivatorSettings
+from drain_router.admission.gate import Gate
 from drain_router.decisions import activation, activator
 from drain_router.decisions.capacity import Reason
 from drain_router.decisions.grpc_status import GrpcStatus
+from drain_router.http1 import answers, slots
+from drain_router.http1.heads import Headers
+from drain_router.http1.upstream.pool import UpstreamPool
 from drain_router.metrics import ActivatorMetrics, Metrics, Outcome
-from drain_router.proxy import responses, slots
-from drain_router.proxy.capacity import Gate
-from drain_router.proxy.pool import UpstreamPool
-from drain_router.proxy.rewrite import Headers
 
 log = logs.get("drain_router.activator")
 
@@ -42,10 +42,10 @@ OPEN_SLOTS = 1 << 30
 #: requests still leave in arrival order, but each connects on its own.
 WARM_CONNECTIONS = 256
 
-NO_SERVICE: responses.Error = (404, "no_service", "the request names no service (x-drain-router-service)")
-BAD_SERVICE: responses.Error = (400, "bad_service", "x-drain-router-service must be <namespace>/<name>")
-NOT_FOUND: responses.Error = (404, "service_not_found", "no such service")
-TABLE_FULL: responses.Error = (503, "activator_full", "the activator holds requests for too many services")
+NO_SERVICE: answers.Error = (404, "no_service", "the request names no service (x-drain-router-service)")
+BAD_SERVICE: answers.Error = (400, "bad_service", "x-drain-router-service must be <namespace>/<name>")
+NOT_FOUND: answers.Error = (404, "service_not_found", "no such service")
+TABLE_FULL: answers.Error = (503, "activator_full", "the activator holds requests for too many services")
 GRPC_NOT_FOUND = (GrpcStatus.NOT_FOUND, "no such service")  # for a held gRPC call
 
 
@@ -53,7 +53,7 @@ GRPC_NOT_FOUND = (GrpcStatus.NOT_FOUND, "no such service")  # for a held gRPC ca
 class Refused:
     """A destination that is only a refusal (the exchange never takes a slot or a connection)."""
 
-    refusal: responses.Error
+    refusal: answers.Error
     reason: str
     gate: None = None
     pool: None = None
@@ -86,7 +86,7 @@ class _Both:
 
 
 class _GateMetrics:
-    """A site's gate's series (:class:`~drain_router.proxy.capacity.GateMetrics`)."""
+    """A site's gate's series (:class:`~drain_router.admission.gate.GateMetrics`)."""
 
     __slots__ = ("admission_rejections", "queue_depth", "queue_wait")
 

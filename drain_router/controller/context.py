@@ -14,9 +14,9 @@ import aiohttp
 import kopf
 
 from drain_router import tracing
-from drain_router.controller import kube as kube_
 from drain_router.controller import metrics as metrics_
 from drain_router.controller import settings as settings_
+from drain_router.controller.kube import client as kube_
 from drain_router.decisions import deletion, objects, ownership, spans
 
 

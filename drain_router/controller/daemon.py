@@ -14,11 +14,13 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_router.controller import context, lifecycle_pass, observe, recycle_pass
-from drain_router.controller import kube as kube_
+from drain_router.controller import context
 from drain_router.controller import status as status_
-from drain_router.controller import turn as turn_
-from drain_router.controller import workload as workload_
+from drain_router.controller.kube import client as kube_
+from drain_router.controller.kube import observe
+from drain_router.controller.kube import workload as workload_
+from drain_router.controller.passes import lifecycle_pass, recycle_pass
+from drain_router.controller.passes import turn as turn_
 from drain_router.decisions import deletion, spans
 
 MIN_SLEEP_SECS = 0.05

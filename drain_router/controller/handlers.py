@@ -1,6 +1,6 @@
 """The kopf registrations: the staged deletion (``on.delete``) and one daemon per ModelService with rules.
 
-The staged deletion is an ``on.delete`` handler (:mod:`drain_router.controller.deleting`). Recycling and
+The staged deletion is an ``on.delete`` handler (:mod:`drain_router.controller.passes.deleting`). Recycling and
 lifecycle rules are one ``@kopf.daemon`` per ModelService that has either
 (:mod:`drain_router.controller.daemon`). With ``--activator-service``, an ``on.event`` handler wakes
 that daemon as soon as the activator asks for a wake (``status.lifecycle.wakeRequestedAt``).
@@ -18,8 +18,9 @@ from typing import Any
 
 import kopf
 
-from drain_router.controller import context, crd, daemon, deleting
+from drain_router.controller import context, crd, daemon
 from drain_router.controller import status as status_
+from drain_router.controller.passes import deleting
 from drain_router.decisions import activation
 
 PREFIX = "drainrouter.dev"

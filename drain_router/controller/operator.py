@@ -23,9 +23,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 from drain_router import logs, tracing
 from drain_router.controller import context as context_
 from drain_router.controller import handlers, leader
-from drain_router.controller import kube as kube_
 from drain_router.controller import metrics as metrics_
 from drain_router.controller import settings as settings_
+from drain_router.controller.kube import client as kube_
 
 
 def connection_from(configuration: client.Configuration) -> kopf.ConnectionInfo:

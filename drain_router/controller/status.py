@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from drain_router.controller import context
-from drain_router.controller import kube as kube_
+from drain_router.controller.kube import client as kube_
 from drain_router.decisions import activation, durations, lifecycle, objects, recycling
 
 

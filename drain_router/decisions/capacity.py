@@ -1,6 +1,6 @@
 """Admission control (``--max-concurrent-requests``): what a request that finds every slot taken
 gets, which requests never wait, and how long a refused client is told to wait. Pure: the gate that
-carries it out is :mod:`drain_router.proxy.capacity`.
+carries it out is :mod:`drain_router.admission.gate`.
 
 - :func:`arrival`: a request past N waits in the queue, or is refused at once: ``queue_full`` (429)
   when Q already wait, ``closing`` (503, ``Connection: close``) once the router is closing.

@@ -4,7 +4,7 @@
 :class:`DrainStatus`, one :class:`Event`, what the caller observed (the in-flight count) and ``now``,
 and returns a :class:`Decision` with the new status, the :class:`Action` s to carry out in order, and
 the :class:`LogEvent` s to emit (each knows its level and the state it announces). The caller
-(``drain_router.proxy.draining``) does the I/O.
+(``drain_router.runtime.draining``) does the I/O.
 """
 
 from __future__ import annotations

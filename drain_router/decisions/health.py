@@ -1,7 +1,7 @@
 """The model server's health as ``/readyz`` sees it: how consecutive health-path answers become one
 verdict, when the next poll starts, and how long an unhealthy model server can go unnoticed.
 
-Purely computational: the poller (``drain_router.proxy.upstream_health``) does the I/O and the
+Purely computational: the poller (``drain_router.runtime.upstream_health``) does the I/O and the
 clock, and calls these with what it observed.
 """
 

@@ -130,8 +130,8 @@ def grpc_error(outcome: str, status: int | None) -> str | None:
 
 
 # The controller's passes (INTERNAL spans), each naming its ModelService by attributes.
-RECYCLE_PASS: Final = "drain_router.controller.recycle_pass"
-LIFECYCLE_PASS: Final = "drain_router.controller.lifecycle_pass"
+RECYCLE_PASS: Final = "drain_router.controller.passes.recycle_pass"
+LIFECYCLE_PASS: Final = "drain_router.controller.passes.lifecycle_pass"
 DELETION_PASS: Final = "drain_router.controller.deletion_pass"
 
 

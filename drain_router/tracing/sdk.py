@@ -112,7 +112,7 @@ class CountingProcessor(SpanProcessor):
 
 
 def plan_of(sampler: sampling.Sampler) -> fast.Plan | None:
-    """The SDK's sampler (built from ``OTEL_TRACES_SAMPLER``) as a :class:`~.fast.Plan`, for the
+    """The SDK's sampler (built from ``OTEL_TRACES_SAMPLER``) as a :class:`~drain_router.decisions.sampling.Plan`, for the
     kinds that environment variable names; None for any other (every span then asks the SDK)."""
 
     def root(of: object) -> int | None:
@@ -138,7 +138,7 @@ def plan_of(sampler: sampling.Sampler) -> fast.Plan | None:
 
 
 class _Ids(RandomIdGenerator):
-    """The SDK's random ids, but a root trace id drawn by :func:`~.fast.decide` is the one its span
+    """The SDK's random ids, but a root trace id drawn by :func:`~drain_router.decisions.sampling.decide` is the one its span
     gets (its sampler then decides on the same id)."""
 
     def __init__(self) -> None:

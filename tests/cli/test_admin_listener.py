@@ -22,8 +22,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from drain_router.proxy import tuning
-from drain_router.proxy.health import MAX_DRAIN_WAITERS
+from drain_router.runtime import tuning
+from drain_router.runtime.endpoints import MAX_DRAIN_WAITERS
 from drain_router_dev import streams
 from drain_router_dev.process import wait_until
 from tests.blackbox import Response, raw_exchange, read_response, reset, status_of
@@ -265,7 +265,7 @@ async def test_admin_connections_past_the_cap_are_refused_and_traffic_keeps_its_
 async def test_an_idle_admin_keepalive_connection_is_closed_soon(start_process):
     """An admin connection left idle after its answer is closed by the router within
     ADMIN_KEEPALIVE_SECS (plus slack), so idle connections cannot hold the cap for long."""
-    from drain_router.proxy.admin_listener import ADMIN_KEEPALIVE_SECS
+    from drain_router.runtime.admin_listener import ADMIN_KEEPALIVE_SECS
     from tests.blackbox import closed_within
 
     p = await start_process()

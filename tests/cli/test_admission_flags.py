@@ -26,7 +26,7 @@ def test_defaults_leave_admission_off() -> None:
 
 def test_flags_and_variables_reach_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[config.Config] = []
-    monkeypatch.setattr("drain_router.proxy.lifecycle.serve", lambda cfg, **kw: seen.append(cfg) or 0)
+    monkeypatch.setattr("drain_router.runtime.lifecycle.serve", lambda cfg, **kw: seen.append(cfg) or 0)
     monkeypatch.setattr("drain_router.early_signals.install", lambda: None)
     monkeypatch.setattr("drain_router.logs.configure", lambda **kw: None)
     env = {"DRAIN_ROUTER_QUEUE_SIZE": "12", "DRAIN_ROUTER_QUEUE_TIMEOUT_SECS": "20"}

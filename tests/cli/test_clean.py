@@ -30,7 +30,7 @@ def output_for(pattern: str) -> str:
     """One concrete path that the .gitignore pattern matches, as a file inside it when it is a directory."""
     concrete = pattern.strip("/").replace("*", "x")
     if concrete == "__pycache__":
-        return "drain_router/proxy/__pycache__/app.cpython-311.pyc"
+        return "drain_router/http1/__pycache__/app.cpython-311.pyc"
     if concrete == "x.pyc":
         return "tests/stray.pyc"
     return f"{concrete}/file" if pattern.endswith("/") else concrete

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from drain_router import cli, config, early_signals
-from drain_router.proxy import lifecycle
+from drain_router.runtime import lifecycle
 from tests import casefiles
 
 UPSTREAM = ["--upstream", "http://127.0.0.1:8000"]

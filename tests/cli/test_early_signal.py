@@ -64,7 +64,7 @@ def test_the_recorder_is_installed_before_anything_but_the_entry_module() -> Non
 
 @pytest.mark.parametrize(
     "stage",
-    ["drain_router.cli", "click", "drain_router.config", "drain_router.proxy.lifecycle", "aiohttp", "uvloop"],
+    ["drain_router.cli", "click", "drain_router.config", "drain_router.runtime.lifecycle", "aiohttp", "uvloop"],
 )
 async def test_sigterm_at_each_stage_of_startup_is_honoured(stage: str) -> None:
     """The router stopped as it first imports ``stage`` (from right after the recorder to the event

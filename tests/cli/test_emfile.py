@@ -11,7 +11,7 @@ import signal
 
 import aiohttp
 
-from drain_router.proxy import tuning
+from drain_router.runtime import tuning
 from drain_router_dev import streams
 from drain_router_dev.process import wait_until
 from tests.process import RouterProcess

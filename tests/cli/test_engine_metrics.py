@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_router.proxy import engine_metrics
+from drain_router.runtime import engine_metrics
 from drain_router_dev.fake_model import app as fake_app
 from drain_router_dev.fake_model import testing as fake_model_testing
 from tests.blackbox import requests_total

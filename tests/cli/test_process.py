@@ -97,7 +97,7 @@ async def test_sigterm_during_startup_is_honoured(fake_upstream, spawn):
     Result: it exits 0 promptly (no 30 s window: it never said ready), not killed by the signal."""
     fake_upstream.healthy = False
     args = ("--upstream", fake_upstream.url, "--upstream-health-path", "/health", "--shutdown-drain-secs", "30")
-    p = await spawn(*args, entry=held_entry("drain_router.proxy.lifecycle"))
+    p = await spawn(*args, entry=held_entry("drain_router.runtime.lifecycle"))
     await p.wait_stopped()  # as serve starts importing aiohttp and uvloop: no event loop, nothing bound
     p.signal(signal.SIGTERM)  # pending while it is stopped, delivered as it resumes
     p.signal(signal.SIGCONT)

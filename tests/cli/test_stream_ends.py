@@ -22,7 +22,7 @@ import h11
 import openai
 import pytest
 
-from drain_router.proxy import sse
+from drain_router.http1 import sse
 from tests import rawupstream, ssegen
 from tests.blackbox import by_outcome, requests_total, wait_idle
 from tests.process import RouterProcess, Start, router_starter

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drain_router.controller import observe
+from drain_router.controller.kube import observe
 from drain_router.decisions import deletion, durations, objects, ownership
 from tests import casefiles
 

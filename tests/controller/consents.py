@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drain_router.controller import observe
+from drain_router.controller.kube import observe
 from drain_router.decisions import ownership
 
 from .conftest import NAMESPACE

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from drain_router.controller import observe
+from drain_router.controller.kube import observe
 from drain_router.decisions import deletion
 
 from . import casefiles

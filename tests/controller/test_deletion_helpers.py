@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_router.controller import observe
+from drain_router.controller.kube import observe
 from drain_router.decisions import deletion, durations, objects
 
 from . import casefiles

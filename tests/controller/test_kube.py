@@ -14,8 +14,9 @@ import kmock
 import pytest
 from kubernetes_asyncio import client
 
-from drain_router.controller import crd, observe
-from drain_router.controller import kube as kube_
+from drain_router.controller import crd
+from drain_router.controller.kube import client as kube_
+from drain_router.controller.kube import observe
 from drain_router.decisions import deletion, ownership, recycling
 
 from . import consents

@@ -12,8 +12,9 @@ from kopf._core.engines import posting
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
-from drain_router.controller import context, crd, deleting, metrics, settings, status
-from drain_router.controller import kube as kube_
+from drain_router.controller import context, crd, metrics, settings, status
+from drain_router.controller.kube import client as kube_
+from drain_router.controller.passes import deleting
 from drain_router.decisions import deletion
 
 from .conftest import MSVC, NAMESPACE

@@ -9,10 +9,10 @@ import inspect
 import pathlib
 import typing
 
-from drain_router.controller import kube as kube_
+from drain_router.controller.kube import client as kube_
 from drain_router.decisions import ownership
 
-PACKAGE = pathlib.Path(kube_.__file__).resolve().parents[1]
+PACKAGE = pathlib.Path(kube_.__file__).resolve().parents[2]  # drain_router/
 OWN_OBJECTS = {"patch_modelservice_status"}
 """Writes to the controller's own objects: the ModelService's status."""
 WRITE_VERBS = {"DELETE", "PATCH", "POST", "PUT"}

@@ -7,7 +7,7 @@ import aiohttp
 import psutil
 from hyperframe import frame as hf
 
-from drain_router.proxy.grpc import rules
+from drain_router.h2 import rules
 from drain_router_dev.process import wait_until
 from tests import grpcupstream
 from tests.grpc.conftest import StartGrpcRouter, grpc_requests, inflight
@@ -229,7 +229,7 @@ async def test_connections_past_the_grpc_share_of_descriptors_get_goaway(upstrea
     six keep working."""
     import resource
 
-    from drain_router.proxy import tuning
+    from drain_router.runtime import tuning
     from tests.process import RouterProcess
 
     def tight() -> None:

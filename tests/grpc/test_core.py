@@ -1,4 +1,4 @@
-"""The sans-IO HTTP/2 core in memory (drain_router.proxy.grpc.h2): bytes in, handler events out, bytes
+"""The sans-IO HTTP/2 core in memory (drain_router.h2.connection): bytes in, handler events out, bytes
 pulled. Frames in are built by hyperframe and hpack, frames out parsed by them: flow control, the
 state table at work, every way a stream leaves (told once), the budgets and the output bound."""
 
@@ -11,11 +11,11 @@ import hpack
 import pytest
 from hyperframe import frame as hf
 
-from drain_router.proxy.grpc import frames, rules
-from drain_router.proxy.grpc.blocks import Budgets
-from drain_router.proxy.grpc.h2 import Connection
-from drain_router.proxy.grpc.rules import Request
-from drain_router.proxy.grpc.streams import Exit, Headers, State, Stream
+from drain_router.h2 import frames, rules
+from drain_router.h2.blocks import Budgets
+from drain_router.h2.connection import Connection
+from drain_router.h2.rules import Request
+from drain_router.h2.streams import Exit, Headers, State, Stream
 
 REQUEST = [
     (b":method", b"POST"),

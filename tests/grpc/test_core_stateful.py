@@ -24,11 +24,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from drain_router.proxy.grpc import frames, rules
-from drain_router.proxy.grpc.blocks import Budgets
-from drain_router.proxy.grpc.h2 import Connection
-from drain_router.proxy.grpc.rules import Request
-from drain_router.proxy.grpc.streams import Exit, Headers, Stream
+from drain_router.h2 import frames, rules
+from drain_router.h2.blocks import Budgets
+from drain_router.h2.connection import Connection
+from drain_router.h2.rules import Request
+from drain_router.h2.streams import Exit, Headers, Stream
 from tests.grpc.test_core import REQUEST, QuietEvents, parse
 
 NAME = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9a-z]+$")

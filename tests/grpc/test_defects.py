@@ -19,7 +19,7 @@ import psutil
 import pytest
 from hyperframe import frame as hf
 
-from drain_router.proxy.grpc import rules
+from drain_router.h2 import rules
 from drain_router_dev.process import wait_until
 from tests import grpcupstream
 from tests.grpc.conftest import StartGrpcRouter, grpc_requests, inflight

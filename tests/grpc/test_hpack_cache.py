@@ -1,11 +1,11 @@
-"""A connection's remembered HPACK blocks (drain_router.proxy.grpc.hpackcache): a remembered answer
+"""A connection's remembered HPACK blocks (drain_router.h2.hpackcache): a remembered answer
 is used only while the dynamic table is as it was; checked against hpack's own decoder and encoder."""
 
 from __future__ import annotations
 
 import hpack
 
-from drain_router.proxy.grpc.hpackcache import Decoder, Encoder
+from drain_router.h2.hpackcache import Decoder, Encoder
 
 
 def test_a_remembered_list_is_forgotten_when_the_table_shifts() -> None:

@@ -16,8 +16,8 @@ import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
 from drain_router import config, metrics
-from drain_router.proxy.grpc.listener import GrpcListener
-from drain_router.proxy.state import RouterState
+from drain_router.grpc.listener import GrpcListener
+from drain_router.state import RouterState
 from tests import grpcupstream
 from tests.h2conformance.cases import Case, Target
 from tests.process import router_starter

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from drain_router import config
-from drain_router.proxy import lifecycle
+from drain_router.runtime import lifecycle
 from drain_router_dev.fake_model import testing as fake_model_testing
 from drain_router_dev.process import wait_until
 from tests.blackbox import outcomes_in

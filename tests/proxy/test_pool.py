@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drain_router.proxy import pool as pool_mod
+from drain_router.http1.upstream import pool as pool_mod
 from drain_router_dev.process import wait_until
 from tests import rawupstream
 

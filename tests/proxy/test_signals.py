@@ -7,7 +7,7 @@ import asyncio
 import os
 import signal
 
-from drain_router.proxy import signals
+from drain_router.runtime import signals
 from drain_router_dev.process import wait_until
 
 

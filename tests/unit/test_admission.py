@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from drain_router.proxy import admission, responses
+from drain_router.http1 import answers, classify
 
 KEY = b"dGhlIHNhbXBsZSBub25jZQ=="
 WS = [(b"Host", b"h"), (b"Connection", b"Upgrade"), (b"Upgrade", b"websocket")]
 WS_OK = [*WS, (b"Sec-WebSocket-Key", KEY), (b"Sec-WebSocket-Version", b"13")]
 
 
-def _admit(method: bytes, url: bytes, version: str, headers: list[tuple[bytes, bytes]]) -> admission.Admission:
-    return admission.admit(method, url, version, headers, b"10.0.0.7", b"10.0.0.7", b"model:8000")
+def _admit(method: bytes, url: bytes, version: str, headers: list[tuple[bytes, bytes]]) -> classify.Admission:
+    return classify.admit(method, url, version, headers, b"10.0.0.7", b"10.0.0.7", b"model:8000")
 
 
 @pytest.mark.parametrize(
@@ -21,15 +21,15 @@ def _admit(method: bytes, url: bytes, version: str, headers: list[tuple[bytes, b
     [
         (b"GET", b"/v1/models", "1.1", [(b"Host", b"h")], None, False),
         (b"GET", b"/v1/models", "1.0", [], None, False),
-        (b"GET", b"/v1/models", "0.9", [], responses.BAD_REQUEST, True),
-        (b"GET", b"/v1/models", "1.1", [], admission.NO_HOST, True),
-        (b"GET", b"/v1/models", "1.1", [(b"Host", b"a"), (b"Host", b"b")], admission.NO_HOST, True),
-        (b"GET", b"http://evil/x", "1.1", [(b"Host", b"h")], responses.BAD_TARGET, False),
-        (b"CONNECT", b"evil:443", "1.1", [(b"Host", b"h")], responses.BAD_TARGET, True),
-        (b"POST", b"/", "1.1", [(b"Host", b"h"), (b"Connection", b"content-length")], admission.NOMINATED, True),
-        (b"GET", b"/ws", "1.1", WS, responses.BAD_WEBSOCKET, True),
-        (b"POST", b"/ws", "1.1", WS_OK, responses.BAD_WEBSOCKET, True),
-        (b"GET", b"/ws", "1.1", [*WS_OK, (b"Content-Length", b"3")], responses.BAD_WEBSOCKET, True),
+        (b"GET", b"/v1/models", "0.9", [], answers.BAD_REQUEST, True),
+        (b"GET", b"/v1/models", "1.1", [], classify.NO_HOST, True),
+        (b"GET", b"/v1/models", "1.1", [(b"Host", b"a"), (b"Host", b"b")], classify.NO_HOST, True),
+        (b"GET", b"http://evil/x", "1.1", [(b"Host", b"h")], answers.BAD_TARGET, False),
+        (b"CONNECT", b"evil:443", "1.1", [(b"Host", b"h")], answers.BAD_TARGET, True),
+        (b"POST", b"/", "1.1", [(b"Host", b"h"), (b"Connection", b"content-length")], classify.NOMINATED, True),
+        (b"GET", b"/ws", "1.1", WS, answers.BAD_WEBSOCKET, True),
+        (b"POST", b"/ws", "1.1", WS_OK, answers.BAD_WEBSOCKET, True),
+        (b"GET", b"/ws", "1.1", [*WS_OK, (b"Content-Length", b"3")], answers.BAD_WEBSOCKET, True),
         (b"GET", b"/ws", "1.1", WS_OK, None, False),
         (b"GET", b"/", "1.1", [(b"Host", b"h"), (b"Connection", b"Upgrade"), (b"Upgrade", b"h2c")], None, False),
     ],
@@ -39,7 +39,7 @@ def test_admission(
     url: bytes,
     version: str,
     headers: list[tuple[bytes, bytes]],
-    problem: responses.Error | None,
+    problem: answers.Error | None,
     close: bool,
 ) -> None:
     verdict = _admit(method, url, version, headers)
@@ -64,4 +64,4 @@ def test_a_valid_handshake_carries_its_key_and_others_none() -> None:
     ],
 )
 def test_probe_path(method: bytes, url: bytes, version: str, path: bytes | None) -> None:
-    assert admission.probe_path(method, url, version) == path
+    assert classify.probe_path(method, url, version) == path

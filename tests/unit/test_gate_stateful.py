@@ -1,4 +1,4 @@
-"""The admission gate (:class:`drain_router.proxy.capacity.Gate`) under generated schedules: random
+"""The admission gate (:class:`drain_router.admission.gate.Gate`) under generated schedules: random
 arrivals, completions, clients leaving the queue, queue timeouts, resizes (0 slots: a held queue
 that opens) and a closing, on a fake clock.
 
@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from prometheus_client import CollectorRegistry
 
+from drain_router.admission.gate import Gate
 from drain_router.decisions.capacity import Reason
 from drain_router.metrics import Metrics
-from drain_router.proxy.capacity import Gate
 
 
 class Timer:

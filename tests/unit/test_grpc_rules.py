@@ -8,7 +8,8 @@ import pytest
 from grpc_health.v1 import health_pb2
 from hyperframe import frame as hf
 
-from drain_router.proxy.grpc import answers, frames, health, rules
+from drain_router.grpc import answers, health
+from drain_router.h2 import frames, rules
 
 GOOD = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/a.B/C"), (b":authority", b"x")]
 

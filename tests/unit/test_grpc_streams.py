@@ -1,12 +1,12 @@
-"""RFC 9113 §5.1 as the gRPC listener's table holds it (drain_router.proxy.grpc.streams), read against
+"""RFC 9113 §5.1 as the gRPC listener's table holds it (drain_router.h2.streams), read against
 the RFC's own sentences, and the memory of closed streams."""
 
 from __future__ import annotations
 
 import pytest
 
-from drain_router.proxy.grpc import frames
-from drain_router.proxy.grpc.streams import IDLE, Closed, ClosedStreams, State, Verdict, received
+from drain_router.h2 import frames
+from drain_router.h2.streams import IDLE, Closed, ClosedStreams, State, Verdict, received
 
 D, H, PR, RS, WU = frames.DATA, frames.HEADERS, frames.PRIORITY, frames.RST_STREAM, frames.WINDOW_UPDATE
 A, I, S, C, P = (

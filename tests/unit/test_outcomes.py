@@ -12,7 +12,12 @@ from prometheus_client import CollectorRegistry
 from drain_router import metrics
 from drain_router.metrics import Outcome
 
-PROXY = Path(metrics.__file__).parent / "proxy"
+PACKAGE = Path(metrics.__file__).parent
+#: The traffic path's modules: every place an outcome is produced.
+TRAFFIC = [
+    *sorted(p for d in ("http1", "grpc", "runtime", "admission", "activator") for p in (PACKAGE / d).rglob("*.py")),
+    PACKAGE / "state.py",
+]
 SPEC_OUTCOMES = {"completed", "client_aborted", "upstream_error", "deadline_aborted", "rejected"}
 
 
@@ -20,7 +25,11 @@ def test_the_enumeration_is_the_spec_list() -> None:
     assert {o.value for o in Outcome} == SPEC_OUTCOMES
 
 
-@pytest.mark.parametrize("module", sorted(PROXY.glob("*.py")), ids=lambda p: p.name)
+def test_the_traffic_path_is_found() -> None:
+    assert len(TRAFFIC) > 40, TRAFFIC  # the parametrization below is over the real tree
+
+
+@pytest.mark.parametrize("module", TRAFFIC, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_bare_outcome_string_in_the_proxy(module: Path) -> None:
     """Every outcome the proxy produces comes from :class:`Outcome` (words inside docstrings and log
     messages are longer strings and do not match)."""

@@ -1,4 +1,4 @@
-"""The pure head rewriting of the traffic path (drain_router.proxy.rewrite), by table."""
+"""The pure head rewriting of the traffic path (drain_router.http1.heads), by table."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from drain_router.proxy import responses, rewrite
+from drain_router.http1 import answers, heads
 from tests import casefiles
 
 
@@ -17,8 +17,8 @@ def _headers(rows: list[list[str]]) -> list[tuple[bytes, bytes]]:
 
 @pytest.mark.parametrize("case", casefiles.params(casefiles.load("framing/responses.yaml")))
 def test_client_head(case: dict[str, Any]) -> None:
-    def frame() -> rewrite.ClientHead:
-        return rewrite.client_head(
+    def frame() -> heads.ClientHead:
+        return heads.client_head(
             case["status"],
             _headers(case["headers"]),
             head_request=case.get("head_request", False),
@@ -27,11 +27,11 @@ def test_client_head(case: dict[str, Any]) -> None:
         )
 
     if case.get("unframable"):
-        with pytest.raises(rewrite.BadFraming):
+        with pytest.raises(heads.BadFraming):
             frame()
         return
     head, mode, until_eof, close = frame()
-    assert mode == getattr(rewrite, case["mode"])
+    assert mode == getattr(heads, case["mode"])
     assert until_eof == case.get("until_eof", False)
     assert close == case.get("close", False)
     text = head.decode()
@@ -44,9 +44,9 @@ def test_client_head(case: dict[str, Any]) -> None:
         assert not any(fragment.lower() in seen.lower() for seen in lines), (fragment, lines)
 
 
-def _request(headers: list[list[str]], peer: bytes = b"10.0.0.7") -> tuple[rewrite.RequestHead, list[str]]:
-    head = rewrite.request_head(
-        b"POST", b"/v1/completions?x=1", _headers(headers), peer, rewrite.forwarded_node(peer), b"127.0.0.1:8000"
+def _request(headers: list[list[str]], peer: bytes = b"10.0.0.7") -> tuple[heads.RequestHead, list[str]]:
+    head = heads.request_head(
+        b"POST", b"/v1/completions?x=1", _headers(headers), peer, heads.forwarded_node(peer), b"127.0.0.1:8000"
     )
     return head, head.head.decode().split("\r\n")
 
@@ -101,10 +101,10 @@ def test_request_head_keeps_the_clients_transfer_codings_and_drops_its_length() 
 )
 def test_only_origin_form_targets(method: bytes, target: bytes, ok: bool) -> None:
     if ok:
-        rewrite.check_target(method, target)
+        heads.check_target(method, target)
     else:
-        with pytest.raises(rewrite.BadTarget):
-            rewrite.check_target(method, target)
+        with pytest.raises(heads.BadTarget):
+            heads.check_target(method, target)
 
 
 @pytest.mark.parametrize(
@@ -120,8 +120,8 @@ def test_only_origin_form_targets(method: bytes, target: bytes, ok: bool) -> Non
 def test_only_idempotent_requests_without_a_body_are_retried(
     method: bytes, headers: list[list[str]], retry: bool
 ) -> None:
-    head = rewrite.request_head(method, b"/", _headers([["Host", "h"], *headers]), b"p", b"p", b"u")
-    assert rewrite.retryable(method, head) is retry
+    head = heads.request_head(method, b"/", _headers([["Host", "h"], *headers]), b"p", b"p", b"u")
+    assert heads.retryable(method, head) is retry
 
 
 @pytest.mark.parametrize(
@@ -129,12 +129,12 @@ def test_only_idempotent_requests_without_a_body_are_retried(
     ["content-length", "Content-Length, keep-alive", "transfer-encoding", "close, Transfer-Encoding", "host", "HOST"],
 )
 def test_a_request_nominating_a_framing_header_is_refused(connection: str) -> None:
-    with pytest.raises(rewrite.BadFraming):
+    with pytest.raises(heads.BadFraming):
         _request([["Host", "h"], ["Content-Length", "5"], ["Connection", connection]])
 
 
 def test_an_interim_response_keeps_its_end_to_end_headers_only() -> None:
-    head = rewrite.interim_head(
+    head = heads.interim_head(
         103, _headers([["Link", "</s.css>; rel=preload"], ["Connection", "x-hop"], ["X-Hop", "1"], ["Keep-Alive", "5"]])
     )
     assert head == b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
@@ -150,6 +150,6 @@ def test_an_interim_response_keeps_its_end_to_end_headers_only() -> None:
     ],
 )
 def test_relayed_and_own_heads_share_one_status_line(status: int, line: bytes) -> None:
-    relayed, *_ = rewrite.client_head(status, [], head_request=False, http10=False, close=False)
+    relayed, *_ = heads.client_head(status, [], head_request=False, http10=False, close=False)
     assert relayed.startswith(line)
-    assert responses.error(status, "x", "y", close=True).startswith(line)
+    assert answers.error(status, "x", "y", close=True).startswith(line)

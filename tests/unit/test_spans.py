@@ -1,5 +1,5 @@
 """What a span says (drain_router.decisions.spans) and where the trace context goes upstream
-(drain_router.proxy.rewrite, drain_router.proxy.grpc.rules), by table; and the drop counting of the
+(drain_router.http1.heads, drain_router.h2.rules), by table; and the drop counting of the
 export queue with the SDK's real batch processor (an exporter that holds its first batch)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from drain_router.decisions import spans
-from drain_router.proxy import rewrite
-from drain_router.proxy.grpc import rules
+from drain_router.h2 import rules
+from drain_router.http1 import heads
 from tests import casefiles
 
 ATTRIBUTES = casefiles.load("tracing/attributes.yaml")
@@ -26,11 +26,11 @@ def _headers(rows: list[list[str]]) -> list[tuple[bytes, bytes]]:
 @pytest.mark.parametrize("case", casefiles.params(CONTEXT))
 def test_the_forwarded_head_carries_one_trace_context(case: dict[str, Any]) -> None:
     sent = _headers(case["sent"])
-    request = rewrite.request_head(b"GET", b"/", sent, b"10.0.0.1", b"10.0.0.1", b"up", case["traced"])
+    request = heads.request_head(b"GET", b"/", sent, b"10.0.0.1", b"10.0.0.1", b"up", case["traced"])
     head = request.head
     if case["traced"]:
         state = case.get("state")
-        head = rewrite.traced_head(head, b"ROUTER", None if state is None else state.encode())
+        head = heads.traced_head(head, b"ROUTER", None if state is None else state.encode())
     assert head.endswith(b"\r\n\r\n") and head.count(b"\r\n\r\n") == 1
     lines = head.decode().split("\r\n")
     trace = [line for line in lines if line.split(":")[0].lower() in ("traceparent", "tracestate")]

@@ -1,4 +1,4 @@
-"""The pure rules of honest stream ends (:mod:`drain_router.proxy.sse`), table by table: which
+"""The pure rules of honest stream ends (:mod:`drain_router.http1.sse`), table by table: which
 responses are streams with a known terminal event, what is kept of a stream, what counts as ended;
 and, with generated streams cut into generated reads, the OpenAI SDK's own decoder as the oracle of
 whether a stream ended with its terminal event."""
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drain_router.proxy import sse
-from drain_router.proxy.rewrite import CHUNKED, LENGTH, SMALL, UNTIL_CLOSE
+from drain_router.http1 import sse
+from drain_router.http1.heads import CHUNKED, LENGTH, SMALL, UNTIL_CLOSE
 from tests import ssegen
 
 SSE = [(b"Content-Type", b"text/event-stream; charset=utf-8")]

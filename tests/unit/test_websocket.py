@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drain_router.proxy import websocket as ws
+from drain_router.decisions import websocket as ws
 
 KEY = base64.b64encode(bytes(range(16)))
 GOOD = [

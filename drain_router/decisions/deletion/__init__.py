@@ -4,7 +4,7 @@ Rule of this package: purely computational, no side effects. :func:`next_stage` 
 status, what the caller observed in the cluster, the resolved knobs and ``now`` (Unix seconds), and
 returns a :class:`Decision`. The caller writes ``decision.status`` first, then carries out
 ``decision.actions``, then posts ``decision.events``, then requeues or releases the finalizer.
-Nothing here reads a clock or a raw API dict (``drain_router.controller.observe`` parses those).
+Nothing here reads a clock or a raw API dict (``drain_router.controller.kube.observe`` parses those).
 
 Stages only move forward::
 

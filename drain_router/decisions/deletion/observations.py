@@ -1,6 +1,6 @@
 """What the controller saw in the cluster on one pass, as the state machine reads it.
 
-Purely computational, no side effects: frozen values built by ``drain_router.controller.observe``.
+Purely computational, no side effects: frozen values built by ``drain_router.controller.kube.observe``.
 """
 
 from __future__ import annotations

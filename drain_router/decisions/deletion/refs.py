@@ -1,7 +1,7 @@
 """References to the objects a ModelService names, the typed spec, and which of them is the route.
 
 Purely computational, no side effects. The controller parses the custom resource's dicts into these
-types (``drain_router.controller.observe``); nothing here reads a dict from the API.
+types (``drain_router.controller.kube.observe``); nothing here reads a dict from the API.
 """
 
 from __future__ import annotations
