@@ -22,9 +22,9 @@ from typing import Final
 from drain_router import config
 from drain_router.activator.sites import ServiceSite, Sites
 from drain_router.admission.gate import Gate
-from drain_router.decisions.capacity import Reason
+from drain_router.decisions.capacity import Answer, Reason
 from drain_router.decisions.grpc_status import GrpcStatus
-from drain_router.grpc import health, queued
+from drain_router.grpc import health
 from drain_router.grpc.call import Call
 from drain_router.grpc.listener import GrpcListener
 from drain_router.grpc.pool import GrpcPool
@@ -109,15 +109,10 @@ class GrpcSite:
         for old in [u for u, p in self.pools.items() if p is not self.pool and _idle(p)]:
             self.pools.pop(old).close()
 
-    def refuse_held(self, answer: tuple[GrpcStatus, str], *, only: queued.Ticket | None = None) -> int:
-        """Answer held gRPC calls now (``only`` that one, else every one): they leave the gate."""
-        tickets = [only] if only is not None else [w for w in self.site.gate.waiters if isinstance(w, queued.Ticket)]
-        for ticket in tickets:
-            self.site.gate.withdraw(ticket)
-            call = ticket.call
-            call.gated = None
-            queued.answer(call, *answer)
-        return len(tickets)
+    def refuse_held(self, answer: tuple[GrpcStatus, str]) -> int:
+        """Answer every held gRPC call now (its HTTP requests go on waiting): they leave the gate."""
+        words = Answer(http=None, grpc=answer)
+        return sum(waiter.answer(words) for waiter in list(self.site.gate.waiters))
 
     def close(self) -> None:
         for pool in self.pools.values():
@@ -160,5 +155,5 @@ class GrpcSites:
                 if dest.grpc is None:
                     dest.grpc = GrpcSite(dest, listener)
                 return dest.grpc  # type: ignore[no-any-return]
-        queued.answer(Call(listener, conn, stream, headers, request, end, counted=False), *answer)
+        Call(listener, conn, stream, headers, request, end, counted=False).reject(*answer)
         return None

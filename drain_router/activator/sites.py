@@ -25,12 +25,12 @@ from drain_router import config, logs
 from drain_router.activator.settings import ActivatorSettings
 from drain_router.admission.gate import Gate
 from drain_router.decisions import activation, activator
-from drain_router.decisions.capacity import Reason
+from drain_router.decisions.capacity import Answer, Reason
 from drain_router.decisions.grpc_status import GrpcStatus
-from drain_router.http1 import answers, slots
+from drain_router.http1 import answers
 from drain_router.http1.heads import Headers
 from drain_router.http1.upstream.pool import UpstreamPool
-from drain_router.metrics import ActivatorMetrics, Metrics, Outcome
+from drain_router.metrics import ActivatorMetrics, Metrics
 
 log = logs.get("drain_router.activator")
 
@@ -47,6 +47,8 @@ BAD_SERVICE: answers.Error = (400, "bad_service", "x-drain-router-service must b
 NOT_FOUND: answers.Error = (404, "service_not_found", "no such service")
 TABLE_FULL: answers.Error = (503, "activator_full", "the activator holds requests for too many services")
 GRPC_NOT_FOUND = (GrpcStatus.NOT_FOUND, "no such service")  # for a held gRPC call
+#: A held request's, whichever protocol it speaks, when its ModelService turns out not to exist.
+NOT_FOUND_ANSWER = Answer(http=NOT_FOUND, grpc=GRPC_NOT_FOUND)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -186,15 +188,9 @@ class ServiceSite:
         ``for_secs``."""
         self.missing_until = now + for_secs
         self.held_since = None
-        for ticket in self.gate.take_waiters():
+        for waiter in self.gate.take_waiters():
             self.table.own.refused.labels("not_found").inc()
-            if not isinstance(ticket, slots.Ticket):  # a gRPC call's
-                self.grpc.refuse_held(GRPC_NOT_FOUND, only=ticket)
-                continue
-            exchange = ticket.exchange
-            exchange.gated = None
-            exchange.discard = True
-            exchange.reply(NOT_FOUND, Outcome.REJECTED)
+            waiter.answer(NOT_FOUND_ANSWER)
 
     def close(self) -> None:
         for pool in self.pools.values():

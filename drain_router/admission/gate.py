@@ -25,7 +25,7 @@ import asyncio
 from typing import Any, Protocol
 
 from drain_router.decisions import capacity
-from drain_router.decisions.capacity import Reason, Verdict
+from drain_router.decisions.capacity import Answer, Reason, Verdict
 
 _REASON = {Verdict.QUEUE_FULL: Reason.QUEUE_FULL, Verdict.CLOSING: Reason.CLOSING}
 
@@ -39,6 +39,10 @@ class Waiter(Protocol):
     def refused(self, reason: Reason, retry_after: float) -> None:
         """It never gets a slot (it left the queue, or never joined): answer it, ``retry_after``
         seconds estimated."""
+
+    def answer(self, answer: Answer) -> bool:
+        """The caller's own answer while it waits (:meth:`Gate.take_waiters`, the activator's):
+        True when it took it and left."""
 
 
 class GateMetrics(Protocol):

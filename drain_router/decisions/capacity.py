@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import math
+from typing import NamedTuple
 
 from drain_router.decisions.grpc_status import GrpcStatus
 
@@ -80,6 +81,16 @@ GRPC_ANSWERS: dict[Reason, tuple[GrpcStatus, str]] = {
     Reason.QUEUE_TIMEOUT: (GrpcStatus.RESOURCE_EXHAUSTED, "the call waited --queue-timeout-secs for a slot"),
     Reason.CLOSING: (GrpcStatus.UNAVAILABLE, "the router is shutting down; retry on another replica"),
 }
+
+
+class Answer(NamedTuple):
+    """The router's own answer to a request it ends while it waits, in each protocol's words
+    (None: requests of that protocol are not answered by it and go on waiting)."""
+
+    http: tuple[int, str, str] | None
+    """Status, ``error.type`` and message of the JSON error body."""
+    grpc: tuple[GrpcStatus, str] | None
+    """``grpc-status`` and ``grpc-message`` of a trailers-only response."""
 
 
 def arrival(queued: int, queue_size: int, *, closing: bool) -> Verdict:

@@ -16,9 +16,14 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from drain_router import logs
+from drain_router import logs, tracing
+from drain_router.admission.gate import Gate
+from drain_router.admission.ticket import Ticket
+from drain_router.decisions import capacity, spans
+from drain_router.decisions.capacity import Reason
 from drain_router.decisions.grpc_status import GrpcStatus
-from drain_router.grpc import answers, health, queued
+from drain_router.grpc import answers, health
+from drain_router.grpc.connection import Flusher
 from drain_router.grpc.outbound import Outbound
 from drain_router.grpc.pool import GrpcPool
 from drain_router.grpc.watch import MessageBoundaries
@@ -26,20 +31,32 @@ from drain_router.h2 import frames
 from drain_router.h2 import rules as r
 from drain_router.h2.connection import Connection
 from drain_router.h2.streams import Exit, Headers, State, Stream
-from drain_router.metrics import Outcome
+from drain_router.metrics import Metrics, Outcome
 from drain_router.state import InFlight
 
 log = logs.get("drain_router.grpc")
 
 
-class Site(queued.Site, Protocol):
-    """What a call needs from the listener it came through (metrics, loop, flusher, gate: :class:`queued.Site`)."""
+PUSHBACK = b"grpc-retry-pushback-ms"
 
+
+class Site(Protocol):
+    """What a call needs from the listener it came through."""
+
+    metrics: Metrics
+    flusher: Flusher
+    loop: asyncio.AbstractEventLoop
+    answers: dict[Reason, tuple[GrpcStatus, str]]
+    """The status and message of each refusal at the gate (the router's
+    :data:`~drain_router.decisions.capacity.GRPC_ANSWERS`)."""
     inflight: InFlight
     pool: GrpcPool | None
     """None only while its gate holds every call (an activator's service asleep)."""
     access_log: bool
     watches: set[Call]  # health Watch calls relayed while serving (they get NOT_SERVING at SIGTERM)
+
+    @property
+    def gate(self) -> Gate | None: ...
 
 
 class Call:
@@ -50,7 +67,6 @@ class Call:
         "down_conn",
         "ending",
         "finished",
-        "gated",
         "head_seen",
         "headers",
         "pool",
@@ -59,6 +75,7 @@ class Call:
         "site",
         "started_at",
         "status",
+        "ticket",
         "timer",
         "up",
         "up_conn",
@@ -94,11 +111,66 @@ class Call:
         self.status: str | None = None
         self.head_seen = False
         self.finished = False
-        self.gated: object = None  # see queued.Gated
+        self.ticket: Ticket | None = None
+        """Its place at the gate (a counted call, with ``--max-concurrent-requests``)."""
         self.ending: Outcome | None = None  # the outcome to finish with once the end the router sent goes out
         self.started_at = 0.0
         self.timer: asyncio.TimerHandle | None = None
         self.pool: GrpcPool | None = None  # its site's as it started (an activator's site changes pool)
+
+    # -- admission ------------------------------------------------------------------------------
+
+    speaks_grpc = True
+
+    def admit(self, gate: Gate) -> bool:
+        """A new counted call: True when it starts now (a slot); False when it waits for one (not
+        counted while it waits: what the client sends meanwhile waits in the call, held by flow
+        control) or was refused."""
+        ticket = self.ticket = Ticket(gate, self)
+        self.counted = False
+        if ticket.admit():
+            self.counted = True
+            return True
+        return False
+
+    def admitted(self) -> None:
+        """Given a slot after waiting: it starts at once."""
+        self.counted = True
+        self.start()
+
+    def refused(self, reason: Reason, retry_after: float) -> None:
+        """Trailers-only: RESOURCE_EXHAUSTED (queue full, or waited past ``--queue-timeout-secs``) or
+        UNAVAILABLE (closing), with ``grpc-retry-pushback-ms``; counted ``rejected``."""
+        status, message = self.site.answers[reason]
+        if reason is Reason.CLOSING:
+            tracing.event(self, spans.REFUSED_CLOSING)
+        self.reject(status, message, capacity.headers(retry_after)[1])
+
+    def answer(self, words: tuple[GrpcStatus, str]) -> None:
+        """Ended while it waited, with an answer of the activator's."""
+        self.reject(*words)
+
+    def reject(self, status: int, message: str, pushback_ms: int | None = None) -> None:
+        """The call ends before it reached any model server: trailers-only with ``status`` and
+        ``message`` (and ``grpc-retry-pushback-ms`` when given), or REFUSED_STREAM for an h2c stream
+        that is not a gRPC call; counted ``rejected``, never in flight."""
+        self.counted = False  # never in flight: counted here
+        self.status = str(status)
+        site = self.site
+        site.metrics.count_grpc(self.status, Outcome.REJECTED, 0.0)
+        self.ending = Outcome.REJECTED
+        down, conn = self.down, self.down_conn
+        if self.request.grpc and conn.sending(down):
+            ending = answers.ending(status, message, head_sent=False)
+            if pushback_ms is not None:
+                ending.append((PUSHBACK, b"%d" % pushback_ms))
+            conn.send_headers(down, ending, True)
+        else:  # not a gRPC call (an h2c stream): refused as a stream, which a client may retry
+            conn.reset(down, frames.REFUSED_STREAM)
+            self.finish(Outcome.REJECTED)
+        site.flusher.flush()
+
+    # -- relaying -------------------------------------------------------------------------------
 
     def start(self) -> None:
         site = self.site
@@ -275,8 +347,11 @@ class Call:
             elif up_conn is not None and up.sid in up_conn.streams:
                 up_conn.reset(up, frames.CANCEL)
             pool.released()
-        if self.gated is not None:
-            queued.leave(self, outcome)
+        ticket = self.ticket
+        if ticket is not None and ticket.leave(site.loop.time() - self.started_at):
+            # It waited and never started (the client reset it, or its connection went): counted
+            # here, it was never in flight.
+            site.metrics.count_grpc("none", outcome, 0.0)
 
     # -- health Watch relayed while serving ------------------------------------------------------
 

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from drain_router import tracing
 from drain_router.decisions import spans
-from drain_router.grpc import health, queued, traced
+from drain_router.grpc import health, traced
 from drain_router.grpc.answered import LocalHealth
 from drain_router.grpc.call import Call, Site
 from drain_router.grpc.connection import Wire
@@ -187,7 +187,7 @@ class Inbound(Wire):
             call = traced.call(tracer, site, core, stream, headers, request, end)
         if call.boundaries is not None:
             listener.watches.add(call)
-        if call.counted and site.gate is not None and not queued.admit(call, site.gate):
+        if call.counted and site.gate is not None and not call.admit(site.gate):
             return  # it waits for a slot (it starts when given one), or was refused
         call.start()
 

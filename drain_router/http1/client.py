@@ -18,8 +18,7 @@ from drain_router import logs
 from drain_router.http1 import answers
 from drain_router.http1.exchange import Exchange
 from drain_router.http1.heads import forwarded_node
-from drain_router.http1.reader import RequestReader
-from drain_router.http1.roles import Finished, Reading
+from drain_router.http1.reader import Reading, RequestReader
 from drain_router.http1.upstream.connection import UpstreamConnection
 from drain_router.http1.websocket.sessions import OpenTunnels
 from drain_router.http1.websocket.tunnel import Tunnel
@@ -35,6 +34,15 @@ CLIENT_HIGH_WATER_BYTES = 16 * 1024
 BODY_LINGER_SECS = 2.0
 #: Outcomes after which the client got a whole answer, so the connection can go on.
 ANSWERED = frozenset({Outcome.COMPLETED, Outcome.REJECTED, Outcome.UPSTREAM_ERROR})
+
+
+class Finished(Protocol):
+    """A request that ended, as its connection goes on after it."""
+
+    @property
+    def close(self) -> bool: ...
+    @property
+    def req_done(self) -> bool: ...
 
 
 class Listener(Reading, Protocol):

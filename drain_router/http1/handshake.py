@@ -6,9 +6,8 @@ at the in-flight deadline the tunnel is closed with Close 1001 both ways, not cu
 
 from __future__ import annotations
 
-from drain_router.http1.exchange import Exchange
+from drain_router.http1.exchange import Client, Destination, Exchange
 from drain_router.http1.heads import RequestHead, switching_head
-from drain_router.http1.roles import Client, Destination
 from drain_router.http1.upstream.connection import UpstreamConnection
 from drain_router.metrics import Outcome
 

@@ -25,8 +25,8 @@ from drain_router import logs
 from drain_router.decisions import capacity
 from drain_router.http1 import answers
 from drain_router.http1.client import ClientConnection
+from drain_router.http1.reader import Sites
 from drain_router.http1.refusals import Refusals
-from drain_router.http1.roles import Sites
 from drain_router.http1.upstream.pool import UpstreamPool
 from drain_router.http1.websocket.sessions import OpenTunnels
 from drain_router.state import RouterState

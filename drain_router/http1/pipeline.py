@@ -14,8 +14,7 @@ from typing import Any, Protocol
 import httptools
 
 from drain_router.http1.backpressure import PIPELINE
-from drain_router.http1.exchange import Exchange
-from drain_router.http1.roles import Client
+from drain_router.http1.exchange import Client, Exchange
 
 #: Parsed requests that may wait for their turn on a connection (what follows waits unread).
 MAX_PIPELINED = 8

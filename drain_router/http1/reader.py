@@ -15,17 +15,41 @@ from typing import Protocol
 
 import httptools
 
-from drain_router import logs
+from drain_router import logs, tracing
 from drain_router.http1 import answers, traced
 from drain_router.http1.backpressure import PIPELINE
 from drain_router.http1.classify import MAX_HEAD_BYTES, MAX_HEADERS, MAX_LINE_BYTES, HeadTooLarge, admit, probe_path
-from drain_router.http1.exchange import Exchange
+from drain_router.http1.exchange import Client, Destination, Exchange, Site
 from drain_router.http1.handshake import Handshake
+from drain_router.http1.heads import Headers
 from drain_router.http1.pipeline import HEAD_END, Pipeline, enqueue, feed_heads
-from drain_router.http1.roles import Client, Reading
 from drain_router.metrics import Outcome
 
 log = logs.get("drain_router.proxy")
+
+
+class Sites(Protocol):
+    """A listener's destinations when requests name where they go (the activator's services)."""
+
+    def pick(self, headers: Headers) -> Destination: ...
+
+
+class Reading(Site, Destination, Protocol):
+    """The traffic listener, as reading requests uses it (:mod:`.reader`): the destination of
+    every request unless it has :class:`Sites`."""
+
+    @property
+    def sites(self) -> Sites | None: ...
+
+    @property
+    def tracer(self) -> tracing.Tracer | None: ...
+
+    @property
+    def header_timeout(self) -> float: ...
+    @property
+    def bad_target_log(self) -> logs.RateLimited: ...
+    @property
+    def bad_request_log(self) -> logs.RateLimited: ...
 
 
 class Connection(Client, Protocol):

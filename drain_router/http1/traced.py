@@ -18,10 +18,9 @@ from drain_router import tracing
 from drain_router.decisions import spans
 from drain_router.http1 import answers
 from drain_router.http1.classify import Admission
-from drain_router.http1.exchange import Exchange
+from drain_router.http1.exchange import Client, Destination, Exchange
 from drain_router.http1.handshake import Handshake
 from drain_router.http1.heads import TRACE_CONTEXT, Headers, traced_head
-from drain_router.http1.roles import Client, Destination
 from drain_router.http1.upstream.connection import UpstreamConnection
 from drain_router.metrics import Outcome
 
