@@ -7,17 +7,15 @@ Every flag of ``serve`` and ``check`` can also come from ``DRAIN_ROUTER_<FLAG_IN
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import json
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import click
 
 from drain_router import config, early_signals
-from drain_router.config import usage
+from drain_router.config import flags, usage
 
 #: Subcommands that live in other packages, imported only when invoked, so ``serve`` never loads kopf.
 #: Each description is the first line of the command's own help (a test keeps them equal); None:
@@ -63,39 +61,13 @@ class LazyGroup(click.Group):
             formatter.write_dl(sorted(rows))
 
 
-def _env(flag: str) -> str:
-    return "DRAIN_ROUTER_" + flag.upper().replace("-", "_")
-
-
-def _click_option(
-    section: str, flag: config.Flag, default: Any
-) -> Callable[[click.decorators.FC], click.decorators.FC]:
-    """A click option generated from a setting: flag, variable, default, help and heading are said
-    once, in :mod:`drain_router.config`. Values stay text here; :func:`config.build_config` parses them."""
-    common: dict[str, Any] = {
-        "envvar": _env(flag.name),
-        "show_envvar": True,
-        "help": flag.help,
-        "heading": config.help_title(section, flag),
-    }
-    if flag.boolean:
-        return usage.option(f"--{flag.name}/--no-{flag.name}", default=bool(default), show_default=True, **common)
-    if default is dataclasses.MISSING:
-        return usage.option(f"--{flag.name}", required=True, metavar=flag.metavar, **common)
-    shown = None if default is None else ",".join(default) if isinstance(default, tuple) else str(default)
-    kind = click.Choice(flag.choices, case_sensitive=False) if flag.choices else None
-    return usage.option(
-        f"--{flag.name}", default=shown, show_default=shown is not None, metavar=flag.metavar, type=kind, **common
-    )
-
-
-ROUTER_OPTIONS = [_click_option(section, flag, field.default) for section, field, flag in config.settings()]
-
-
-def router_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(ROUTER_OPTIONS):
-        func = option(func)
-    return func
+#: The options of ``serve`` and ``check``: one per setting of the configuration tree, listed as
+#: :func:`config.settings` orders them under :func:`config.help_title`. Values stay text here;
+#: :func:`config.build_config` parses them.
+router_options = flags.options(
+    flags.option(flag, field.default, heading=config.help_title(section, flag))
+    for section, field, flag in config.settings()
+)
 
 
 def _build(params: dict[str, Any]) -> config.Config:
@@ -107,7 +79,7 @@ def _build(params: dict[str, Any]) -> config.Config:
         flag = config.flag_name(exc.field)
         hint = f"'{flag}'"
         if click.get_current_context().get_parameter_source(exc.field) is click.core.ParameterSource.ENVIRONMENT:
-            hint = f"'{_env(flag[2:])}' (the variable of {hint})"
+            hint = f"'{config.env_name(flag[2:])}' (the variable of {hint})"
         value = "not given" if exc.value is None else repr(exc.value)
         raise click.BadParameter(f"{value}: {exc.reason}", param_hint=hint) from None
 
@@ -155,7 +127,7 @@ def serve(**params: Any) -> None:
     "--strict",
     is_flag=True,
     default=False,
-    envvar=_env("strict"),
+    envvar=config.env_name("strict"),
     show_envvar=True,
     help="Exit 1 when any advisory is active (the JSON is printed all the same): a CI gate that "
     "refuses a configuration which starts but would lose requests or cut streams at the next "

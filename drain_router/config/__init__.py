@@ -8,12 +8,15 @@
 Durations have one representation everywhere: whole seconds in ``int`` fields named ``*_secs``
 (what the flags say and what asyncio's timers take). The user's text becomes seconds in exactly
 one place, :func:`parse_seconds`. Each setting is declared once, as a dataclass field with its flag,
-default, help and parser (:func:`setting`); the CLI generates its options from them.
+default, help and parser (:func:`flags.setting`); the CLI generates its options from them
+(:func:`flags.option`), as the other commands do from their own settings.
 
 Modules: ``sections`` (the section dataclasses), ``admission`` (admission control's), ``shutdown`` (the drain's section and its
-bounds), ``tree`` (:class:`Config`, :func:`settings`: the sections' order and headings) and
-``values`` (:class:`ConfigError`, the upstream address, the Flag machinery and the parsers); this
-package re-exports their public names and builds the tree (:func:`build_config`, :func:`effective`).
+bounds), ``tree`` (:class:`Config`, :func:`settings`: the sections' order and headings),
+``values`` (:class:`ConfigError`, the upstream address and the parsers), ``flags`` (a setting's
+:class:`Flag`, its variable's name and the click option built from it, for every command) and
+``usage`` (how ``--help`` lists them); this package re-exports their public names and builds the
+tree (:func:`build_config`, :func:`effective`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import dataclasses
 from typing import Any
 
 from drain_router.config.admission import DEFAULT_EXEMPT_PATHS, AdmissionSettings
+from drain_router.config.flags import Flag, env_name
 from drain_router.config.sections import (
     DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
     DEFAULT_CLIENT_KEEPALIVE_TIMEOUT_SECS,
@@ -43,7 +47,6 @@ from drain_router.config.shutdown import (
 from drain_router.config.tree import SECTIONS, Config, help_title, settings
 from drain_router.config.values import (
     ConfigError,
-    Flag,
     Upstream,
     flag_name,
     parse_int,
@@ -77,6 +80,7 @@ __all__ = [
     "advisories",
     "build_config",
     "effective",
+    "env_name",
     "flag_name",
     "help_title",
     "parse_int",
@@ -100,6 +104,7 @@ def build_config(**raw: object) -> Config:
         else:
             values[section][field.name] = field.default
             continue
+        assert flag.parse is not None, flag.name  # every setting of the tree is read as text
         values[section][field.name] = flag.parse(flag.key, given)
     if raw:
         raise TypeError(f"build_config() got unknown settings: {', '.join(sorted(raw))}")

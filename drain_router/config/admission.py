@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from drain_router.config.values import ConfigError, Flag, integer, required_seconds, setting
+from drain_router.config.flags import Flag, setting
+from drain_router.config.values import ConfigError, integer, required_seconds
 
 #: Health and model listing on every OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp):
 #: a probe or a client's discovery call must not wait behind completions.

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Literal
 
+from drain_router.config.flags import Flag, setting
 from drain_router.config.values import (
-    Flag,
     Upstream,
     boolean,
     choice,
@@ -22,7 +22,6 @@ from drain_router.config.values import (
     path,
     port,
     required_seconds,
-    setting,
     text,
     upstream,
 )
@@ -263,7 +262,7 @@ class LogSettings:
         Flag(
             name="access-log",
             parse=boolean,
-            boolean=True,
+            kind="switch",
             help="One structured line per proxied request. Off by default: at thousands of streams it is noise.",
         ),
     )
@@ -272,7 +271,7 @@ class LogSettings:
         Flag(
             name="tracing",
             parse=boolean,
-            boolean=True,
+            kind="switch",
             help="OpenTelemetry spans: one per proxied request, WebSocket session and gRPC call, continuing "
             "the client's traceparent (needs the 'otel' extra). The standard OTEL_* variables configure "
             "the exporter (OTLP/HTTP), endpoint, sampler and service name.",

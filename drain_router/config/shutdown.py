@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Literal
 
-from drain_router.config.values import Flag, choice, integer, required_seconds, seconds, setting
+from drain_router.config.flags import Flag, setting
+from drain_router.config.values import choice, integer, required_seconds, seconds
 from drain_router.decisions import advisory, websocket_close
 
 #: The Kubernetes default ``terminationGracePeriodSeconds``, assumed when the operator declares none:

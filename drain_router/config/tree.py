@@ -1,8 +1,8 @@
 """The settings tree: :class:`Config` holding the sections, and the order and headings in which the
 CLI lists their settings.
 
-The CLI generates its options from :func:`settings`; :func:`drain_router.config.build_config` validates raw
-values into a :class:`Config`.
+The CLI generates its options from :func:`settings` (:func:`drain_router.config.flags.option`);
+:func:`drain_router.config.build_config` validates raw values into a :class:`Config`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
+from drain_router.config import flags
 from drain_router.config.admission import AdmissionSettings
+from drain_router.config.flags import Flag
 from drain_router.config.sections import AdminSettings, GrpcSettings, HealthSettings, LogSettings, ProxySettings
 from drain_router.config.shutdown import DrainSettings
-from drain_router.config.values import Flag
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,11 +60,7 @@ FIRST_NEEDED_TITLE = "Set these first"
 def settings() -> Iterator[tuple[str, dataclasses.Field[Any], Flag]]:
     """Every setting: (section, dataclass field, flag), in the order the CLI lists them: the
     :data:`FIRST_NEEDED` ones, then the others by section."""
-    every = [
-        (section, field, field.metadata["flag"])
-        for section, cls in SECTIONS.items()
-        for field in dataclasses.fields(cls)
-    ]
+    every = [(section, field, flag) for section, cls in SECTIONS.items() for field, flag in flags.fields(cls)]
     yield from sorted((s for s in every if s[2].name in FIRST_NEEDED), key=lambda s: FIRST_NEEDED.index(s[2].name))
     yield from (s for s in every if s[2].name not in FIRST_NEEDED)
 

@@ -1,5 +1,5 @@
-"""The pieces of the configuration: its error type, the upstream address, and the settings
-machinery (a :class:`Flag` per setting, and the parsers that turn a user's text into values).
+"""The pieces of the configuration: its error type, the upstream address, and the parsers that turn
+a user's text into values (each setting's :class:`~drain_router.config.flags.Flag` names its own).
 
 The user's text becomes seconds in exactly one place, :func:`parse_seconds`.
 """
@@ -74,35 +74,11 @@ def parse_upstream(value: object, key: str = "upstream") -> Upstream:
 
 
 # --------------------------------------------------------------------------------------------------
-# Settings: each field of the configuration tree says once its flag, its default, its help and its
-# parser. The CLI generates its options from them (drain_router.cli), build_config() parses with them.
+# Parsers: each field of the configuration tree names one in its flag (drain_router.config.flags);
+# build_config() parses the user's text with it.
 
 Parser = Callable[[str, object], Any]
 """``parse(key, raw) -> value``: raw is a string (flag or variable) or a Python value (tests)."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Flag:
-    """How one setting is given: ``--<name>`` and ``DRAIN_ROUTER_<NAME>``."""
-
-    name: str
-    help: str
-    parse: Parser
-    metavar: str | None = None
-    choices: tuple[str, ...] | None = None
-    boolean: bool = False
-
-    @property
-    def key(self) -> str:
-        """The keyword of :func:`build_config` and the ``field`` of a :class:`ConfigError`."""
-        return self.name.replace("-", "_")
-
-
-def setting(default: Any, flag: Flag) -> Any:
-    """A dataclass field with its flag (``dataclasses.MISSING`` as default: the flag is required)."""
-    if default is dataclasses.MISSING:
-        return dataclasses.field(metadata={"flag": flag})
-    return dataclasses.field(default=default, metadata={"flag": flag})
 
 
 def _plural(n: int, unit: str) -> str:
