@@ -3,50 +3,18 @@ inside the command body, so ``drain-router --help`` and the sidecar never load i
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 import sys
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from drain_router.config import usage
+from drain_router.config import flags, usage
 from drain_router.controller import crd
 from drain_router.controller import settings as settings_
-from drain_router.controller.options import Option
-
-Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
-
-
-def _click_option(field: dataclasses.Field[Any], option: Option) -> Decorator:
-    """The click option of a setting: flag, variable, type, metavar, default, help and heading are said
-    once, in :mod:`drain_router.controller.settings`. The parameter is the field's name."""
-    default = field.default if option.cli_default is None else option.cli_default
-    flags = f"--{option.flag}/--no-{option.flag}" if option.kind == "switch" else f"--{option.flag}"
-    extra: dict[str, Any] = {"flag": {"is_flag": True}, "repeated": {"multiple": True}}.get(option.kind, {})
-    return usage.option(
-        flags,
-        field.name,
-        type=option.type,
-        default=default,
-        show_default=option.show_default and option.kind in ("value", "switch"),
-        envvar=option.envvar,
-        show_envvar=True,
-        metavar=option.metavar,
-        help=option.help,
-        heading=option.heading,
-        **extra,
-    )
-
-
-def _settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    for field, option in reversed(list(settings_.options())):
-        func = _click_option(field, option)(func)
-    return func
 
 
 @click.command(
@@ -54,7 +22,7 @@ def _settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
     cls=usage.SectionedCommand,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-@_settings_options
+@flags.settings_options(settings_.ControllerSettings, command="controller")
 @click.option("--print-crd", is_flag=True, help="Print the ModelService CRD (what the chart ships) and exit.")
 def command(print_crd: bool, **given: Any) -> None:
     """Run the companion controller: staged deletion of ModelServices (needs the 'controller' extra)."""

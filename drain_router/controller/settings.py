@@ -1,23 +1,23 @@
 """The controller's settings: one frozen object built by the ``controller`` subcommand. No kopf here.
 
-Each setting a user gives is declared once, as a field with its default and its :class:`Option` (flag,
-click type, metavar, help, heading); ``drain-router controller`` generates its options, and their
-``DRAIN_ROUTER_CONTROLLER_*`` variables, from them (:func:`options`), listed under headings as
-``serve`` lists its own (:mod:`drain_router.config.usage`). The other fields are for tests
-and for the command itself (``identity``).
+Each setting a user gives is declared once, as a field with its default and its
+:class:`~drain_router.config.flags.Flag` (flag, click type and bounds, metavar, help, heading);
+``drain-router controller`` generates its options, and their ``DRAIN_ROUTER_CONTROLLER_*``
+variables, from them as ``serve`` does from its own (:mod:`drain_router.config.flags`), listed under
+headings (:mod:`drain_router.config.usage`). The other fields are for tests and for the command
+itself (``identity``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from typing import Any
 
 import click
 
 from drain_router import config
+from drain_router.config.flags import Flag, setting
 from drain_router.controller import options as options_
-from drain_router.controller.options import DELETION, ENDPOINTS, LEADER_ELECTION, LOGGING, WATCH, Option, setting
+from drain_router.controller.options import DELETION, ENDPOINTS, LEADER_ELECTION, LOGGING, WATCH
 from drain_router.decisions import lifecycle, recycling, route_switch
 
 _PORT = click.IntRange(0, 65535)
@@ -28,19 +28,12 @@ _POSITIVE_SECS = click.FloatRange(min=0, min_open=True)
 DEFAULT_LIVENESS_PORT = 8081
 
 
-def options() -> Iterator[tuple[dataclasses.Field[Any], Option]]:
-    """The fields the command line sets, in the order ``--help`` lists them."""
-    for field in dataclasses.fields(ControllerSettings):
-        if "option" in field.metadata:
-            yield field, field.metadata["option"]
-
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ControllerSettings:
     namespaces: tuple[str, ...] = setting(
         (),
-        Option(
-            flag="namespace",
+        Flag(
+            name="namespace",
             heading=WATCH,
             kind="repeated",
             metavar="NS",
@@ -51,12 +44,12 @@ class ControllerSettings:
     """Empty only together with ``all_namespaces``."""
     all_namespaces: bool = setting(
         False,
-        Option(flag="all-namespaces", heading=WATCH, kind="flag", help="Watch every namespace (needs a ClusterRole)."),
+        Flag(name="all-namespaces", heading=WATCH, kind="flag", help="Watch every namespace (needs a ClusterRole)."),
     )
     metrics_port: int = setting(
         9092,
-        Option(
-            flag="metrics-port",
+        Flag(
+            name="metrics-port",
             heading=ENDPOINTS,
             type=_PORT,
             metavar="PORT",
@@ -66,8 +59,8 @@ class ControllerSettings:
     """9092: next to the router's 9091."""
     tracing: bool = setting(
         False,
-        Option(
-            flag="tracing",
+        Flag(
+            name="tracing",
             heading=ENDPOINTS,
             kind="switch",
             help="OpenTelemetry spans of the recycling, lifecycle and deletion passes (needs the 'otel' "
@@ -78,8 +71,8 @@ class ControllerSettings:
     """Off: the controller never loads the SDK."""
     liveness_port: int = setting(
         0,
-        Option(
-            flag="liveness-port",
+        Flag(
+            name="liveness-port",
             heading=ENDPOINTS,
             type=_PORT,
             metavar="PORT",
@@ -91,8 +84,8 @@ class ControllerSettings:
     (library callers and tests) is 0: none."""
     read_nodes: bool = setting(
         True,
-        Option(
-            flag="node-reads",
+        Flag(
+            name="node-reads",
             heading=WATCH,
             kind="switch",
             help="Read the node of a pod stuck terminating (needs get on nodes, cluster-scoped). "
@@ -103,8 +96,8 @@ class ControllerSettings:
     of being let go at once when its node is NotReady or gone."""
     requeue_secs: float = setting(
         5.0,
-        Option(
-            flag="requeue-secs",
+        Flag(
+            name="requeue-secs",
             heading=DELETION,
             type=_POSITIVE_SECS,
             metavar="SECS",
@@ -118,8 +111,8 @@ class ControllerSettings:
     """``None``: no activator, ScaleToZero keeps the route (a sleeping service wakes only by a person)."""
     leader_election: bool = setting(
         False,
-        Option(
-            flag="leader-election",
+        Flag(
+            name="leader-election",
             heading=LEADER_ELECTION,
             kind="switch",
             cli_default=True,
@@ -133,8 +126,8 @@ class ControllerSettings:
     field's default, for tests): this process acts at once, and must be the only one."""
     lease_name: str = setting(
         "drain-router-controller",
-        Option(
-            flag="leader-election-lease",
+        Flag(
+            name="leader-election-lease",
             heading=LEADER_ELECTION,
             metavar="NAME",
             help="The Lease the replicas of one install compete for (one per install).",
@@ -143,8 +136,8 @@ class ControllerSettings:
     """The chart passes the release's full name."""
     lease_namespace: str = setting(
         "",
-        Option(
-            flag="leader-election-namespace",
+        Flag(
+            name="leader-election-namespace",
             heading=LEADER_ELECTION,
             metavar="NS",
             show_default=False,
@@ -155,8 +148,8 @@ class ControllerSettings:
     """The chart passes the controller's own from the downward API; the command fills in the default."""
     lease_duration_secs: int = setting(
         15,
-        Option(
-            flag="leader-election-lease-duration",
+        Flag(
+            name="leader-election-lease-duration",
             heading=LEADER_ELECTION,
             type=click.IntRange(min=1),
             metavar="SECS",
@@ -169,8 +162,8 @@ class ControllerSettings:
     rescheduling."""
     renew_deadline_secs: float = setting(
         10.0,
-        Option(
-            flag="leader-election-renew-deadline",
+        Flag(
+            name="leader-election-renew-deadline",
             heading=LEADER_ELECTION,
             type=_POSITIVE_SECS,
             metavar="SECS",
@@ -184,8 +177,8 @@ class ControllerSettings:
     (only durations are compared, never two clocks' readings). 10 s as in client-go."""
     retry_period_secs: float = setting(
         2.0,
-        Option(
-            flag="leader-election-retry-period",
+        Flag(
+            name="leader-election-retry-period",
             heading=LEADER_ELECTION,
             type=_POSITIVE_SECS,
             metavar="SECS",
@@ -195,19 +188,20 @@ class ControllerSettings:
     """2 s as in client-go."""
     log_format: str = setting(
         "json",
-        Option(
-            flag="log-format",
+        Flag(
+            name="log-format",
             heading=LOGGING,
-            type=click.Choice(config.LOG_FORMATS),
+            choices=config.LOG_FORMATS,
+            case_sensitive=True,
             help="json: one object a line on stdout, as the router logs. console: for a terminal.",
         ),
     )
     log_level: str = setting(
         "info",
-        Option(
-            flag="log-level",
+        Flag(
+            name="log-level",
             heading=LOGGING,
-            type=click.Choice(config.LOG_LEVELS, case_sensitive=False),
+            choices=config.LOG_LEVELS,
             help="Minimum level logged, the controller's and kopf's alike.",
         ),
     )
