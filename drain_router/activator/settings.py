@@ -1,10 +1,16 @@
 """The activator's own settings (the listeners', the drain's and the logs' are the router's
-:class:`~drain_router.config.Config`, validated by :func:`~drain_router.config.build_config`)."""
+:class:`~drain_router.config.Config`, validated by :func:`~drain_router.config.build_config`). Each
+is declared once, as a field with its default and its
+:class:`~drain_router.config.flags.Flag` (flag, bounds, metavar, help, heading), from which
+``drain-router activator`` builds its option (:mod:`drain_router.config.flags`)."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import click
+
+from drain_router.config.flags import Flag, check_bounds, setting
 from drain_router.decisions import activation
 
 NO_UPSTREAM = "http://127.0.0.1:9"
@@ -20,26 +26,88 @@ DEFAULT_POLL_INTERVAL_SECS = 1
 a cold start and light on the API server (one list per waking service)."""
 
 
+#: The headings of ``activator --help``, in the order they are listed.
+LISTENERS = "Listeners"
+HOLDING = "Holding requests"
+KUBERNETES = "Kubernetes"
+DRAIN = "Shutdown"
+LOGS = "Logs"
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ActivatorSettings:
-    queue_size: int = DEFAULT_QUEUE_SIZE
+    queue_size: int = setting(
+        DEFAULT_QUEUE_SIZE,
+        Flag(
+            name="queue-size",
+            heading=HOLDING,
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="Requests held per service while it wakes; one more is answered 429 with Retry-After.",
+        ),
+    )
     """Requests held per service; one more is answered 429."""
-    activation_timeout_secs: int = int(activation.DEFAULT_ACTIVATION_TIMEOUT_SECS)
+    activation_timeout_secs: int = setting(
+        int(activation.DEFAULT_ACTIVATION_TIMEOUT_SECS),
+        Flag(
+            name="activation-timeout-secs",
+            heading=HOLDING,
+            type=click.IntRange(min=1),
+            metavar="SECS",
+            help="How long a request is held for a wake; past it, 503 with Retry-After from the service's "
+            "last cold start. Match the ModelService's activationTimeout.",
+        ),
+    )
     """How long a request is held before it is answered 503 with ``Retry-After``."""
-    max_services: int = DEFAULT_MAX_SERVICES
+    max_services: int = setting(
+        DEFAULT_MAX_SERVICES,
+        Flag(
+            name="max-services",
+            heading=HOLDING,
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="Services the activator holds requests for at once; a request for one more is answered 503.",
+        ),
+    )
     """Services in the table at once; a request for one more is answered 503."""
-    poll_interval_secs: float = DEFAULT_POLL_INTERVAL_SECS
+    poll_interval_secs: float = setting(
+        DEFAULT_POLL_INTERVAL_SECS,
+        Flag(
+            name="poll-interval-secs",
+            heading=KUBERNETES,
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="SECS",
+            help="While a service wakes: how often its pods are listed and their routers' /readyz probed "
+            "(and the ModelService read again). The first ready router gets the held requests.",
+        ),
+    )
     """Between two lists of a service's pods (and probes of their routers)."""
-    kube_api: str | None = None
+    kube_api: str | None = setting(
+        None,
+        Flag(
+            name="kube-api",
+            heading=KUBERNETES,
+            metavar="URL",
+            help="The Kubernetes API's base URL, without credentials (out of cluster, or a stand-in). "
+            "Unset: in cluster, from the pod's service account.",
+        ),
+    )
     """The Kubernetes API's base URL (None: in cluster, from the service account)."""
-    grpc_port: int | None = None
+    grpc_port: int | None = setting(
+        None,
+        Flag(
+            name="grpc-port",
+            heading=LISTENERS,
+            type=click.IntRange(min=0, max=65535),
+            metavar="PORT",
+            help="gRPC (h2c, prior knowledge) listener port: the activator Service's grpc port, where a "
+            "GRPCRoute of a sleeping service points. Calls are held like requests (RESOURCE_EXHAUSTED "
+            "when the queue is full, UNAVAILABLE past the timeout) and forwarded to the pod router's "
+            "spec.router.grpcPort. Unset: no gRPC listener. 0 picks a free port (logged).",
+        ),
+    )
     """The gRPC (h2c) listener's port (None: no gRPC listener; 0: a free port)."""
 
     def __post_init__(self) -> None:
-        for name, minimum in (("queue_size", 1), ("activation_timeout_secs", 1), ("max_services", 1)):
-            if getattr(self, name) < minimum:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least {minimum}")
-        if self.grpc_port is not None and not 0 <= self.grpc_port < 65536:
-            raise ValueError("--grpc-port must be a port (0-65535)")
-        if self.poll_interval_secs <= 0:
-            raise ValueError("--poll-interval-secs must be more than 0")
+        # The bounds are the flags' (what click refuses on the command line), for library callers.
+        check_bounds(self)
