@@ -3,7 +3,7 @@
 python -m bench                 full run (~10-15 min): results JSON, chart, docs table
 python -m bench --quick         a few minutes, same shape, fewer/shorter rounds
 python -m bench --smoke --results DIR --no-docs    seconds; what ``make test`` runs
-python -m bench --workloads grpc    only some workloads (names or groups: http, ws, grpc, overload, tracing, activator)
+python -m bench --workloads grpc    only some workloads (names or groups, as --help lists them)
 python -m bench report [FILE]   redraw the table and chart from a results file (default: the latest full
                                 run, with the latest full runs of the workloads it lacks)
 python -m bench profile         py-spy on the router under load (needs py-spy)

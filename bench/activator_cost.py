@@ -33,15 +33,13 @@ import contextlib
 import signal
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 
 from bench import procstat, targets, tracing_overhead
+from bench.harness import Group, Harness, Session, Workload
 from drain_router_dev import fake_kube
-
-if TYPE_CHECKING:
-    from bench.runner import Bench
 
 HEADER = "x-drain-router-service"
 NS = "bench"
@@ -112,11 +110,11 @@ async def _until(check: Any, what: str) -> None:
         await asyncio.sleep(0.02)
 
 
-class ActivatorCost:
+class ActivatorCost(Session):
     """The stand-in APIs, the long-lived router and activator, and each round's held cells."""
 
-    def __init__(self, bench: Bench) -> None:
-        self.bench = bench
+    def __init__(self, bench: Harness) -> None:
+        super().__init__(bench)
         self.stack = contextlib.AsyncExitStack()
         self.awake_kube: fake_kube.FakeKube | None = None
         self.asleep_kube: fake_kube.FakeKube | None = None
@@ -241,3 +239,10 @@ class ActivatorCost:
         for arm in self.arms:
             await asyncio.to_thread(arm.stop)
         await self.stack.aclose()
+
+
+#: Its records: ``activator_small_get`` and ``activator_held``, on its own processes (the targets named
+#: for the run are not started for it).
+WORKLOADS = (
+    Workload("activator", Group("activator", "activator"), session=ActivatorCost, suffixed=True, needs_targets=False),
+)

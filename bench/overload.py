@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 
 from bench import overload_report, overload_stats, overload_targets, targets
+from bench.harness import Group, Session, Workload
 from bench.overload_targets import Engine
 from drain_router_dev import overload
 
@@ -180,6 +181,30 @@ async def run(setup: Setup, log: Callable[[str], None], cpus: set[int] | None = 
     records.append({"round": 0, "workload": "overload_gate", "target": "router", "metrics": gate})
     log(f"  overload gate cost: {gate}")
     return records
+
+
+class OnePass(Session):
+    """The overload workload in a run of the bench: one pass of the mode's setup, after every other
+    workload (its own engines and bounds, the bench's server cores)."""
+
+    async def after(self) -> None:
+        bench = self.bench
+        bench.log("overload (one pass)")
+        bench.records += await run(SETUPS[bench.plan.mode], bench.log, bench.server_cpus)
+
+
+#: Its records: ``overload_<load>x``, ``overload_unloaded`` and ``overload_gate``, on processes of its
+#: own (neither the bench upstream nor the targets named for the run are started for it).
+WORKLOADS = (
+    Workload(
+        "overload",
+        Group("overload", "overload"),
+        session=OnePass,
+        suffixed=True,
+        needs_upstream=False,
+        needs_targets=False,
+    ),
+)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

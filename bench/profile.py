@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import grpcload, loadgen, runner, targets
+from bench import grpcload, harness, loadgen, targets
 
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 
@@ -110,7 +110,7 @@ async def _drive(
 ) -> dict:
     url = router.url
     if workload == "grpc_stream":
-        plan = runner.PLANS["full"]
+        plan = harness.PLANS["full"]
         return await grpcload.stream(
             "127.0.0.1", router.grpc_port, concurrency, seconds, messages=plan.grpc_messages, warmup=0.3
         )
@@ -174,9 +174,8 @@ def main(argv: list[str]) -> int:
     if not os.path.exists(pyspy):
         print("py-spy not found: pip install py-spy", file=sys.stderr)
         return 1
-    workloads = runner.GRPC_WORKLOADS if args.workload.startswith("grpc_") else runner.WORKLOAD_GROUPS["http"]
-    bench = runner.Bench(runner.PLANS["quick"], ["router"], lambda m: print(m, file=sys.stderr), workloads)
-    bench.start_upstream()
+    bench = harness.Harness(harness.PLANS["quick"], ["router"], lambda m: print(m, file=sys.stderr))
+    bench.start_upstream(grpc=args.workload.startswith("grpc_"))
     router = targets.Router("router", "drain-router")
     router.start(bench.ctx)
     raw = args.out / f"pyspy-router-{args.workload}-{args.concurrency}.txt"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import activator_report, overload_report, stats, tracing_report
+from bench.workloads import GROUPS, group_of
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 BASELINES = ("direct", "nginx", "envoy", "aiohttp", "before")
@@ -477,29 +478,13 @@ ROWS: list[tuple[str, str, str, str]] = [
 ]
 
 
-GROUP_NAMES = {
-    "http": "HTTP",
-    "ws": "WebSocket",
-    "grpc": "gRPC",
-    "overload": "overload",
-    "tracing": "tracing",
-    "activator": "activator",
-}
+#: The groups of workloads, in run order, and how the header names their rows.
+GROUP_NAMES = {group.name: group.label for group in GROUPS}
 
 
 def _group(workload: str) -> str:
     """Which group of workloads (``--workloads``) a record's workload belongs to."""
-    if workload.startswith("grpc_"):
-        return "grpc"
-    if workload.startswith("overload"):
-        return "overload"
-    if workload.startswith("tracing_"):
-        return "tracing"
-    if workload.startswith("activator_"):
-        return "activator"
-    if workload.startswith("ws_"):
-        return "ws"
-    return "http"
+    return group_of(workload).name
 
 
 def _run_of(results: dict[str, Any]) -> dict[str, Any]:

@@ -27,15 +27,13 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 
 from bench import loadgen, targets
+from bench.harness import Group, Harness, Session, Workload
 from drain_router_dev import process as process_
-
-if TYPE_CHECKING:
-    from bench.runner import Bench
 
 #: The routers, in run order: (target name, label, sampling ratio or None for no ``--tracing``).
 ARMS: tuple[tuple[str, str, str | None], ...] = (
@@ -96,11 +94,11 @@ def spans_per_unit(metrics: dict[str, Any], units_key: str) -> float | None:
     return spans / units
 
 
-class Tracing:
+class Tracing(Session):
     """The sink and the three routers of one run."""
 
-    def __init__(self, bench: Bench) -> None:
-        self.bench = bench
+    def __init__(self, bench: Harness) -> None:
+        super().__init__(bench)
         self.sink: process_.Process | None = None
         self.sink_port = 0
         self.arms: list[TracingRouter] = []
@@ -110,7 +108,8 @@ class Tracing:
     def sink_url(self) -> str:
         return f"http://127.0.0.1:{self.sink_port}"
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """The sink and the routers started, then warmed."""
         bench = self.bench
         self.sink_port = process_.free_port()
         self.sink = process_.Process(
@@ -136,6 +135,7 @@ class Tracing:
             if reason:
                 self.skipped[name] = reason
             bench.log(f"tracing arm {name}: {reason or 'ok'}")
+        await self.warm()
 
     async def warm(self) -> None:
         for arm in self.arms:
@@ -214,7 +214,12 @@ class Tracing:
         for arm in self.arms:
             arm.stop()
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         self.stop_arms()
         if self.sink is not None:
             self.sink.stop(signal.SIGTERM, timeout=5)
+
+
+#: Its records: ``tracing_small_get``, ``tracing_sse_paced_<c>`` and ``tracing_totals``, on its own
+#: routers (the targets named for the run are not started for it).
+WORKLOADS = (Workload("tracing", Group("tracing", "tracing"), session=Tracing, suffixed=True, needs_targets=False),)
