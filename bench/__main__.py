@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--targets",
         default=",".join(targets.DEFAULT_TARGETS),
-        help=f"comma-separated, from {','.join(report.TARGET_ORDER)} (default: %(default)s)",
+        help=f"comma-separated, from {','.join(targets.NAMES)} (default: %(default)s)",
     )
     parser.add_argument(
         "--workloads",
@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plan = runner.plan_for(args.mode or "full", args.rounds, args.seconds)
     names = [n.strip() for n in args.targets.split(",") if n.strip()]
-    unknown = set(names) - set(report.TARGET_ORDER)
+    unknown = set(names) - set(targets.NAMES)
     if unknown:
-        parser.error(f"unknown target(s) {sorted(unknown)}; choose from {list(report.TARGET_ORDER)}")
+        parser.error(f"unknown target(s) {sorted(unknown)}; choose from {list(targets.NAMES)}")
     try:
         workloads = runner.select_workloads(args.workloads)
     except ValueError as exc:

@@ -9,12 +9,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bench import activator_report, overload_report, stats, tracing_report
+from bench import activator_report, overload_report, stats, targets, tracing_report
 from bench.workloads import GROUPS, group_of
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 BASELINES = ("direct", "nginx", "envoy", "aiohttp", "before")
-TARGET_ORDER = ("direct", "router", "before", "aiohttp", "raw", "nginx", "haproxy", "envoy", "traefik")
+#: The table's columns and the chart's bars: the targets in run order.
+TARGET_ORDER = targets.NAMES
 
 #: Per workload, the metrics worth summarising (name, unit, higher_is_better).
 METRICS: dict[str, list[tuple[str, str, bool]]] = {

@@ -696,12 +696,10 @@ WS_TARGETS = ("direct", "router", "nginx", "envoy")
 #: HAProxy with HTTP/2 both sides, the router, and the upstream itself).
 GRPC_TARGETS = ("direct", "router", "before", "nginx", "haproxy", "envoy")
 
-#: Targets measured when none are named: everything but the prototype.
-DEFAULT_TARGETS = ("direct", "router", "aiohttp", "nginx", "haproxy", "envoy", "traefik")
-
 
 def all_targets() -> list[Target]:
-    """Every target, in run order (direct first: every ratio divides by something in the same round)."""
+    """Every target, in run order (direct first: every ratio divides by something in the same round).
+    The one list of the targets: the ``--targets`` choices and the report's column order are its."""
     return [
         Direct("direct", "direct (no proxy)"),
         Router("router", "drain-router", drain_signal=signal.SIGTERM),
@@ -713,3 +711,11 @@ def all_targets() -> list[Target]:
         Envoy("envoy", "Envoy"),
         Traefik("traefik", "Traefik", drain_signal=signal.SIGTERM),
     ]
+
+
+#: Every target's name, in run order.
+NAMES = tuple(target.name for target in all_targets())
+
+#: Targets measured when none are named: everything but the router from another tree (``before``,
+#: which needs ``BENCH_BEFORE_SRC``) and the prototype.
+DEFAULT_TARGETS = tuple(name for name in NAMES if name not in ("before", "raw"))
