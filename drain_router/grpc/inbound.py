@@ -27,7 +27,6 @@ from drain_router.grpc.call import Call, Site
 from drain_router.grpc.connection import Wire
 from drain_router.h2 import frames
 from drain_router.h2 import rules as r
-from drain_router.h2.blocks import Budgets
 from drain_router.h2.connection import Connection
 from drain_router.h2.rules import Request
 from drain_router.h2.streams import Exit, Headers, Stream
@@ -82,7 +81,7 @@ class Inbound(Wire):
         super().__init__(listener.flusher)
         self.listener = listener
         self.core = Connection(
-            self, client_side=False, budgets=Budgets(self.loop.time()), max_backlog=r.MAX_QUEUED_OUTPUT_BYTES
+            self, client_side=False, budgets=r.Budgets(self.loop.time()), max_backlog=r.MAX_QUEUED_OUTPUT_BYTES
         )
         self.core.max_streams = listener.max_streams
         self.stage = Stage.WAITING

@@ -15,6 +15,8 @@ from typing import Protocol, TypeVar, cast
 
 from drain_router.h2 import frames, hpackcache, sending
 from drain_router.h2 import rules as r
+from drain_router.h2.frames import H2Error
+from drain_router.h2.rules import Budgets
 from drain_router.h2.streams import (
     ACCEPT,
     CLOSED,
@@ -35,36 +37,12 @@ _ENDED, _EXIT_ENDED = Closed.ENDED, Exit.ENDED  # module globals: see streams.OP
 T = TypeVar("T")
 
 
-class H2Error(Exception):
-    """A connection error (RFC 9113 §5.4.1): GOAWAY with ``code``."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-
-
 class Events(sending.Events, Protocol):
     def stream_requested(self, stream: Stream, headers: Headers, request: r.Request, end: bool) -> None:
         """A new stream's checked request head (server role): give it a handler, or refuse it."""
 
     def request_rejected(self) -> None:
         """A new stream's request head was malformed: it was reset and is never relayed."""
-
-
-class Budgets:
-    """A connection's budgets for frames that cost work without progress: a client's are
-    :mod:`rules`' limits, the model server's are unlimited."""
-
-    __slots__ = ("idle", "pings", "resets", "settings")
-
-    def __init__(self, now: float, *, limited: bool = True) -> None:
-        def budget(limits: tuple[int, float]) -> r.Budget:
-            return r.Budget(limits if limited else (2**62, 0.0), now)
-
-        self.resets = budget(r.RESETS)
-        self.settings = budget(r.SETTINGS_FRAMES)
-        self.pings = budget(r.PINGS)
-        self.idle = budget(r.IDLE_FRAMES)
 
 
 class Blocks(sending.Sender):

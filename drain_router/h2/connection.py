@@ -14,7 +14,9 @@ from typing import Protocol
 
 from drain_router.h2 import blocks, frames
 from drain_router.h2 import rules as r
-from drain_router.h2.blocks import Blocks, Budgets, H2Error
+from drain_router.h2.blocks import Blocks
+from drain_router.h2.frames import H2Error
+from drain_router.h2.rules import Budgets
 from drain_router.h2.streams import (
     ACCEPT,
     CLOSED,

@@ -66,6 +66,14 @@ class FrameSizeError(Exception):
     """A frame longer than the receiver's SETTINGS_MAX_FRAME_SIZE (a connection error, §4.2)."""
 
 
+class H2Error(Exception):
+    """A connection error (RFC 9113 §5.4.1): GOAWAY with ``code``."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
 def header(length: int, kind: int, flags: int, stream_id: int) -> bytes:
     """The 9-byte frame header."""
     return _HEADER.pack((length << 8) | kind, flags, stream_id)

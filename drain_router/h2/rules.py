@@ -222,6 +222,22 @@ class Budget:
         return True
 
 
+class Budgets:
+    """A connection's budgets for frames that cost work without progress: a client's are this
+    module's limits, the model server's are unlimited."""
+
+    __slots__ = ("idle", "pings", "resets", "settings")
+
+    def __init__(self, now: float, *, limited: bool = True) -> None:
+        def budget(limits: tuple[int, float]) -> Budget:
+            return Budget(limits if limited else (2**62, 0.0), now)
+
+        self.resets = budget(RESETS)
+        self.settings = budget(SETTINGS_FRAMES)
+        self.pings = budget(PINGS)
+        self.idle = budget(IDLE_FRAMES)
+
+
 #: W3C trace context (``--tracing``): the client's is replaced by the router's span (:func:`traced`).
 TRACE_CONTEXT: Final = frozenset((b"traceparent", b"tracestate"))
 

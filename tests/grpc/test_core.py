@@ -12,9 +12,8 @@ import pytest
 from hyperframe import frame as hf
 
 from drain_router.h2 import frames, rules
-from drain_router.h2.blocks import Budgets
 from drain_router.h2.connection import Connection
-from drain_router.h2.rules import Request
+from drain_router.h2.rules import Budgets, Request
 from drain_router.h2.streams import Exit, Headers, State, Stream
 
 REQUEST = [

@@ -25,9 +25,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from drain_router.h2 import frames, rules
-from drain_router.h2.blocks import Budgets
 from drain_router.h2.connection import Connection
-from drain_router.h2.rules import Request
+from drain_router.h2.rules import Budgets, Request
 from drain_router.h2.streams import Exit, Headers, Stream
 from tests.grpc.test_core import REQUEST, QuietEvents, parse
 
