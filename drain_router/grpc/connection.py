@@ -69,7 +69,7 @@ class Wire(asyncio.Protocol):
     def goaway_received(self, last_stream: int, code: int) -> None: ...
 
     def stream_requested(self, stream: Stream, headers: Headers, request: Request, end: bool) -> None:
-        raise NotImplementedError  # the server role's (never reached for the client role: see blocks)
+        raise NotImplementedError  # the server role's (never reached for the client role: see Connection.new_stream)
 
     def request_rejected(self) -> None: ...
 
