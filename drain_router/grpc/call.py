@@ -273,7 +273,7 @@ class Call:
         """``n`` bytes of ``source`` went into the other side's transport: re-open ``source``'s window,
         or owe it until that transport takes its buffer (a reader that does not read)."""
         if n and target is not None:
-            if target.paused:
+            if target.output.paused:
                 source.owed += n
             elif source is self.down:
                 self.down_conn.grant(source, n)

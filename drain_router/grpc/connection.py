@@ -77,14 +77,15 @@ class Wire(asyncio.Protocol):
 
     def flush(self) -> None:
         core = self.core
+        output = core.output
         transport = self.transport
-        if core.out:
-            data = core.data_to_send()
+        if output.queued:
+            data = output.data_to_send()
             if transport is not None and not self.lingering:
                 transport.write(data)
         if core.failed and not self.lingering and transport is not None:
             self.lingering = True
-            if core.paused or not transport.can_write_eof():
+            if output.paused or not transport.can_write_eof():
                 transport.abort()  # a peer that does not read would hold a closing transport forever
             else:
                 transport.write_eof()
@@ -99,12 +100,11 @@ class Wire(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------------------
 
     def pause_writing(self) -> None:
-        self.core.paused = True
+        self.core.output.pause()
 
     def resume_writing(self) -> None:
         core = self.core
-        core.paused = False
-        core.backlog = 0
+        core.output.resume()
         for stream in list(core.streams.values()):
             stream.handler.on_writable(stream)
         self.flusher.flush()

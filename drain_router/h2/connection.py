@@ -31,6 +31,7 @@ from typing import Protocol, TypeVar, cast
 from drain_router.h2 import frames, hpackcache
 from drain_router.h2 import rules as r
 from drain_router.h2.frames import H2Error
+from drain_router.h2.output import Output
 from drain_router.h2.rules import Budgets
 from drain_router.h2.streams import (
     ACCEPT,
@@ -98,13 +99,7 @@ class Connection:
         self.settings_seen = False
         """The peer's first frame must be SETTINGS (§3.4)."""
         self.failed = False
-        # -- output
-        self.out: list[bytes] = []
-        self.paused = False
-        """The transport's buffer is above its high-water mark (set by the I/O layer)."""
-        self.max_backlog = max_backlog
-        self.backlog = 0
-        """Bytes other than relayed DATA queued since the transport paused."""
+        self.output = Output(events.output_ready, max_backlog)
         # -- streams
         self.streams: dict[int, Stream] = {}
         self.closed = ClosedStreams(r.REMEMBERED_CLOSED_STREAMS)
@@ -143,7 +138,9 @@ class Connection:
             ours[frames.MAX_CONCURRENT_STREAMS] = self.max_streams
         self.recv_window = r.CONNECTION_WINDOW
         magic = frames.PREFACE if self.client_side else b""
-        self.queue(magic + frames.settings(ours) + frames.window_update(0, r.CONNECTION_WINDOW - frames.DEFAULT_WINDOW))
+        self.output.queue(
+            magic + frames.settings(ours) + frames.window_update(0, r.CONNECTION_WINDOW - frames.DEFAULT_WINDOW)
+        )
 
     # -- bytes in ---------------------------------------------------------------------------------
 
@@ -638,7 +635,7 @@ class Connection:
             stream.send_window -= n
             self.send_window -= n
             self.data_frames_sent += 1
-            self.queue(frames.data_header(n, stream.sid, end) + data)
+            self.output.queue(frames.data_header(n, stream.sid, end) + data)
             if end:
                 self.end_sent(stream)
             return n
@@ -666,7 +663,7 @@ class Connection:
             stream.send_window -= len(chunk)
             self.send_window -= len(chunk)
             self.data_frames_sent += 1
-            self.queue(frames.data_header(len(chunk), stream.sid, last) + chunk)
+            self.output.queue(frames.data_header(len(chunk), stream.sid, last) + chunk)
             sent += len(chunk)
         if report and sent:
             stream.handler.on_sent(stream, sent)
@@ -677,7 +674,7 @@ class Connection:
                 self.send_headers(stream, trailers, stream.pending_end)
             elif stream.pending_end:
                 if sent == 0:
-                    self.queue(frames.data_header(0, stream.sid, True))
+                    self.output.queue(frames.data_header(0, stream.sid, True))
                 self.end_sent(stream)
         return sent
 
@@ -696,29 +693,17 @@ class Connection:
 
     # -- output -----------------------------------------------------------------------------------
 
-    def queue(self, data: bytes) -> None:
-        if not self.out:
-            self.events.output_ready()
-        self.out.append(data)
-
     def control(self, data: bytes) -> None:
-        """Queue a frame that is not relayed DATA: counted against the backlog bound while paused.
-        Nothing follows a connection error's GOAWAY."""
+        """Queue a frame that is not relayed DATA: past the output's bound while its transport is
+        paused, the connection fails instead. Nothing follows a connection error's GOAWAY."""
         if self.failed:
             return
-        if self.paused and self.max_backlog is not None:
-            self.backlog += len(data)
-            if self.backlog > self.max_backlog:
-                self.fail(frames.ENHANCE_YOUR_CALM, "output not read")
-                return
-        if not self.out:
-            self.events.output_ready()
-        self.out.append(data)
+        if not self.output.control(data):
+            self.fail(frames.ENHANCE_YOUR_CALM, "output not read")
 
     def data_to_send(self) -> bytes:
-        data = b"".join(self.out)
-        self.out.clear()
-        return data
+        """What to write now (what :meth:`Events.output_ready` announced), taken from the output."""
+        return self.output.data_to_send()
 
     def fail(self, code: int, reason: str) -> None:
         """A connection error (RFC 9113 §5.4.1): GOAWAY with ``code`` is the last frame, and every
@@ -726,15 +711,15 @@ class Connection:
         if self.failed:
             return
         self.failed = True
-        self.out.clear()
-        self.queue(frames.goaway(self.last_peer_stream, code, reason.encode()[:128]))
+        self.output.clear()
+        self.output.queue(frames.goaway(self.last_peer_stream, code, reason.encode()[:128]))
         self.close_all(code)
         self.events.connection_failed()
 
     def lost(self) -> None:
         """The transport closed: nothing more goes out, and every stream leaves (LOST)."""
         self.failed = True
-        self.out.clear()
+        self.output.clear()
         self.close_all(frames.CANCEL)
 
     def close_all(self, code: int) -> None:

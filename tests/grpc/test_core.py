@@ -357,8 +357,8 @@ def test_output_past_the_bound_while_the_transport_is_paused_fails_the_connectio
     """The bound is the core's (the listener gives client connections MAX_QUEUED_OUTPUT_BYTES): a
     small one here, answered PINGs one second apart (within their budget) to a client not reading."""
     core, _rec, _peer = server()
-    core.max_backlog = 1000
-    core.paused = True
+    core.output.max_backlog = 1000
+    core.output.pause()
     ping = hf.PingFrame(0, opaque_data=b"12345678").serialize()
     for i in range(1000 // 17 + 1):
         core.receive(ping, float(i))  # one second apart: within the PING budget

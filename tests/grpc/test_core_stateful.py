@@ -215,7 +215,7 @@ class CoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def output_bounded(self) -> None:
-        queued = sum(len(b) for b in self.core.out)
+        queued = sum(len(b) for b in self.core.output.queued)
         assert queued <= rules.MAX_QUEUED_OUTPUT_BYTES + 64 * rules.STREAM_WINDOW, queued
 
     def teardown(self) -> None:
