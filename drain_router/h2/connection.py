@@ -50,6 +50,7 @@ from drain_router.h2.streams import (
     Verdict,
     received,
 )
+from drain_router.h2.windows import ANNOUNCE_AT, Windows
 
 _ENDED, _EXIT_ENDED = Closed.ENDED, Exit.ENDED  # module globals: see streams.OPEN
 T = TypeVar("T")
@@ -112,11 +113,7 @@ class Connection:
         self.max_streams = r.MAX_CONCURRENT_STREAMS
         """Concurrent streams the peer may open (server role; advertised in SETTINGS)."""
         self.data_frames_sent = 0
-        # -- windows
-        self.send_window = frames.DEFAULT_WINDOW
-        self.recv_window = frames.DEFAULT_WINDOW
-        self.recv_unannounced = 0
-        self.peer_initial_window = frames.DEFAULT_WINDOW
+        self.windows = Windows()
         # -- the peer's settings, and header blocks
         self.peer_max_frame = frames.DEFAULT_MAX_FRAME
         self.encoder = hpackcache.Encoder()
@@ -136,11 +133,9 @@ class Connection:
         }
         if not self.client_side:
             ours[frames.MAX_CONCURRENT_STREAMS] = self.max_streams
-        self.recv_window = r.CONNECTION_WINDOW
+        increment = self.windows.open_recv()
         magic = frames.PREFACE if self.client_side else b""
-        self.output.queue(
-            magic + frames.settings(ours) + frames.window_update(0, r.CONNECTION_WINDOW - frames.DEFAULT_WINDOW)
-        )
+        self.output.queue(magic + frames.settings(ours) + frames.window_update(0, increment))
 
     # -- bytes in ---------------------------------------------------------------------------------
 
@@ -224,14 +219,13 @@ class Connection:
             verdict = self.stream_verdict(sid, frames.DATA)[1]
             if verdict is Verdict.PROTOCOL_ERROR:
                 raise H2Error(frames.PROTOCOL_ERROR, "DATA on an idle stream")
-        if length > self.recv_window:
+        windows = self.windows
+        if length > windows.recv:
             raise H2Error(frames.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
-        self.recv_window -= length
-        self.recv_unannounced += length
-        if self.recv_unannounced >= r.CONNECTION_WINDOW // 4:
-            self.control(frames.window_update(0, self.recv_unannounced))
-            self.recv_window += self.recv_unannounced
-            self.recv_unannounced = 0
+        windows.recv -= length
+        windows.unannounced += length
+        if windows.unannounced >= ANNOUNCE_AT:
+            self.control(frames.window_update(0, windows.announce()))
         if verdict is not ACCEPT or stream is None:
             self.judge(stream, sid, verdict, "DATA")  # in flight (ignored), or a stream error
             return
@@ -290,11 +284,7 @@ class Connection:
         increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
         if sid == 0:
             self.spend_idle("WINDOW_UPDATE frames")
-            if increment == 0:
-                raise H2Error(frames.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
-            self.send_window += increment
-            if self.send_window > frames.MAX_WINDOW:
-                raise H2Error(frames.FLOW_CONTROL_ERROR, "connection window overflow")
+            self.windows.send_opened(increment)
             self.unblock()
             return
         stream, verdict = self.stream_verdict(sid, frames.WINDOW_UPDATE)
@@ -324,10 +314,7 @@ class Connection:
             raise H2Error(frames.FRAME_SIZE_ERROR, "SETTINGS length")
         for key, value in values.items():
             if key == frames.INITIAL_WINDOW_SIZE:
-                if value > frames.MAX_WINDOW:
-                    raise H2Error(frames.FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE too large")
-                delta = value - self.peer_initial_window
-                self.peer_initial_window = value
+                delta = self.windows.peer_initial_changed(value)
                 for stream in self.streams.values():
                     stream.send_window += delta
                     if stream.send_window > frames.MAX_WINDOW:
@@ -453,7 +440,7 @@ class Connection:
         if sid % 2 == 0:
             raise H2Error(frames.PROTOCOL_ERROR, "a client's stream ids are odd")
         self.last_peer_stream = sid
-        stream = Stream(sid, None, self.peer_initial_window, r.STREAM_WINDOW)
+        stream = Stream(sid, None, self.windows.peer_initial, r.STREAM_WINDOW)
         if end:
             stream.state = HALF_CLOSED_REMOTE
         self.streams[sid] = stream
@@ -590,7 +577,7 @@ class Connection:
         """A new stream carrying ``headers`` (client role)."""
         sid = self.next_stream
         self.next_stream += 2
-        stream = Stream(sid, handler, self.peer_initial_window, r.STREAM_WINDOW)
+        stream = Stream(sid, handler, self.windows.peer_initial, r.STREAM_WINDOW)
         self.streams[sid] = stream
         self.send_headers(stream, headers, end)
         return stream
@@ -631,9 +618,10 @@ class Connection:
         if self.failed or (state is not OPEN and state is not HALF_CLOSED_REMOTE):
             return len(data)
         n = len(data)
-        if not stream.pending and n <= stream.send_window and n <= self.send_window and n <= self.peer_max_frame:
+        windows = self.windows
+        if not stream.pending and n <= stream.send_window and n <= windows.send and n <= self.peer_max_frame:
             stream.send_window -= n
-            self.send_window -= n
+            windows.send -= n
             self.data_frames_sent += 1
             self.output.queue(frames.data_header(n, stream.sid, end) + data)
             if end:
@@ -648,8 +636,9 @@ class Connection:
         """Send what the windows allow of the stream's waiting data (then its trailers or end)."""
         sent = 0
         pending = stream.pending
+        windows = self.windows
         while pending:
-            room = min(stream.send_window, self.send_window, self.peer_max_frame)
+            room = min(stream.send_window, windows.send, self.peer_max_frame)
             if room <= 0:
                 self.blocked[stream.sid] = stream
                 break
@@ -661,7 +650,7 @@ class Connection:
                 pending.popleft()
             last = not pending and stream.pending_end and stream.pending_trailers is None
             stream.send_window -= len(chunk)
-            self.send_window -= len(chunk)
+            windows.send -= len(chunk)
             self.data_frames_sent += 1
             self.output.queue(frames.data_header(len(chunk), stream.sid, last) + chunk)
             sent += len(chunk)
@@ -679,8 +668,9 @@ class Connection:
         return sent
 
     def unblock(self) -> None:
+        windows = self.windows
         for stream in list(self.blocked.values()):
-            if self.send_window <= 0:
+            if windows.send <= 0:
                 break
             self.drain(stream)
 
