@@ -26,10 +26,11 @@ exactly once, with why.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, TypeVar, cast
+from typing import Protocol, TypeVar
 
 from drain_router.h2 import frames, hpackcache
 from drain_router.h2 import rules as r
+from drain_router.h2.blocks import HeaderBlocks
 from drain_router.h2.frames import H2Error
 from drain_router.h2.output import Output
 from drain_router.h2.rules import Budgets
@@ -117,11 +118,7 @@ class Connection:
         # -- the peer's settings, and header blocks
         self.peer_max_frame = frames.DEFAULT_MAX_FRAME
         self.encoder = hpackcache.Encoder()
-        self.decoder = hpackcache.Decoder()
-        self.block: tuple[int, int, bytearray, bool] | None = None
-        """A header block being assembled: (stream, flags, bytes, depends on itself)."""
-        self.checked_lists: dict[int, tuple[Headers, object, object]] = {}
-        """Header lists already checked, by identity (see :meth:`checked`)."""
+        self.blocks = HeaderBlocks()
 
     def initiate(self) -> None:
         """This end's preface: SETTINGS and the connection window (the client role's magic first)."""
@@ -179,16 +176,20 @@ class Connection:
             if kind != frames.SETTINGS or flags & frames.ACK:
                 raise H2Error(frames.PROTOCOL_ERROR, "the preface must be followed by SETTINGS")
             self.settings_seen = True
-        if self.block is not None and kind != frames.CONTINUATION:
+        if self.blocks.partial is not None and kind != frames.CONTINUATION:
             raise H2Error(frames.PROTOCOL_ERROR, "a header block interrupted")
         if kind == frames.DATA:
             self.data_frame(flags, sid, payload)
         elif kind == frames.HEADERS:
-            self.headers_frame(flags, sid, payload)
+            block = self.blocks.headers_frame(flags, sid, payload)
+            if block is not None:
+                self.header_block(sid, *block)
         elif kind == frames.WINDOW_UPDATE:
             self.window_update_frame(sid, payload)
         elif kind == frames.CONTINUATION:
-            self.continuation_frame(flags, sid, payload)
+            block = self.blocks.continuation_frame(flags, sid, payload)
+            if block is not None:
+                self.header_block(sid, *block)
         elif kind == frames.RST_STREAM:
             self.rst_stream_frame(sid, payload)
         elif kind == frames.SETTINGS:
@@ -354,46 +355,8 @@ class Connection:
 
     # -- header blocks ----------------------------------------------------------------------------
 
-    def headers_frame(self, flags: int, sid: int, payload: bytes) -> None:
-        if sid == 0:
-            raise H2Error(frames.PROTOCOL_ERROR, "HEADERS on stream 0")
-        body = frames.strip_padding(flags, payload)
-        if body is None:
-            raise H2Error(frames.PROTOCOL_ERROR, "invalid padding")
-        self_dependent = False
-        if flags & frames.PRIORITY_FLAG:
-            if len(body) < 5:
-                raise H2Error(frames.FRAME_SIZE_ERROR, "HEADERS too short for its priority")
-            self_dependent = int.from_bytes(body[:4], "big") & 0x7FFFFFFF == sid
-            body = body[5:]
-        if flags & frames.END_HEADERS:
-            self.header_block(sid, flags, body, self_dependent)
-        else:
-            self.block = (sid, flags, bytearray(body), self_dependent)
-            self.check_block_size(len(body))
-
-    def continuation_frame(self, flags: int, sid: int, payload: bytes) -> None:
-        block = self.block
-        if block is None or block[0] != sid:
-            raise H2Error(frames.PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
-        block[2].extend(payload)
-        self.check_block_size(len(block[2]))
-        if flags & frames.END_HEADERS:
-            self.block = None
-            self.header_block(sid, block[1], bytes(block[2]), block[3])
-
-    def check_block_size(self, size: int) -> None:
-        if size > r.MAX_HEADER_BLOCK_BYTES:
-            raise H2Error(frames.ENHANCE_YOUR_CALM, "header block too large")
-
-    def header_block(self, sid: int, flags: int, block: bytes, self_dependent: bool) -> None:
-        try:
-            headers = self.decoder.decode(block)  # always, even for a stream it is dropped on: HPACK's state
-        except hpackcache.HeaderListTooLarge:
-            raise H2Error(frames.ENHANCE_YOUR_CALM, "header list too large") from None
-        except hpackcache.CompressionError:
-            raise H2Error(frames.COMPRESSION_ERROR, "invalid header block") from None
-        end = bool(flags & frames.END_STREAM)
+    def header_block(self, sid: int, headers: Headers, end: bool, self_dependent: bool) -> None:
+        """A whole header block, decoded (:class:`~.blocks.HeaderBlocks`): what it does to its stream."""
         stream, verdict = self.stream_verdict(sid, frames.HEADERS)
         if stream is None and verdict is ACCEPT:
             self.new_stream(sid, headers, end, self_dependent)
@@ -418,7 +381,7 @@ class Connection:
         """Check a block on a stream that is open: a response's head (client role) or trailers; False
         for an informational response (dropped). Raises :class:`rules.Malformed`."""
         if self.client_side and not stream.heads:
-            status, length = self.checked(headers, r.response)
+            status, length = self.blocks.checked(headers, r.response)
             if status < 200:
                 if end:
                     raise r.Malformed("an informational response ends its stream")
@@ -428,7 +391,7 @@ class Connection:
         else:
             if not end:
                 raise r.Malformed("a second header block that does not end the stream")
-            self.checked(headers, r.trailers)
+            self.blocks.checked(headers, r.trailers)
         if end and stream.body_left > 0:
             raise r.Malformed("the stream ended short of its content-length")
         return True
@@ -448,7 +411,7 @@ class Connection:
             self.stream_error(stream, sid, frames.PROTOCOL_ERROR)
             return
         try:
-            request = self.checked(headers, r.request)
+            request = self.blocks.checked(headers, r.request)
             if end and request.length > 0:
                 raise r.Malformed("the stream ended short of its content-length")
         except r.Malformed:
@@ -457,19 +420,6 @@ class Connection:
             return
         stream.body_left = request.length
         self.events.stream_requested(stream, headers, request, end)
-
-    def checked(self, headers: Headers, rule: Callable[[Headers], T]) -> T:
-        """``rule(headers)``, remembered: a list decoded from a remembered block is the same object
-        each time (never changed after decoding), so its check is remembered with it, held so its
-        identity cannot be reused. Raises :class:`rules.Malformed` (never remembered)."""
-        known = self.checked_lists.get(id(headers))
-        if known is not None and known[0] is headers and known[1] is rule:
-            return cast(T, known[2])
-        result = rule(headers)
-        if len(self.checked_lists) >= hpackcache.CACHE_ENTRIES:
-            self.checked_lists.clear()
-        self.checked_lists[id(headers)] = (headers, rule, result)
-        return result
 
     # -- which stream, and in which state -----------------------------------------------------------
 
