@@ -3,9 +3,15 @@ each stream's :class:`~drain_router.h2.streams.Handler` and to the role above (:
 bytes out, gathered for the I/O layer to take (:meth:`Connection.data_to_send`) when told there is
 output (:meth:`Events.output_ready`).
 
+One class, :class:`Connection`, holding its stateful collaborators by reference: the connection's
+flow-control windows (:class:`~.windows.Windows`), its output (:class:`~.output.Output`), the peer's
+header blocks as they arrive (:class:`~.blocks.HeaderBlocks`), the streams
+(:class:`~.streams.Stream`, each with its own windows and what waits on it) and the closed streams
+it remembers (:class:`~.streams.ClosedStreams`).
+
 Every received frame is judged once: frames that belong to the connection here, frames on a stream
-by RFC 9113 §5.1's table (:data:`~drain_router.h2.streams.RECEIVED`), then header blocks by §8's
-rules, the same way whichever block of the stream they are. Which block a stream is at decides its
+by RFC 9113 §5.1's table (:data:`~drain_router.h2.streams.RECEIVED`), then header blocks, once
+assembled and decoded, by §8's rules, the same way whichever block of the stream they are. Which block a stream is at decides its
 rules: a request's first block is a request head (:func:`rules.request`), a response's a response
 head (informational ones are dropped), and every later block must end the stream and is trailers
 (:func:`rules.trailers`); a second block that does not end the stream is malformed. A malformed
@@ -19,8 +25,9 @@ taken here); a stream's receive window is re-opened in batches as the other side
 (:meth:`Connection.grant`). Output other than relayed DATA (control frames, header blocks) queued
 while the transport is paused has a bound: past it the connection fails with ENHANCE_YOUR_CALM.
 
-A stream leaves the connection one way (:meth:`Connection.close_stream`), and its handler is told so
-exactly once, with why.
+The peer's END_STREAM moves a stream one way (:meth:`Connection.end_received`), and a stream leaves
+the connection one way (:meth:`Connection.close_stream`): its handler is told so exactly once, with
+why.
 """
 
 from __future__ import annotations
@@ -84,25 +91,31 @@ class Events(Protocol):
 
 
 class Connection:
-    """One end of one HTTP/2 connection (server role unless ``client_side``): its streams, their
-    windows and the connection's, its output, and the peer's header blocks as they arrive."""
+    """One end of one HTTP/2 connection (server role unless ``client_side``): the frames it receives,
+    its streams, and what it sends on them."""
 
     def __init__(
         self, events: Events, *, client_side: bool, budgets: Budgets | None = None, max_backlog: int | None = None
     ) -> None:
         self.events = events
         self.client_side = client_side
+        self.failed = False
+        """A connection error was sent, or the transport is gone: nothing more goes out."""
         self.now = 0.0
         """The clock the budgets are paid by (passed in with each read)."""
         self.budgets = budgets or Budgets(0.0, limited=False)
         self.buffer = bytearray()
+        """Bytes read and not yet a whole frame."""
         self.preface_seen = client_side
         """The client's preface (the server role waits for it)."""
         self.settings_seen = False
         """The peer's first frame must be SETTINGS (§3.4)."""
-        self.failed = False
+        self.blocks = HeaderBlocks()
+        self.windows = Windows()
+        self.peer_max_frame = frames.DEFAULT_MAX_FRAME
+        """The peer's SETTINGS_MAX_FRAME_SIZE: no frame sent is larger."""
+        self.encoder = hpackcache.Encoder()
         self.output = Output(events.output_ready, max_backlog)
-        # -- streams
         self.streams: dict[int, Stream] = {}
         self.closed = ClosedStreams(r.REMEMBERED_CLOSED_STREAMS)
         self.blocked: dict[int, Stream] = {}
@@ -114,11 +127,7 @@ class Connection:
         self.max_streams = r.MAX_CONCURRENT_STREAMS
         """Concurrent streams the peer may open (server role; advertised in SETTINGS)."""
         self.data_frames_sent = 0
-        self.windows = Windows()
-        # -- the peer's settings, and header blocks
-        self.peer_max_frame = frames.DEFAULT_MAX_FRAME
-        self.encoder = hpackcache.Encoder()
-        self.blocks = HeaderBlocks()
+        """DATA frames sent: each earns the peer frames without progress (:meth:`spend_idle`)."""
 
     def initiate(self) -> None:
         """This end's preface: SETTINGS and the connection window (the client role's magic first)."""
@@ -642,7 +651,7 @@ class Connection:
             self.fail(frames.ENHANCE_YOUR_CALM, "output not read")
 
     def data_to_send(self) -> bytes:
-        """What to write now (what :meth:`Events.output_ready` announced), taken from the output."""
+        """Everything gathered to write, in order (:meth:`.output.Output.data_to_send`)."""
         return self.output.data_to_send()
 
     def fail(self, code: int, reason: str) -> None:
