@@ -417,8 +417,14 @@ class Exchange:
                 size = sum(map(len, out[at:]))
                 if end is not None:
                     prev, last = out[-2], out[-1]
-                    if end.fast and SHORT <= len(prev) <= LARGEST and SHORT <= len(last) <= LARGEST:
-                        end.prev = prev  # the read's last two events, by reference
+                    if len(last) < SHORT and parts > 2:
+                        # A short last piece (``data: [DONE]``) joins the one before it, as feed()
+                        # would: one bounded copy a read, not a pass over the read's pieces.
+                        third = out[-3]
+                        if SHORT <= len(third) <= LARGEST and SHORT <= len(prev) <= LARGEST:
+                            prev, last = third, prev + last
+                    if end.fast and SHORT <= len(prev) <= LARGEST and SHORT <= len(last) <= LARGEST + SHORT:
+                        end.prev = prev  # the read's last pieces, by reference
                         end.last = last
                         end.seen += size
                     else:

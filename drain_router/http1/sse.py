@@ -48,6 +48,8 @@ TAIL = 64
 #: The Responses API's terminal events: the response's lifecycle ends with exactly one of them.
 TERMINAL_NAMES = frozenset({b"response.completed", b"response.failed", b"response.incomplete"})
 
+#: How nearly every chat or completions stream ends: a terminal event whose dispatch needs no decoding.
+DONE_EVENT = b"\n\ndata: [DONE]\n\n"
 #: The ends of a blank line (an event's end) in any of SSE's line endings (CRLF, LF, CR).
 _BOUNDARIES = (b"\n\n", b"\r\r", b"\n\r\n", b"\r\r\n", b"\n\r")
 
@@ -154,7 +156,12 @@ class StreamEnd:
         """Whether the stream so far ended with its terminal event, as the OpenAI SDK would read it:
         a dispatched event whose data starts with ``[DONE]`` (where the SDK stops reading), or, for a
         ``NAMED`` stream, a whole event whose name is terminal as the stream's last."""
-        if self.kind == NAMED and self.name in TERMINAL_NAMES and self.at_boundary():
+        if self.kind == NAMED:
+            if self.name in TERMINAL_NAMES and self.at_boundary():
+                return True
+        elif self.last.endswith(DONE_EVENT):
+            # An empty line, then ``data: [DONE]`` as its event's first line, then the empty line
+            # that dispatches it: what the SDK stops at, whatever came before (no decoding needed).
             return True
         window = self.prev + self.last
         return done_dispatched(window, whole=len(window) == self.seen)
