@@ -1,5 +1,5 @@
 """From a results file to what a reader sees: medians and min-max over rounds, per-round ratios,
-the issue's goals (met or missed, by how much), a markdown table and a PNG chart."""
+the bench's goals (met or missed, by how much), a markdown table and a PNG chart."""
 
 from __future__ import annotations
 
@@ -202,7 +202,7 @@ def noise(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def goals(results: dict[str, Any], derived: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets, evaluated on the medians of per-round values."""
+    """The bench's goals, evaluated on the medians of per-round values."""
     ratios, summary = derived["ratios"], derived["summary"]
     out: list[dict[str, Any]] = []
     # The tracing workload's records are its own goals' (bench/tracing_report.py), not small GET's.

@@ -688,12 +688,12 @@ class Traefik(Target):
         return f"http://127.0.0.1:{self.admin_port}/ping"
 
 
-#: The targets of the WebSocket workloads (the issue's comparison: nginx and Envoy as WebSocket
-#: proxies, the router, and the upstream itself).
-WS_TARGETS = ("direct", "router", "nginx", "envoy")
+#: The targets of the WebSocket workloads: nginx and Envoy as WebSocket proxies, the router (and the
+#: router of another checkout, ``before``), and the upstream itself.
+WS_TARGETS = ("direct", "router", "before", "nginx", "envoy")
 
-#: The targets of the gRPC workloads (the issue's comparison: Envoy and nginx as gRPC proxies,
-#: HAProxy with HTTP/2 both sides, the router, and the upstream itself).
+#: The targets of the gRPC workloads: Envoy and nginx as gRPC proxies, HAProxy with HTTP/2 both
+#: sides, the router (and ``before``), and the upstream itself.
 GRPC_TARGETS = ("direct", "router", "before", "nginx", "haproxy", "envoy")
 
 
