@@ -99,6 +99,11 @@ class Bench(harness.Harness):
                 await loadgen.requests(target.url + "/small", 4, min(0.2, plan.seconds / 2))
             for round_no in range(plan.rounds):
                 self.log(f"round {round_no + 1}/{plan.rounds}")
+                if round_no:
+                    # Every other round the other way round (router, before; then before, router):
+                    # what the cell before leaves behind (a warm cache, a busy core) falls on each
+                    # target alike, so a ratio of two targets does not carry their order.
+                    self.targets.reverse()
                 for session in sessions:
                     await session.round(round_no)
             for session in sessions:

@@ -288,3 +288,24 @@ def test_runs_of_some_workloads_are_shown_beside_the_latest_of_the_others(tmp_pa
     assert text.count("Run `") == 3 and "for the gRPC rows" in text
     grpc_only = json.loads(paths[0].read_text())
     assert report.with_missing(grpc_only, tmp_path)["records"] == combined["records"]
+
+
+def test_targets_take_turns_in_alternate_order(tmp_path: Path) -> None:
+    """1. two rounds of one workload against two targets 2. read the cells in the order they ran.
+    Result: the second round measures the targets in the reverse order of the first."""
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench", "--smoke", "--rounds", "2", "--workloads", "small_get"),
+            *("--targets", "direct,router", "--results", str(tmp_path), "--no-docs"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (results,) = [json.loads(f.read_text()) for f in tmp_path.glob("*-smoke.json")]
+    order = [
+        [r["target"] for r in results["records"] if r["round"] == n and r["workload"] == "small_get"] for n in (0, 1)
+    ]
+    assert order[0] == ["direct", "router"] and order[1] == ["router", "direct"], order
