@@ -19,7 +19,7 @@ from drain_router.controller.kube import client as kube_
 from drain_router.controller.kube import observe
 from drain_router.decisions import deletion, ownership, recycling
 
-from . import consents
+from . import consents, scenario
 from .conftest import MSVC, NAMESPACE
 from .emulator import ClusterEmulator
 
@@ -196,3 +196,35 @@ async def test_discovery_answers_an_absent_group_version_then_finds_it_once_inst
     host = str(server.url).rstrip("/").encode()
     cache = os.path.join(tempfile.gettempdir(), f"osrcp-{hashlib.md5(host, usedforsecurity=False).hexdigest()}.json")
     assert not os.path.exists(cache)
+
+
+async def test_a_pod_gone_with_its_replicaset_between_two_reads_is_not_called_not_owned(
+    cluster: Any, kube: kube_.Kube
+) -> None:
+    """1. A Deployment the service owns, its ReplicaSet and a pod of it; a pod of no ReplicaSet. 2. The
+    ReplicaSet and its pod go (a foreground deletion ending) after the pods are listed and before the
+    ReplicaSet is read. Result: the pod that went is neither the service's nor listed as not owned
+    (it was the service's); the pod of no ReplicaSet, still there, is listed as not owned."""
+    emu, _ = cluster
+    dep = await emu.put("apps/v1/deployments", {"metadata": {"name": "llama", "namespace": NAMESPACE, "labels": LABEL}})
+    refs = await scenario.replicaset(emu, dep)
+    selector = {"matchLabels": {"app": "x"}}
+    for name, owners in (("llama-0", refs), ("stray", [])):
+        meta = {"name": name, "namespace": NAMESPACE, "labels": {"app": "x"}, "ownerReferences": owners}
+        await emu.put("v1/pods", {"metadata": meta})
+    gone = [emu.key("v1/pods", NAMESPACE, "llama-0"), emu.key("apps/v1/replicasets", NAMESPACE, "llama-5f7c")]
+
+    def foreground_ends(request: Any) -> None:
+        if request.method == "GET" and request.resource == kmock.resource("apps/v1/replicasets"):
+            for key in gone:
+                if key in emu.objects and not emu.objects[key].deleted:
+                    emu.objects[key].delete()
+
+    emu.on_request = foreground_ends
+    service = ownership.Owner(namespace=NAMESPACE, name="llama", uid="msvc-uid")
+    consent = ownership.check(service, observe.claim("Deployment", dep))
+    assert isinstance(consent, ownership.Consent)
+    selected, failure = await observe.selected_pods(kube, service, selector, [consent])
+    assert failure is None and selected is not None
+    assert selected.owned == ()
+    assert [n.what for n in selected.not_owned] == ["Pod/stray"], selected.not_owned

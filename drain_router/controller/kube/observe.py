@@ -195,8 +195,17 @@ async def selected_pods(
         if isinstance(verdict, ownership.Consent):
             owned.append(pod(raw, verdict))
         else:
-            not_owned.append(verdict)
-    return SelectedPods(owned=tuple(owned), not_owned=tuple(not_owned)), None
+            not_owned.append((raw, verdict))
+    if not_owned and names:
+        # The pods were listed before their ReplicaSets were read: one deleted in the foreground
+        # since then went with its pods, which were listed all the same. A pod not owned is one
+        # still there when listed again after those reads; one gone since was the service's.
+        again, failure = await try_read(kube.list_pods(service.namespace, selector))
+        if failure is not None:
+            return None, failure
+        present = {(p.get("metadata") or {}).get("uid") for p in again or ()}
+        not_owned = [(raw, v) for raw, v in not_owned if (raw.get("metadata") or {}).get("uid") in present]
+    return SelectedPods(owned=tuple(owned), not_owned=tuple(v for _, v in not_owned)), None
 
 
 def _replicaset(name: str) -> deletion.ObjectRef:
