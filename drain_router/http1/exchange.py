@@ -419,7 +419,7 @@ class Exchange:
                 size = sum(map(len, out[at:]))
                 if end is not None:
                     prev, last = out[-2], out[-1]
-                    if len(last) < SHORT and parts > 2:
+                    if end.fast and len(last) < SHORT and parts > 2:
                         # A short last piece (``data: [DONE]``) joins the one before it, as feed()
                         # would: one bounded copy a read, not a pass over the read's pieces.
                         third = out[-3]
