@@ -7,7 +7,11 @@ import importlib
 import click
 
 #: Each command is imported only when invoked: ``demo --help`` needs no gRPC library.
-COMMANDS = {"fake-model": "drain_router_dev.fake_model", "demo": "drain_router_dev.demo"}
+COMMANDS = {
+    "fake-model": "drain_router_dev.fake_model",
+    "demo": "drain_router_dev.demo",
+    "cluster": "drain_router_dev.kube.cli",
+}
 
 
 class _Lazy(click.Group):
