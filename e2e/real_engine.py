@@ -152,6 +152,8 @@ class SdkLoad:
     base_url: str
     clients: int
     max_tokens: int
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Sent with every request (a gateway's ``Host``, say)."""
     records: list[Record] = dataclasses.field(default_factory=list)
     _stopping: bool = False
     _tasks: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
@@ -160,7 +162,10 @@ class SdkLoad:
         import openai
 
         for _ in range(self.clients):
-            client = openai.AsyncOpenAI(base_url=f"{self.base_url}/v1", api_key="none", max_retries=0, timeout=30.0)
+            client = openai.AsyncOpenAI(
+                base_url=f"{self.base_url}/v1", api_key="none", max_retries=0, timeout=30.0,
+                default_headers=self.headers,
+            )  # fmt: skip
             self._tasks.append(asyncio.create_task(self._run(client)))
 
     async def _run(self, client: Any) -> None:

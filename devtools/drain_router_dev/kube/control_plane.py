@@ -129,6 +129,11 @@ def _kubeconfig(path: Path, *, server: str, pki: Pki, name: str) -> None:
     path.write_text(json.dumps(config, indent=2) + "\n")
 
 
+#: The components this process started: held so that they are not reported as leaked while they run
+#: (they outlive their Popen objects on purpose: ``down`` stops them by their pid files).
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
 class _Launcher:
     """Starts one component in a session of its own with its output in ``logs/<name>.log`` and its
     pid in ``pids/<name>.pid``."""
@@ -145,6 +150,7 @@ class _Launcher:
             env={**os.environ, **(env or {})},
         )  # fmt: skip
         log.close()
+        _STARTED.append(child)
         (self.cluster.root / "pids" / f"{name}.pid").write_text(f"{child.pid}\n")
         return child
 

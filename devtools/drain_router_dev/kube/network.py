@@ -31,7 +31,9 @@ class Bridge:
 
     def create(self) -> None:
         self.delete()
-        ip("link", "add", self.name, "type", "bridge")
+        # A fixed address: a bridge otherwise takes the lowest of its ports' and changes it as pods
+        # come and go, and the pods' ARP entries for the gateway then point nowhere.
+        ip("link", "add", self.name, "address", "02:d7:00:00:00:01", "type", "bridge")
         ip("addr", "add", f"{self.gateway}/{self.subnet.prefixlen}", "dev", self.name)
         ip("link", "set", self.name, "up")
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")

@@ -213,6 +213,7 @@ class PodRun:
     async def _run(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(self.network.create)
+        log.info("%s: network %s at %s", self.key, self.network.namespace, self.network.address)
         mounts = await self._volumes()
         env = await self._service_env()
         self.changed()
@@ -232,6 +233,7 @@ class PodRun:
             ok=(404, 409),
         )  # fmt: skip
         await asyncio.to_thread(self.network.delete)
+        log.info("%s: stopped; %s removed", self.key, self.network.address)
         # The kubelet removes the pod's volumes; its containers' logs stay for the post-mortem.
         await asyncio.to_thread(shutil.rmtree, self.dir / "volumes", True)
 

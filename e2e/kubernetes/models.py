@@ -1,0 +1,52 @@
+"""A model service as a user installs it: the model chart's values for the fake model server (or the
+real engine) behind the router, with an HTTPRoute the gateway serves by its hostname."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The fake model server's pace: a stream of CHUNKS chunks INTERVAL_MS apart (about 2 s).
+CHUNKS = 40
+INTERVAL_MS = 50
+
+
+def hostname(namespace: str, release: str) -> str:
+    return f"{release}.{namespace}.example"
+
+
+def fake_model_values(
+    namespace: str,
+    release: str,
+    *,
+    replicas: int = 2,
+    drain_secs: int = 4,
+    grace_secs: int = 30,
+    model_service: bool = False,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The model chart's values: ``replicas`` pods of router + fake model server, the router's readiness
+    probed every second (one failure out), ``drain_secs`` of drain above that window."""
+    values: dict[str, Any] = {
+        "image": {"repository": "drain-router", "tag": "0.1.0"},
+        "terminationGraceSecs": grace_secs,
+        "shutdownDrainSecs": drain_secs,
+        "workload": {"replicas": replicas},
+        "router": {"readinessProbe": {"periodSeconds": 1, "failureThreshold": 1}},
+        "modelServer": {
+            "engine": "custom",
+            "image": {"repository": "drain-router-dev", "tag": "0.1.0"},
+            "port": 8000,
+            "args": ["fake-model", "--port", "8000", "--chunks", str(CHUNKS), "--interval-ms", str(INTERVAL_MS)],
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": None},
+            "shmSize": "",
+        },
+        "httpRoute": {
+            "enabled": True,
+            "parentRefs": [{"name": "gateway"}],
+            "hostnames": [hostname(namespace, release)],
+        },
+        "modelService": {"enabled": model_service},
+    }
+    for key, value in (extra or {}).items():
+        values[key] = {**values.get(key, {}), **value} if isinstance(value, dict) else value
+    return values

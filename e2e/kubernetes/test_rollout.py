@@ -1,0 +1,130 @@
+"""A rollout restart rolled by the real Deployment controller, under OpenAI SDK streaming clients,
+through a gateway fed from the real EndpointSlices.
+
+What ``kubectl rollout restart`` writes (a ``restartedAt`` annotation on the pod template) starts
+it; the Deployment and ReplicaSet controllers replace the pods one by one (maxUnavailable 0), the
+scheduler binds them, the node agent runs them and ends the old ones as the kubelet does (preStop,
+SIGTERM, grace), the EndpointSlice controller marks each old pod not ready from the router's
+``/readyz``, and the gateway follows the EndpointSlices ``delay`` seconds late. With the drain on,
+no stream is lost at any delay; with it off (the control), some are: the clients can see a loss.
+"""
+
+from __future__ import annotations
+
+import datetime
+import shutil
+from pathlib import Path
+
+import pytest
+
+from e2e.kubernetes import models
+from e2e.kubernetes.gateway import Gateway
+from e2e.kubernetes.kube import MODEL_CHART, Helm, Kube
+from e2e.real_engine import Outcome, SdkLoad
+
+NAMESPACE = "team-a"
+CLIENTS = 6
+MAX_TOKENS = models.CHUNKS
+pytestmark = pytest.mark.timeout(600)
+
+
+def haproxy_binary() -> str:
+    found = shutil.which("haproxy")
+    if found is None:
+        pytest.fail("haproxy is not installed: the gateway is a real HAProxy")
+    return found
+
+
+async def restart(kube: Kube, namespace: str, deployment: str) -> int:
+    """``kubectl rollout restart``: the annotation it writes; the generation that rollout is."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    patched = await kube.patch(
+        "Deployment", namespace, deployment,
+        {"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}}},
+    )  # fmt: skip
+    return int(patched["metadata"]["generation"])
+
+
+async def rolled_out(kube: Kube, namespace: str, deployment: str, generation: int, replicas: int) -> None:
+    """The rollout of ``generation`` complete, as ``kubectl rollout status`` judges it, and every old
+    pod gone."""
+
+    async def done() -> bool:
+        found = await kube.get("Deployment", namespace, deployment)
+        assert found is not None
+        status = found.get("status", {})
+        complete = (
+            status.get("observedGeneration", 0) >= generation
+            and status.get("updatedReplicas") == replicas
+            and status.get("availableReplicas") == replicas
+            and status.get("replicas") == replicas
+        )
+        selector = ",".join(f"{k}={v}" for k, v in found["spec"]["selector"]["matchLabels"].items())
+        pods = await kube.list("Pod", namespace, selector)
+        return complete and len(pods) == replicas
+
+    await kube.wait(f"rollout of {namespace}/{deployment} generation {generation}", done, timeout=240)
+
+
+async def run_rollout(kube: Kube, helm: Helm, tmp_path: Path, *, release: str, delay: float, drain: bool) -> SdkLoad:
+    extra = (
+        {}
+        if drain
+        else {"router": {"readinessProbe": {"periodSeconds": 1, "failureThreshold": 1, "declareToRouter": False}}}
+    )
+    values = models.fake_model_values(NAMESPACE, release, drain_secs=4 if drain else 0, extra=extra)
+    helm.install(release, MODEL_CHART, NAMESPACE, values)
+    host = models.hostname(NAMESPACE, release)
+    gateway = Gateway(kube.api, haproxy_binary(), tmp_path, delay_secs=delay)
+    await gateway.start()
+    deployment = f"{release}-drain-router"
+    try:
+        await kube.wait("the gateway serving both pods", lambda: _async(len(gateway.servers(host)) == 2))
+        load = SdkLoad(gateway.url, CLIENTS, MAX_TOKENS, headers={"Host": host})
+        await load.start()
+        await kube.wait(
+            "streams completed before the rollout", lambda: _async(load.count(Outcome.COMPLETED) >= CLIENTS)
+        )
+        generation = await restart(kube, NAMESPACE, deployment)
+        await rolled_out(kube, NAMESPACE, deployment, generation, replicas=2)
+        # The new pods in the gateway too, and streams completed on them.
+        await kube.wait("the gateway serving the new pods", lambda: _pods_served(kube, gateway, host, deployment))
+        before = load.count(Outcome.COMPLETED)
+        await kube.wait(
+            "streams completed after the rollout", lambda: _async(load.count(Outcome.COMPLETED) >= before + CLIENTS)
+        )
+        await load.stop()
+        return load
+    finally:
+        await gateway.stop()
+        helm.uninstall(release, NAMESPACE)
+
+
+async def _async(value: bool) -> bool:
+    return value
+
+
+async def _pods_served(kube: Kube, gateway: Gateway, host: str, deployment: str) -> bool:
+    pods = await kube.ready_pods(NAMESPACE, f"app.kubernetes.io/instance={deployment.removesuffix('-drain-router')}")
+    addresses = {p["status"]["podIP"] for p in pods}
+    return len(addresses) == 2 and {a for a, _ in gateway.servers(host)} == addresses
+
+
+@pytest.mark.parametrize("delay", [0.0, 2.0], ids=["gateway-0s", "gateway-2s"])
+async def test_rollout_restart_loses_no_stream(
+    kube: Kube, helm: Helm, tmp_path: Path, delay: float, report: list[str]
+) -> None:
+    load = await run_rollout(kube, helm, tmp_path, release=f"roll{int(delay)}", delay=delay, drain=True)
+    lost = [r for r in load.records if r.outcome is not Outcome.COMPLETED]
+    report.append(f"drain on, gateway {delay:.0f} s late: {len(load.records)} streams, {len(lost)} lost")
+    assert load.count(Outcome.COMPLETED) >= 3 * CLIENTS
+    assert not lost, lost[:5]
+
+
+async def test_rollout_restart_without_the_drain_loses_streams(
+    kube: Kube, helm: Helm, tmp_path: Path, report: list[str]
+) -> None:
+    load = await run_rollout(kube, helm, tmp_path, release="rolloff", delay=1.0, drain=False)
+    lost = [r for r in load.records if r.outcome is not Outcome.COMPLETED]
+    report.append(f"drain off (control), gateway 1 s late: {len(load.records)} streams, {len(lost)} lost")
+    assert lost, "the control lost nothing: the scenario cannot see a loss"
