@@ -50,3 +50,29 @@ def fake_model_values(
     for key, value in (extra or {}).items():
         values[key] = {**values.get(key, {}), **value} if isinstance(value, dict) else value
     return values
+
+
+def engine_values(
+    namespace: str, release: str, gguf: str, *, drain_secs: int = 3, grace_secs: int = 60
+) -> dict[str, Any]:
+    """The model chart's values for the real engine: llama.cpp's OpenAI-compatible server
+    (llama-cpp-python, SmolLM2-135M from the GGUF at ``gguf`` on this machine) behind the router, one
+    thread each, the router's readiness following the engine's ``/docs``."""
+    values = fake_model_values(namespace, release, drain_secs=drain_secs, grace_secs=grace_secs)
+    # The router notices a dead engine within 2 x 1 s + 1 s, inside the drain window.
+    values["router"].update(
+        upstreamHealthPath="/docs", upstreamHealthIntervalSecs=1, upstreamHealthTimeoutSecs=1,
+        upstreamHealthFailureThreshold=2,
+    )  # fmt: skip
+    values["modelServer"] = {
+        "engine": "custom",
+        "image": {"repository": "llama-cpp-server", "tag": "0.3"},
+        "port": 8000,
+        "args": [
+            "--model", gguf, "--model_alias", "smollm2-135m", "--host", "127.0.0.1", "--port", "8000",
+            "--n_ctx", "512", "--n_threads", "1", "--n_threads_batch", "1", "--interrupt_requests", "False",
+        ],
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": None},
+        "shmSize": "",
+    }  # fmt: skip
+    return values

@@ -12,11 +12,14 @@ no stream is lost at any delay; with it off (the control), some are: the clients
 from __future__ import annotations
 
 import datetime
+import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from e2e import real_engine
 from e2e.kubernetes import models
 from e2e.kubernetes.gateway import Gateway
 from e2e.kubernetes.kube import MODEL_CHART, Helm, Kube
@@ -66,13 +69,17 @@ async def rolled_out(kube: Kube, namespace: str, deployment: str, generation: in
     await kube.wait(f"rollout of {namespace}/{deployment} generation {generation}", done, timeout=240)
 
 
-async def run_rollout(kube: Kube, helm: Helm, tmp_path: Path, *, release: str, delay: float, drain: bool) -> SdkLoad:
-    extra = (
-        {}
-        if drain
-        else {"router": {"readinessProbe": {"periodSeconds": 1, "failureThreshold": 1, "declareToRouter": False}}}
-    )
-    values = models.fake_model_values(NAMESPACE, release, drain_secs=4 if drain else 0, extra=extra)
+def without_drain(values: dict[str, Any]) -> dict[str, Any]:
+    """The control: no drain window (``--shutdown-drain-secs 0``), everything else the same."""
+    values["shutdownDrainSecs"] = 0
+    values["router"]["readinessProbe"]["declareToRouter"] = False
+    return values
+
+
+async def run_rollout(
+    kube: Kube, helm: Helm, tmp_path: Path, values: dict[str, Any], *, release: str, delay: float,
+    clients: int = CLIENTS, max_tokens: int = MAX_TOKENS,
+) -> SdkLoad:  # fmt: skip
     helm.install(release, MODEL_CHART, NAMESPACE, values)
     host = models.hostname(NAMESPACE, release)
     gateway = Gateway(kube.api, haproxy_binary(), tmp_path, delay_secs=delay)
@@ -80,10 +87,10 @@ async def run_rollout(kube: Kube, helm: Helm, tmp_path: Path, *, release: str, d
     deployment = f"{release}-drain-router"
     try:
         await kube.wait("the gateway serving both pods", lambda: _async(len(gateway.servers(host)) == 2))
-        load = SdkLoad(gateway.url, CLIENTS, MAX_TOKENS, headers={"Host": host})
+        load = SdkLoad(gateway.url, clients, max_tokens, headers={"Host": host})
         await load.start()
         await kube.wait(
-            "streams completed before the rollout", lambda: _async(load.count(Outcome.COMPLETED) >= CLIENTS)
+            "streams completed before the rollout", lambda: _async(load.count(Outcome.COMPLETED) >= clients)
         )
         generation = await restart(kube, NAMESPACE, deployment)
         await rolled_out(kube, NAMESPACE, deployment, generation, replicas=2)
@@ -91,7 +98,7 @@ async def run_rollout(kube: Kube, helm: Helm, tmp_path: Path, *, release: str, d
         await kube.wait("the gateway serving the new pods", lambda: _pods_served(kube, gateway, host, deployment))
         before = load.count(Outcome.COMPLETED)
         await kube.wait(
-            "streams completed after the rollout", lambda: _async(load.count(Outcome.COMPLETED) >= before + CLIENTS)
+            "streams completed after the rollout", lambda: _async(load.count(Outcome.COMPLETED) >= before + clients)
         )
         await load.stop()
         return load
@@ -114,7 +121,9 @@ async def _pods_served(kube: Kube, gateway: Gateway, host: str, deployment: str)
 async def test_rollout_restart_loses_no_stream(
     kube: Kube, helm: Helm, tmp_path: Path, delay: float, report: list[str]
 ) -> None:
-    load = await run_rollout(kube, helm, tmp_path, release=f"roll{int(delay)}", delay=delay, drain=True)
+    release = f"roll{int(delay)}"
+    values = models.fake_model_values(NAMESPACE, release)
+    load = await run_rollout(kube, helm, tmp_path, values, release=release, delay=delay)
     lost = [r for r in load.records if r.outcome is not Outcome.COMPLETED]
     report.append(f"drain on, gateway {delay:.0f} s late: {len(load.records)} streams, {len(lost)} lost")
     assert load.count(Outcome.COMPLETED) >= 3 * CLIENTS
@@ -124,7 +133,38 @@ async def test_rollout_restart_loses_no_stream(
 async def test_rollout_restart_without_the_drain_loses_streams(
     kube: Kube, helm: Helm, tmp_path: Path, report: list[str]
 ) -> None:
-    load = await run_rollout(kube, helm, tmp_path, release="rolloff", delay=1.0, drain=False)
+    values = without_drain(models.fake_model_values(NAMESPACE, "rolloff"))
+    load = await run_rollout(kube, helm, tmp_path, values, release="rolloff", delay=1.0)
     lost = [r for r in load.records if r.outcome is not Outcome.COMPLETED]
     report.append(f"drain off (control), gateway 1 s late: {len(load.records)} streams, {len(lost)} lost")
     assert lost, "the control lost nothing: the scenario cannot see a loss"
+
+
+@pytest.fixture
+def gguf() -> str:
+    absent = real_engine.missing()
+    if absent is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{absent} is not installed but CI is set: .ci/run runs make engine")
+        pytest.skip(f"the real engine is not installed ({absent}): make engine")
+    return str(real_engine.gguf_path())
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("drain", [True, False], ids=["drain-on", "drain-off-control"])
+async def test_rollout_restart_of_the_real_engine(
+    kube: Kube, helm: Helm, tmp_path: Path, gguf: str, drain: bool, report: list[str]
+) -> None:
+    """The same rollout with llama.cpp's server as the model server: two single-threaded engines,
+    four clients (two generating, two queued in the engines), the gateway 1 s late."""
+    release = "rollllm" if drain else "rollllmoff"
+    values = models.engine_values(NAMESPACE, release, gguf)
+    if not drain:
+        values = without_drain(values)
+    load = await run_rollout(kube, helm, tmp_path, values, release=release, delay=1.0, clients=4, max_tokens=48)
+    lost = [r for r in load.records if r.outcome is not Outcome.COMPLETED]
+    report.append(f"real engine, drain {'on' if drain else 'off'}: {len(load.records)} streams, {len(lost)} lost")
+    if drain:
+        assert not lost, lost[:5]
+    else:
+        assert lost, "the control lost nothing: the scenario cannot see a loss"
