@@ -1,0 +1,98 @@
+"""The e2e gateway's decisions (e2e/kubernetes/gateway.py): which endpoints a route reaches, how
+servers keep their slots, which runtime commands move HAProxy from one state to the next."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from e2e.kubernetes.gateway import SLOTS, Backend, assign, backends, commands, endpoints, structure
+
+
+def service(name: str, ns: str = "team-a", ports: tuple[tuple[str, int], ...] = (("http", 80),)) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns}, "spec": {"ports": [{"name": n, "port": p} for n, p in ports]}}
+
+
+def endpoint_slice(
+    svc: str, endpoints_: list[tuple[str, bool, bool]], ns: str = "team-a", port: int = 8080
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"{svc}-x", "namespace": ns, "labels": {"kubernetes.io/service-name": svc}},
+        "ports": [{"name": "http", "port": port}],
+        "endpoints": [
+            {"addresses": [a], "conditions": {"ready": r, "serving": s, "terminating": not r}} for a, r, s in endpoints_
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("listed", "want"),
+    [
+        ([("10.0.0.2", True, True), ("10.0.0.3", False, True)], [("10.0.0.2", 8080)]),
+        ([("10.0.0.3", False, True), ("10.0.0.4", False, False)], [("10.0.0.3", 8080)]),
+        ([("10.0.0.4", False, False)], []),
+        ([], []),
+    ],
+    ids=["ready-only", "serving-when-none-ready", "neither", "empty"],
+)
+def test_endpoints_ready_else_serving(listed: list[tuple[str, bool, bool]], want: list[tuple[str, int]]) -> None:
+    assert list(endpoints([endpoint_slice("m", listed)], "team-a", service("m"), 80)) == want
+
+
+def test_endpoints_of_another_service_or_port_are_not_taken() -> None:
+    slices = [endpoint_slice("other", [("10.0.0.9", True, True)]), endpoint_slice("m", [("10.0.0.2", True, True)])]
+    assert endpoints(slices, "team-a", service("m"), 80) == (("10.0.0.2", 8080),)
+    assert endpoints(slices, "team-a", service("m"), 81) == ()
+    assert endpoints(slices, "team-b", service("m", ns="team-b"), 80) == ()
+
+
+def test_backends_follow_the_route_and_its_header_filter() -> None:
+    route = {
+        "metadata": {"name": "r", "namespace": "team-a"},
+        "spec": {
+            "hostnames": ["M.example"],
+            "rules": [{
+                "backendRefs": [{"name": "act", "namespace": "sys", "port": 80}],
+                "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+                    "set": [{"name": "x-s", "value": "team-a/m"}], "add": [{"name": "x-a", "value": "1"}]}}],
+            }],
+        },
+    }  # fmt: skip
+    found = backends([route], [service("act", ns="sys")], [endpoint_slice("act", [("10.0.0.7", True, True)], ns="sys")])
+    assert found == [
+        Backend("r_team_a_r", ("m.example",), (("x-s", "team-a/m"),), (("x-a", "1"),), (("10.0.0.7", 8080),))
+    ]
+
+
+def test_a_server_keeps_its_slot_and_a_freed_slot_is_taken_last() -> None:
+    empty: list[Any] = [None] * SLOTS
+    slots, cursor = assign(empty, (("a", 1), ("b", 1)), 0)
+    assert slots[1:3] == [("a", 1), ("b", 1)]
+    # a goes, c comes: b stays where it was, c does not take a's slot just freed.
+    after, _ = assign(slots, (("b", 1), ("c", 1)), cursor)
+    assert after[2] == ("b", 1) and after[1] is None and after[3] == ("c", 1)
+
+
+def test_commands_add_before_they_remove() -> None:
+    before: list[Any] = [("a", 1), None] + [None] * (SLOTS - 2)
+    after: list[Any] = [None, ("b", 2)] + [None] * (SLOTS - 2)
+    assert commands("be", before, after) == [
+        "set server be/s1 addr b port 2",
+        "set server be/s1 state ready",
+        "set server be/s0 state maint",
+    ]
+
+
+def test_only_a_change_of_routes_needs_a_reload() -> None:
+    one = [Backend("r", ("h",), (), (), (("a", 1),))]
+    moved = [Backend("r", ("h",), (), (), (("b", 1),))]
+    rehosted = [Backend("r", ("h2",), (), (), (("a", 1),))]
+    assert structure(one) == structure(moved)
+    assert structure(one) != structure(rehosted)
+
+
+def test_a_slot_just_freed_is_skipped_even_when_it_is_next() -> None:
+    before: list[Any] = [None, ("a", 1)] + [None] * (SLOTS - 2)
+    after, cursor = assign(before, (("c", 1),), 0)
+    assert after[1] is None and after[2] == ("c", 1) and cursor == 2
