@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: engine test check cluster cluster-down unit e2e lint demo demo-overload demo-wake bench soak image dist dist-check chart-readme mutate constraints clean
+.PHONY: engine test check cluster cluster-bin cluster-down unit e2e lint demo demo-overload demo-wake bench soak image dist dist-check chart-readme mutate constraints clean
 
 # The tested versions: every install here is constrained by constraints.txt (pyproject.toml only
 # declares ranges). The dev tools are the `dev` dependency group, which needs pip >= 25.1.
@@ -47,8 +47,9 @@ $(DEMO_STAMP): pyproject.toml devtools/pyproject.toml $(CONSTRAINTS)
 	$(DEMO_VENV)/bin/pip install --quiet -c $(CONSTRAINTS) -e . -e ./devtools
 	touch $(DEMO_STAMP)
 
-## make test: lint (import contracts, ruff rules and format, mypy strict) + every test, e2e last
-test: $(STAMP)
+## make test: lint (import contracts, ruff rules and format, mypy strict) + every test, e2e last (the
+## scenarios on the real control plane too: its binaries are built first, see make cluster)
+test: $(STAMP) cluster-bin
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -66,8 +67,13 @@ check: $(STAMP)
 ## make cluster: a real Kubernetes control plane on this machine (root), in the background: built from
 ## Go modules the first time (about 6 minutes on 2 cores, cached under ~/.cache/drain-router/cluster),
 ## then up in seconds. Admin kubeconfig: .cluster/kubeconfig. make cluster-down stops it.
-cluster: $(STAMP)
+cluster: $(STAMP) cluster-bin
 	$(BIN)/drain-router-dev cluster up --dir .cluster
+
+# The control plane's binaries, built once per machine (a no-op when cached; skipped without Go, and
+# the scenarios then skip, or fail with CI set).
+cluster-bin:
+	@if command -v go >/dev/null 2>&1; then cluster/build.sh >/dev/null; else echo "no go: the control plane is not built"; fi
 
 cluster-down: $(STAMP)
 	$(BIN)/drain-router-dev cluster down --dir .cluster
