@@ -666,6 +666,11 @@ class Agent:
                 _, listed = await self.api.request("GET", f"/api/v1/pods?fieldSelector={selector}")
                 for pod in listed.get("items", []):
                     self.seen(pod)
+                # A pod deleted while the watch was down is not in the list: it ends here too.
+                present = {pod["metadata"]["uid"] for pod in listed.get("items", [])}
+                for uid, run in list(self.pods.items()):
+                    if uid not in present:
+                        run.deleting.set()
                 version = listed["metadata"]["resourceVersion"]
                 url = (f"{self.api.server}/api/v1/pods?fieldSelector={selector}&watch=true"
                        f"&allowWatchBookmarks=true&resourceVersion={version}&timeoutSeconds=300")  # fmt: skip
