@@ -11,7 +11,9 @@ including the ones tests start and stop, gets its own.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -63,7 +65,7 @@ def register(registry: kopf.OperatorRegistry, ctx: context.Context) -> None:
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         if ctx.connection is not None:
             return ctx.connection
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        return in_cluster_address(kopf.login_with_service_account(**kwargs)) or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.delete(crd.group(), crd.version(), crd.plural(), id=HANDLER_ID, registry=registry)
     async def staged_delete(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
@@ -90,6 +92,25 @@ def register(registry: kopf.OperatorRegistry, ctx: context.Context) -> None:
             """The activator wrote ``status.lifecycle.wakeRequestedAt``: the daemon's next pass now,
             not at its requeue time."""
             ctx.nudge(body["metadata"]["namespace"], body["metadata"]["name"])
+
+
+def in_cluster_address(
+    info: kopf.ConnectionInfo | None, environ: Mapping[str, str] = os.environ
+) -> kopf.ConnectionInfo | None:
+    """kopf's service-account login, with the API server where client-go's in-cluster config finds
+    it: ``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`` (the kubelet sets both in every
+    pod), not kopf's ``https://kubernetes.default.svc``.
+
+    Why: the Lease and every write of our own client go to that address (kubernetes_asyncio's
+    in-cluster loader), while kopf's watches would need the cluster's DNS to name it. A replica
+    whose DNS fails (DNS pods down, a pod on the host's resolver) would then hold the Lease and act on
+    nothing. Unchanged outside a cluster (no ``KUBERNETES_SERVICE_HOST``)."""
+    host = environ.get("KUBERNETES_SERVICE_HOST")
+    if info is None or not host:
+        return info
+    port = environ.get("KUBERNETES_SERVICE_PORT") or "443"
+    bracketed = f"[{host}]" if ":" in host or "%" in host else host
+    return dataclasses.replace(info, server=f"https://{bracketed}:{port}")
 
 
 def wake_asked(status: Mapping[str, Any], **_: Any) -> bool:
