@@ -18,7 +18,10 @@ What it reads, as implementations do:
 - a Service's port (the ``backendRef``'s) and its name, which picks the EndpointSlice port;
 - EndpointSlice conditions: the ``ready`` endpoints take traffic; when none is ready, the
   ``serving`` ones that are terminating do (what Envoy-based gateways and kube-proxy do); the rest
-  take none.
+  take none;
+- ReferenceGrants: a backendRef to a Service in another namespace is followed only when a grant in
+  that namespace admits HTTPRoutes from the route's namespace to that Service (or to every Service);
+  without one the ref reaches nothing, as a conformant gateway refuses it.
 
 A request for no route is HAProxy's 503 (no server); the gateway never retries (``retries 0``) and
 does not health-check: what the EndpointSlices say is all it knows.
@@ -42,6 +45,7 @@ KINDS = {
     "HTTPRoute": "/apis/gateway.networking.k8s.io/v1/httproutes",
     "Service": "/api/v1/services",
     "EndpointSlice": "/apis/discovery.k8s.io/v1/endpointslices",
+    "ReferenceGrant": "/apis/gateway.networking.k8s.io/v1beta1/referencegrants",
 }
 
 
@@ -87,7 +91,30 @@ def endpoints(slices: list[Json], namespace: str, service: Json, port: int) -> t
     return tuple(sorted(ready or serving))
 
 
-def backends(routes: list[Json], services: list[Json], slices: list[Json]) -> list[Backend]:
+def granted(grants: list[Json], route_namespace: str, namespace: str, service: str) -> bool:
+    """Whether an HTTPRoute in ``route_namespace`` may name the Service ``namespace``/``service``:
+    the same namespace, or a ReferenceGrant there admitting it."""
+    if namespace == route_namespace:
+        return True
+    for grant in grants:
+        if grant["metadata"].get("namespace") != namespace:
+            continue
+        spec = grant.get("spec") or {}
+        admits = any(
+            f.get("group") == "gateway.networking.k8s.io" and f.get("kind") == "HTTPRoute"
+            and f.get("namespace") == route_namespace
+            for f in spec.get("from") or []
+        )  # fmt: skip
+        reaches = any(
+            t.get("group", "") == "" and t.get("kind") == "Service" and t.get("name", service) == service
+            for t in spec.get("to") or []
+        )
+        if admits and reaches:
+            return True
+    return False
+
+
+def backends(routes: list[Json], services: list[Json], slices: list[Json], grants: list[Json]) -> list[Backend]:
     """Pure: what the gateway serves, from the objects as the API server holds them."""
     by_name = {_key(s): s for s in services}
     found: list[Backend] = []
@@ -101,7 +128,7 @@ def backends(routes: list[Json], services: list[Json], slices: list[Json]) -> li
                 continue
             ref_namespace = ref.get("namespace", namespace)
             service = by_name.get((ref_namespace, ref["name"]))
-            if service is not None:
+            if service is not None and granted(grants, namespace, ref_namespace, ref["name"]):
                 servers.extend(endpoints(slices, ref_namespace, service, int(ref.get("port", 80))))
         sets: list[tuple[str, str]] = []
         adds: list[tuple[str, str]] = []
@@ -370,4 +397,4 @@ class Gateway:
                 self.process.wait()
 
 
-__all__ = ["Backend", "Gateway", "assign", "backends", "commands", "endpoints", "render"]
+__all__ = ["Backend", "Gateway", "assign", "backends", "commands", "endpoints", "granted", "render"]
