@@ -59,10 +59,21 @@ def test_backends_follow_the_route_and_its_header_filter() -> None:
             }],
         },
     }  # fmt: skip
-    found = backends([route], [service("act", ns="sys")], [endpoint_slice("act", [("10.0.0.7", True, True)], ns="sys")])
+    services = [service("act", ns="sys")]
+    slices = [endpoint_slice("act", [("10.0.0.7", True, True)], ns="sys")]
+    grant = {
+        "metadata": {"name": "g", "namespace": "sys"},
+        "spec": {
+            "from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "team-a"}],
+            "to": [{"group": "", "kind": "Service", "name": "act"}],
+        },
+    }
+    found = backends([route], services, slices, [grant])
     assert found == [
         Backend("r_team_a_r", ("m.example",), (("x-s", "team-a/m"),), (("x-a", "1"),), (("10.0.0.7", 8080),))
     ]
+    # Without a ReferenceGrant in the Service's namespace, the route reaches nothing there.
+    assert backends([route], services, slices, [])[0].servers == ()
 
 
 def test_a_server_keeps_its_slot_and_a_freed_slot_is_taken_last() -> None:
