@@ -9,6 +9,10 @@ boolean), ``nullable``, ``required``, ``properties``, ``additionalProperties`` (
 ``default``, ``x-kubernetes-preserve-unknown-fields`` and ``x-kubernetes-validations`` (``rule``,
 ``message``; ``self`` only).
 
+As the API server does, the CEL rules run only once the OpenAPI validation found no blocking error
+(a wrong type, a missing required field, a value not in an enum, too many items, too long): with
+one, they are not run and a cause says so instead.
+
 Not emulated: ``oldSelf`` (transition rules), ``messageExpression``, ``reason``/``fieldPath`` of a
 rule, CEL cost limits, ``additionalProperties: false``, ``maxProperties``, ``oneOf``/``anyOf``/``allOf``/``not``,
 ``x-kubernetes-int-or-string``, ``x-kubernetes-list-type``/``-map-keys``, ``x-kubernetes-embedded-resource``,
@@ -18,6 +22,7 @@ formats other than ``date-time``, and ``metadata`` validation beyond what the em
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import re
 from typing import Any
@@ -25,6 +30,20 @@ from typing import Any
 import celpy
 
 Cause = dict[str, str]
+#: An OpenAPI error that stops the CEL rules from running (the API server's ``hasBlockingErr``).
+BLOCKING = {
+    "FieldValueNotSupported",
+    "FieldValueRequired",
+    "FieldValueTooLong",
+    "FieldValueTooMany",
+    "FieldValueTypeInvalid",
+}
+UNCHECKED: Cause = {
+    "field": "<nil>",
+    "reason": "FieldValueInvalid",
+    "message": "Invalid value: null: some validation rules were not checked because the object was invalid; "
+    "correct the existing errors to complete validation",
+}
 
 
 def _type_ok(kind: str | None, value: Any) -> bool:
@@ -38,8 +57,10 @@ def _type_ok(kind: str | None, value: Any) -> bool:
         return isinstance(value, str)
     if kind == "boolean":
         return isinstance(value, bool)
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "integer":  # a whole number written as a float (5.0) is one too
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer()
+        )
     if kind == "number":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     return True
@@ -81,6 +102,7 @@ class Structural:
         obj = copy.deepcopy(obj)
         old = old or {}
         causes: list[Cause] = []
+        rules: list[_Rule] = []
         props = self.schema.get("properties") or {}
         for key in list(obj):
             if key in ("apiVersion", "kind", "metadata"):
@@ -88,15 +110,29 @@ class Structural:
             if key not in props:
                 del obj[key]  # pruned
                 continue
-            obj[key] = self._walk(props[key], obj[key], key, causes, old.get(key, _ABSENT))
+            obj[key] = self._walk(props[key], obj[key], key, causes, rules, old.get(key, _ABSENT))
         for key in self.schema.get("required") or ():
             if key not in obj:
                 causes.append(_cause("FieldValueRequired", key, "Required value"))
+        if any(c["reason"] in BLOCKING for c in causes):
+            causes.append(dict(UNCHECKED))
+        else:
+            for rule in rules:
+                if not self._cel_ok(rule.rule, rule.value):
+                    causes.append(_cause("FieldValueInvalid", rule.path, f"Invalid value: {rule.message}"))
         return obj, causes
 
-    def _walk(self, schema: dict[str, Any], value: Any, path: str, causes: list[Cause], old: Any = _ABSENT) -> Any:
+    def _walk(
+        self,
+        schema: dict[str, Any],
+        value: Any,
+        path: str,
+        causes: list[Cause],
+        rules: list[_Rule],
+        old: Any = _ABSENT,
+    ) -> Any:
         if old is not _ABSENT and old == value:
-            causes = []  # ratcheting: unchanged, so its errors are not reported
+            causes, rules = [], []  # ratcheting: unchanged, so its errors are not reported
             old = _ABSENT
         if value is None:
             if not schema.get("nullable"):
@@ -118,16 +154,27 @@ class Structural:
                     f'"{_go_type(value)}"',
                 )
             )
+            if kind == "integer" and isinstance(value, float):
+                # The integer format, checked apart from the type.
+                causes.append(
+                    _cause(
+                        "FieldValueInvalid",
+                        "<nil>",
+                        f'Invalid value: "": Checked value must be of type integer (default format) in {path}',
+                    )
+                )
             return value
+        if kind == "integer" and isinstance(value, float):
+            value = int(value)  # stored, and read back, as the integer
         if isinstance(value, dict):
             props = schema.get("properties") or {}
             preserve = schema.get("x-kubernetes-preserve-unknown-fields")
             extra = schema.get("additionalProperties")
             for key in list(value):
                 if key in props:
-                    value[key] = self._walk(props[key], value[key], f"{path}.{key}", causes, _get(old, key))
+                    value[key] = self._walk(props[key], value[key], f"{path}.{key}", causes, rules, _get(old, key))
                 elif isinstance(extra, dict):
-                    value[key] = self._walk(extra, value[key], f"{path}.{key}", causes, _get(old, key))
+                    value[key] = self._walk(extra, value[key], f"{path}.{key}", causes, rules, _get(old, key))
                 elif not preserve:
                     del value[key]  # pruned
             if "minProperties" in schema and len(value) < schema["minProperties"]:
@@ -148,7 +195,7 @@ class Structural:
         elif isinstance(value, list):
             items = schema.get("items")
             if items is not None:
-                value[:] = [self._walk(items, v, f"{path}[{i}]", causes) for i, v in enumerate(value)]
+                value[:] = [self._walk(items, v, f"{path}[{i}]", causes, rules) for i, v in enumerate(value)]
             if "maxItems" in schema and len(value) > schema["maxItems"]:
                 causes.append(
                     _cause(
@@ -173,14 +220,7 @@ class Structural:
                 _cause("FieldValueNotSupported", path, f'Unsupported value: "{value}": supported values: {allowed}')
             )
         for check in schema.get("x-kubernetes-validations") or ():
-            if not self._cel_ok(check["rule"], value):
-                causes.append(
-                    _cause(
-                        "FieldValueInvalid",
-                        path,
-                        f'Invalid value: "{_go_type(value)}": {check.get("message") or "failed rule: " + check["rule"]}',
-                    )
-                )
+            rules.append(_Rule(path, check["rule"], check.get("message") or f"failed rule: {check['rule']}", value))
         return value
 
     def _scalar(self, schema: dict[str, Any], value: Any, path: str, causes: list[Cause]) -> None:
@@ -237,6 +277,16 @@ class Structural:
             return bool(self._programs[rule].evaluate({"self": celpy.json_to_cel(value)}))
         except Exception:  # a rule that errors (no such key, ...) rejects, as on the API server
             return False
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rule:
+    """A CEL rule met on the walk, run once the OpenAPI validation is done (and not blocking)."""
+
+    path: str
+    rule: str
+    message: str
+    value: Any
 
 
 def _go_type(value: Any) -> str:
