@@ -29,6 +29,13 @@ MODEL_NAMESPACES = ("team-a", "team-b")
 SESSION_TIMEOUT_SECS = 3600
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``after_all`` last (a stable sort, after e2e/conftest.py's): they read what every
+    other scenario of the session did."""
+    items.sort(key=lambda item: item.get_closest_marker("after_all") is not None)
+
+
 def missing() -> str | None:
     if os.geteuid() != 0:
         return "the node agent needs root (network namespaces, bind mounts)"
