@@ -41,11 +41,11 @@ from typing import Any
 import pytest
 
 from e2e.kubernetes import models
-from e2e.kubernetes.audit import AuditLog, Call, epoch, ok
+from e2e.kubernetes.calls import AuditLog, Call, epoch, ok
 from e2e.kubernetes.conftest import CONTROLLER_NAMESPACE
 from e2e.kubernetes.containers import container_pid, restarts
-from e2e.kubernetes.history import History
 from e2e.kubernetes.kube import MODEL_CHART, Helm, Json, Kube, is_ready, path
+from e2e.kubernetes.timeline import History
 
 NAMESPACE = "team-b"
 LEASE = "ctl-drain-router-controller"

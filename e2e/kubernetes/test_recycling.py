@@ -45,11 +45,11 @@ import openai
 import pytest
 
 from e2e.kubernetes import models
-from e2e.kubernetes.audit import AuditLog, Call, epoch, ok
+from e2e.kubernetes.calls import AuditLog, Call, epoch, ok
 from e2e.kubernetes.containers import container_pid
 from e2e.kubernetes.gateway import Gateway
-from e2e.kubernetes.history import History
 from e2e.kubernetes.kube import MODEL_CHART, Helm, Json, Kube, is_ready, path
+from e2e.kubernetes.timeline import History
 from e2e.real_engine import Outcome, Record, sdk_stream
 
 NAMESPACE = "team-a"
