@@ -20,7 +20,7 @@ LEASES: Rule = (("coordination.k8s.io",), ("leases",), ("get", "create", "update
 
 MODELSERVICES_READ: Rule = (("drainrouter.dev",), ("modelservices",), ("get", "list", "watch", "patch"))
 MODELSERVICES_DELETE: Rule = (("drainrouter.dev",), ("modelservices",), ("get", "list", "watch", "patch", "delete"))
-STATUS: Rule = (("drainrouter.dev",), ("modelservices/status",), ("get", "patch"))
+STATUS: Rule = (("drainrouter.dev",), ("modelservices/status",), ("patch",))
 EVENTS: Rule = (("",), ("events",), ("create",))
 PODS_LIST: Rule = (("",), ("pods",), ("list",))
 PODS_DELETE: Rule = (("",), ("pods",), ("list", "delete"))

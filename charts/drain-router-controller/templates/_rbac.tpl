@@ -13,10 +13,11 @@ fails the test on purpose.
 - apiGroups: [drainrouter.dev]
   resources: [modelservices]
   verbs: [get, list, watch, patch{{ if $f.lifecycleRules }}, delete{{ end }}]
-# The staged-deletion status, written before each action.
+# The staged-deletion status, written before each action (a merge patch: never read through the
+# subresource, the ModelService's own get carries its status).
 - apiGroups: [drainrouter.dev]
   resources: [modelservices/status]
-  verbs: [get, patch]
+  verbs: [patch]
 # The events of the staged deletion (core v1 events).
 - apiGroups: [""]
   resources: [events]
