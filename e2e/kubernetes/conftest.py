@@ -2,7 +2,8 @@
 controller chart with its activator installed by the real helm, watching every namespace.
 
 One cluster per machine at a time (kube-proxy's rules and the node's bridge are the machine's): a
-second run waits for the first. Needs root, ``ip`` and ``iptables``, and Go to build the binaries
+second run waits for the first. The scenarios' timeouts are their own calls' (``func_only``): the
+wait for another run's cluster is not a scenario's. Needs root, ``ip`` and ``iptables``, and Go to build the binaries
 the first time; without them the scenarios skip, or fail with ``CI`` set.
 """
 
@@ -46,9 +47,13 @@ def missing() -> str | None:
 
 
 def controller_values() -> dict[str, object]:
+    """The controller chart as the scenarios install it. GRPCRoute and InferencePool teardown are off:
+    no scenario has a route of those kinds yet, and the RBAC audit (``test_rbac_audit.py``) refuses a
+    grant that no scenario uses; they are proven against the API emulator (tests/controller/)."""
     return {
         "image": {"repository": "drain-router"},
         "watch": {"allNamespaces": True},
+        "features": {"grpcRoutes": False, "inferencePools": False},
         "activator": {"enabled": True, "referenceGrantNamespaces": list(MODEL_NAMESPACES)},
     }
 

@@ -303,19 +303,20 @@ class Gateway:
     async def _watch(self, kind: str, version: str) -> None:
         while True:
             try:
-                async for event in self.api.watch(KINDS[kind], version):
-                    obj = event["object"]
-                    if event["type"] == "BOOKMARK":
+                async with contextlib.aclosing(self.api.watch(KINDS[kind], version)) as events:
+                    async for event in events:
+                        obj = event["object"]
+                        if event["type"] == "BOOKMARK":
+                            version = obj["metadata"]["resourceVersion"]
+                            continue
+                        if event["type"] == "ERROR":
+                            raise ApiError("WATCH", KINDS[kind], int(obj.get("code", 0)), obj)
                         version = obj["metadata"]["resourceVersion"]
-                        continue
-                    if event["type"] == "ERROR":
-                        raise ApiError("WATCH", KINDS[kind], int(obj.get("code", 0)), obj)
-                    version = obj["metadata"]["resourceVersion"]
-                    if event["type"] == "DELETED":
-                        self.objects[kind].pop(_key(obj), None)
-                    else:
-                        self.objects[kind][_key(obj)] = obj
-                    self._changed.set()
+                        if event["type"] == "DELETED":
+                            self.objects[kind].pop(_key(obj), None)
+                        else:
+                            self.objects[kind][_key(obj)] = obj
+                        self._changed.set()
             except (ApiError, OSError, ValueError):
                 # 410 Gone and broken streams alike: list again and watch from there.
                 version = await self._list(kind)

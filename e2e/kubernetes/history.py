@@ -68,13 +68,14 @@ class History:
     async def _watch(self, kind: str, version: str) -> None:
         while True:
             try:
-                async for event in self.api.watch(path(kind, self.namespace), version):
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
-                        raise ApiError("WATCH", kind, int(obj.get("code", 0)), obj)
-                    version = obj["metadata"]["resourceVersion"]
-                    if event["type"] != "BOOKMARK":
-                        self._record(kind, obj, deleted=event["type"] == "DELETED")
+                async with contextlib.aclosing(self.api.watch(path(kind, self.namespace), version)) as events:
+                    async for event in events:
+                        obj = event["object"]
+                        if event["type"] == "ERROR":
+                            raise ApiError("WATCH", kind, int(obj.get("code", 0)), obj)
+                        version = obj["metadata"]["resourceVersion"]
+                        if event["type"] != "BOOKMARK":
+                            self._record(kind, obj, deleted=event["type"] == "DELETED")
             except (ApiError, OSError, ValueError):
                 with contextlib.suppress(ApiError, OSError):
                     version = await self._list(kind, initial=False)

@@ -133,17 +133,18 @@ class DeletionWatch:
     async def _watch(self, version: str) -> None:
         while self.gone_at is None:
             try:
-                async for event in self.api.watch(self.collection, version):
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
-                        raise ApiError("WATCH", self.collection, int(obj.get("code", 0)), obj)
-                    version = obj["metadata"]["resourceVersion"]
-                    if event["type"] == "BOOKMARK":
-                        continue
-                    self._record(obj)
-                    if event["type"] == "DELETED":
-                        self.gone_at = time.time()
-                        return
+                async with contextlib.aclosing(self.api.watch(self.collection, version)) as events:
+                    async for event in events:
+                        obj = event["object"]
+                        if event["type"] == "ERROR":
+                            raise ApiError("WATCH", self.collection, int(obj.get("code", 0)), obj)
+                        version = obj["metadata"]["resourceVersion"]
+                        if event["type"] == "BOOKMARK":
+                            continue
+                        self._record(obj)
+                        if event["type"] == "DELETED":
+                            self.gone_at = time.time()
+                            return
             except (ApiError, OSError, ValueError):
                 version = await self._list()
 

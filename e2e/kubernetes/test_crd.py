@@ -31,7 +31,7 @@ PREFIX = "ka-crd"
 RULES_CASES = casefiles.load("lifecycle/validate.yaml")
 #: A group of this scenario's own for the ratcheting CRD (a copy of the ModelService CRD).
 RATCHET_GROUP = "ka-ratchet.drainrouter.dev"
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(300, func_only=True)
 
 
 def structural() -> schema.Structural:

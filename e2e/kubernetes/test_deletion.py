@@ -55,7 +55,7 @@ KUBELET = f"system:node:{NODE}"
 #: its Lease.
 CONTROLLER_OWN = frozenset({"modelservices", "events", "leases"})
 STAGES = ["RouteRemoving", "RouteSettling", "Uninstalling", "PodsTerminating", "Released"]
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(600, func_only=True)
 
 
 def staged_values(namespace: str, release: str) -> dict[str, Any]:

@@ -34,7 +34,7 @@ INSTANCE = f"app.kubernetes.io/instance={CONTROLLER_RELEASE}"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 #: A ModelService that does not exist: the activator reads it and answers 404.
 ABSENT = ("team-a", "ka-rbac-absent")
-pytestmark = [pytest.mark.after_all, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.after_all, pytest.mark.timeout(300, func_only=True)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ from e2e.real_engine import Outcome, SdkLoad
 NAMESPACE = "team-a"
 CLIENTS = 6
 MAX_TOKENS = models.CHUNKS
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(600, func_only=True)
 
 
 def haproxy_binary() -> str:

@@ -70,7 +70,7 @@ ACTIVATOR = "ctl-drain-router-controller-activator"
 ACTIVATOR_PORT = 8080
 ACTIVATOR_ADMIN_PORT = 9091
 WATCHED = ("HTTPRoute", "EndpointSlice", "Deployment", "ModelService")
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(600, func_only=True)
 
 
 def values(namespace: str, release: str) -> dict[str, Any]:
