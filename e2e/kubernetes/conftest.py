@@ -101,7 +101,7 @@ def installed(cluster: control_plane.Cluster, helm: Helm) -> control_plane.Clust
 
 @pytest.fixture
 async def kube(installed: control_plane.Cluster) -> AsyncIterator[Kube]:
-    api = Api(installed.kubeconfig)
+    api = Api(installed.kubeconfig, keep_alive=False)
     try:
         yield Kube(installed, api)
     finally:

@@ -26,7 +26,9 @@ class ApiError(RuntimeError):
 class Api:
     """Requests as the kubeconfig's user (its client certificate), or as the bearer of ``token``."""
 
-    def __init__(self, kubeconfig: Path, *, token: str | None = None) -> None:
+    def __init__(self, kubeconfig: Path, *, token: str | None = None, keep_alive: bool = True) -> None:
+        """``keep_alive=False``: a connection per request, closed with its answer (a test's client:
+        nothing is left open when its event loop ends)."""
         config = json.loads(kubeconfig.read_text())
         cluster = config["clusters"][0]["cluster"]
         user = config["users"][0]["user"]
@@ -37,7 +39,7 @@ class Api:
             self.headers["Authorization"] = f"Bearer {token}"
         else:
             self.ssl.load_cert_chain(user["client-certificate"], user["client-key"])
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.ssl))
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.ssl, force_close=not keep_alive))
 
     async def close(self) -> None:
         await self.session.close()
