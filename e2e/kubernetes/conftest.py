@@ -15,6 +15,7 @@ import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from drain_router_dev.kube import control_plane
@@ -106,6 +107,20 @@ async def kube(installed: control_plane.Cluster) -> AsyncIterator[Kube]:
         yield Kube(installed, api)
     finally:
         await api.close()
+        await _connections_closed(installed)
+
+
+async def _connections_closed(cluster: control_plane.Cluster) -> None:
+    """Until this process holds no connection to the API server: a TLS connection's close finishes
+    in the event loop (its shutdown handshake), so one closed just before the loop ends would be
+    reported as leaked by the next test."""
+    port = int(cluster.server.rsplit(":", 1)[1])
+    me = psutil.Process()
+    deadline = asyncio.get_running_loop().time() + 10
+    while any(c.raddr and c.raddr.port == port for c in me.net_connections("tcp")):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("connections to the API server still open 10 s after the client closed")
+        await asyncio.sleep(0.01)
 
 
 @pytest.fixture
