@@ -5,7 +5,8 @@ Everything lives under one state directory (certificates, kubeconfigs, logs, pid
 etcd's data, which goes to tmpfs without fsync: a test cluster. The processes run in sessions of
 their own and outlive the command that started them (``make cluster``); :func:`down` stops what the
 pid files name and removes the node's network. One cluster per machine at a time: kube-proxy's rules
-and the bridge live in the machine's own network namespace.
+and the bridge live in the machine's own network namespace, so :func:`up` first stops the cluster
+started before it (a run killed before its ``down`` left it running).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 NODE = "node-1"
 LOCK = Path("/run/drain-router-cluster.lock")
+#: The state directory of the cluster last started on this machine: a run killed before its
+#: ``down`` leaves its processes behind, and the next ``up`` stops them first.
+CURRENT = Path("/run/drain-router-cluster.current")
 
 #: The controllers the scenarios need, and nothing that needs what this machine has not (volumes,
 #: cloud, node IPAM): each a real controller of the controller manager.
@@ -208,10 +212,15 @@ def up(root: Path, *, node_agent: list[str] | None = None) -> Cluster:
     """Build what is missing, start every component, wait until each is ready, and write the admin
     kubeconfig. ``node_agent`` overrides the node agent's command (tests add flags)."""
     root = root.resolve()
+    if CURRENT.exists():
+        left = Path(CURRENT.read_text().strip())
+        if left != root and (left / "pids").is_dir():
+            down(left)
     if root.exists():
         down(root)
         shutil.rmtree(root)
     root.mkdir(parents=True)
+    CURRENT.write_text(f"{root}\n")
     cluster = Cluster(root)
     bin_dir = binaries()
     kube, etcd = str(bin_dir / "kube"), str(bin_dir / "etcd")
