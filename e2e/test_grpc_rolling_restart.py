@@ -63,7 +63,9 @@ async def test_grpc_rolling_restarts_through_balancer(
     ]
     lb = await start_balancer(balancer_kind, replicas, inter_ms=PROBE_INTER_MS, grpc=True)
 
-    calls = grpc_load.GrpcLoad(lb.grpc_target, clients=CLIENTS, tokens=TOKENS)
+    # Staggered over one call's length: calls arrive at a steady rate. In waves the no-drain control
+    # could miss every short window in which the balancer still sends to a closed listener.
+    calls = grpc_load.GrpcLoad(lb.grpc_target, clients=CLIENTS, tokens=TOKENS, stagger_secs=TOKENS * INTERVAL_MS / 1000)
     started = time.monotonic()
     await calls.start()
     try:

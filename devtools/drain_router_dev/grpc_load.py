@@ -154,6 +154,9 @@ class GrpcLoad:
     call_timeout: float = DEFAULT_CALL_TIMEOUT_SECS
     name: str = "grpc"
     """The prefix of the calls' request ids (``NAME-CLIENT-N``)."""
+    stagger_secs: float = 0.0
+    """Spread the clients' first calls evenly over this long (one call's length, typically), so calls
+    arrive at a steady rate, as from independent users, rather than in waves that all end at once."""
     records: list[Record] = dataclasses.field(default_factory=list)
     _workers: workers.Workers[Any] = dataclasses.field(default_factory=workers.Workers)
     _rng: random.Random = dataclasses.field(default_factory=random.Random)
@@ -173,6 +176,8 @@ class GrpcLoad:
         return self.records
 
     async def _worker(self, stub: Any, index: int) -> None:
+        if self.stagger_secs:  # load shaping, not synchronisation: the i-th user arrives a little later
+            await asyncio.sleep(index * self.stagger_secs / self.clients)
         for n in itertools.count():
             if self._workers.stopping.is_set():
                 return

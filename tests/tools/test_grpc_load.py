@@ -3,6 +3,8 @@ in this loop."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from drain_router_dev import fake_model, grpc_load
@@ -62,6 +64,22 @@ async def test_clients_complete_calls_back_to_back() -> None:
         assert {r.tokens_seen for r in records} == {4}
         assert len({r.request_id for r in records}) == len(records)
         assert model.grpc.completed == len(records)
+
+
+async def test_staggered_clients_arrive_spread_over_one_call() -> None:
+    """1. four clients staggered over 0.2 s call Generate (5 tokens, 50 ms apart) 2. wait for eight
+    calls. Result: their first calls started about 50 ms apart (0.2 s / 4), not all at once; none lost."""
+    async with testing.running(fake_model.Settings(interval_ms=50), grpc=True) as model:
+        calls = grpc_load.GrpcLoad(model.grpc_target, clients=4, tokens=5, stagger_secs=0.2)
+        await calls.start()
+        try:
+            await wait_until(lambda: len(calls.records), 10, "eight calls", until=lambda n: n >= 8)
+        finally:
+            records = await calls.stop()
+    firsts = sorted(r.started for r in records)[:4]
+    gaps = [b - a for a, b in itertools.pairwise(firsts)]
+    assert all(0.03 < gap < 0.15 for gap in gaps), gaps
+    assert not calls.lost
 
 
 async def test_a_client_that_leaves_cancels_its_call() -> None:
