@@ -1,9 +1,12 @@
-"""The API server's audit log, read back: who sent which call on which object, and when.
+"""The API server's audit log, read back: who sent which call on which object, from which pod, when,
+and what the server answered.
 
 The control plane logs every request at the ``Metadata`` level (user, verb, object, answer; no
-bodies) as JSON lines. A scenario marks the log before it acts (:class:`AuditLog` remembers the
-size) and reads the calls answered since: the one place that shows what the controller *sent*, not
-only what the objects look like afterwards.
+bodies) as JSON lines, one line per stage of each request. A scenario marks the log before it acts
+(:class:`AuditLog` remembers the size; ``whole=True`` reads from the start) and reads the calls
+answered since: the one place that shows what the controller *sent*, not only what the objects look
+like afterwards. Times are the API server's clock, the machine's wall clock: the same clock the
+pods' logs use.
 """
 
 from __future__ import annotations
@@ -12,14 +15,18 @@ import dataclasses
 import datetime
 import json
 from pathlib import Path
+from typing import Any
 
 #: The verbs that change an object.
 WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+POD_NAME = "authentication.kubernetes.io/pod-name"
+DECISION = "authorization.k8s.io/decision"
 
 
 @dataclasses.dataclass(frozen=True)
 class Call:
-    """One answered request (its ``ResponseComplete`` entry)."""
+    """One request, as its last stage recorded it: ``ResponseComplete``, or ``ResponseStarted`` for a
+    watch still open."""
 
     user: str
     verb: str
@@ -28,69 +35,42 @@ class Call:
     namespace: str
     name: str
     code: int
+    """0 when the stage recorded none."""
     received: float
     """Unix seconds the API server received it."""
     answered: float
-    """Unix seconds it answered."""
+    """Unix seconds of the stage: when it answered (a watch still open: when it started answering)."""
+    pod: str = ""
+    """The pod whose bound service-account token sent it; empty for any other credential."""
+    cause: str = ""
+    """The first cause's reason of a refusal (``DisruptionBudget`` for a budget's 429), else its reason."""
+    group: str = ""
+    decision: str = ""
+    """The authorizer's decision: ``allow``, ``forbid``, or empty."""
+    source: str = ""
+    """The client's address."""
+    uri: str = ""
 
     @property
     def write(self) -> bool:
         return self.verb in WRITES
 
+    @property
+    def rule_resource(self) -> str:
+        """The resource as an RBAC rule names it: ``pods/eviction``."""
+        return self.resource + (f"/{self.subresource}" if self.subresource else "")
+
     def __str__(self) -> str:
-        what = self.resource + (f"/{self.subresource}" if self.subresource else "")
-        return f"{self.user} {self.verb} {what} {self.namespace}/{self.name} -> {self.code}"
+        return f"{self.user} {self.verb} {self.rule_resource} {self.namespace}/{self.name} -> {self.code}"
 
 
 def seconds(stamp: str) -> float:
-    """An RFC 3339 time -> Unix seconds."""
+    """An RFC 3339 time (``2026-12-06T13:44:40.021688Z``, the audit log's and a Lease's) -> Unix seconds."""
     return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def parse(line: str) -> Call | None:
-    """A ``ResponseComplete`` entry about an object -> its call; anything else -> ``None``."""
-    entry = json.loads(line)
-    ref = entry.get("objectRef")
-    if entry.get("stage") != "ResponseComplete" or not ref:
-        return None
-    return Call(
-        user=entry["user"]["username"],
-        verb=entry["verb"],
-        resource=ref.get("resource", ""),
-        subresource=ref.get("subresource", ""),
-        namespace=ref.get("namespace", ""),
-        name=ref.get("name", ""),
-        code=int((entry.get("responseStatus") or {}).get("code", 0)),
-        received=seconds(entry["requestReceivedTimestamp"]),
-        answered=seconds(entry["stageTimestamp"]),
-    )
-
-
-@dataclasses.dataclass
-class AuditLog:
-    """The calls answered since this mark (the log's size when it was made)."""
-
-    path: Path
-    offset: int = -1
-
-    def __post_init__(self) -> None:
-        if self.offset < 0:
-            self.offset = self.path.stat().st_size
-
-    def calls(self) -> list[Call]:
-        """Every call answered since the mark, in the log's order; a line still being written is
-        left for the next read."""
-        with self.path.open("rb") as log:
-            log.seek(self.offset)
-            data = log.read()
-        complete = data[: data.rfind(b"\n") + 1]
-        return [call for line in complete.decode().splitlines() if (call := parse(line)) is not None]
-
-    def writes(self, user: str, namespace: str | None = None) -> list[Call]:
-        """The writes ``user`` sent since the mark (in ``namespace`` when given)."""
-        return [
-            c for c in self.calls() if c.write and c.user == user and (namespace is None or c.namespace == namespace)
-        ]
+def ok(code: int) -> bool:
+    return 200 <= code < 300
 
 
 def service_account(namespace: str, name: str) -> str:
@@ -98,4 +78,77 @@ def service_account(namespace: str, name: str) -> str:
     return f"system:serviceaccount:{namespace}:{name}"
 
 
-__all__ = ["WRITES", "AuditLog", "Call", "parse", "seconds", "service_account"]
+def parse(entry: dict[str, Any]) -> Call:
+    """One audit entry -> its call."""
+    ref = entry.get("objectRef") or {}
+    user = entry.get("user") or {}
+    status = entry.get("responseStatus") or {}
+    causes = (status.get("details") or {}).get("causes") or [{}]
+    return Call(
+        user=user.get("username", ""),
+        verb=entry["verb"],
+        resource=ref.get("resource", ""),
+        subresource=ref.get("subresource", ""),
+        namespace=ref.get("namespace", ""),
+        name=ref.get("name", ""),
+        code=int(status.get("code", 0)),
+        received=seconds(entry["requestReceivedTimestamp"]),
+        answered=seconds(entry["stageTimestamp"]),
+        pod=((user.get("extra") or {}).get(POD_NAME) or [""])[0],
+        cause=causes[0].get("reason") or status.get("reason", ""),
+        group=ref.get("apiGroup", ""),
+        decision=(entry.get("annotations") or {}).get(DECISION, ""),
+        source=(entry.get("sourceIPs") or [""])[0],
+        uri=entry.get("requestURI", ""),
+    )
+
+
+class AuditLog:
+    """The log read as it grows, from a mark (its size when this was made, or its start with
+    ``whole``): each read parses only the complete lines written since the last one."""
+
+    def __init__(self, path: Path, *, whole: bool = False) -> None:
+        self.path = path
+        self._offset = 0 if whole else path.stat().st_size
+        self._answered: list[Call] = []
+        self._open: dict[str, Call] = {}
+
+    def _read(self) -> None:
+        with self.path.open("rb") as log:
+            log.seek(self._offset)
+            data = log.read()
+        complete = data[: data.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        for line in complete.splitlines():
+            entry = json.loads(line)
+            if entry["stage"] == "ResponseComplete":
+                self._open.pop(entry["auditID"], None)
+                self._answered.append(parse(entry))
+            elif entry["stage"] == "ResponseStarted":
+                self._open[entry["auditID"]] = parse(entry)
+
+    def calls(self) -> list[Call]:
+        """Every request answered since the mark, in the log's order."""
+        self._read()
+        return list(self._answered)
+
+    def requests(self) -> list[Call]:
+        """:meth:`calls`, and the watches still open (started answering, not yet complete)."""
+        self._read()
+        return [*self._answered, *self._open.values()]
+
+    def by(self, user: str, namespace: str | None = None) -> list[Call]:
+        """The calls ``user`` sent since the mark (in ``namespace`` when given)."""
+        return [c for c in self.calls() if c.user == user and (namespace is None or c.namespace == namespace)]
+
+    def writes(self, user: str, namespace: str | None = None) -> list[Call]:
+        """The writes ``user`` sent since the mark (in ``namespace`` when given)."""
+        return [c for c in self.by(user, namespace) if c.write]
+
+    def evictions(self, user: str, namespace: str) -> list[Call]:
+        """``user``'s ``create pods/eviction`` in ``namespace``, whatever the answer, in order."""
+        found = [c for c in self.by(user, namespace) if c.subresource == "eviction" and c.verb == "create"]
+        return sorted(found, key=lambda c: c.received)
+
+
+__all__ = ["WRITES", "AuditLog", "Call", "ok", "parse", "seconds", "service_account"]

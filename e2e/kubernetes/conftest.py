@@ -20,11 +20,14 @@ import pytest
 
 from drain_router_dev.kube import control_plane
 from drain_router_dev.kube.api import Api
+from e2e.kubernetes.audit import service_account
 from e2e.kubernetes.kube import CONTROLLER_CHART, GATEWAY_CRDS, Helm, Kube, load_yaml_dir
 from tests.chart.helm import obtain_helm
 
 CONTROLLER_NAMESPACE = "drain-router-system"
 CONTROLLER_RELEASE = "ctl"
+#: The user the controller's requests authenticate as (its ServiceAccount's token).
+CONTROLLER_USER = service_account(CONTROLLER_NAMESPACE, f"{CONTROLLER_RELEASE}-drain-router-controller")
 #: The namespaces the scenarios put model services in (the activator admits routes from them).
 MODEL_NAMESPACES = ("team-a", "team-b")
 #: Everything a cold build and the cluster may take before the first scenario: the lock's wait too.

@@ -20,7 +20,7 @@ import pytest
 from drain_router_dev.kube.control_plane import NODE, Cluster
 from e2e.kubernetes import models
 from e2e.kubernetes.audit import AuditLog, Call, seconds, service_account
-from e2e.kubernetes.conftest import CONTROLLER_NAMESPACE, CONTROLLER_RELEASE
+from e2e.kubernetes.conftest import CONTROLLER_USER
 from e2e.kubernetes.gateway import Gateway
 from e2e.kubernetes.kube import MODEL_CHART, Helm, Json, Kube
 from e2e.kubernetes.teardown import (
@@ -48,7 +48,6 @@ SETTLE_SECS = 3
 #: default (30 s) is, so the pods are still terminating on the pass after the workload's delete and
 #: PodsTerminating is a stage the status shows rather than one passed through within a pass.
 DRAIN_SECS = 8
-CONTROLLER = service_account(CONTROLLER_NAMESPACE, f"{CONTROLLER_RELEASE}-drain-router-controller")
 GARBAGE_COLLECTOR = service_account("kube-system", "generic-garbage-collector")
 KUBELET = f"system:node:{NODE}"
 #: The controller's own objects: its ModelServices (status, finalizer, kopf's annotations), events,
@@ -228,11 +227,11 @@ async def test_helm_uninstall_removes_the_route_first_and_loses_no_stream(
     assert watch.last is not None and watch.last.outcome == "Clean"
 
     # What the controller sent, in order: the route, the settle, then the workload.
-    ours = [c for c in calls if c.user == CONTROLLER and c.write and c.namespace == NAMESPACE]
+    ours = [c for c in calls if c.user == CONTROLLER_USER and c.write and c.namespace == NAMESPACE]
     assert foreign_writes(ours) == [
-        f"{CONTROLLER} delete httproutes {NAMESPACE}/{name} -> 200",
-        f"{CONTROLLER} delete deployments {NAMESPACE}/{name} -> 200",
-        f"{CONTROLLER} delete services {NAMESPACE}/{name} -> 200",
+        f"{CONTROLLER_USER} delete httproutes {NAMESPACE}/{name} -> 200",
+        f"{CONTROLLER_USER} delete deployments {NAMESPACE}/{name} -> 200",
+        f"{CONTROLLER_USER} delete services {NAMESPACE}/{name} -> 200",
     ]
     route_delete = delete_of(ours, "httproutes", name)
     deployment_delete = delete_of(ours, "deployments", name)
@@ -319,9 +318,9 @@ async def test_the_teardown_writes_nothing_the_service_does_not_own(
         # writes (only the Service it owns).
         after = await objects(kube, NAMESPACE, release, name)
         calls = log.calls()
-        ours = [c for c in calls if c.user == CONTROLLER and c.write]
+        ours = [c for c in calls if c.user == CONTROLLER_USER and c.write]
         assert len(pods) == 2 and after == before, (before, after)
-        assert foreign_writes(ours) == [f"{CONTROLLER} delete services {NAMESPACE}/{mine} -> 200"]
+        assert foreign_writes(ours) == [f"{CONTROLLER_USER} delete services {NAMESPACE}/{mine} -> 200"]
         released = watch.gone_at or 0.0
         await kube.wait(
             "streams completed after the release",
@@ -399,7 +398,7 @@ async def test_a_service_naming_another_services_objects_is_released_without_a_w
         helm.uninstall(release, NAMESPACE)
 
     assert after == before, (before, after)
-    ours = [c for c in calls if c.user == CONTROLLER and c.write]
+    ours = [c for c in calls if c.user == CONTROLLER_USER and c.write]
     assert foreign_writes(ours) == []
     assert {c.name for c in ours if c.resource == "modelservices"} == {intruder}, [str(c) for c in ours]
     assert watch.stages() == [], watch.seen
@@ -441,7 +440,7 @@ async def test_deleting_one_of_two_services_leaves_the_other_serving(
         await kube.wait_gone("ModelService", NAMESPACE, name, timeout=120)
         for kind in ("Deployment", "Pod", "Service"):
             await kube.wait(f"every {kind} of team-a's release gone", lambda k=kind: _gone(kube, k, NAMESPACE, release))
-        torn_down = max(c.answered for c in log.calls())
+        torn_down = max(c.answered for c in log.calls() if c.resource)
         other = loads[OTHER_NAMESPACE]
         await kube.wait(
             "team-b's streams completed after the teardown",
@@ -460,10 +459,10 @@ async def test_deleting_one_of_two_services_leaves_the_other_serving(
         helm.uninstall(release, OTHER_NAMESPACE)
 
     assert after == before and after[f"ModelService/{name}"] is not None, (before, after)
-    ours = [c for c in calls if c.user == CONTROLLER and c.write]
+    ours = [c for c in calls if c.user == CONTROLLER_USER and c.write]
     assert [str(c) for c in ours if c.namespace == OTHER_NAMESPACE] == []
     assert foreign_writes(ours) == [
-        f"{CONTROLLER} delete {resource} {NAMESPACE}/{name} -> 200"
+        f"{CONTROLLER_USER} delete {resource} {NAMESPACE}/{name} -> 200"
         for resource in ("httproutes", "deployments", "services")
     ]
     kept, gone = loads[OTHER_NAMESPACE].streams, loads[NAMESPACE].streams

@@ -41,8 +41,8 @@ from typing import Any
 import pytest
 
 from e2e.kubernetes import models
-from e2e.kubernetes.calls import AuditLog, Call, epoch, ok
-from e2e.kubernetes.conftest import CONTROLLER_NAMESPACE
+from e2e.kubernetes.audit import AuditLog, Call, ok, seconds
+from e2e.kubernetes.conftest import CONTROLLER_NAMESPACE, CONTROLLER_USER
 from e2e.kubernetes.containers import container_pid, restarts
 from e2e.kubernetes.kube import MODEL_CHART, Helm, Json, Kube, is_ready, path
 from e2e.kubernetes.timeline import History
@@ -99,7 +99,7 @@ async def test_a_crashed_leader_is_replaced_within_the_bound_and_nothing_is_done
     kube: Kube, helm: Helm, report: list[str]
 ) -> None:
     started, begun = time.monotonic(), time.time()
-    audit = AuditLog(kube.cluster.audit_log)
+    audit = AuditLog(kube.cluster.audit_log, whole=True)
     lease_path = path("Lease", CONTROLLER_NAMESPACE) + f"?fieldSelector=metadata.name%3D{LEASE}"
     leases = History(kube.api, lease_path)
     await leases.start()
@@ -138,11 +138,11 @@ async def test_a_crashed_leader_is_replaced_within_the_bound_and_nothing_is_done
         new = await kube.wait("the standby holding the Lease", lambda: _now(taken()), timeout=duration + 30)
         assert not leases.resyncs, "the Lease's watch broke: a renewal may be missing from its history"
         last_renewal = max(
-            epoch(c.obj["spec"]["renewTime"])
+            seconds(c.obj["spec"]["renewTime"])
             for c in leases.changes
             if c.obj["spec"].get("holderIdentity") == old_identity
         )
-        takeover = epoch(new["acquireTime"]) - last_renewal
+        takeover = seconds(new["acquireTime"]) - last_renewal
         assert last_renewal <= killed, "a renewal after the kill"
         assert duration <= takeover <= duration + retry + ROUND_TRIP_SECS, (
             f"taken {takeover:.3f} s after the last renewal; the bound is {duration} + {retry:g} s"
@@ -153,7 +153,7 @@ async def test_a_crashed_leader_is_replaced_within_the_bound_and_nothing_is_done
         await kube.wait_gone("ModelService", NAMESPACE, f"{DELETED}-drain-router", timeout=120)
         await kube.wait(
             "an eviction by the new leader",
-            lambda: _now([c for c in audit.evictions(NAMESPACE) if ok(c.code) and c.pod == standby]),
+            lambda: _now([c for c in audit.evictions(CONTROLLER_USER, NAMESPACE) if ok(c.code) and c.pod == standby]),
             timeout=90,
         )
         # The killed container is back, as a standby; both replicas Ready again.
@@ -161,7 +161,7 @@ async def test_a_crashed_leader_is_replaced_within_the_bound_and_nothing_is_done
         lease_now = await kube.get("Lease", CONTROLLER_NAMESPACE, LEASE)
         assert lease_now is not None and pod_of(lease_now["spec"]["holderIdentity"]) == standby
 
-        acquired = epoch(new["acquireTime"])
+        acquired = seconds(new["acquireTime"])
         check_one_actor(audit, leader=leader, standby=standby, since=begun, killed=killed, acquired=acquired)
         deletes = check_deleted_once(audit, leader=leader, standby=standby)
         evictions = check_evicted_once(audit)
@@ -190,7 +190,7 @@ async def stage(kube: Kube, name: str, wanted: str) -> bool:
 
 async def fresh_eviction(kube: Kube, audit: AuditLog, leader: str) -> str | None:
     """A pod the leader evicted that is still terminating (its drain holds it DRAIN_SECS)."""
-    by_leader = {c.name for c in audit.evictions(NAMESPACE) if ok(c.code) and c.pod == leader}
+    by_leader = {c.name for c in audit.evictions(CONTROLLER_USER, NAMESPACE) if ok(c.code) and c.pod == leader}
     selector = f"app.kubernetes.io/instance={RECYCLED}"
     for pod in await kube.list("Pod", NAMESPACE, selector):
         name = pod["metadata"]["name"]
@@ -204,7 +204,7 @@ def check_one_actor(
 ) -> None:
     """Never two actors: from ``since`` until it took the Lease the standby only read the Lease; after
     the kill the old leader's pod (its restarted container, a standby now) only read the Lease."""
-    for c in audit.controller():
+    for c in audit.by(CONTROLLER_USER):
         if c.received < since:
             continue
         idle = (c.pod == standby and c.received < acquired) or (c.pod == leader and c.received > killed)
@@ -216,7 +216,7 @@ def check_deleted_once(audit: AuditLog, *, leader: str, standby: str) -> str:
     the kill; the Deployment and the Service by the new leader."""
     name = f"{DELETED}-drain-router"
     deletes: dict[str, list[Call]] = {}
-    for c in audit.controller(namespace=NAMESPACE):
+    for c in audit.by(CONTROLLER_USER, NAMESPACE):
         if c.verb == "delete" and c.name == name:
             deletes.setdefault(c.resource, []).append(c)
     expected = {"httproutes": leader, "deployments": standby, "services": standby}
@@ -232,7 +232,9 @@ def check_deleted_once(audit: AuditLog, *, leader: str, standby: str) -> str:
 def check_evicted_once(audit: AuditLog) -> int:
     """No pod evicted twice (a second eviction of a terminating pod is accepted by the API server:
     only the controller can keep from asking)."""
-    admitted = Counter(c.name for c in audit.evictions(NAMESPACE) if ok(c.code) and c.name.startswith(f"{RECYCLED}-"))
+    admitted = Counter(
+        c.name for c in audit.evictions(CONTROLLER_USER, NAMESPACE) if ok(c.code) and c.name.startswith(f"{RECYCLED}-")
+    )
     twice = {name: n for name, n in admitted.items() if n > 1}
     assert not twice, f"evicted more than once: {twice}"
     return len(admitted)

@@ -8,14 +8,13 @@ from __future__ import annotations
 import pytest
 
 from e2e.kubernetes import models
-from e2e.kubernetes.audit import AuditLog, service_account
-from e2e.kubernetes.conftest import CONTROLLER_NAMESPACE, CONTROLLER_RELEASE
+from e2e.kubernetes.audit import AuditLog
+from e2e.kubernetes.conftest import CONTROLLER_USER
 from e2e.kubernetes.kube import MODEL_CHART, Helm, Kube
 
 NAMESPACE = "team-b"
 RELEASE = "kselfdel"
 IDLE_SECS = 3
-CONTROLLER = service_account(CONTROLLER_NAMESPACE, f"{CONTROLLER_RELEASE}-drain-router-controller")
 pytestmark = pytest.mark.timeout(600, func_only=True)
 
 
@@ -42,7 +41,7 @@ async def test_an_idle_service_deletes_itself_through_its_teardown(kube: Kube, h
 
         await kube.wait("the release's pods gone", no_pods, timeout=120)
         deletes = [
-            c for c in audit.writes(CONTROLLER, NAMESPACE) if c.verb == "delete" and c.resource == "modelservices"
+            c for c in audit.writes(CONTROLLER_USER, NAMESPACE) if c.verb == "delete" and c.resource == "modelservices"
         ]
         assert [c.name for c in deletes] == [name], deletes
     finally:

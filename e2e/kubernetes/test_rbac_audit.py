@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import json
 import re
 from pathlib import Path
 
@@ -25,8 +24,9 @@ import aiohttp
 import pytest
 
 from drain_router_dev.kube.control_plane import BRIDGE, Cluster
+from e2e.kubernetes.audit import AuditLog, Call, service_account
 from e2e.kubernetes.conftest import CONTROLLER_NAMESPACE, CONTROLLER_RELEASE, MODEL_NAMESPACES
-from e2e.kubernetes.kube import Json, Kube
+from e2e.kubernetes.kube import Kube
 
 #: The namespaces whose ServiceAccounts are the charts' (the controller's and the model releases').
 CHART_NAMESPACES = (CONTROLLER_NAMESPACE, *MODEL_NAMESPACES)
@@ -37,60 +37,13 @@ ABSENT = ("team-a", "ka-rbac-absent")
 pytestmark = [pytest.mark.after_all, pytest.mark.timeout(300, func_only=True)]
 
 
-@dataclasses.dataclass(frozen=True)
-class Request:
-    """One audited request, as its last audit stage recorded it."""
-
-    user: str
-    verb: str
-    group: str
-    resource: str  # resource, or resource/subresource, as a Role names it; "" for a non-resource URL
-    namespace: str
-    name: str
-    code: int | None
-    decision: str | None
-    pod: str | None  # the pod the user's token is bound to
-    source: str
-    uri: str
-
-    @classmethod
-    def of(cls, event: Json) -> Request:
-        ref = event.get("objectRef") or {}
-        resource = ref.get("resource", "")
-        if ref.get("subresource"):
-            resource += "/" + ref["subresource"]
-        pods = (event["user"].get("extra") or {}).get("authentication.kubernetes.io/pod-name") or [None]
-        return cls(
-            user=event["user"].get("username", ""),
-            verb=event["verb"],
-            group=ref.get("apiGroup", ""),
-            resource=resource,
-            namespace=ref.get("namespace", ""),
-            name=ref.get("name", ""),
-            code=(event.get("responseStatus") or {}).get("code"),
-            decision=(event.get("annotations") or {}).get("authorization.k8s.io/decision"),
-            pod=pods[0],
-            source=(event.get("sourceIPs") or [""])[0],
-            uri=event["requestURI"],
-        )
-
-    def line(self) -> str:
-        return f"{self.code} {self.user} {self.verb} {self.group or 'core'}/{self.resource} ({self.uri[:160]})"
+def line(request: Call) -> str:
+    return f"{request.code} {request.user} {request.verb} {request.group or 'core'}/{request.rule_resource} ({request.uri[:160]})"
 
 
-def read_audit(log: Path) -> list[Request]:
-    """Every request the log has reached a response for (a watch still open: its ResponseStarted)."""
-    text = log.read_text()
-    last: dict[str, Json] = {}
-    for line in text.splitlines()[: None if text.endswith("\n") else -1]:
-        event = json.loads(line)
-        if event["stage"] in ("ResponseStarted", "ResponseComplete"):
-            last[event["auditID"]] = event
-    return [Request.of(e) for e in last.values()]
-
-
-def service_account(namespace: str, name: str) -> str:
-    return f"system:serviceaccount:{namespace}:{name}"
+def read_audit(log: Path) -> list[Call]:
+    """Every request of the session the log has reached a response for (a watch still open too)."""
+    return AuditLog(log, whole=True).requests()
 
 
 def is_chart_account(user: str) -> bool:
@@ -109,10 +62,10 @@ class Grant:
     namespace: str | None
     role: str
 
-    def used_by(self, request: Request) -> bool:
+    def used_by(self, request: Call) -> bool:
         return (
             request.decision == "allow"
-            and (request.user, request.group, request.resource, request.verb)
+            and (request.user, request.group, request.rule_resource, request.verb)
             == (self.user, self.group, self.resource, self.verb)
             and (self.namespace is None or request.namespace == self.namespace)
         )
@@ -161,12 +114,12 @@ async def component_accounts(kube: Kube) -> dict[str, str]:
     }
 
 
-def pod_of(deployment: str, pod: str | None) -> bool:
+def pod_of(deployment: str, pod: str) -> bool:
     """``pod`` is one a ReplicaSet of ``deployment`` made (``<deployment>-<hash>-<suffix>``)."""
-    return pod is not None and re.fullmatch(rf"{re.escape(deployment)}-[a-z0-9]+-[a-z0-9]+", pod) is not None
+    return re.fullmatch(rf"{re.escape(deployment)}-[a-z0-9]+-[a-z0-9]+", pod) is not None
 
 
-def from_pod_network(request: Request) -> bool:
+def from_pod_network(request: Call) -> bool:
     try:
         address = ipaddress.ip_address(request.source)
     except ValueError:
@@ -198,7 +151,7 @@ async def test_each_component_calls_the_api_as_its_own_service_account(kube: Kub
     assert len(accounts) == 2 and len(set(accounts.values())) == 2, accounts
     await ask_activator_for_an_absent_service(kube)
 
-    async def each_component_seen() -> list[Request] | None:
+    async def each_component_seen() -> list[Call] | None:
         requests = read_audit(installed.audit_log)
         seen = {d for d in accounts for r in requests if pod_of(d, r.pod)}
         return requests if seen == set(accounts) else None
@@ -207,19 +160,19 @@ async def test_each_component_calls_the_api_as_its_own_service_account(kube: Kub
     for deployment, user in accounts.items():
         from_its_pods = [r for r in requests if pod_of(deployment, r.pod)]
         assert {r.user for r in from_its_pods} == {user}, deployment
-        strays = [r.line() for r in requests if r.user == user and not pod_of(deployment, r.pod)]
+        strays = [line(r) for r in requests if r.user == user and not pod_of(deployment, r.pod)]
         assert not strays, f"{user} used outside the pods of {deployment}: {strays[:10]}"
     from_pods = [r for r in requests if from_pod_network(r)]
-    admins = [r.line() for r in from_pods if not (r.user.startswith("system:serviceaccount:") and r.pod)]
+    admins = [line(r) for r in from_pods if not (r.user.startswith("system:serviceaccount:") and r.pod)]
     assert not admins, f"calls from pods, not as a pod's ServiceAccount: {admins[:10]}"
-    unauthenticated = [r.line() for r in from_pods if r.code == 401]
+    unauthenticated = [line(r) for r in from_pods if r.code == 401]
     assert not unauthenticated, unauthenticated[:10]
 
 
 def test_no_chart_service_account_was_forbidden(installed: Cluster, report: list[str]) -> None:
     """A 403 to a chart's ServiceAccount anywhere in the session is a rule the product lacks."""
     requests = [r for r in read_audit(installed.audit_log) if is_chart_account(r.user)]
-    forbidden = [r.line() for r in requests if r.code == 403 or r.decision == "forbid"]
+    forbidden = [line(r) for r in requests if r.code == 403 or r.decision == "forbid"]
     report.append(f"{len(requests)} requests by the charts' ServiceAccounts, {len(forbidden)} forbidden")
     assert not forbidden, "refused (a missing RBAC rule):\n" + "\n".join(forbidden)
 

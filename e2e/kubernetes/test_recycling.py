@@ -33,7 +33,6 @@ import copy
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -45,7 +44,8 @@ import openai
 import pytest
 
 from e2e.kubernetes import models
-from e2e.kubernetes.calls import AuditLog, Call, epoch, ok
+from e2e.kubernetes.audit import AuditLog, Call, ok, seconds
+from e2e.kubernetes.conftest import CONTROLLER_USER
 from e2e.kubernetes.containers import container_pid
 from e2e.kubernetes.gateway import Gateway
 from e2e.kubernetes.kube import MODEL_CHART, Helm, Json, Kube, is_ready, path
@@ -69,13 +69,6 @@ LONG_CHUNKS = 400
 EVICTIONS_UNDER_LOAD = 3
 #: The scenario's own time; the session's setup (the machine's lock, the cluster) is not counted.
 pytestmark = pytest.mark.timeout(600, func_only=True)
-
-
-def haproxy_binary() -> str:
-    found = shutil.which("haproxy")
-    if found is None:
-        pytest.fail("haproxy is not installed: the gateway is a real HAProxy")
-    return found
 
 
 def values() -> dict[str, Any]:
@@ -173,7 +166,7 @@ def streams(cluster_root: Path, pod: Json) -> list[tuple[float, float]]:
         with contextlib.suppress(ValueError):
             entry = json.loads(line)
             if entry.get("event") == "request" and entry.get("path", "").startswith("/v1/"):
-                end = epoch(entry["timestamp"])
+                end = seconds(entry["timestamp"])
                 found.append((end - float(entry["duration_s"]), end))
     return found
 
@@ -191,7 +184,7 @@ async def held_for(kube: Kube, reason: str) -> Json | None:
 
 def evictions_done(audit: AuditLog, since: float = 0.0) -> list[Call]:
     """The controller's evictions the API server admitted (2xx), asked for from ``since`` on."""
-    return [c for c in audit.evictions(NAMESPACE) if ok(c.code) and c.received >= since]
+    return [c for c in audit.evictions(CONTROLLER_USER, NAMESPACE) if ok(c.code) and c.received >= since]
 
 
 async def pods_of(kube: Kube, deployment_owned: bool) -> list[Json]:
@@ -205,14 +198,14 @@ async def deployment_settled(kube: Kube) -> bool:
 
 
 async def test_recycling_evicts_idle_pods_one_at_a_time_within_the_budget(
-    kube: Kube, helm: Helm, tmp_path: Path, report: list[str]
+    kube: Kube, helm: Helm, tmp_path: Path, haproxy_bin: str, report: list[str]
 ) -> None:
     started = time.monotonic()
-    audit = AuditLog(kube.cluster.audit_log)
+    audit = AuditLog(kube.cluster.audit_log, whole=True)
     history = History(kube.api, path("Pod", NAMESPACE))
     await history.start()
     helm.install(RELEASE, MODEL_CHART, NAMESPACE, values())
-    gateway = Gateway(kube.api, haproxy_binary(), tmp_path, delay_secs=1.0)
+    gateway = Gateway(kube.api, haproxy_bin, tmp_path, delay_secs=1.0)
     await gateway.start()
     host = models.hostname(NAMESPACE, RELEASE)
     headers = {"Host": host}
@@ -287,7 +280,7 @@ async def stop_recycling(kube: Kube, audit: AuditLog, history: History) -> None:
     def read_since() -> bool:
         return any(
             c.resource == "modelservices" and c.verb == "get" and c.name == FULLNAME and c.received > patched
-            for c in audit.controller(namespace=NAMESPACE)
+            for c in audit.by(CONTROLLER_USER, NAMESPACE)
         )
 
     await kube.wait("a pass of the controller reading the new lifetime", lambda: _now(read_since()), timeout=60)
@@ -305,13 +298,13 @@ def check_idle_at_eviction(kube: Kube, audit: AuditLog, history: History, evicti
     observe, probe, evict). Returns how many such streams raced the eviction (drained, not lost)."""
     reads = [
         c
-        for c in audit.controller(namespace=NAMESPACE)
+        for c in audit.by(CONTROLLER_USER, NAMESPACE)
         if c.verb in ("get", "list") and c.resource in ("modelservices", "pods", "deployments", "replicasets")
     ]
     pods = {change.name: change.obj for change in history.changes}
     raced = 0
     for eviction in evictions:
-        observed = max((c.completed for c in reads if c.received < eviction.received), default=None)
+        observed = max((c.answered for c in reads if c.received < eviction.received), default=None)
         assert observed is not None, f"no read before {eviction}"
         in_flight = [(s, e) for s, e in streams(kube.cluster.root, pods[eviction.name]) if s < eviction.received < e]
         early = [(s, e) for s, e in in_flight if s <= observed]
@@ -392,7 +385,7 @@ async def budget_holds(kube: Kube, audit: AuditLog, stopped: list[int]) -> tuple
     down = time.time()
 
     def refused() -> list[Call]:
-        return [c for c in audit.evictions(NAMESPACE) if c.code == 429 and c.received > down]
+        return [c for c in audit.evictions(CONTROLLER_USER, NAMESPACE) if c.code == 429 and c.received > down]
 
     await kube.wait("an eviction refused by the budget", lambda: _now(refused()), timeout=90)
     assert all(c.cause == "DisruptionBudget" for c in refused()), [str(c) for c in refused()]
@@ -405,7 +398,7 @@ async def budget_holds(kube: Kube, audit: AuditLog, stopped: list[int]) -> tuple
         "an eviction after the canary recovered", lambda: _now(evictions_done(audit, since=up)), timeout=90
     )
     # Every eviction asked for while the canary was down was refused: the budget held, not the gate.
-    admitted = [c for c in audit.evictions(NAMESPACE) if ok(c.code) and down <= c.received <= up]
+    admitted = [c for c in audit.evictions(CONTROLLER_USER, NAMESPACE) if ok(c.code) and down <= c.received <= up]
     assert not admitted, f"evicted while the canary was unavailable: {[str(c) for c in admitted]}"
     count = len([c for c in refused() if c.received <= up])
     await kube.delete("Deployment", NAMESPACE, CANARY)

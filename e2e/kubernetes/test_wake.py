@@ -51,10 +51,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from drain_router.decisions import durations
 from e2e.kubernetes import models
+from e2e.kubernetes.audit import AuditLog
 from e2e.kubernetes.gateway import Gateway
 from e2e.kubernetes.history import History
 from e2e.kubernetes.kube import MODEL_CHART, Helm, Json, Kube, is_ready
-from e2e.kubernetes.test_rollout import haproxy_binary
 from e2e.real_engine import Outcome, Record, request_body
 
 NAMESPACE = "team-a"
@@ -330,20 +330,11 @@ async def activator_metrics(addresses: set[str]) -> dict[str, float]:
 
 def audited(audit_log: Path, resource: str, name: str, subresource: str, user: str) -> list[int]:
     """The answer codes of every PATCH ``user`` sent to ``resource``/``name`` (``subresource``)."""
-    codes = []
-    for line in audit_log.read_text().splitlines():
-        entry = json.loads(line)
-        ref = entry.get("objectRef") or {}
-        if (
-            entry.get("stage") == "ResponseComplete"
-            and entry.get("verb") == "patch"
-            and ref.get("resource") == resource
-            and ref.get("name") == name
-            and ref.get("subresource", "") == subresource
-            and entry.get("user", {}).get("username") == user
-        ):
-            codes.append(int(entry["responseStatus"]["code"]))
-    return codes
+    return [
+        c.code
+        for c in AuditLog(audit_log, whole=True).by(user)
+        if c.verb == "patch" and (c.resource, c.name, c.subresource) == (resource, name, subresource)
+    ]
 
 
 def after_last_reload(workdir: Path, addresses: set[str]) -> int:
@@ -371,7 +362,7 @@ async def _async(value: Any) -> Any:
 
 @pytest.mark.parametrize("delay", [0.0, 2.0], ids=["gateway-0s", "gateway-2s"])
 async def test_a_request_wakes_a_service_scaled_to_zero(
-    kube: Kube, helm: Helm, tmp_path: Path, delay: float, report: list[str]
+    kube: Kube, helm: Helm, tmp_path: Path, haproxy_bin: str, delay: float, report: list[str]
 ) -> None:
     """1. two pods serve one stream, then idle. Result: the route at the activator, then the
     Deployment at 0, its pods gone, the model Service's EndpointSlices empty, phase ScaledToZero,
@@ -389,7 +380,7 @@ async def test_a_request_wakes_a_service_scaled_to_zero(
     helm.install(release, MODEL_CHART, NAMESPACE, values(NAMESPACE, release))
     started = time.monotonic()
     history = History(kube.api, NAMESPACE, WATCHED)
-    gateway = Gateway(kube.api, haproxy_binary(), tmp_path, delay_secs=delay)
+    gateway = Gateway(kube.api, haproxy_bin, tmp_path, delay_secs=delay)
     clients: Clients | None = None
     try:
         await history.start()
