@@ -13,7 +13,7 @@ import pytest
 
 from drain_router_dev import cluster
 from drain_router_dev.process import Process
-from e2e import balancers, envoy, haproxy, probed
+from e2e import balancers, envoy, haproxy, probed, real_engine
 
 E2E_DIR = Path(__file__).parent
 REPORT_KEY = pytest.StashKey[list[str]]()
@@ -69,6 +69,16 @@ def haproxy_bin() -> str:
             pytest.fail("haproxy is not installed but CI is set: .ci/run must install it")
         pytest.skip("HAProxy is not installed (Debian: apt-get install haproxy); the load-balancer e2e tests need it")
     return exe
+
+
+@pytest.fixture
+def engine_installed() -> None:
+    """The real engine (the ``engine`` dependency group) is installed: skip without it, fail with CI."""
+    what = real_engine.missing()
+    if what is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{what} is not installed but CI is set: .ci/run must run make engine")
+        pytest.skip(f"{what} is not installed (make engine); the real-engine e2e needs it")
 
 
 @pytest.fixture

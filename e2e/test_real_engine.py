@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 import re
 import signal
 import time
@@ -56,15 +55,6 @@ DRAIN_SECS = 3
 GRACE_SECS = 20
 #: A clean end: the router exits 0; the engine (uvicorn) shuts down, then re-raises the SIGTERM.
 CLEAN_EXIT = {"router": 0, "engine": -signal.SIGTERM}
-
-
-@pytest.fixture
-def engine_installed() -> None:
-    what = real_engine.missing()
-    if what is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{what} is not installed but CI is set: .ci/run must run make engine")
-        pytest.skip(f"{what} is not installed (make engine); the real-engine e2e needs it")
 
 
 class Pod(Protocol):

@@ -12,8 +12,6 @@ no stream is lost at any delay; with it off (the control), some are: the clients
 from __future__ import annotations
 
 import datetime
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +27,6 @@ NAMESPACE = "team-a"
 CLIENTS = 6
 MAX_TOKENS = models.CHUNKS
 pytestmark = pytest.mark.timeout(600, func_only=True)
-
-
-def haproxy_binary() -> str:
-    found = shutil.which("haproxy")
-    if found is None:
-        pytest.fail("haproxy is not installed: the gateway is a real HAProxy")
-    return found
 
 
 async def restart(kube: Kube, namespace: str, deployment: str) -> int:
@@ -77,12 +68,12 @@ def without_drain(values: dict[str, Any]) -> dict[str, Any]:
 
 
 async def run_rollout(
-    kube: Kube, helm: Helm, tmp_path: Path, values: dict[str, Any], *, release: str, delay: float,
-    clients: int = CLIENTS, max_tokens: int = MAX_TOKENS,
+    kube: Kube, helm: Helm, tmp_path: Path, haproxy_bin: str, values: dict[str, Any], *, release: str,
+    delay: float, clients: int = CLIENTS, max_tokens: int = MAX_TOKENS,
 ) -> SdkLoad:  # fmt: skip
     helm.install(release, MODEL_CHART, NAMESPACE, values)
     host = models.hostname(NAMESPACE, release)
-    gateway = Gateway(kube.api, haproxy_binary(), tmp_path, delay_secs=delay)
+    gateway = Gateway(kube.api, haproxy_bin, tmp_path, delay_secs=delay)
     await gateway.start()
     deployment = f"{release}-drain-router"
     try:
@@ -119,11 +110,11 @@ async def _pods_served(kube: Kube, gateway: Gateway, host: str, deployment: str)
 
 @pytest.mark.parametrize("delay", [0.0, 2.0], ids=["gateway-0s", "gateway-2s"])
 async def test_rollout_restart_loses_no_stream(
-    kube: Kube, helm: Helm, tmp_path: Path, delay: float, report: list[str]
+    kube: Kube, helm: Helm, tmp_path: Path, haproxy_bin: str, delay: float, report: list[str]
 ) -> None:
     release = f"roll{int(delay)}"
     values = models.fake_model_values(NAMESPACE, release)
-    load = await run_rollout(kube, helm, tmp_path, values, release=release, delay=delay)
+    load = await run_rollout(kube, helm, tmp_path, haproxy_bin, values, release=release, delay=delay)
     lost = [r for r in load.records if r.outcome is not Outcome.COMPLETED]
     report.append(f"drain on, gateway {delay:.0f} s late: {len(load.records)} streams, {len(lost)} lost")
     assert load.count(Outcome.COMPLETED) >= 3 * CLIENTS
@@ -131,29 +122,24 @@ async def test_rollout_restart_loses_no_stream(
 
 
 async def test_rollout_restart_without_the_drain_loses_streams(
-    kube: Kube, helm: Helm, tmp_path: Path, report: list[str]
+    kube: Kube, helm: Helm, tmp_path: Path, haproxy_bin: str, report: list[str]
 ) -> None:
     values = without_drain(models.fake_model_values(NAMESPACE, "rolloff"))
-    load = await run_rollout(kube, helm, tmp_path, values, release="rolloff", delay=1.0)
+    load = await run_rollout(kube, helm, tmp_path, haproxy_bin, values, release="rolloff", delay=1.0)
     lost = [r for r in load.records if r.outcome is not Outcome.COMPLETED]
     report.append(f"drain off (control), gateway 1 s late: {len(load.records)} streams, {len(lost)} lost")
     assert lost, "the control lost nothing: the scenario cannot see a loss"
 
 
 @pytest.fixture
-def gguf() -> str:
-    absent = real_engine.missing()
-    if absent is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{absent} is not installed but CI is set: .ci/run runs make engine")
-        pytest.skip(f"the real engine is not installed ({absent}): make engine")
+def gguf(engine_installed: None) -> str:
     return str(real_engine.gguf_path())
 
 
 @pytest.mark.engine
 @pytest.mark.parametrize("drain", [True, False], ids=["drain-on", "drain-off-control"])
 async def test_rollout_restart_of_the_real_engine(
-    kube: Kube, helm: Helm, tmp_path: Path, gguf: str, drain: bool, report: list[str]
+    kube: Kube, helm: Helm, tmp_path: Path, haproxy_bin: str, gguf: str, drain: bool, report: list[str]
 ) -> None:
     """The same rollout with llama.cpp's server as the model server: two single-threaded engines,
     four clients (two generating, two queued in the engines), the gateway 1 s late (the control 2 s)."""
@@ -163,7 +149,9 @@ async def test_rollout_restart_of_the_real_engine(
         values = without_drain(values)
     # The control's gateway is 2 s late: a wide enough window that a loss is seen on a busy machine too.
     delay = 1.0 if drain else 2.0
-    load = await run_rollout(kube, helm, tmp_path, values, release=release, delay=delay, clients=4, max_tokens=48)
+    load = await run_rollout(
+        kube, helm, tmp_path, haproxy_bin, values, release=release, delay=delay, clients=4, max_tokens=48
+    )
     lost = [r for r in load.records if r.outcome is not Outcome.COMPLETED]
     report.append(f"real engine, drain {'on' if drain else 'off'}: {len(load.records)} streams, {len(lost)} lost")
     if drain:
