@@ -256,8 +256,8 @@ class Gateway:
         self.reloads = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
-        self._queue: asyncio.Queue[list[Backend]] = asyncio.Queue()
-        self._pending: list[float] = []
+        self._queue: asyncio.Queue[tuple[float, list[Backend]]] = asyncio.Queue()
+        """What was seen, and when it is due (the loop's clock)."""
 
     @property
     def url(self) -> str:
@@ -328,15 +328,13 @@ class Gateway:
             await self._changed.wait()
             self._changed.clear()
             seen = self.wanted()
-            self._pending.append(asyncio.get_running_loop().time() + self.delay_secs)
-            self._queue.put_nowait(seen)
+            self._queue.put_nowait((asyncio.get_running_loop().time() + self.delay_secs, seen))
 
     async def _applier(self) -> None:
         """Applies what was seen, in order, each ``delay_secs`` after it was seen."""
         loop = asyncio.get_running_loop()
         while True:
-            seen = await self._queue.get()
-            due = self._pending.pop(0)
+            due, seen = await self._queue.get()
             if due > loop.time():
                 await asyncio.sleep(due - loop.time())
             await self._apply(seen)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import os
 import subprocess
 import time
@@ -168,10 +167,6 @@ def load_yaml_dir(directory: Path) -> list[Json]:
     for file in sorted(directory.glob("*.yaml")):
         docs.extend(doc for doc in yaml.safe_load_all(file.read_text()) if doc)
     return docs
-
-
-def dump(obj: Any) -> str:
-    return json.dumps(obj, indent=1, sort_keys=True)[:3000]
 
 
 __all__ = ["Api", "ApiError", "Helm", "Json", "Kube", "is_ready", "load_yaml_dir", "path"]

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from drain_router_dev.kube.network import Bridge
+from drain_router_dev.kube.node import remove_leftovers
 from drain_router_dev.kube.pki import Identity, Pki
 from drain_router_dev.process import free_port
 
@@ -303,8 +305,6 @@ def up(root: Path, *, node_agent: list[str] | None = None) -> Cluster:
 
 
 def _port_open(port: int) -> bool:
-    import socket
-
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex(("127.0.0.1", port)) == 0
@@ -332,8 +332,6 @@ def down(root: Path) -> None:
     if data.exists():
         shutil.rmtree(data.read_text().strip(), ignore_errors=True)
         data.unlink()
-    from drain_router_dev.kube.node import remove_leftovers
-
     remove_leftovers()
     _flush_proxy_rules()
     BRIDGE.delete()

@@ -241,7 +241,6 @@ class PodRun:
     async def _volumes(self) -> dict[str, Path]:
         """Each volume's contents in a directory of its own: name -> directory."""
         found: dict[str, Path] = {}
-        meta = self.pod["metadata"]
         for volume in self.spec.get("volumes", []):
             where = self.dir / "volumes" / volume["name"]
             where.mkdir(parents=True, exist_ok=True)
@@ -255,7 +254,6 @@ class PodRun:
             elif "emptyDir" not in volume:
                 log.warning("%s: volume %s of an unsupported kind is an empty directory", self.key, volume["name"])
             found[volume["name"]] = where
-        del meta
         return found
 
     async def _project(self, source: Json, where: Path) -> None:
