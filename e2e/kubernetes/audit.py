@@ -12,10 +12,11 @@ pods' logs use.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 from pathlib import Path
 from typing import Any
+
+from drain_router.decisions import durations
 
 #: The verbs that change an object.
 WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
@@ -64,11 +65,6 @@ class Call:
         return f"{self.user} {self.verb} {self.rule_resource} {self.namespace}/{self.name} -> {self.code}"
 
 
-def seconds(stamp: str) -> float:
-    """An RFC 3339 time (``2026-12-06T13:44:40.021688Z``, the audit log's and a Lease's) -> Unix seconds."""
-    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
 def ok(code: int) -> bool:
     return 200 <= code < 300
 
@@ -92,8 +88,8 @@ def parse(entry: dict[str, Any]) -> Call:
         namespace=ref.get("namespace", ""),
         name=ref.get("name", ""),
         code=int(status.get("code", 0)),
-        received=seconds(entry["requestReceivedTimestamp"]),
-        answered=seconds(entry["stageTimestamp"]),
+        received=durations.parse_time(entry["requestReceivedTimestamp"]),
+        answered=durations.parse_time(entry["stageTimestamp"]),
         pod=((user.get("extra") or {}).get(POD_NAME) or [""])[0],
         cause=causes[0].get("reason") or status.get("reason", ""),
         group=ref.get("apiGroup", ""),
@@ -151,4 +147,4 @@ class AuditLog:
         return sorted(found, key=lambda c: c.received)
 
 
-__all__ = ["WRITES", "AuditLog", "Call", "ok", "parse", "seconds", "service_account"]
+__all__ = ["WRITES", "AuditLog", "Call", "ok", "parse", "service_account"]

@@ -20,6 +20,7 @@ import pytest
 
 from drain_router_dev.kube import control_plane
 from drain_router_dev.kube.api import Api
+from drain_router_dev.process import wait_until
 from e2e.kubernetes.audit import service_account
 from e2e.kubernetes.kube import CONTROLLER_CHART, GATEWAY_CRDS, Helm, Kube, load_yaml_dir
 from tests.chart.helm import obtain_helm
@@ -119,11 +120,11 @@ async def _connections_closed(cluster: control_plane.Cluster) -> None:
     reported as leaked by the next test."""
     port = int(cluster.server.rsplit(":", 1)[1])
     me = psutil.Process()
-    deadline = asyncio.get_running_loop().time() + 10
-    while any(c.raddr and c.raddr.port == port for c in me.net_connections("tcp")):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("connections to the API server still open 10 s after the client closed")
-        await asyncio.sleep(0.01)
+    await wait_until(
+        lambda: not any(c.raddr and c.raddr.port == port for c in me.net_connections("tcp")),
+        10,
+        "this process's connections to the API server to close after its client closed",
+    )
 
 
 @pytest.fixture

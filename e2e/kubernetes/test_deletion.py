@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
+from drain_router.decisions import durations
 from drain_router_dev.kube.control_plane import NODE, Cluster
 from e2e.kubernetes import models
-from e2e.kubernetes.audit import AuditLog, Call, seconds, service_account
+from e2e.kubernetes.audit import AuditLog, Call, service_account
 from e2e.kubernetes.conftest import CONTROLLER_USER
 from e2e.kubernetes.gateway import Gateway
 from e2e.kubernetes.kube import MODEL_CHART, Helm, Json, Kube
@@ -236,7 +237,7 @@ async def test_helm_uninstall_removes_the_route_first_and_loses_no_stream(
     route_delete = delete_of(ours, "httproutes", name)
     deployment_delete = delete_of(ours, "deployments", name)
     # The settle is counted from when the controller saw the route gone (routeRemovedAt).
-    removed_at = seconds(watch.last.deletion["routeRemovedAt"])
+    removed_at = durations.parse_time(watch.last.deletion["routeRemovedAt"])
     assert route_delete.answered <= removed_at <= deployment_delete.received - SETTLE_SECS
     # The garbage collector, not the controller, deleted the ReplicaSet and the pods (after the
     # Deployment's delete), and the pods went when their kubelet confirmed them, before the release.

@@ -40,8 +40,9 @@ from typing import Any
 
 import pytest
 
+from drain_router.decisions import durations
 from e2e.kubernetes import models
-from e2e.kubernetes.audit import AuditLog, Call, ok, seconds
+from e2e.kubernetes.audit import AuditLog, Call, ok
 from e2e.kubernetes.conftest import CONTROLLER_NAMESPACE, CONTROLLER_USER
 from e2e.kubernetes.containers import container_pid, restarts
 from e2e.kubernetes.kube import MODEL_CHART, Helm, Json, Kube, is_ready, path
@@ -138,11 +139,11 @@ async def test_a_crashed_leader_is_replaced_within_the_bound_and_nothing_is_done
         new = await kube.wait("the standby holding the Lease", lambda: _now(taken()), timeout=duration + 30)
         assert not leases.resyncs, "the Lease's watch broke: a renewal may be missing from its history"
         last_renewal = max(
-            seconds(c.obj["spec"]["renewTime"])
+            durations.parse_time(c.obj["spec"]["renewTime"])
             for c in leases.changes
             if c.obj["spec"].get("holderIdentity") == old_identity
         )
-        takeover = seconds(new["acquireTime"]) - last_renewal
+        takeover = durations.parse_time(new["acquireTime"]) - last_renewal
         assert last_renewal <= killed, "a renewal after the kill"
         assert duration <= takeover <= duration + retry + ROUND_TRIP_SECS, (
             f"taken {takeover:.3f} s after the last renewal; the bound is {duration} + {retry:g} s"
@@ -161,7 +162,7 @@ async def test_a_crashed_leader_is_replaced_within_the_bound_and_nothing_is_done
         lease_now = await kube.get("Lease", CONTROLLER_NAMESPACE, LEASE)
         assert lease_now is not None and pod_of(lease_now["spec"]["holderIdentity"]) == standby
 
-        acquired = seconds(new["acquireTime"])
+        acquired = durations.parse_time(new["acquireTime"])
         check_one_actor(audit, leader=leader, standby=standby, since=begun, killed=killed, acquired=acquired)
         deletes = check_deleted_once(audit, leader=leader, standby=standby)
         evictions = check_evicted_once(audit)

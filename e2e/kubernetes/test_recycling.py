@@ -43,8 +43,9 @@ from typing import Any
 import openai
 import pytest
 
+from drain_router.decisions import durations
 from e2e.kubernetes import models
-from e2e.kubernetes.audit import AuditLog, Call, ok, seconds
+from e2e.kubernetes.audit import AuditLog, Call, ok
 from e2e.kubernetes.conftest import CONTROLLER_USER
 from e2e.kubernetes.containers import container_pid
 from e2e.kubernetes.gateway import Gateway
@@ -166,7 +167,7 @@ def streams(cluster_root: Path, pod: Json) -> list[tuple[float, float]]:
         with contextlib.suppress(ValueError):
             entry = json.loads(line)
             if entry.get("event") == "request" and entry.get("path", "").startswith("/v1/"):
-                end = seconds(entry["timestamp"])
+                end = durations.parse_time(entry["timestamp"])
                 found.append((end - float(entry["duration_s"]), end))
     return found
 
