@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Protocol
 
 from drain_router import tracing
@@ -64,6 +64,7 @@ class Listener(Site, Protocol):
     max_streams: int
     connection_limit: int
     conns: set[Inbound]
+    counted: Sized
     local_health: set[LocalHealth]
     preface_timeout: float
     idle_timeout: float
@@ -92,7 +93,7 @@ class Inbound(Wire):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = self.attach(transport)
         listener = self.listener
-        if len(listener.conns) >= listener.connection_limit:
+        if len(listener.counted) >= listener.connection_limit:
             # Past the descriptor share: told at once (a client retries elsewhere), never registered.
             listener.metrics.connections_refused.labels("grpc_connection_limit").inc()
             transport.write(frames.settings({}) + frames.goaway(0, frames.ENHANCE_YOUR_CALM, b"connection limit"))

@@ -9,6 +9,7 @@ graceful GOAWAY sequence; streams in flight run on. At the deadline the calls st
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sized
 
 from drain_router import logs
 from drain_router.config import Upstream
@@ -35,6 +36,7 @@ class GrpcListener:
         *,
         connection_limit: int,
         sites: Sites | None = None,
+        counted: Sized | None = None,
     ) -> None:
         self.state = state
         self.connection_limit = connection_limit
@@ -62,6 +64,9 @@ class GrpcListener:
         self.max_streams = r.MAX_CONCURRENT_STREAMS
         """Advertised to every client connection: never above the model server's own limit."""
         self.conns: set[Inbound] = set()
+        self.counted: Sized = self.conns if counted is None else counted
+        """The connections ``connection_limit`` bounds: this listener's, or those of every listener
+        sharing the budget (the activator's, one listener per port)."""
         self.watches: set[Call] = set()
         self.local_health: set[LocalHealth] = set()
         self.server: asyncio.Server | None = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import select
+from collections.abc import Sized
 
 from drain_router import logs
 from drain_router.decisions import capacity
@@ -41,7 +42,13 @@ class TrafficListener:
     """The listening socket, its client connections and their deadlines."""
 
     def __init__(
-        self, state: RouterState, pool: UpstreamPool | None, *, connection_limit: int, sites: Sites | None = None
+        self,
+        state: RouterState,
+        pool: UpstreamPool | None,
+        *,
+        connection_limit: int,
+        sites: Sites | None = None,
+        counted: Sized | None = None,
     ) -> None:
         proxy = state.config.proxy
         self.state = state
@@ -66,6 +73,9 @@ class TrafficListener:
         self.keepalive_timeout = float(proxy.client_keepalive_timeout_secs)
         self.connection_limit = connection_limit
         self.clients: set[ClientConnection] = set()
+        self.counted: Sized = self.clients if counted is None else counted
+        """The connections ``connection_limit`` bounds: this listener's, or those of every listener
+        sharing the budget (the activator's, one listener per port)."""
         self.tunnels = OpenTunnels(self.metrics.websocket_sessions)
         """Open WebSocket tunnels (their client connections are in ``clients`` too)."""
         self.refusals = Refusals(
@@ -89,8 +99,8 @@ class TrafficListener:
         return int(self.server.sockets[0].getsockname()[1])
 
     def _connection(self) -> asyncio.Protocol:
-        if len(self.clients) >= self.connection_limit:
-            return self.refusals.protocol(open_connections=len(self.clients), limit=self.connection_limit)
+        if len(self.counted) >= self.connection_limit:
+            return self.refusals.protocol(open_connections=len(self.counted), limit=self.connection_limit)
         return ClientConnection(self)
 
     def _sweep(self) -> None:
