@@ -1,6 +1,8 @@
-"""A stand-in Kubernetes API for the activator: ModelServices (GET, and merge patches of their status
-subresource, with the ``resourceVersion`` checked), and one list of pods, recording every call
-(:class:`FakeKube`, served by :func:`kube_api`). What the activator reads of the API and nothing
+"""A stand-in Kubernetes API for the activator: the port map's ConfigMap (GET), ModelServices (GET,
+and merge patches of their status subresource, with the ``resourceVersion`` checked; a service in
+``forbidden`` answers 403 to both, as RBAC would), and one list of pods (filtered by namespace and
+by the selector for pods that carry labels), recording every call (:class:`FakeKube`, served by
+:func:`kube_api`). What the activator reads of the API and nothing
 more: the tests, the bench and the demo point ``drain-router activator --kube-api`` at it.
 """
 
@@ -8,13 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 NS, NAME = "models", "llama"
 """The namespace and name of :func:`modelservice` unless given."""
+PORTS_NS, PORTS_NAME = "drain-router", "drain-router-activator-ports"
+"""The port map's ConfigMap (``--ports-configmap PORTS_NS/PORTS_NAME``)."""
+PORTS_CONFIGMAP = f"{PORTS_NS}/{PORTS_NAME}"
 
 
 def modelservice(
@@ -47,12 +52,26 @@ def modelservice(
     }
 
 
-def pod(ip: str, name: str, *, phase: str = "Running", namespace: str = NS) -> dict[str, Any]:
-    """A pod as the pods list returns it: its phase and IP."""
-    return {
-        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": "2026-01-01T00:00:00Z"},
-        "status": {"phase": phase, "podIP": ip},
-    }
+def pod(
+    ip: str, name: str, *, phase: str = "Running", namespace: str = NS, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A pod as the pods list returns it: its phase and IP; with ``labels``, listed only for a
+    selector they match (without, for any)."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "creationTimestamp": "2026-01-01T00:00:00Z"}
+    if labels is not None:
+        meta["labels"] = labels
+    return {"metadata": meta, "status": {"phase": phase, "podIP": ip}}
+
+
+def _selected(pod: dict[str, Any], namespace: str, selector: str) -> bool:
+    meta = pod["metadata"]
+    if meta.get("namespace", namespace) != namespace:
+        return False
+    labels = meta.get("labels")
+    if labels is None:
+        return True
+    wanted = dict(term.split("=", 1) for term in selector.split(",") if "=" in term)
+    return all(labels.get(k) == v for k, v in wanted.items())
 
 
 @dataclasses.dataclass
@@ -66,13 +85,43 @@ class FakeKube:
     """Every status patch: its content type, its body, the status answered."""
     reads: int = 0
     selectors: list[str] = dataclasses.field(default_factory=list)
+    ports: dict[str, str] | None = None
+    """The port map's ``data`` (None: the ConfigMap does not exist)."""
+    forbidden: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    """ModelServices the activator may not read or patch (403, as RBAC answers)."""
+    calls: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    """Every call, ``(method, path)``, in order."""
     url: str = ""
+
+    def calls_to(self, method: str, fragment: str) -> int:
+        """The calls so far with ``method`` whose path contains ``fragment``."""
+        return sum(1 for m, path in self.calls if m == method and fragment in path)
+
+    @web.middleware
+    async def record(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        self.calls.append((request.method, request.path))
+        return await handler(request)
+
+    async def configmap(self, request: web.Request) -> web.Response:
+        if (request.match_info["ns"], request.match_info["name"]) != (PORTS_NS, PORTS_NAME) or self.ports is None:
+            return web.json_response({"kind": "Status", "reason": "NotFound", "code": 404}, status=404)
+        meta = {"namespace": PORTS_NS, "name": PORTS_NAME}
+        return web.json_response({"kind": "ConfigMap", "metadata": meta, "data": dict(self.ports)})
+
+    def _forbidden(self, request: web.Request) -> web.Response | None:
+        if (request.match_info["ns"], request.match_info["name"]) not in self.forbidden:
+            return None
+        return web.json_response({"kind": "Status", "reason": "Forbidden", "code": 403}, status=403)
 
     def accepted(self) -> list[dict[str, Any]]:
         return [body for _, body, code in self.patches if code == 200]
 
     async def get(self, request: web.Request) -> web.Response:
         self.reads += 1
+        if (refused := self._forbidden(request)) is not None:
+            return refused
         obj = self.services.get((request.match_info["ns"], request.match_info["name"]))
         if obj is None:
             return web.json_response({"kind": "Status", "reason": "NotFound", "code": 404}, status=404)
@@ -82,7 +131,9 @@ class FakeKube:
         obj = self.services.get((request.match_info["ns"], request.match_info["name"]))
         body = await request.json()
         code = 200
-        if obj is None:
+        if self._forbidden(request) is not None:
+            code = 403
+        elif obj is None:
             code = 404
         elif self.conflicts:
             self.conflicts -= 1
@@ -97,19 +148,22 @@ class FakeKube:
         return web.json_response(obj if code == 200 else {"kind": "Status", "code": code}, status=code)
 
     async def list_pods(self, request: web.Request) -> web.Response:
-        self.selectors.append(request.query.get("labelSelector", ""))
-        return web.json_response({"kind": "PodList", "items": self.pods})
+        selector = request.query.get("labelSelector", "")
+        self.selectors.append(selector)
+        items = [p for p in self.pods if _selected(p, request.match_info["ns"], selector)]
+        return web.json_response({"kind": "PodList", "items": items})
 
 
 @contextlib.asynccontextmanager
 async def kube_api() -> AsyncIterator[FakeKube]:
     """A :class:`FakeKube` served on a free loopback port (its ``url``) until the block ends."""
     kube = FakeKube()
-    app = web.Application()
+    app = web.Application(middlewares=[kube.record])
     path = "/apis/drainrouter.dev/v1alpha1/namespaces/{ns}/modelservices/{name}"
     app.router.add_get(path, kube.get)
     app.router.add_patch(path + "/status", kube.patch)
     app.router.add_get("/api/v1/namespaces/{ns}/pods", kube.list_pods)
+    app.router.add_get("/api/v1/namespaces/{ns}/configmaps/{name}", kube.configmap)
     async with serving(app, "127.0.0.1") as url:
         kube.url = url
         yield kube
