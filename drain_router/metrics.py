@@ -248,11 +248,12 @@ class ActivatorMetrics:
         )
         self.refused = Counter(
             PREFIX + "activator_refused",
-            "Requests the activator refused without holding them: no_service (no or an invalid "
-            "x-drain-router-service header), not_found (no such ModelService), table_full "
-            "(--max-services services held at once).",
+            "Requests the activator refused without holding them (or answered while held), by its "
+            "service's refusal: not_found (no such ModelService), forbidden (reading it answered 403: "
+            "not a service this activator may serve), no_grpc_port (a gRPC call for a service with no "
+            "spec.router.grpcPort).",
             ["reason"],
             registry=registry,
         )
-        for reason in ("no_service", "not_found", "table_full"):
+        for reason in ("not_found", "forbidden", "no_grpc_port"):
             self.refused.labels(reason)

@@ -18,6 +18,7 @@ from drain_router import config, early_signals
 from drain_router.activator import settings as settings_
 from drain_router.activator.settings import DRAIN, LISTENERS, LOGS
 from drain_router.config import flags, usage
+from drain_router.decisions import activator
 
 COMMAND = "activator"
 """Whose variables: ``DRAIN_ROUTER_ACTIVATOR_<FLAG>`` (:func:`~drain_router.config.flags.env_name`)."""
@@ -43,25 +44,26 @@ def _own(name: str) -> flags.Decorator[Any]:
 
 _options = flags.options(
     [
-        _router("host", LISTENERS, "Traffic listener address."),
         _router(
-            "port",
+            "host",
             LISTENERS,
-            "Traffic listener port: the activator's Service, where the controller points a sleeping "
-            "service's route. 0 picks a free port (logged).",
+            "Address of the traffic listeners: one per port of the port map (--ports-configmap), each "
+            "for one service and protocol. No other traffic port is opened.",
         ),
-        _own("grpc-port"),
         _router("admin-host", LISTENERS, "Admin listener address."),
         _router(
             "admin-port",
             LISTENERS,
-            "Admin listener port: /livez, /readyz (503 from SIGTERM on), /metrics. Must differ from --port.",
+            "Admin listener port: /livez, /readyz (503 from SIGTERM on), /metrics, /admin/ports (the "
+            "ports listened on now, which the controller probes). Keep it outside the controller's "
+            "--activator-ports range.",
         ),
         _own("queue-size"),
         _own("activation-timeout-secs"),
         _own("max-services"),
         _own("poll-interval-secs"),
         _own("kube-api"),
+        _own("ports-configmap"),
         _router(
             "shutdown-drain-secs",
             DRAIN,
@@ -96,15 +98,20 @@ def command(**given: Any) -> None:
         raise click.BadParameter(
             f"{exc.value!r}: {exc.reason}", param_hint=f"'{config.flag_name(exc.field)}'"
         ) from None
-    grpc_port = own["grpc_port"]
-    if grpc_port and grpc_port in (cfg.proxy.port, cfg.admin.port):
-        raise click.BadParameter("must differ from --port and --admin-port", param_hint="'--grpc-port'")
     try:
         settings = settings_.ActivatorSettings(**own)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if settings.kube_api is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise click.UsageError("not in a cluster (no KUBERNETES_SERVICE_HOST): give --kube-api URL")
+    if settings.ports_configmap is None:
+        raise click.UsageError("--ports-configmap NAMESPACE/NAME is required (the controller's port map)")
+    from drain_router.activator import kube
+
+    try:
+        activator.configmap_ref(settings.ports_configmap, kube.own_namespace())
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--ports-configmap'") from None
     from drain_router import logs
     from drain_router.activator import process  # the event loop, httptools and aiohttp only when serving
 

@@ -2,11 +2,11 @@
 (:mod:`.sites`), forwarded through a pool of h2c connections to the pod's router's gRPC port
 (``http://<podIP>:<spec.router.grpcPort>``) instead of its traffic port.
 
-A call's service is read once, when its request HEADERS are complete (:meth:`GrpcSites.pick`), from
-its ``x-drain-router-service`` metadata. Answered at once, trailers-only, never held: a call naming
-no service or an invalid one (UNIMPLEMENTED), a service that does not exist (NOT_FOUND), one more
-service than ``--max-services`` (UNAVAILABLE), a service whose ModelService has no ``grpcPort``
-(UNAVAILABLE, held calls too once it is read), and health calls (UNIMPLEMENTED: the activator is
+A call's service is its port's (:class:`GrpcPortSites`, the picker of a ``grpc`` port's listener),
+never its metadata. Answered at once, trailers-only, never held: a service refused by its watcher
+(not found: NOT_FOUND; not the activator's to read: UNAVAILABLE), a service whose ModelService has
+no ``grpcPort`` (UNAVAILABLE: the calls held are answered as soon as the ModelService is read,
+before any wake is asked for, :func:`port_read`), and health calls (UNIMPLEMENTED: the activator is
 not the service; a health check must not wake it). Any other call waits in its service's gate
 beside the HTTP requests (one bound, one first-in first-out order, counted in
 ``activator_held_requests``): a full queue answers RESOURCE_EXHAUSTED, the activation timeout and
@@ -20,7 +20,8 @@ import asyncio
 from typing import Final
 
 from drain_router import config
-from drain_router.activator.sites import ServiceSite, Sites
+from drain_router.activator import sites
+from drain_router.activator.sites import ServiceSite
 from drain_router.admission.gate import Gate
 from drain_router.decisions.capacity import Answer, Reason
 from drain_router.decisions.grpc_status import GrpcStatus
@@ -42,10 +43,8 @@ ANSWERS: Final = {
 }
 #: The answers to a call refused before it is held, by the HTTP refusal's code (:mod:`.sites`).
 REFUSALS: Final = {
-    "no_service": (GrpcStatus.UNIMPLEMENTED, "the call names no service (x-drain-router-service)"),
-    "bad_service": (GrpcStatus.UNIMPLEMENTED, "x-drain-router-service must be <namespace>/<name>"),
-    "service_not_found": (GrpcStatus.NOT_FOUND, "no such service"),
-    "activator_full": (GrpcStatus.UNAVAILABLE, "the activator holds calls for too many services"),
+    sites.NOT_FOUND[1]: sites.GRPC_NOT_FOUND,
+    sites.UNAVAILABLE[1]: sites.GRPC_UNAVAILABLE,
 }
 NO_GRPC_PORT: Final = (
     GrpcStatus.UNAVAILABLE,
@@ -125,35 +124,36 @@ def _idle(pool: GrpcPool) -> bool:
 
 def port_read(site: ServiceSite, port: int | None) -> None:
     """The watcher read the ModelService's ``spec.router.grpcPort``: none, and the gRPC calls held
-    for it are answered UNAVAILABLE now (and new ones at once, :meth:`GrpcSites.pick`)."""
+    for it are answered UNAVAILABLE now (and new ones at once, :meth:`GrpcPortSites.pick`)."""
     site.grpc_port, site.grpc_port_read = port, True
     if port is None and site.grpc is not None:
         site.table.own.refused.labels("no_grpc_port").inc(site.grpc.refuse_held(NO_GRPC_PORT))
 
 
-class GrpcSites:
-    """The gRPC listener's destinations (its :class:`~drain_router.grpc.inbound.Sites`): the
-    table of services of :class:`~.sites.Sites`, each with its :class:`GrpcSite`."""
+class GrpcPortSites:
+    """The picker of one ``grpc`` port's listener (its :class:`~drain_router.grpc.inbound.Sites`):
+    every call's destination is the port's service, with its :class:`GrpcSite`."""
 
-    def __init__(self, sites: Sites) -> None:
-        self.sites = sites
+    def __init__(self, site: ServiceSite) -> None:
+        self.site = site
         self.listener: GrpcListener | None = None
         """Set once made (it is made with this)."""
 
     def pick(self, conn: Connection, stream: Stream, headers: Headers, request: Request, end: bool) -> GrpcSite | None:
         listener = self.listener
         assert listener is not None
-        answer = HEALTH if request.path in health.PATHS else None
-        if answer is None:
-            dest = self.sites.pick(headers)
-            if not isinstance(dest, ServiceSite):
-                answer = REFUSALS[dest.refusal[1]]
-            elif dest.grpc_port is None and (dest.grpc_port_read or dest.forwarding):
-                self.sites.own.refused.labels("no_grpc_port").inc()
-                answer = NO_GRPC_PORT
-            else:
+        site = self.site
+        if request.path in health.PATHS:
+            answer = HEALTH
+        elif site.grpc_port is None and (site.grpc_port_read or site.forwarding):
+            site.table.own.refused.labels("no_grpc_port").inc()
+            answer = NO_GRPC_PORT
+        else:
+            dest = site.pick(headers)
+            if isinstance(dest, ServiceSite):
                 if dest.grpc is None:
                     dest.grpc = GrpcSite(dest, listener)
                 return dest.grpc  # type: ignore[no-any-return]
+            answer = REFUSALS[dest.refusal[1]]
         Call(listener, conn, stream, headers, request, end, counted=False).reject(*answer)
         return None

@@ -1,5 +1,5 @@
-"""The activator's few calls, over plain aiohttp: the Kubernetes API (read a ModelService, patch its
-status, list its pods) and the pods' routers (``/readyz`` on their traffic port). Answers are data:
+"""The activator's few calls, over plain aiohttp: the Kubernetes API (read the port map's ConfigMap,
+read a ModelService, patch its status, list its pods) and the pods' routers (``/readyz`` on their traffic port). Answers are data:
 a status code and a JSON body, for :mod:`.waking` to act on; a call that gets no answer raises
 :class:`Unanswered`.
 
@@ -26,6 +26,14 @@ GROUP_VERSION = "drainrouter.dev/v1alpha1"
 #: (the next poll tries again).
 CALL_TIMEOUT_SECS = 5.0
 PROBE_TIMEOUT_SECS = 1.0
+
+
+def own_namespace() -> str | None:
+    """The pod's namespace, from its service account (None out of cluster)."""
+    try:
+        return (SERVICE_ACCOUNT / "namespace").read_text().strip() or None
+    except OSError:
+        return None
 
 
 class Unanswered(Exception):
@@ -79,6 +87,9 @@ class Kube:
     @staticmethod
     def modelservice_path(namespace: str, name: str) -> str:
         return f"/apis/{GROUP_VERSION}/namespaces/{namespace}/modelservices/{name}"
+
+    async def get_configmap(self, namespace: str, name: str) -> tuple[int, Any]:
+        return await self._call("GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
 
     async def get_modelservice(self, namespace: str, name: str) -> tuple[int, Any]:
         return await self._call("GET", self.modelservice_path(namespace, name))

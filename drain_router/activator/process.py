@@ -1,10 +1,10 @@
 """One activator process: the router's runtime (:class:`~drain_router.runtime.lifecycle.Router`: the
 admin listener, signals, the drain with ``/readyz`` 503 first, the deadline) with the activator's
-traffic listener, whose requests go to one destination per service (:class:`~.sites.Sites`), its
-gRPC listener with ``--grpc-port`` (each call's destination its service's, :mod:`.grpcsites`), and
-a watcher per service with requests (:mod:`.waking`). At closing every held request is answered
-503 with ``Retry-After`` and ``Connection: close`` (a retry reaches another replica); what it
-forwards runs to completion, as the router's in-flight requests do.
+listeners, one per port of the port map (:mod:`.ports`; ``/admin/ports`` on the admin listener),
+each one's requests going to its service's site (:mod:`.sites`, :mod:`.grpcsites`), and a watcher
+per service (:mod:`.waking`). At closing every held request is answered 503 with ``Retry-After``
+and ``Connection: close`` (a retry reaches another replica); what it forwards runs to completion, as
+the router's in-flight requests do.
 """
 
 from __future__ import annotations
@@ -15,15 +15,18 @@ import time
 from collections.abc import Callable, Iterable
 
 import uvloop
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from drain_router import config, metrics
-from drain_router.activator import grpcsites, waking
+from drain_router.activator import kube as kube_
+from drain_router.activator import ports as ports_
+from drain_router.activator import waking
 from drain_router.activator.kube import Kube
 from drain_router.activator.settings import ActivatorSettings
 from drain_router.activator.sites import ServiceSite, Sites
-from drain_router.decisions import drain
-from drain_router.grpc.listener import GrpcListener
+from drain_router.decisions import drain, websocket_close
+from drain_router.decisions.websocket_close import AtClosing
 from drain_router.http1.listener import TrafficListener
 from drain_router.runtime import lifecycle, tuning
 
@@ -41,19 +44,43 @@ class Activator(lifecycle.Router):
     ) -> None:
         super().__init__(cfg, registry=registry, clock=clock)
         self.settings = settings
+        self.configmap = ports_.configmap(settings, kube_.own_namespace())
         self.own_metrics = metrics.ActivatorMetrics(self.metrics.registry)
         self.sites: Sites | None = None
         self.kube: Kube | None = None
+        self.ports: ports_.Ports | None = None
         self.clock = clock
 
     @property
     def upstream_url(self) -> str | None:
         return None
 
+    def listening(self) -> bool:
+        return self.ports is not None and self.admin_port is not None
+
+    def admin_app(self) -> web.Application:
+        app = super().admin_app()
+        assert self.ports is not None
+        ports_.install(app, self.ports)
+        return app
+
     def close_listeners(self) -> None:
         if self.sites is not None:
             self.sites.close_queues()
         super().close_listeners()
+
+    async def _close_listeners(self) -> None:
+        await super()._close_listeners()
+        if self.ports is None:
+            return
+        action = websocket_close.at_closing(self.config.drain.websocket_close_at)
+        if action is not AtClosing.KEEP:  # (as the router's listener does with its tunnels)
+            self.state.websocket_at_closing = action
+            for listener in self.ports.all_listeners():
+                if isinstance(listener, TrafficListener):
+                    for tunnel in listener.tunnels:
+                        tunnel.at_closing(action)
+        self.ports.stop_accepting()
 
     def phase_changed(self, phase: drain.Phase) -> None:
         if self.sites is not None:
@@ -68,7 +95,8 @@ class Activator(lifecycle.Router):
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _start_pool(self, stack: contextlib.AsyncExitStack) -> None:
+    async def _start_admin(self, stack: contextlib.AsyncExitStack) -> None:
+        """The sites and the port map first: ``/admin/ports`` answers from the admin listener's start."""
         self.kube = Kube(self.settings.kube_api)
         stack.push_async_callback(self.kube.close)
         self.sites = Sites(
@@ -81,34 +109,29 @@ class Activator(lifecycle.Router):
         )
         stack.callback(self.sites.close)
         self.state.queued = self.sites.held
+        self.ports = ports_.Ports(
+            self.state,
+            self.settings,
+            self.sites,
+            self.kube,
+            self.configmap,
+            connection_limit=tuning.traffic_connection_limit(),
+        )
+        await super()._start_admin(stack)
+
+    async def _start_pool(self, stack: contextlib.AsyncExitStack) -> None:
+        """No pool of its own: each site makes its own once its service's pod is ready."""
 
     async def _start_main(self, stack: contextlib.AsyncExitStack) -> None:
-        limit = tuning.traffic_connection_limit()
-        if self.settings.grpc_port is not None:
-            limit -= tuning.grpc_connection_limit(limit)  # (the gRPC listener's share, as the router's)
-        listener = TrafficListener(self.state, None, connection_limit=limit, sites=self.sites)
-        listener.exempt_paths = frozenset()  # every request of a sleeping service is held
-        self.port = await listener.start(self.config.proxy.host, self.config.proxy.port)
-        self.listener = listener
-        stack.callback(listener.close)
+        """The port map's poller; its listeners open as it reads the map (``activator.port_opened``)."""
+        assert self.ports is not None
+        stack.callback(self.ports.close)
+        task = asyncio.ensure_future(self.ports.run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _start_grpc(self, stack: contextlib.AsyncExitStack) -> None:
-        """``--grpc-port``: the router's gRPC listener, each call's destination its service's site."""
-        if self.settings.grpc_port is None:
-            return
-        assert self.sites is not None
-        picker = grpcsites.GrpcSites(self.sites)
-        listener = GrpcListener(
-            self.state,
-            None,
-            float(self.config.proxy.upstream_connect_timeout_secs),
-            connection_limit=tuning.grpc_connection_limit(tuning.traffic_connection_limit()),
-            sites=picker,
-        )
-        picker.listener = listener
-        stack.callback(listener.close)
-        self.grpc_port = await listener.bind(self.config.proxy.host, self.settings.grpc_port)
-        self.grpc = listener
+        """No gRPC port of its own: each ``grpc`` port of the map gets its listener (:mod:`.ports`)."""
 
 
 def serve(cfg: config.Config, settings: ActivatorSettings, *, pending_signals: Iterable[int] = ()) -> int:

@@ -19,11 +19,12 @@ DEFAULT_QUEUE_SIZE = 1000
 """Requests held per service: a burst of clients arriving during a cold start, bounded so a flood
 costs bounded memory (each held request is a parsed head and its connection)."""
 DEFAULT_MAX_SERVICES = 1000
-"""Services with requests held at once: the routes that point at the activator name them, so a
-made-up name cannot grow the table past this."""
+"""Services with listeners at once: as many as the controller's default port range has (20000-20999,
+one port per service and protocol), so by default it is the controller's range that bounds them."""
 DEFAULT_POLL_INTERVAL_SECS = 1
-"""How often a waking service's pods are listed and their routers probed: a second is small beside
-a cold start and light on the API server (one list per waking service)."""
+"""How often the port map is read, and a waking service's pods listed and their routers probed: a
+second is small beside a cold start and light on the API server (one GET of the map, and per service
+with requests at most one read, one patch and one list)."""
 
 
 #: The headings of ``activator --help``, in the order they are listed.
@@ -66,10 +67,13 @@ class ActivatorSettings:
             heading=HOLDING,
             type=click.IntRange(min=1),
             metavar="N",
-            help="Services the activator holds requests for at once; a request for one more is answered 503.",
+            help="Services the activator opens listeners for at once (each of its assigned ports, HTTP and "
+            "gRPC). A service past it in the port map gets no listener: its connections are refused, a "
+            "warning is logged, and /admin/ports does not list its ports, so the controller does not send "
+            "it here.",
         ),
     )
-    """Services in the table at once; a request for one more is answered 503."""
+    """Services with listeners at once (those listened to already keep theirs; the next by port)."""
     poll_interval_secs: float = setting(
         DEFAULT_POLL_INTERVAL_SECS,
         Flag(
@@ -77,11 +81,27 @@ class ActivatorSettings:
             heading=KUBERNETES,
             type=click.FloatRange(min=0, min_open=True),
             metavar="SECS",
-            help="While a service wakes: how often its pods are listed and their routers' /readyz probed "
-            "(and the ModelService read again). The first ready router gets the held requests.",
+            help="How often the port map is read (one GET whatever the traffic: a newly assigned port is "
+            "opened, a released one closed, within this); and, for each service with requests, how often "
+            "its ModelService is read, a wake asked for, its pods listed and their routers' /readyz "
+            "probed (at most one read, one status patch and one list per service per interval, "
+            "whatever the clients send). A service refused (403, 404) is refused at once for this long.",
         ),
     )
-    """Between two lists of a service's pods (and probes of their routers)."""
+    """Between two reads of the port map, and two polls of one service (read, patch, list)."""
+    ports_configmap: str | None = setting(
+        None,
+        Flag(
+            name="ports-configmap",
+            heading=KUBERNETES,
+            metavar="NAMESPACE/NAME",
+            help="The port map the controller writes (<activator Service>-ports in the activator's "
+            "namespace): which port is which ModelService's, and for HTTP or gRPC. The activator listens "
+            "on exactly those ports, and a request's service is its port's, never anything the client "
+            "sends. NAME alone: in the pod's own namespace (in cluster). Required.",
+        ),
+    )
+    """The port map's ConfigMap, ``NAMESPACE/NAME`` or ``NAME`` (the pod's namespace)."""
     kube_api: str | None = setting(
         None,
         Flag(
@@ -93,20 +113,6 @@ class ActivatorSettings:
         ),
     )
     """The Kubernetes API's base URL (None: in cluster, from the service account)."""
-    grpc_port: int | None = setting(
-        None,
-        Flag(
-            name="grpc-port",
-            heading=LISTENERS,
-            type=click.IntRange(min=0, max=65535),
-            metavar="PORT",
-            help="gRPC (h2c, prior knowledge) listener port: the activator Service's grpc port, where a "
-            "GRPCRoute of a sleeping service points. Calls are held like requests (RESOURCE_EXHAUSTED "
-            "when the queue is full, UNAVAILABLE past the timeout) and forwarded to the pod router's "
-            "spec.router.grpcPort. Unset: no gRPC listener. 0 picks a free port (logged).",
-        ),
-    )
-    """The gRPC (h2c) listener's port (None: no gRPC listener; 0: a free port)."""
 
     def __post_init__(self) -> None:
         # The bounds are the flags' (what click refuses on the command line), for library callers.

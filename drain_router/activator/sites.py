@@ -1,17 +1,22 @@
-"""One destination per ModelService (:class:`ServiceSite`), and the bounded table that picks it from
-a request's head (:class:`Sites`, the activator listener's :class:`~drain_router.http1.roles.Sites`).
+"""One destination per ModelService (:class:`ServiceSite`), and the table of them (:class:`Sites`).
 
-A site is a held queue: a :class:`~drain_router.admission.gate.Gate` of 0 slots (bound
-``--queue-size``, timeout ``--activation-timeout-secs``, every refusal's ``Retry-After`` from the
-last cold start) and no upstream pool while no pod of its service is ready. Once one is
-(:meth:`ServiceSite.forward`), it gets a pool to that pod's router and its gate opens: the held
-requests go in arrival order, and new ones go straight through. Asleep again
-(:meth:`ServiceSite.hold`), the gate closes to 0; what is in flight finishes on its connections.
+A site is what every listener of its service's ports hands a request to: the port a connection
+arrived on chose it, and it is the picker of those listeners (:meth:`ServiceSite.pick`, the
+:class:`~drain_router.http1.reader.Sites` of an HTTP port), so nothing a client sends (a header,
+a name, a ``Host``) can reach another service's queue or pod. A site is a held queue: a
+:class:`~drain_router.admission.gate.Gate` of 0 slots (bound ``--queue-size``, timeout
+``--activation-timeout-secs``, every refusal's ``Retry-After`` from the last cold start) and no
+upstream pool while no pod of its service is ready. Once one is (:meth:`ServiceSite.forward`), it
+gets a pool to that pod's router and its gate opens: the held requests go in arrival order, and new
+ones go straight through. Asleep again (:meth:`ServiceSite.hold`), the gate closes to 0; what is in
+flight finishes on its connections.
 
-A request with no ``x-drain-router-service`` header, or one naming no valid service, is refused
-(404, 400), never held; so is one for a service found not to exist (404, until the next poll may
-find it), and one for a new service while ``--max-services`` are in the table (503) and none of
-them is idle (an idle one, nothing held, forwarded or watched, makes room).
+A service found not to exist (404) or not to be the activator's to read (403) has its held requests
+answered at once and new ones refused for a poll interval (:meth:`ServiceSite.refuse`): 404
+``service_not_found``, 503 ``service_unavailable``, in the activator's own words, naming nothing.
+A site whose every port left the port map is retired (:meth:`Sites.retire`): its held requests are
+answered 503 with ``Connection: close`` (their retry finds the service's endpoints of now), what it
+forwards finishes.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 from drain_router import config, logs
 from drain_router.activator.settings import ActivatorSettings
 from drain_router.admission.gate import Gate
-from drain_router.decisions import activation, activator
+from drain_router.decisions import activation
 from drain_router.decisions.capacity import Answer, Reason
 from drain_router.decisions.grpc_status import GrpcStatus
 from drain_router.http1 import answers
@@ -42,13 +47,14 @@ OPEN_SLOTS = 1 << 30
 #: requests still leave in arrival order, but each connects on its own.
 WARM_CONNECTIONS = 256
 
-NO_SERVICE: answers.Error = (404, "no_service", "the request names no service (x-drain-router-service)")
-BAD_SERVICE: answers.Error = (400, "bad_service", "x-drain-router-service must be <namespace>/<name>")
 NOT_FOUND: answers.Error = (404, "service_not_found", "no such service")
-TABLE_FULL: answers.Error = (503, "activator_full", "the activator holds requests for too many services")
-GRPC_NOT_FOUND = (GrpcStatus.NOT_FOUND, "no such service")  # for a held gRPC call
-#: A held request's, whichever protocol it speaks, when its ModelService turns out not to exist.
+UNAVAILABLE: answers.Error = (503, "service_unavailable", "this service cannot be woken through the activator")
+GRPC_NOT_FOUND = (GrpcStatus.NOT_FOUND, "no such service")
+GRPC_UNAVAILABLE = (GrpcStatus.UNAVAILABLE, "this service cannot be woken through the activator")
+#: A held request's answer, whichever protocol it speaks, when its ModelService turns out not to
+#: exist (404), or reading it is forbidden to the activator (403).
 NOT_FOUND_ANSWER = Answer(http=NOT_FOUND, grpc=GRPC_NOT_FOUND)
+UNAVAILABLE_ANSWER = Answer(http=UNAVAILABLE, grpc=GRPC_UNAVAILABLE)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -99,7 +105,8 @@ class _GateMetrics:
 
 
 class ServiceSite:
-    """One ModelService's held queue and, while a pod of it is ready, its pool."""
+    """One ModelService's held queue and, while a pod of it is ready, its pool; the picker of the
+    listeners of its ports."""
 
     refusal = None
 
@@ -125,21 +132,35 @@ class ServiceSite:
         pod's requests still in flight finish on them); closed at exit."""
         self.held_since: float | None = None
         """Loop time of the first request held since it last forwarded (``activation_seconds``)."""
-        self.missing_until = 0.0
-        """Loop time until which it is answered 404 at once (its ModelService was not found)."""
+        self.refused: Refused | None = None
+        self.refused_until = 0.0
+        """Loop time until which every request is answered :attr:`refused` at once (its ModelService
+        was not found, or may not be read)."""
+        self.demand = asyncio.Event()
+        """Set by a request it takes: its watcher (:mod:`.waking`) polls while set."""
+        self.ports: set[int] = set()
+        """The ports listening for it (none: it is retired)."""
         self.watcher: asyncio.Task[None] | None = None
         self.grpc: Any = None
         """Its gRPC side (:class:`~.grpcsites.GrpcSite`), once a gRPC call came for it."""
         self.grpc_port: int | None = None
         self.grpc_port_read = False  # spec.router.grpcPort (None: none), once read
 
+    def pick(self, headers: Headers) -> ServiceSite | Refused:
+        """The destination of a request that arrived on one of its ports: itself (held or
+        forwarded), or its refusal while one stands. The headers are not looked at."""
+        now = self.table.loop.time()
+        if self.refused is not None and self.refused_until > now:
+            self.table.own.refused.labels(self.refused.reason).inc()
+            return self.refused
+        if not self.forwarding and self.held_since is None:
+            self.held_since = now
+        self.demand.set()
+        return self
+
     @property
     def forwarding(self) -> bool:
         return self.url is not None
-
-    def idle(self) -> bool:
-        """Nothing held, nothing forwarded, not watched: its place in the table may be taken."""
-        return not len(self.gate) and not self.gate.active and (self.watcher is None or self.watcher.done())
 
     def set_cold_start(self, seconds: float | None) -> None:
         """The last cold start read from the service's status: the ``Retry-After`` of its refusals."""
@@ -183,14 +204,14 @@ class ServiceSite:
         if self.grpc is not None:
             self.grpc.sync()
 
-    def not_found(self, now: float, for_secs: float) -> None:
-        """Its ModelService does not exist: every held request is answered 404 now, and new ones for
-        ``for_secs``."""
-        self.missing_until = now + for_secs
+    def refuse(self, refused: Refused, answer: Answer, now: float, for_secs: float) -> None:
+        """Its ModelService does not exist, or may not be read: every held request is answered
+        ``answer`` now, and new ones ``refused`` for ``for_secs``."""
+        self.refused, self.refused_until = refused, now + for_secs
         self.held_since = None
         for waiter in self.gate.take_waiters():
-            self.table.own.refused.labels("not_found").inc()
-            waiter.answer(NOT_FOUND_ANSWER)
+            self.table.own.refused.labels(refused.reason).inc()
+            waiter.answer(answer)
 
     def close(self) -> None:
         for pool in self.pools.values():
@@ -200,7 +221,7 @@ class ServiceSite:
 
 
 class Sites:
-    """The table of services, bounded by ``--max-services``; picks a request's destination."""
+    """The services with a port, by ``(namespace, name)``; each one's watcher started with it."""
 
     def __init__(
         self,
@@ -216,15 +237,16 @@ class Sites:
         self.config = cfg
         self.metrics, self.own = metrics, own
         self.watch = watch
-        """Starts a site's watcher (:mod:`.waking`): called when a request arrives and none runs."""
+        """Starts a site's watcher (:mod:`.waking`), for as long as the site has a port."""
         self.note_connect = note_connect
         self.sites: dict[tuple[str, str], ServiceSite] = {}
+        self.retired: list[ServiceSite] = []
+        """Sites with no port left whose forwarded requests may still run: their pools are closed once
+        idle (:meth:`sweep`), or at exit."""
         self.loop = asyncio.get_running_loop()
         self.leaving = False
-        self.no_service = Refused(NO_SERVICE, "no_service")
-        self.bad_service = Refused(BAD_SERVICE, "no_service")
         self.not_found = Refused(NOT_FOUND, "not_found")
-        self.full = Refused(TABLE_FULL, "table_full")
+        self.unavailable = Refused(UNAVAILABLE, "forbidden")
 
     def __len__(self) -> int:
         return len(self.sites)
@@ -238,48 +260,35 @@ class Sites:
         cfg = dataclasses.replace(self.config, proxy=dataclasses.replace(self.config.proxy, upstream=upstream))
         return UpstreamPool(cfg, self.note_connect)
 
-    def pick(self, headers: Headers) -> ServiceSite | Refused:
-        """The destination of a request with these (parsed) headers."""
-        value = None
-        for name, v in headers:
-            if len(name) == len(activator.SERVICE_HEADER) and name.lower() == activator.SERVICE_HEADER:
-                if value is not None:
-                    return self._refused(self.bad_service)  # two: which one?
-                value = v
-        if value is None:
-            return self._refused(self.no_service)
-        key = activator.service_key(value)
-        if key is None:
-            return self._refused(self.bad_service)
-        site = self.sites.get(key)
+    def site(self, namespace: str, name: str) -> ServiceSite:
+        """The site of a service a port is opened for (made, and its watcher started, if new)."""
+        site = self.sites.get((namespace, name))
         if site is None:
-            if len(self.sites) >= self.settings.max_services and not self._make_room():
-                return self._refused(self.full)
-            site = self.sites[key] = ServiceSite(*key, self)
+            site = self.sites[(namespace, name)] = ServiceSite(namespace, name, self)
             if self.leaving:
                 site.gate.close()
-        now = self.loop.time()
-        if site.missing_until > now:
-            return self._refused(self.not_found)
-        if not site.forwarding and site.held_since is None:
-            site.held_since = now
-        if site.watcher is None or site.watcher.done():
             site.watcher = self.watch(site)
         return site
 
-    def _refused(self, refused: Refused) -> Refused:
-        self.own.refused.labels(refused.reason).inc()
-        return refused
+    def retire(self, site: ServiceSite) -> None:
+        """``site`` has no port left: its watcher stops, its held requests are answered 503 with
+        ``Connection: close`` (the gate's closing answer: a retry goes to the service's endpoints of
+        now), and its series go; what it forwards finishes (:meth:`sweep`)."""
+        if self.sites.get((site.namespace, site.name)) is not site:
+            return
+        del self.sites[(site.namespace, site.name)]
+        if site.watcher is not None:
+            site.watcher.cancel()
+        site.gate.close()
+        self.own.held.remove(site.service)
+        self.retired.append(site)
+        self.sweep()
 
-    def _make_room(self) -> bool:
-        """Forget one idle site (its series too); False when every site is busy."""
-        for key, site in self.sites.items():
-            if site.idle():
-                del self.sites[key]
-                site.close()
-                self.own.held.remove(site.service)
-                return True
-        return False
+    def sweep(self) -> None:
+        """Close the pools of retired sites with nothing in flight any more."""
+        for site in [s for s in self.retired if not s.gate.active]:
+            self.retired.remove(site)
+            site.close()
 
     def close_queues(self) -> None:
         """Closing: every held request is answered 503 with ``Connection: close`` (the gates'), and
@@ -293,5 +302,5 @@ class Sites:
             site.gate.leaving = leaving
 
     def close(self) -> None:
-        for site in self.sites.values():
+        for site in [*self.sites.values(), *self.retired]:
             site.close()

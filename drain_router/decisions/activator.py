@@ -1,53 +1,90 @@
-"""The activator's own decisions: which ModelService a held request is for, and when and how it asks
-for a wake. Purely computational, no side effects (the controller's side is :mod:`.activation`).
+"""The activator's own decisions: which ports it listens on, and when and how it asks for a wake.
+Purely computational, no side effects (the controller's side is :mod:`.activation`, the port map
+:mod:`.service_ports`).
 
-- The route the controller points at the activator adds a request header naming the ModelService,
-  ``x-drain-router-service: <namespace>/<name>`` (:func:`service_key`): a namespace is a DNS-1123
-  label, a name a DNS-1123 subdomain; anything else names no service (the request is refused, never
-  held, so a client cannot grow the activator's table of queues with made-up names past what the
-  routes name).
+- A request's service is the one its port is assigned to in the port map (:mod:`.service_ports`),
+  never anything the client sends: the activator opens a listener per assigned port
+  (:func:`plan_listeners`, bounded by ``--max-services``) and a connection to any other port is
+  refused by the kernel.
 - A wake is asked for by writing ``status.lifecycle.wakeRequestedAt`` on the ModelService (the
   controller's watch already delivers every write to it, the field survives a controller restart or a
-  leader change, and the activator needs no address of the leader): only while no wake is pending
-  (:func:`should_request_wake`), as a merge patch of the status subresource carrying the
-  ``resourceVersion`` it read (:func:`wake_patch`), so two activator replicas, or a controller write in
-  between, never overwrite each other: a 409 means read again and decide again.
+  leader change, and the activator needs no address of the leader): only while a request is held and
+  no wake is pending (:func:`should_request_wake`), as a merge patch of the status subresource
+  carrying the ``resourceVersion`` it read (:func:`wake_patch`), so two activator replicas, or a
+  controller write in between, never overwrite each other: a 409 means read again at the next poll
+  and decide again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from drain_router.decisions import durations
 from drain_router.decisions.activation import ActivationStatus, Phase
-
-SERVICE_HEADER = b"x-drain-router-service"
-"""The request header the controller's route adds (lower case, as the parser hands header names)."""
+from drain_router.decisions.service_ports import Assignment
 
 _LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
-_NAMESPACE = re.compile(_LABEL)
-_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
+_CONFIGMAP = re.compile(rf"(?:(?P<namespace>{_LABEL})/)?(?P<name>{_LABEL}(?:\.{_LABEL})*)")
 MAX_NAME_LENGTH = 253
 
 
-def service_key(value: bytes) -> tuple[str, str] | None:
-    """``(namespace, name)`` from the header's value, or ``None`` when it names no valid service."""
-    try:
-        text = value.decode("ascii").strip()
-    except UnicodeDecodeError:
-        return None
-    namespace, slash, name = text.partition("/")
-    if not slash or len(name) > MAX_NAME_LENGTH:
-        return None
-    if _NAMESPACE.fullmatch(namespace) is None or _NAME.fullmatch(name) is None:
-        return None
-    return namespace, name
+def configmap_ref(text: str, default_namespace: str | None) -> tuple[str, str]:
+    """``NAMESPACE/NAME`` (or ``NAME`` with ``default_namespace``, the pod's own) of the port map's
+    ConfigMap; ``ValueError`` saying what is wrong."""
+    match = _CONFIGMAP.fullmatch(text.strip())
+    if match is None or len(match["name"]) > MAX_NAME_LENGTH:
+        raise ValueError(f"{text!r}: expected NAMESPACE/NAME (a namespace and a ConfigMap name)")
+    namespace = match["namespace"] or default_namespace
+    if not namespace:
+        raise ValueError(f"{text!r}: no namespace given, and none known (not in a cluster): use NAMESPACE/NAME")
+    return namespace, match["name"]
 
 
-def should_request_wake(status: ActivationStatus) -> bool:
-    """A held request asks for a wake unless one is already pending (asked for and not answered)."""
-    return not status.wake_pending
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListenPlan:
+    """What the activator's listeners become after a read of the port map."""
+
+    close: tuple[int, ...]
+    """Ports listened on now that leave (unassigned, or assigned to another service or protocol)."""
+    open: tuple[tuple[int, Assignment], ...]
+    """Ports to open, in port order."""
+    over: tuple[Assignment, ...]
+    """Assignments left without a listener: their service is past ``max_services``."""
+
+
+def plan_listeners(
+    table: Mapping[int, Assignment], listening: Mapping[int, Assignment], max_services: int
+) -> ListenPlan:
+    """The listeners for the port map ``table``, given those open now (``listening``): a port keeps
+    its listener while it keeps its assignment; at most ``max_services`` services get listeners
+    (each service's every port), those listened to already first, then by lowest port, so a newly
+    assigned service never takes the place of one that clients are reaching."""
+    close = tuple(sorted(port for port, held in listening.items() if table.get(port) != held))
+    kept = {port: held for port, held in listening.items() if table.get(port) == held}
+    services = {(a.namespace, a.name) for a in kept.values()}
+    opened: list[tuple[int, Assignment]] = []
+    over: list[Assignment] = []
+    for port in sorted(table):
+        assignment = table[port]
+        if port in kept:
+            continue
+        service = (assignment.namespace, assignment.name)
+        if service not in services:
+            if len(services) >= max_services:
+                over.append(assignment)
+                continue
+            services.add(service)
+        opened.append((port, assignment))
+    return ListenPlan(close=close, open=tuple(opened), over=tuple(over))
+
+
+def should_request_wake(status: ActivationStatus, held: int) -> bool:
+    """A wake is asked for while requests are held (``held``, after those that cannot be served were
+    answered) and none is pending (asked for and not answered)."""
+    return held > 0 and not status.wake_pending
 
 
 def wake_patch(now: float, resource_version: str) -> dict[str, Any]:

@@ -23,11 +23,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from drain_router.decisions.activation import Route
-from drain_router.decisions.activator import SERVICE_HEADER
 
 ANNOTATION = "drainrouter.dev/backend-refs"
 """The route's original ``[{backendRefs, filters}, ...]``, one per rule, while it points at the activator."""
-HEADER = SERVICE_HEADER.decode("ascii")
+HEADER = "x-drain-router-service"
 _MODIFIER = "RequestHeaderModifier"
 _LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
 _SERVICE = re.compile(rf"(?P<namespace>{_LABEL})/(?P<name>{_LABEL}):(?P<port>[0-9]{{1,5}})(?:,(?P<grpc>[0-9]{{1,5}}))?")

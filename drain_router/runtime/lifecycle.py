@@ -114,9 +114,17 @@ class Router:
 
     # -- startup -------------------------------------------------------------------------------
 
+    def admin_app(self) -> web.Application:
+        """The admin listener's app (the activator adds its own endpoints to the router's)."""
+        return endpoints.make_admin_app(self.state)
+
+    def listening(self) -> bool:
+        """Its traffic listeners are bound (``startup.listening`` is logged)."""
+        return self.port is not None
+
     async def _start_admin(self, stack: contextlib.AsyncExitStack) -> None:
         runner = admin_listener.AdminRunner(
-            endpoints.make_admin_app(self.state),
+            self.admin_app(),
             metrics=self.metrics,
             connection_limit=tuning.ADMIN_CONNECTION_LIMIT,
             shutdown_timeout=CLEANUP_TIMEOUT_SECS,
@@ -206,7 +214,7 @@ class Router:
                     remedy="choose free ports with --port / --admin-port / --grpc-port",
                 )
                 return EXIT_STARTUP_FAILED
-            if self.port is not None:
+            if self.listening():
                 log.info(
                     "startup.listening",
                     port=self.port,

@@ -1,5 +1,5 @@
-"""The activator's world, stood in: a Kubernetes API serving one kind of ModelService, its status
-subresource and the pods list (:class:`~drain_router_dev.fake_kube.FakeKube`, recording every
+"""The activator's world, stood in: a Kubernetes API serving the port map's ConfigMap, one kind of
+ModelService, its status subresource and the pods list (:class:`~drain_router_dev.fake_kube.FakeKube`, recording every
 call; the package's own), a model server that records
 the order requests reach it and echoes WebSocket messages (:class:`Model`), and processes
 (the activator, and ``drain-router serve`` as a model pod's router)."""
@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import AsyncIterator
 
+import aiohttp
 from aiohttp import web
 
 from drain_router_dev import fake_kube
@@ -101,14 +102,14 @@ def activator_argv(kube_url: str, *args: str) -> list[str]:
         "activator",
         "--host",
         "127.0.0.1",
-        "--port",
-        "0",
         "--admin-host",
         "127.0.0.1",
         "--admin-port",
         "0",
         "--kube-api",
         kube_url,
+        "--ports-configmap",
+        fake_kube.PORTS_CONFIGMAP,
         "--poll-interval-secs",
         "0.1",
         "--shutdown-drain-secs",
@@ -130,6 +131,15 @@ async def activator(kube_url: str, *args: str) -> AsyncIterator[RouterProcess]:
 
 
 @contextlib.asynccontextmanager
+async def listening(kube: fake_kube.FakeKube, *args: str) -> AsyncIterator[RouterProcess]:
+    """:func:`activator`, once it listens on every port of the port map."""
+    async with activator(kube.url, *args) as act:
+        assert act.admin_port is not None
+        await wait_listening(act.admin_port, kube.ports)
+        yield act
+
+
+@contextlib.asynccontextmanager
 async def pod_router(upstream: str) -> AsyncIterator[RouterProcess]:
     """``drain-router serve`` on the pod's address in front of the model server."""
     p = await RouterProcess.start(
@@ -140,6 +150,28 @@ async def pod_router(upstream: str) -> AsyncIterator[RouterProcess]:
         yield p
     finally:
         await p.kill()
+
+
+def assign(kube: fake_kube.FakeKube, *entries: str) -> list[int]:
+    """Free ports for ``entries`` (``<namespace>/<name>/<protocol>``), added to the port map."""
+    ports = [process_.free_port() for _ in entries]
+    kube.ports = {**(kube.ports or {}), **{str(port): entry for port, entry in zip(ports, entries, strict=True)}}
+    return ports
+
+
+async def listened(admin_port: int) -> dict[str, str]:
+    """``/admin/ports``' ports: what the activator listens on now."""
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{admin_port}/admin/ports") as resp:
+        assert resp.status == 200
+        return dict((await resp.json())["ports"])
+
+
+async def wait_listening(admin_port: int, ports: dict[str, str] | None, timeout: float = 5.0) -> None:
+    """Until ``/admin/ports`` lists exactly ``ports`` (the port map's data)."""
+    wanted = dict(ports or {})
+    await process_.wait_until(
+        lambda: listened(admin_port), timeout, f"listening on {wanted}", until=lambda v: v == wanted
+    )
 
 
 async def metric(admin_port: int, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -155,12 +187,12 @@ async def wait_held(admin_port: int, n: int, timeout: float = 5.0, service: str 
 
 
 class Client(RawClient):
-    """One raw request to the activator, naming ``service`` (none: no header)."""
+    """One raw request to one of the activator's ports (``extra``: more header lines)."""
 
     @classmethod
-    async def send(cls, port: int, target: str, service: str | None = SERVICE, body: str | None = None) -> Client:
+    async def send(cls, port: int, target: str, body: str | None = None, extra: str = "") -> Client:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        named = "" if service is None else f"x-drain-router-service: {service}\r\n"
+        named = extra
         method, framing = ("GET", "") if body is None else ("POST", f"Content-Length: {len(body)}\r\n")
         writer.write(f"{method} {target} HTTP/1.1\r\nHost: x\r\n{named}{framing}\r\n{body or ''}".encode())
         await writer.drain()

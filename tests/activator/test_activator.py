@@ -1,14 +1,14 @@
-"""``drain-router activator``, black-box: a real activator process, a stand-in Kubernetes API (its
-ModelService, the status subresource, the pods list), and a model pod made of a real ``drain-router
-serve`` on its own address (127.0.0.2) in front of a model server that records arrival order.
+"""``drain-router activator``, black-box: a real activator process, a stand-in Kubernetes API (the
+port map, its ModelService, the status subresource, the pods list), and a model pod made of a real
+``drain-router serve`` on its own address (127.0.0.2) in front of a model server that records
+arrival order. Every request goes to the port the port map assigns its service.
 
 1. Requests for a sleeping service are held; the wake is asked for once, by a status patch with the
    resourceVersion read (a 409 reads again); nothing is forwarded while no listed pod's router
    answers ready; once one does, every held request reaches the model server in arrival order.
 2. A full queue answers 429, a hold past --activation-timeout-secs 503, both with Retry-After from
    the service's last cold start; a client that leaves frees its place.
-3. A request naming no valid service is refused, never held; a service that does not exist is
-   answered 404 at once; the table of services is bounded.
+3. A service that does not exist is answered 404 at once; --max-services bounds the listeners.
 4. A WebSocket handshake is held, then relayed: the tunnel works end to end.
 5. SIGTERM: /readyz 503, then held requests get 503 with Connection: close, what is forwarded
    finishes, and it exits 0.
@@ -31,6 +31,8 @@ from drain_router_dev.process import wait_until
 from tests.activator import stand_ins
 from tests.activator.stand_ins import DEAD_POD_IP, NAME, NS, POD_IP, SERVICE, Client, body_id, held, wait_held
 
+HTTP = f"{SERVICE}/http"
+
 
 @pytest.fixture
 async def model() -> AsyncIterator[stand_ins.Model]:
@@ -50,11 +52,12 @@ async def test_held_requests_wake_the_service_and_reach_the_model_in_arrival_ord
     answered by the model server, in arrival order."""
     kube.services[(NS, NAME)] = fake_kube.modelservice(port=pod.port)
     kube.conflicts = 1
-    async with stand_ins.activator(kube.url) as act:
+    [port] = stand_ins.assign(kube, HTTP)
+    async with stand_ins.listening(kube) as act:
         ids = [f"r{i}" for i in range(5)]
         clients = []
         for i, id_ in enumerate(ids):
-            clients.append(await Client.send(act.port, f"/hold?id={id_}"))
+            clients.append(await Client.send(port, f"/hold?id={id_}"))
             await wait_held(act.admin_port, i + 1)
         await wait_until(lambda: kube.accepted(), 5.0, "the wake patch")
         kube.pods = [fake_kube.pod(DEAD_POD_IP, "llama-dead")]
@@ -71,7 +74,7 @@ async def test_held_requests_wake_the_service_and_reach_the_model_in_arrival_ord
         assert (await stand_ins.metric(act.admin_port, "drain_router_activation_seconds_count"))[()] == 1
 
         # Forwarding now: a new request goes straight through.
-        late = await Client.send(act.port, "/hold?id=late")
+        late = await Client.send(port, "/hold?id=late")
         status, _, body = await late.answer()
         assert (status, body_id(body)) == (200, "late")
     statuses = [code for _, _, code in kube.patches]
@@ -89,11 +92,12 @@ async def test_held_requests_leave_in_arrival_order(kube) -> None:
     it in arrival order, on connections the activator opened ahead of them, each with its body."""
     async with stand_ins.recording_pod() as pod:
         kube.services[(NS, NAME)] = fake_kube.modelservice(port=pod.port)
-        async with stand_ins.activator(kube.url) as act:
+        [port] = stand_ins.assign(kube, HTTP)
+        async with stand_ins.listening(kube) as act:
             ids = [f"r{i:02}" for i in range(20)]
             clients = []
             for i, id_ in enumerate(ids):
-                clients.append(await Client.send(act.port, f"/hold?id={id_}", body=f'{{"prompt": "{id_}"}}'))
+                clients.append(await Client.send(port, f"/hold?id={id_}", body=f'{{"prompt": "{id_}"}}'))
                 await wait_held(act.admin_port, i + 1)
             assert pod.model.arrived == []
             kube.pods = [fake_kube.pod(POD_IP, "llama-0")]
@@ -110,20 +114,21 @@ async def test_queue_full_timeout_and_a_client_leaving(kube) -> None:
     kube.services[(NS, NAME)] = fake_kube.modelservice(port=1, cold_start=7.3)
     expected = str(activation.retry_after(7.3))
     assert expected == "8"
-    async with stand_ins.activator(kube.url, "--queue-size", "2", "--activation-timeout-secs", "2") as act:
-        first = await Client.send(act.port, "/hold?id=a")
+    [port] = stand_ins.assign(kube, HTTP)
+    async with stand_ins.listening(kube, "--queue-size", "2", "--activation-timeout-secs", "2") as act:
+        first = await Client.send(port, "/hold?id=a")
         await wait_held(act.admin_port, 1)
-        leaving = await Client.send(act.port, "/hold?id=b")
+        leaving = await Client.send(port, "/hold?id=b")
         await wait_held(act.admin_port, 2)
         # The cold start is taken from the read before the wake is asked for: once the patch came, it is set.
         await wait_until(lambda: kube.patches, 5.0, "the service read and the wake asked for")
-        full = await Client.send(act.port, "/hold?id=c")
+        full = await Client.send(port, "/hold?id=c")
         status, headers, body = await full.answer(timeout=2.0)
         assert status == 429 and headers["retry-after"] == expected, (status, headers, body)
 
         leaving.close()
         await wait_held(act.admin_port, 1)
-        second = await Client.send(act.port, "/hold?id=d")
+        second = await Client.send(port, "/hold?id=d")
         await wait_held(act.admin_port, 2)
 
         for client in (first, second):
@@ -133,37 +138,35 @@ async def test_queue_full_timeout_and_a_client_leaving(kube) -> None:
         assert (await stand_ins.metric(act.admin_port, "drain_router_activation_timeouts_total"))[()] == 2
 
 
-async def test_requests_naming_no_service_are_refused_never_held(kube) -> None:
-    """1. no header: 404; an invalid one: 400; neither held, no API call  2. a service that does not
-    exist: 404 at once  3. --max-services 1: a second service is answered 503."""
+async def test_a_missing_service_is_answered_404_and_max_services_bounds_the_listeners(kube) -> None:
+    """1. --max-services 1, the map assigns two services: only the lower port listens (a warning
+    names the other), the other's port refuses connections  2. a request on the listened port of a
+    service that does not exist: 404 at once, never held  3. the first service's port leaves the
+    map: it closes, and the second one is listened to."""
+    ghost, other = sorted(stand_ins.assign(kube, f"{NS}/ghost/http", f"{NS}/other/http"))
+    kube.ports = {str(ghost): f"{NS}/ghost/http", str(other): f"{NS}/other/http"}  # (the lower port wins)
     async with stand_ins.activator(kube.url, "--max-services", "1") as act:
-        for service, code in ((None, 404), ("Not A Service", 400), ("models/", 400), ("a/b/c", 400)):
-            status, _, body = await (await Client.send(act.port, "/hold", service=service)).answer(timeout=2.0)
-            assert status == code, (service, status, body)
-            assert b"error" in body and b"127.0.0.1" not in body
-        assert kube.reads == 0 and await stand_ins.metric(act.admin_port, "drain_router_activator_held_requests") == {}
+        await stand_ins.wait_listening(act.admin_port, {str(ghost): f"{NS}/ghost/http"})
+        warning = await act.wait_event("activator.max_services")
+        assert warning["not_listened"] == [f"{NS}/other/http"]
+        with pytest.raises(ConnectionRefusedError):
+            await Client.send(other, "/hold")
 
-        status, _, body = await (await Client.send(act.port, "/hold", service="models/ghost")).answer(timeout=3.0)
-        assert status == 404 and b"service_not_found" in body
-        assert kube.reads >= 1
+        status, _, body = await (await Client.send(ghost, "/hold")).answer(timeout=3.0)
+        assert status == 404 and b"service_not_found" in body and b"ghost" not in body
+        assert await held(act.admin_port, f"{NS}/ghost") == 0
 
-        kube.services[(NS, NAME)] = fake_kube.modelservice(port=1)
-        other = await Client.send(act.port, "/hold", service="models/ghost2")
-        status, _, body = await other.answer(timeout=3.0)
-        assert status in (404, 503)  # ghost's site is idle once answered: it may make room
-        holding = await Client.send(act.port, "/hold", service=SERVICE)
-        await wait_held(act.admin_port, 1)
-        status, _, body = await (await Client.send(act.port, "/hold", service="models/third")).answer(timeout=2.0)
-        assert status == 503 and b"activator_full" in body
-        holding.close()
+        kube.ports = {str(other): f"{NS}/other/http"}
+        await stand_ins.wait_listening(act.admin_port, kube.ports)
+        with pytest.raises(ConnectionRefusedError):
+            await Client.send(ghost, "/hold")
 
 
 async def test_a_websocket_handshake_is_held_then_relayed(kube, model, pod) -> None:
     kube.services[(NS, NAME)] = fake_kube.modelservice(port=pod.port)
-    async with stand_ins.activator(kube.url) as act, aiohttp.ClientSession() as session:
-        connect = asyncio.ensure_future(
-            session.ws_connect(f"http://127.0.0.1:{act.port}/ws", headers={"x-drain-router-service": SERVICE})
-        )
+    [port] = stand_ins.assign(kube, HTTP)
+    async with stand_ins.listening(kube) as act, aiohttp.ClientSession() as session:
+        connect = asyncio.ensure_future(session.ws_connect(f"http://127.0.0.1:{port}/ws"))
         await wait_held(act.admin_port, 1)
         assert not connect.done()
         kube.pods = [fake_kube.pod(POD_IP, "llama-0")]
@@ -178,8 +181,9 @@ async def test_sigterm_answers_held_requests_503_and_exits(kube) -> None:
     """1. one request held  2. SIGTERM: /readyz 503 in the drain window  3. closing: the held request
     gets 503, Retry-After, Connection: close  4. exit 0."""
     kube.services[(NS, NAME)] = fake_kube.modelservice(port=1)
-    async with stand_ins.activator(kube.url, "--shutdown-drain-secs", "1") as act:
-        client = await Client.send(act.port, "/hold?id=a")
+    [port] = stand_ins.assign(kube, HTTP)
+    async with stand_ins.listening(kube, "--shutdown-drain-secs", "1") as act:
+        client = await Client.send(port, "/hold?id=a")
         await wait_held(act.admin_port, 1)
         act.signal(signal.SIGTERM)
         async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{act.admin_port}/readyz") as resp:
@@ -195,12 +199,13 @@ async def test_a_service_gone_back_to_sleep_holds_again(kube) -> None:
     async with stand_ins.recording_pod() as pod:
         kube.services[(NS, NAME)] = fake_kube.modelservice(port=pod.port)
         kube.pods = [fake_kube.pod(POD_IP, "llama-0")]
-        async with stand_ins.activator(kube.url) as act:
-            status, _, body = await (await Client.send(act.port, "/hold?id=a")).answer()
+        [port] = stand_ins.assign(kube, HTTP)
+        async with stand_ins.listening(kube) as act:
+            status, _, body = await (await Client.send(port, "/hold?id=a")).answer()
             assert (status, body_id(body)) == (200, "a")
             pod.ready, kube.pods = False, []
             await act.wait_event("activator.holding")
-            late = await Client.send(act.port, "/hold?id=b")
+            late = await Client.send(port, "/hold?id=b")
             await wait_held(act.admin_port, 1)
             polls = len(kube.selectors)
             await wait_until(lambda: len(kube.selectors) >= polls + 2, 5.0, "two more polls of the pods")
@@ -216,12 +221,13 @@ async def test_sigterm_lets_what_is_forwarded_finish(kube) -> None:
     the held one gets 503 at once, the forwarded one its whole answer  3. exit 0."""
     async with stand_ins.recording_pod() as pod:
         kube.services[(NS, NAME)] = fake_kube.modelservice(port=pod.port)
-        kube.services[(NS, "sleeper")] = fake_kube.modelservice(port=1)
-        kube.pods = [fake_kube.pod(POD_IP, "llama-0")]
-        async with stand_ins.activator(kube.url) as act:
-            slow = await Client.send(act.port, "/hold?id=slow&wait=1.5")
+        kube.services[(NS, "sleeper")] = fake_kube.modelservice(port=1, name="sleeper")
+        kube.pods = [fake_kube.pod(POD_IP, "llama-0", labels={"app": NAME, "tier": "model"})]
+        port, sleeper = stand_ins.assign(kube, HTTP, f"{NS}/sleeper/http")
+        async with stand_ins.listening(kube) as act:
+            slow = await Client.send(port, "/hold?id=slow&wait=1.5")
             await wait_until(lambda: pod.model.arrived, 5.0, "the slow request forwarded")
-            sleeping = await Client.send(act.port, "/hold?id=z", service=f"{NS}/sleeper")
+            sleeping = await Client.send(sleeper, "/hold?id=z")
             await wait_held(act.admin_port, 1, service=f"{NS}/sleeper")
             act.signal(signal.SIGTERM)
             status, headers, _ = await sleeping.answer(timeout=1.0)

@@ -1,5 +1,6 @@
-"""``drain-router activator --grpc-port``, black-box: gRPC (h2c) calls from real grpcio clients, a
-stand-in Kubernetes API, and a model pod made of a real ``drain-router serve --grpc-port`` on its own
+"""``drain-router activator`` on a ``grpc`` port, black-box: gRPC (h2c) calls from real grpcio
+clients on the port the port map assigns their service (``<ns>/<name>/grpc``), a stand-in
+Kubernetes API, and a model pod made of a real ``drain-router serve --grpc-port`` on its own
 address (127.0.0.2) in front of a real gRPC server (tests/grpcupstream.py).
 
 1. Calls for a sleeping service are held (in ``activator_held_requests``, beside an HTTP request of
@@ -7,8 +8,8 @@ address (127.0.0.2) in front of a real gRPC server (tests/grpcupstream.py).
    completes through its gRPC port (``spec.router.grpcPort``), streams whole; none lost.
 2. A full queue answers RESOURCE_EXHAUSTED, the activation timeout UNAVAILABLE, both with
    ``grpc-retry-pushback-ms`` from the last cold start; a cancelled held call frees its place.
-3. A call naming no valid service, an unknown one, one past --max-services, one for a service with
-   no grpcPort, and a health check are answered at once, never held.
+3. A health check, a call for an unknown service, and one for a service with no grpcPort are
+   answered at once, never held; the last one before any wake is asked for (no status patch).
 4. SIGTERM: a held call gets UNAVAILABLE with pushback (no model server saw it), exit 0.
 """
 
@@ -31,7 +32,8 @@ from tests.activator import stand_ins
 from tests.activator.stand_ins import POD_IP, SERVICE, Client, held, wait_held
 from tests.process import RouterProcess
 
-NAMED = (("x-drain-router-service", SERVICE),)
+NAMED = ()  # (no metadata names a service: its port does)
+GRPC, HTTP = f"{SERVICE}/grpc", f"{SERVICE}/http"
 
 
 @pytest.fixture
@@ -79,7 +81,8 @@ async def test_held_calls_wake_the_service_and_complete_through_the_pod_router(k
     too; none lost, each once  4. a late call goes straight through."""
     router, model = pod
     kube.services[(NS, NAME)] = modelservice(router.port, router.grpc_port)
-    async with stand_ins.activator(kube.url, "--grpc-port", "0") as act, grpcupstream.channel(act.grpc_port) as ch:
+    grpc_port, http_port = stand_ins.assign(kube, GRPC, HTTP)
+    async with stand_ins.listening(kube) as act, grpcupstream.channel(grpc_port) as ch:
         echo, stream = grpcupstream.method(ch, "Echo"), grpcupstream.method(ch, "Stream")
         unary = []
         for i in range(4):
@@ -87,7 +90,7 @@ async def test_held_calls_wake_the_service_and_complete_through_the_pod_router(k
             await wait_held(act.admin_port, i + 1)
         streams = [stream(b"20 5", metadata=NAMED, timeout=30) for _ in range(2)]
         await wait_held(act.admin_port, 6)
-        http = await Client.send(act.port, "/hold?id=h")
+        http = await Client.send(http_port, "/hold?id=h")
         await wait_held(act.admin_port, 7)
         await wait_until(lambda: kube.accepted(), 5.0, "the wake patch")
         await asyncio.sleep(0.3)
@@ -101,7 +104,6 @@ async def test_held_calls_wake_the_service_and_complete_through_the_pod_router(k
         status, _, body = await http.answer()
         assert (status, stand_ins.body_id(body)) == (200, "h") and model.arrived == ["h"]
         assert sorted(upstream.calls) == ["Echo"] * 4 + ["Stream"] * 2, "each reached the model server once"
-        assert all(meta.get("x-drain-router-service") == SERVICE for meta in upstream.metadata)
         assert [meta["x-id"] for meta in upstream.metadata] == ["0", "1", "2", "3"], "in arrival order"
         assert await held(act.admin_port) == 0
 
@@ -117,10 +119,11 @@ async def test_queue_full_timeout_and_a_cancelled_call(kube) -> None:
     --activation-timeout-secs: the call UNAVAILABLE with pushback, the request 503; every pushback
     the last cold start (7.3 s: 8000 ms)."""
     kube.services[(NS, NAME)] = modelservice(1, 1, cold_start=7.3)
-    args = ("--grpc-port", "0", "--queue-size", "2", "--activation-timeout-secs", "2")
-    async with stand_ins.activator(kube.url, *args) as act, grpcupstream.channel(act.grpc_port) as ch:
+    args = ("--queue-size", "2", "--activation-timeout-secs", "2")
+    grpc_port, http_port = stand_ins.assign(kube, GRPC, HTTP)
+    async with stand_ins.listening(kube, *args) as act, grpcupstream.channel(grpc_port) as ch:
         echo = grpcupstream.method(ch, "Echo")
-        first = await Client.send(act.port, "/hold?id=a")
+        first = await Client.send(http_port, "/hold?id=a")
         await wait_held(act.admin_port, 1)
         leaving = echo(b"b", metadata=NAMED, timeout=30)
         await wait_held(act.admin_port, 2)
@@ -145,46 +148,32 @@ async def test_queue_full_timeout_and_a_cancelled_call(kube) -> None:
         assert (await stand_ins.metric(act.admin_port, "drain_router_activation_timeouts_total"))[()] == 2
 
 
-async def test_calls_naming_no_service_are_answered_at_once_never_held(kube) -> None:
-    """1. no header, invalid ones, a health check: UNIMPLEMENTED, no API call  2. a service that does
-    not exist: NOT_FOUND  3. a service with no grpcPort: UNAVAILABLE saying so  4. --max-services 2,
-    both busy: a third service UNAVAILABLE. Nothing held; no message names an address."""
-    async with stand_ins.activator(kube.url, "--grpc-port", "0", "--max-services", "2") as act:
-        async with grpcupstream.channel(act.grpc_port) as ch:
-            echo = grpcupstream.method(ch, "Echo")
-            for metadata in (
-                (),
-                (("x-drain-router-service", "Not A Service"),),
-                (("x-drain-router-service", "a/b/c"),),
-            ):
-                error = await refused(echo(b"x", metadata=metadata, timeout=2))
-                assert error.code() == grpc.StatusCode.UNIMPLEMENTED, (metadata, error)
-                assert "127.0.0.1" not in (error.details() or "")
-            check = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), metadata=NAMED, timeout=2)
-            health = await refused(check)  # (naming a service: still never held, never a wake)
+async def test_calls_that_cannot_be_served_are_answered_at_once_never_held(kube) -> None:
+    """1. a health check: UNIMPLEMENTED, no API call  2. a service that does not exist: NOT_FOUND
+    3. a service with no grpcPort: UNAVAILABLE saying so, after one read and with no status patch
+    (no wake asked for a call that can never be served), then at once with no read at all.
+    Nothing held; no message names an address or a service."""
+    ghost_port, grpc_port = stand_ins.assign(kube, f"{NS}/ghost/grpc", GRPC)
+    kube.services[(NS, NAME)] = modelservice(1, None)
+    async with stand_ins.listening(kube) as act:
+        async with grpcupstream.channel(grpc_port) as ch:
+            check = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=2)
+            health = await refused(check)  # (never held, never a wake)
             assert health.code() == grpc.StatusCode.UNIMPLEMENTED
             assert kube.reads == 0
-            assert await stand_ins.metric(act.admin_port, "drain_router_activator_held_requests") == {}
 
-            ghost = await refused(echo(b"x", metadata=(("x-drain-router-service", "models/ghost"),), timeout=3))
-            assert ghost.code() == grpc.StatusCode.NOT_FOUND, ghost
-
-            kube.services[(NS, NAME)] = modelservice(1, None)
-            no_port = await refused(echo(b"x", metadata=NAMED, timeout=3))
+            no_port = await refused(grpcupstream.method(ch, "Echo")(b"x", timeout=3))
             assert no_port.code() == grpc.StatusCode.UNAVAILABLE and "no gRPC port" in (no_port.details() or "")
-            assert await held(act.admin_port) == 0
-            again = await refused(echo(b"x", metadata=NAMED, timeout=3))  # known now: at once
+            assert kube.calls_to("GET", f"/modelservices/{NAME}") == 1
+            assert kube.patches == [], "a wake asked for a call that can never be served"
+            again = await refused(grpcupstream.method(ch, "Echo")(b"x", timeout=3))  # known now: at once
             assert again.code() == grpc.StatusCode.UNAVAILABLE
-
-            holding = []  # two busy services (the idle ones make room for them)
-            for other in ("one", "two"):
-                kube.services[(NS, other)] = modelservice(1, 1)
-                holding.append(echo(b"x", metadata=(("x-drain-router-service", f"{NS}/{other}"),), timeout=30))
-                await wait_held(act.admin_port, 1, service=f"{NS}/{other}")
-            full = await refused(echo(b"x", metadata=(("x-drain-router-service", f"{NS}/third"),), timeout=3))
-            assert full.code() == grpc.StatusCode.UNAVAILABLE and "too many services" in (full.details() or "")
-            for call in holding:
-                call.cancel()
+            assert kube.calls_to("GET", f"/modelservices/{NAME}") == 1 and kube.patches == []
+            assert await held(act.admin_port) == 0
+        async with grpcupstream.channel(ghost_port) as ch:
+            ghost = await refused(grpcupstream.method(ch, "Echo")(b"x", timeout=3))
+            assert ghost.code() == grpc.StatusCode.NOT_FOUND, ghost
+            assert "ghost" not in (ghost.details() or "") and "127.0.0.1" not in (ghost.details() or "")
         refusals = await stand_ins.metric(act.admin_port, "drain_router_activator_refused_total")
         assert refusals[(("reason", "no_grpc_port"),)] == 2
 
@@ -193,8 +182,9 @@ async def test_sigterm_answers_held_calls_unavailable_and_exits(kube) -> None:
     """1. one call held  2. SIGTERM (drain window 1 s)  3. closing: UNAVAILABLE with pushback at once
     4. exit 0."""
     kube.services[(NS, NAME)] = modelservice(1, 1)
-    async with stand_ins.activator(kube.url, "--grpc-port", "0", "--shutdown-drain-secs", "1") as act:
-        async with grpcupstream.channel(act.grpc_port) as ch:
+    [grpc_port] = stand_ins.assign(kube, GRPC)
+    async with stand_ins.listening(kube, "--shutdown-drain-secs", "1") as act:
+        async with grpcupstream.channel(grpc_port) as ch:
             call = asyncio.ensure_future(grpcupstream.method(ch, "Echo")(b"a", metadata=NAMED, timeout=30))
             await wait_held(act.admin_port, 1)
             act.signal(signal.SIGTERM)

@@ -12,7 +12,7 @@ from drain_router import cli, config, early_signals
 from drain_router.activator import process
 from drain_router.activator.settings import ActivatorSettings
 
-API = ["--kube-api", "http://127.0.0.1:6443"]
+API = ["--kube-api", "http://127.0.0.1:6443", "--ports-configmap", "drain-router/activator-ports"]
 
 
 @pytest.fixture
@@ -37,27 +37,34 @@ def run(args: list[str], env: dict[str, str] | None = None) -> Any:
 def test_the_defaults(served) -> None:
     assert run(API).exit_code == 0
     [(cfg, settings)] = served
-    assert settings == ActivatorSettings(kube_api="http://127.0.0.1:6443")
+    assert settings == ActivatorSettings(
+        kube_api="http://127.0.0.1:6443", ports_configmap="drain-router/activator-ports"
+    )
     assert (settings.queue_size, settings.activation_timeout_secs, settings.max_services) == (1000, 600, 1000)
     assert settings.poll_interval_secs == 1
-    assert (cfg.proxy.port, cfg.admin.port, cfg.drain.shutdown_drain_secs) == (8080, 9091, 30)
-    assert settings.grpc_port is None  # no gRPC listener unless asked for
+    assert (cfg.admin.port, cfg.drain.shutdown_drain_secs) == (9091, 30)
 
 
-def test_grpc_port_from_the_flag_or_its_variable(served) -> None:
-    assert run([*API, "--grpc-port", "8081"]).exit_code == 0
-    assert run(API, env={"DRAIN_ROUTER_ACTIVATOR_GRPC_PORT": "0"}).exit_code == 0
-    assert [settings.grpc_port for _, settings in served] == [8081, 0]
+def test_the_port_map_from_the_flag_or_its_variable(served) -> None:
+    assert run(API[:2], env={"DRAIN_ROUTER_ACTIVATOR_PORTS_CONFIGMAP": "ns/map"}).exit_code == 0
+    assert [settings.ports_configmap for _, settings in served] == ["ns/map"]
+
+
+@pytest.mark.parametrize("removed", ["--port", "--grpc-port"])
+def test_no_shared_traffic_port(served, removed: str) -> None:
+    """A request's service is its port's: there is no port for every service any more."""
+    result = CliRunner().invoke(cli.main, ["activator", *API, removed, "8081"])
+    assert result.exit_code == 2 and "No such option" in result.output, result.output
 
 
 def test_flags_and_variables_map_into_the_settings(served) -> None:
     args = [*API, "--queue-size", "5", "--activation-timeout-secs", "2", "--poll-interval-secs", "0.25"]
-    args += ["--port", "0", "--admin-port", "0", "--shutdown-drain-secs", "0", "--log-level", "debug"]
+    args += ["--admin-port", "0", "--shutdown-drain-secs", "0", "--log-level", "debug"]
     assert run(args, env={"DRAIN_ROUTER_ACTIVATOR_MAX_SERVICES": "7"}).exit_code == 0
     [(cfg, settings)] = served
     assert (settings.queue_size, settings.activation_timeout_secs, settings.max_services) == (5, 2, 7)
     assert settings.poll_interval_secs == 0.25
-    assert (cfg.proxy.port, cfg.admin.port, cfg.drain.shutdown_drain_secs, cfg.log.level) == (0, 0, 0, "debug")
+    assert (cfg.admin.port, cfg.drain.shutdown_drain_secs, cfg.log.level) == (0, 0, "debug")
 
 
 @pytest.mark.parametrize(
@@ -67,10 +74,10 @@ def test_flags_and_variables_map_into_the_settings(served) -> None:
         (["--activation-timeout-secs", "0"], "--activation-timeout-secs"),
         (["--max-services", "x"], "--max-services"),
         (["--poll-interval-secs", "0"], "--poll-interval-secs"),
-        (["--port", "70000"], "--port"),
+        (["--admin-port", "70000"], "--admin-port"),
         (["--shutdown-drain-secs", "1801"], "--shutdown-drain-secs"),
-        (["--grpc-port", "70000"], "--grpc-port"),
-        (["--grpc-port", "9091"], "--grpc-port"),
+        (["--ports-configmap", "a/b/c"], "--ports-configmap"),
+        (["--ports-configmap", "just-a-name"], "--ports-configmap"),  # out of cluster: no namespace
     ],
 )
 def test_a_bad_value_exits_2_naming_its_flag(served, args: list[str], named: str) -> None:
@@ -82,4 +89,10 @@ def test_a_bad_value_exits_2_naming_its_flag(served, args: list[str], named: str
 def test_out_of_cluster_without_kube_api_exits_2(served) -> None:
     result = CliRunner().invoke(cli.main, ["activator"])
     assert result.exit_code == 2 and "--kube-api" in result.output
+    assert served == []
+
+
+def test_without_the_port_map_exits_2(served) -> None:
+    result = CliRunner().invoke(cli.main, ["activator", *API[:2]])
+    assert result.exit_code == 2 and "--ports-configmap" in result.output
     assert served == []

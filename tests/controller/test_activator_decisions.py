@@ -1,5 +1,5 @@
-"""``activator.service_key``, ``should_request_wake`` and ``wake_patch``: which ModelService a held
-request is for, and how the activator asks for a wake."""
+"""``activator.plan_listeners``, ``configmap_ref``, ``should_request_wake`` and ``wake_patch``: which
+ports the activator listens on, and how it asks for a wake."""
 
 from __future__ import annotations
 
@@ -7,35 +7,50 @@ import pytest
 
 from drain_router.decisions import activator, durations
 from drain_router.decisions.activation import ActivationStatus, Phase
+from drain_router.decisions.service_ports import Assignment
 
 T0 = durations.parse_time("2025-01-01T00:00:00Z")
 
 
+A, B = Assignment("team-a", "llama", "http"), Assignment("team-b", "other", "http")
+A_GRPC = Assignment("team-a", "llama", "grpc")
+
+
 @pytest.mark.parametrize(
-    ("value", "key"),
+    ("table", "listening", "max_services", "plan"),
     [
-        (b"models/llama", ("models", "llama")),
-        (b" models/llama-3.1 ", ("models", "llama-3.1")),
-        (b"a/b", ("a", "b")),
-        (b"models/" + b"a" * 63 + b"." + b"b" * 63, ("models", "a" * 63 + "." + "b" * 63)),
-        (b"models", None),  # no namespace
-        (b"/llama", None),
-        (b"models/", None),
-        (b"Models/llama", None),  # upper case
-        (b"models/llama/extra", None),
-        (b"mo.dels/llama", None),  # a namespace is a label, no dots
-        (b"models/-llama", None),
-        (b"models/llama-", None),
-        (b"models/" + b"a" * 64, None),  # a label longer than 63
-        (b"m" * 64 + b"/llama", None),
-        (b"models/" + b".".join([b"a" * 63] * 4), None),  # 255 characters: past 253
-        (b"models/ll\xc3\xa4ma", None),  # not ASCII
-        (b"models/llama\r\nx", None),
-        (b"", None),
+        pytest.param({20000: A, 20001: A_GRPC}, {}, 1, ((), ((20000, A), (20001, A_GRPC)), ()), id="a-service-whole"),
+        pytest.param({20000: A, 20001: B}, {}, 1, ((), ((20000, A),), (B,)), id="past-max-by-port"),
+        pytest.param({20000: B, 20001: A}, {20001: A}, 1, ((), (), (B,)), id="the-listened-one-keeps-its-place"),
+        pytest.param({20001: A}, {20000: B, 20001: A}, 5, ((20000,), (), ()), id="a-port-leaves"),
+        pytest.param({20000: A}, {20000: B}, 5, ((20000,), ((20000, A),), ()), id="a-port-changes-hands"),
+        pytest.param({20000: A_GRPC}, {20000: A}, 5, ((20000,), ((20000, A_GRPC),), ()), id="a-protocol-changes"),
+        pytest.param({}, {}, 5, ((), (), ()), id="nothing"),
     ],
 )
-def test_service_key(value: bytes, key: tuple[str, str] | None) -> None:
-    assert activator.service_key(value) == key
+def test_plan_listeners(table, listening, max_services, plan) -> None:
+    got = activator.plan_listeners(table, listening, max_services)
+    assert (got.close, got.open, got.over) == plan
+
+
+@pytest.mark.parametrize(
+    ("text", "namespace", "ref"),
+    [
+        ("drain-router/activator-ports", None, ("drain-router", "activator-ports")),
+        ("activator-ports", "ns", ("ns", "activator-ports")),
+        ("other/activator-ports", "ns", ("other", "activator-ports")),
+        ("activator-ports", None, None),  # out of cluster: a namespace must be given
+        ("a/b/c", "ns", None),
+        ("Drain/x", "ns", None),
+        ("", "ns", None),
+    ],
+)
+def test_configmap_ref(text: str, namespace: str | None, ref: tuple[str, str] | None) -> None:
+    if ref is None:
+        with pytest.raises(ValueError, match="NAMESPACE/NAME"):
+            activator.configmap_ref(text, namespace)
+    else:
+        assert activator.configmap_ref(text, namespace) == ref
 
 
 @pytest.mark.parametrize(
@@ -49,7 +64,8 @@ def test_service_key(value: bytes, key: tuple[str, str] | None) -> None:
     ],
 )
 def test_a_wake_is_asked_for_once_while_pending(status: ActivationStatus, ask: bool) -> None:
-    assert activator.should_request_wake(status) is ask
+    assert activator.should_request_wake(status, held=1) is ask
+    assert activator.should_request_wake(status, held=0) is False  # nothing held: no wake
 
 
 def test_the_wake_patch_carries_its_precondition() -> None:
@@ -85,7 +101,7 @@ def test_the_activation_status_is_read_from_the_lifecycle() -> None:
 )
 def test_a_missing_or_malformed_lifecycle_reads_as_no_wake_pending(status: object) -> None:
     read = activator.activation_status(status)
-    assert read == ActivationStatus() and activator.should_request_wake(read)
+    assert read == ActivationStatus() and activator.should_request_wake(read, held=1)
 
 
 def test_the_pods_are_listed_by_match_labels_and_probed_on_the_router_ports() -> None:

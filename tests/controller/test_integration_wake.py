@@ -15,7 +15,6 @@ import aiohttp
 import pytest
 
 from drain_router.decisions import activation, route_switch
-from drain_router.decisions import activator as activator_decisions
 from drain_router_dev import process as process_
 from tests.activator import stand_ins
 
@@ -79,7 +78,7 @@ async def _hold_answer(port: int, id_: str, header: str, wait: float = 0) -> tup
         async with session.post(
             f"http://127.0.0.1:{port}/hold?id={id_}&wait={wait}",
             data=f"request {id_}",
-            headers={activator_decisions.SERVICE_HEADER.decode(): header},
+            headers={route_switch.HEADER: header},
             timeout=aiohttp.ClientTimeout(total=120),
         ) as response:
             return response.status, dict(response.headers), await response.json(content_type=None)
@@ -101,7 +100,7 @@ def _header(emu: Any) -> str:
         for f in rule.get("filters") or ()
         if f["type"] == "RequestHeaderModifier"
         for h in f["requestHeaderModifier"].get("set") or ()
-        if h["name"] == activator_decisions.SERVICE_HEADER.decode()
+        if h["name"] == route_switch.HEADER
     }
     return value
 
