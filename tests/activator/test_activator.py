@@ -235,3 +235,18 @@ async def test_sigterm_lets_what_is_forwarded_finish(kube) -> None:
             status, _, body = await slow.answer(timeout=5.0)
             assert (status, body_id(body)) == (200, "slow")
             assert await act.wait(10.0) == 0
+
+
+async def test_a_port_it_cannot_bind_is_not_listed(kube) -> None:
+    """1. the map assigns two ports, one of them taken by another process  2. /admin/ports lists the
+    other one only (the controller must not send a connection to a port the activator has not
+    opened), and the failure is logged with the port."""
+    taken, free = stand_ins.assign(kube, HTTP, f"{NS}/other/http")
+    blocker = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", taken)
+    try:
+        async with stand_ins.activator(kube.url) as act:
+            failed = await act.wait_event("activator.port_bind_failed")
+            assert failed["port"] == taken
+            await stand_ins.wait_listening(act.admin_port, {str(free): f"{NS}/other/http"})
+    finally:
+        blocker.close()

@@ -172,14 +172,15 @@ async def test_a_request_reaches_only_its_ports_service(kube) -> None:
 
 
 async def test_a_forbidden_service_is_refused_at_once_with_bounded_api_calls(kube) -> None:
-    """1. a port assigned to a service the activator may not read (403)  2. 1000 requests on it,
-    50 connections at a time: every one answered 503 at once, in words that name nothing; none held
-    3. the API saw at most one read of it per poll interval (0.1 s) since the first, plus one, and no
+    """1. a port assigned to a service the activator may not read (403), a poll interval of 1 s
+    2. 1000 requests on it, 50 connections at a time: every one answered 503 at once (all of them
+    well within one poll interval: none waits for the next read), in words that name nothing; none
+    held  3. the API saw at most one read of it per poll interval since the first, plus one, and no
     patch and no pod list."""
     kube.services[("tenant-b", "other")] = fake_kube.modelservice(port=1, namespace="tenant-b", name="other")
     kube.forbidden.add(("tenant-b", "other"))
     [port] = stand_ins.assign(kube, "tenant-b/other/http")
-    async with stand_ins.listening(kube) as act:
+    async with stand_ins.listening(kube, "--poll-interval-secs", "1") as act:
         loop = asyncio.get_running_loop()
         started = loop.time()
 
@@ -191,11 +192,33 @@ async def test_a_forbidden_service_is_refused_at_once_with_bounded_api_calls(kub
         for first in range(0, CONNECTIONS, 50):
             answers += await asyncio.gather(*(one(i) for i in range(first, first + 50)))
         took = loop.time() - started
+        assert took < 0.8, f"{CONNECTIONS} refusals took {took:.2f} s: held until the next read"
         assert {status for status, _ in answers} == {503}
         assert all(b"service_unavailable" in body and b"tenant-b" not in body for _, body in answers)
         reads = kube.calls_to("GET", "/modelservices/other")
-        assert 1 <= reads <= took / 0.1 + 2, f"{reads} reads for {CONNECTIONS} requests in {took:.2f} s"
+        assert 1 <= reads <= took / 1.0 + 2, f"{reads} reads for {CONNECTIONS} requests in {took:.2f} s"
         assert kube.patches == [] and kube.calls_to("GET", "/pods") == 0
         assert await held(act.admin_port, "tenant-b/other") == 0
         refusals = await stand_ins.metric(act.admin_port, "drain_router_activator_refused_total")
         assert refusals[(("reason", "forbidden"),)] == CONNECTIONS
+
+
+async def test_clients_that_come_and_go_cannot_drive_the_api(kube) -> None:
+    """1. a sleeping service, a poll interval of 1 s  2. 30 clients one after another, each held then
+    gone at once (every one restarts its service's polling)  3. the API saw at most one read and one
+    pod list per poll interval since the first, plus one, and one wake patch."""
+    kube.services[(NS, NAME)] = fake_kube.modelservice(port=1)
+    [port] = stand_ins.assign(kube, HTTP)
+    async with stand_ins.listening(kube, "--poll-interval-secs", "1") as act:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for i in range(30):
+            client = await Client.send(port, f"/hold?id={i}")
+            await wait_held(act.admin_port, 1)
+            await wait_until(lambda: kube.calls_to("GET", f"/modelservices/{NAME}"), 5.0, "the first read")
+            client.close()
+            await wait_held(act.admin_port, 0)
+        took = loop.time() - started
+        reads, lists = kube.calls_to("GET", f"/modelservices/{NAME}"), kube.calls_to("GET", "/pods")
+        assert reads <= took / 1.0 + 2 and lists <= took / 1.0 + 2, (reads, lists, took)
+        assert len(kube.patches) == 1
