@@ -48,7 +48,7 @@ def test_every_option_has_the_variable_the_one_rule_names(name: str) -> None:
 
 
 def test_the_activators_router_options_take_the_routers_defaults() -> None:
-    """--port, --shutdown-drain-secs, --log-level, ...: the router's setting's default as its text,
+    """--host, --shutdown-drain-secs, --log-level, ...: the router's setting's default as its text,
     and its parser (build_config reads them), never a copy."""
     router = {flag.key: field.default for _, field, flag in config.settings()}
     own = {field.name: field.default for field, _ in flags.fields(ActivatorSettings)}
@@ -56,7 +56,6 @@ def test_the_activators_router_options_take_the_routers_defaults() -> None:
     taken = set(options) - set(own)
     assert taken == {
         "host",
-        "port",
         "admin_host",
         "admin_port",
         "shutdown_drain_secs",
@@ -84,11 +83,9 @@ def test_the_activators_own_bounds_are_its_flags() -> None:
         "activation_timeout_secs": (0, "--activation-timeout-secs must be at least 1"),
         "max_services": (0, "--max-services must be at least 1"),
         "poll_interval_secs": (0, "--poll-interval-secs must be more than 0"),
-        "grpc_port": (65536, "--grpc-port must be a port (0-65535)"),
     }
     for name, (value, message) in refused.items():
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             ActivatorSettings(**{name: value})
     edges = ActivatorSettings(queue_size=1, activation_timeout_secs=1, max_services=1, poll_interval_secs=0.001)
-    assert dataclasses.replace(edges, grpc_port=0).grpc_port == 0
-    assert dataclasses.replace(edges, grpc_port=65535).grpc_port == 65535
+    assert dataclasses.replace(edges, max_services=1).max_services == 1
