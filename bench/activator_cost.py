@@ -10,8 +10,8 @@ and the routers run as shipped (default poll interval, log level), pinned to the
 Compared, CPU from the bench's own per-process meter (the whole process tree):
 
 - ``activator_small_get``, **per relayed request**: the small GET workload (same connections and
-  window as ``small_get``, every request with ``x-drain-router-service``) through an activator whose
-  service is awake (it forwards to the upstream: held queue open, a pool to the pod) against a plain
+  window as ``small_get``, on the port the stand-in's port map assigns the service) through an
+  activator whose service is awake (it forwards to the upstream: held queue open, a pool to the pod) against a plain
   ``drain-router serve`` in front of the same upstream, one after the other in each round. Both
   processes live for the whole run. ``target_cpu_us_per_unit``: CPU per request.
 - ``activator_held``, **per held request**: a fresh process per round and arm, ``activator_held``
@@ -41,7 +41,6 @@ from bench import procstat, targets, tracing_overhead
 from bench.harness import Group, Harness, Session, Workload
 from drain_router_dev import fake_kube
 
-HEADER = "x-drain-router-service"
 NS = "bench"
 AWAKE, ASLEEP = "awake", "asleep"
 #: How long a step (every request held, every answer read) may take before the cell is failed.
@@ -52,12 +51,16 @@ PARALLEL_CONNECTS = 200
 
 @dataclass
 class ActivatorTarget(targets.Router):
-    """``drain-router activator`` pointed at a stand-in API (``kube_url``); ready when its
-    ``/readyz`` answers 200 (its traffic port answers nothing without the service header)."""
+    """``drain-router activator`` pointed at a stand-in API (``kube``), its traffic port (the
+    target's ``port``) assigned in the stand-in's port map to ``service``; ready when its ``/readyz``
+    answers 200 and that port accepts connections (it opens it at its first read of the map)."""
 
-    kube_url: str = ""
+    kube: fake_kube.FakeKube | None = None
+    service: str = AWAKE
 
     def command(self, ctx: targets.Context) -> list[str]:
+        assert self.kube is not None
+        self.kube.ports = {str(self.port): f"{NS}/{self.service}/http"}  # (the port is picked by start())
         serve = super().command(ctx)
         base = serve[: serve.index("serve")]
         return [
@@ -65,14 +68,14 @@ class ActivatorTarget(targets.Router):
             "activator",
             "--host",
             "127.0.0.1",
-            "--port",
-            str(self.port),
             "--admin-host",
             "127.0.0.1",
             "--admin-port",
             str(self.admin_port),
             "--kube-api",
-            self.kube_url,
+            self.kube.url,
+            "--ports-configmap",
+            fake_kube.PORTS_CONFIGMAP,
             *self.extra_args,
         ]
 
@@ -82,10 +85,10 @@ class ActivatorTarget(targets.Router):
     def wait_ready(self) -> None:
         assert self.process is not None
         targets.wait_ready(self.process, self.readiness_url())
+        targets.wait_listening(self.process, self.port)
 
 
-def _request(service: str) -> bytes:
-    return f"GET /small HTTP/1.1\r\nHost: bench\r\n{HEADER}: {service}\r\n\r\n".encode()
+REQUEST = b"GET /small HTTP/1.1\r\nHost: bench\r\n\r\n"
 
 
 async def _answer(reader: asyncio.StreamReader) -> int:
@@ -130,24 +133,23 @@ class ActivatorCost(Session):
         self.awake_kube.services[(NS, AWAKE)] = self._modelservice(AWAKE)
         self.awake_kube.pods = [fake_kube.pod("127.0.0.1", f"{AWAKE}-0", namespace=NS)]
         router = targets.Router("router", "drain-router serve", drain_signal=signal.SIGTERM)
-        activator = ActivatorTarget("activator", "drain-router activator", kube_url=self.awake_kube.url)
+        activator = ActivatorTarget("activator", "drain-router activator", kube=self.awake_kube)
         for arm in (router, activator):
             await asyncio.to_thread(arm.start, self.bench.ctx, "-activator")
             self.arms.append(arm)
         # The first requests wake nothing (the pod is listed) but open the activator's site.
-        await self.bench.small_get(activator, headers={HEADER: f"{NS}/{AWAKE}"}, seconds=0.5)
+        await self.bench.small_get(activator, seconds=0.5)
 
     async def round(self, round_no: int) -> None:
-        headers = {HEADER: f"{NS}/{AWAKE}"}
         # A site idle for 60 s stops being watched: its next request would wait for a poll.
-        await self.bench.small_get(self.arms[-1], headers=headers, seconds=0.5)
+        await self.bench.small_get(self.arms[-1], seconds=0.5)
         for arm in self.arms:
             await self.bench.measure(
                 round_no,
                 "activator_small_get",
                 arm,
                 "requests",
-                lambda t=arm: self.bench.small_get(t, headers=headers),
+                lambda t=arm: self.bench.small_get(t),
             )
         for name in ("router", "activator"):
             await self.held_cell(round_no, name)
@@ -161,7 +163,7 @@ class ActivatorCost(Session):
             fresh: targets.Router = targets.Router("router", "drain-router serve", extra_args=args)
         else:
             kube.services[(NS, ASLEEP)], kube.pods = self._modelservice(ASLEEP), []
-            fresh = ActivatorTarget("activator", "drain-router activator", kube_url=kube.url)
+            fresh = ActivatorTarget("activator", "drain-router activator", kube=kube, service=ASLEEP)
             fresh.extra_args = ["--queue-size", str(count)]
         writers: list[asyncio.StreamWriter] = []
         try:
@@ -194,7 +196,7 @@ class ActivatorCost(Session):
         meter.start()
         gate = asyncio.Semaphore(PARALLEL_CONNECTS)
         readers: list[asyncio.StreamReader] = []
-        request = _request(f"{NS}/{ASLEEP}")  # the router relays the header as any other
+        request = REQUEST
 
         async def one() -> None:
             async with gate:
