@@ -3,12 +3,12 @@ machine, with the package alone.
 
 The Kubernetes API is the package's stand-in (:mod:`.fake_kube`) holding one ModelService asleep
 (phase ScaledToZero) and no pods; a real ``drain-router activator`` process is pointed at it
-(``--kube-api``). Clients stream completions through the activator with
-``x-drain-router-service: <namespace>/<name>``: it holds them and asks for a wake by patching the
-ModelService's status. The demo then plays the controller's part, minimally: on that patch it waits
+(``--kube-api``), with the port map (the ConfigMap the controller writes) giving the service one port.
+Clients stream completions to that port: the activator holds them and asks for a wake by patching
+the ModelService's status. The demo then plays the controller's part, minimally: on that patch it waits
 a cold start, starts a model pod (``drain-router-dev fake-model`` behind a real ``drain-router serve``,
 on the loopback address as its pod IP) and lists it; it writes nothing else (no route switch, no
-status beyond the activator's own patch). The activator forwards the held requests once the pod's
+endpoints, no status beyond the activator's own patch). The activator forwards the held requests once the pod's
 router answers ready. A table says when each step happened and whether any request was lost.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,8 +28,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from drain_router_dev import cluster, fake_kube, load, streams
 from drain_router_dev import process as process_
 
-SERVICE = f"{fake_kube.NS}/{fake_kube.NAME}"
-HEADER = "x-drain-router-service"
 CHUNKS = 10
 INTERVAL_MS = 30
 POLL_SECS = 0.5
@@ -100,23 +99,31 @@ async def wake(clients: int, cold_start_secs: float, log_dir: Path) -> Wake:
     port, admin_port = process_.free_port(), process_.free_port()
     async with fake_kube.kube_api() as kube, aiohttp.ClientSession() as session:
         kube.services[(fake_kube.NS, fake_kube.NAME)] = fake_kube.modelservice(port=pod_router.port)
-        activator = cluster.command_process(
-            "activator",
-            log_dir,
-            "activator",
-            port,
-            *("--admin-host", process_.LOOPBACK, "--admin-port", str(admin_port)),
-            *("--kube-api", kube.url, "--poll-interval-secs", str(POLL_SECS), "--shutdown-drain-secs", "0"),
-        )
+        kube.ports = {str(port): f"{fake_kube.NS}/{fake_kube.NAME}/http"}  # as the controller assigns it
+        argv = [sys.executable, "-m", "drain_router", "activator", "--host", process_.LOOPBACK]
+        argv += ["--admin-host", process_.LOOPBACK, "--admin-port", str(admin_port), "--kube-api", kube.url]
+        argv += ["--ports-configmap", fake_kube.PORTS_CONFIGMAP, "--poll-interval-secs", str(POLL_SECS)]
+        activator = process_.Process("activator", [*argv, "--shutdown-drain-secs", "0"], log_dir / "activator.log")
         try:
             activator.start()
             await cluster.wait_http_ok(session, activator, f"{cluster.loopback_url(admin_port)}/readyz", 20.0)
+            await _listening(session, admin_port, port)
             return await _run(
                 session, kube, cluster.loopback_url(port), admin_port, model, pod_router, clients, cold_start_secs
             )
         finally:
             for proc in (activator, pod_router.process, model.process):
                 proc.kill()
+
+
+async def _listening(session: aiohttp.ClientSession, admin_port: int, port: int) -> None:
+    """Until the activator lists ``port`` in ``/admin/ports`` (it opens it at its first read of the map)."""
+
+    async def opened() -> bool:
+        _, body = await cluster.get_json(session, f"{cluster.loopback_url(admin_port)}/admin/ports", timeout=1.0)
+        return str(port) in ((body or {}).get("ports") or {})
+
+    await process_.wait_until(opened, START_TIMEOUT_SECS, f"the activator to open port {port}")
 
 
 async def _run(
@@ -150,7 +157,6 @@ async def _run(
             url,
             chunks=CHUNKS,
             interval_ms=INTERVAL_MS,
-            headers={HEADER: SERVICE},
             on_response=lambda _: heads.append(time.monotonic() - t0),
             read_timeout=cold_start_secs + 60,
         )
