@@ -156,6 +156,14 @@ def run(settings: settings_.ControllerSettings) -> int:
         stdlib_level=settings.log_level,
         foreign=(object_fields, structlog.processors.format_exc_info),
     )
+    activator = settings.activator_service
+    if activator is not None and activator.ignored_suffix:
+        logs.get("drain_router.controller").warning(
+            "controller.deprecated_flag",
+            flag="--activator-service",
+            ignored=activator.ignored_suffix,
+            reason="the activator's ports are assigned per service (--activator-ports); give NS/NAME only",
+        )
     registry = CollectorRegistry()
 
     async def main() -> None:

@@ -119,3 +119,25 @@ def for_lifecycle(answer: Answer, pod: str) -> lifecycle.RouterReport | lifecycl
     return lifecycle.RouterReport(
         pod=pod, inflight=answer.inflight, queued=answer.queued, idle_since=answer.idle_since, served=answer.served
     )
+
+
+PORTS_PATH = "/admin/ports"
+
+
+async def listening(
+    session: aiohttp.ClientSession, pod_ip: str, port: int, timeout: float = recycling.IDLE_PROBE_TIMEOUT_SECS
+) -> Any:
+    """An activator pod's ``GET /admin/ports`` body (the JSON value), ``None`` on any failure (a
+    status other than 200, no answer, not JSON): the pod then listens on nothing (fails closed)."""
+    try:
+        host = f"[{pod_ip}]" if ipaddress.ip_address(pod_ip).version == 6 else pod_ip
+    except ValueError:
+        return None
+    target = f"http://{host}:{port}{PORTS_PATH}"
+    try:
+        async with session.get(target, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=False) as response:
+            if response.status != 200:
+                return None
+            return json.loads(await response.text())
+    except (TimeoutError, aiohttp.ClientError, UnicodeDecodeError, OSError, ValueError):
+        return None

@@ -18,7 +18,7 @@ from drain_router import config
 from drain_router.config.flags import Flag, setting
 from drain_router.controller import options as options_
 from drain_router.controller.options import DELETION, ENDPOINTS, LEADER_ELECTION, LOGGING, WATCH
-from drain_router.decisions import lifecycle, recycling, route_switch
+from drain_router.decisions import lifecycle, recycling, service_ports, wake_endpoints
 
 _PORT = click.IntRange(0, 65535)
 _POSITIVE_SECS = click.FloatRange(min=0, min_open=True)
@@ -26,6 +26,8 @@ _POSITIVE_SECS = click.FloatRange(min=0, min_open=True)
 #: The port of kopf's /healthz when none is given: the chart's ``health.port``, which its
 #: livenessProbe reads (a test keeps them equal). 8081, as controller-runtime's health probes.
 DEFAULT_LIVENESS_PORT = 8081
+#: The activator's admin port when none is given: the controller chart's ``activator.adminPort``.
+DEFAULT_ACTIVATOR_ADMIN_PORT = 9091
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,8 +109,13 @@ class ControllerSettings:
     )
     """5 s: short against a 60 s settle and a 30 s pod grace, cheap in API calls (a handful of GETs
     per ModelService being deleted)."""
-    activator_service: route_switch.ActivatorService | None = setting(None, options_.ACTIVATOR_SERVICE)
-    """``None``: no activator, ScaleToZero keeps the route (a sleeping service wakes only by a person)."""
+    activator_service: wake_endpoints.ActivatorService | None = setting(None, options_.ACTIVATOR_SERVICE)
+    """``None``: no activator, ScaleToZero only scales (a sleeping service wakes only by a person)."""
+    activator_ports: range = setting(service_ports.DEFAULT_PORTS, options_.ACTIVATOR_PORTS)
+    """The activator ports assigned to sleeping services (:data:`service_ports.DEFAULT_PORTS`)."""
+    activator_admin_port: int = setting(DEFAULT_ACTIVATOR_ADMIN_PORT, options_.ACTIVATOR_ADMIN_PORT)
+    """Where the controller asks an activator pod which ports it listens on: the chart's
+    ``activator.adminPort`` (a test keeps them equal)."""
     leader_election: bool = setting(
         False,
         Flag(

@@ -1,29 +1,36 @@
 """Scale to zero and wake on a request: the orderings, as one step per pass over what the controller
 observes. Purely computational, no side effects.
 
-With the activator enabled, a ModelService moves through three phases (``status.lifecycle.phase``):
+While a ModelService sleeps, its Services get the activator's pods as endpoints, through an
+EndpointSlice per Service that the controller owns (:mod:`drain_router.decisions.wake_endpoints`),
+on ports the activator opens for that service alone (:mod:`drain_router.decisions.service_ports`).
+The user's routes and Services are never written. A ModelService moves through three phases
+(``status.lifecycle.phase``):
 
-- **Active**: the route points at the model Service. When the ``ScaleToZero`` rule is due, the route
-  is switched to the activator first (:attr:`Action.ROUTE_TO_ACTIVATOR`); only on a later pass that
-  sees the route pointing away does the Deployment go to 0 (:attr:`Action.SCALE_TO_ZERO`), with the
-  replicas it had recorded in ``replicasBeforeZero``. A wake asked for while the route already
-  points at the activator (a request arrived between the two steps) cancels the sleep: the route
-  goes back, the pods never stopped.
+- **Active**: the Services' endpoints are the model pods. When the ``ScaleToZero`` rule is due, the
+  activator's endpoints are added first (:attr:`Action.ADD_ACTIVATOR`, once an activator pod listens
+  on the service's ports); only on a later pass that reads every slice back with a ready activator
+  endpoint (:attr:`Endpoints.ACTIVATOR`) does the Deployment go to 0 (:attr:`Action.SCALE_TO_ZERO`),
+  with the replicas it had recorded in ``replicasBeforeZero``. A wake asked for while the activator
+  is already an endpoint (a request arrived between the two steps) cancels the sleep: its endpoints
+  go (:attr:`Action.REMOVE_ACTIVATOR`) once a router answers ready; the pods never stopped.
 - **ScaledToZero**: the activator holds the service's requests and asks for a wake by setting
   ``wakeRequestedAt``. The step then scales the Deployment back to ``replicasBeforeZero``
   (:attr:`Action.SCALE_UP`) and the phase becomes Waking. A person scaling it up is a wake too.
-  A route seen pointing at the model Service while nothing runs is switched back to the activator.
-- **Waking**: once a model pod's router answers ready, the route is switched back
-  (:attr:`Action.ROUTE_TO_SERVICE`), ``awokenAt`` and the cold-start seconds recorded, phase Active.
-  A wake not ready within ``activationTimeout`` of ``wakeRequestedAt`` scales back to 0 (a Warning
-  ``WakeFailed``), the route left at the activator, the request consumed (the next held request asks
-  again).
+  Activator endpoints missing while nothing runs are added back; endpoints that no longer match the
+  activator pods that listen (an activator rollout) are updated (:attr:`Action.UPDATE_ACTIVATOR`).
+- **Waking**: once a model pod is Ready and its router answers ready, the activator's endpoints are
+  removed (:attr:`Action.REMOVE_ACTIVATOR`), ``awokenAt`` and the cold-start seconds recorded, phase
+  Active. A wake not ready within ``activationTimeout`` of ``wakeRequestedAt`` scales back to 0 (a
+  Warning ``WakeFailed``), the activator left an endpoint, the request consumed (the next held
+  request asks again).
 
 A wake is pending while ``wakeRequestedAt`` is later than ``awokenAt`` (both are kept for the
 record). The caller writes ``decision.status`` first, then carries out ``decision.action``, then
 posts ``decision.events``. Recycling and lifecycle rules leave a waking service alone
-(:func:`holds_rules`). At no step does a route point at a Service without a ready endpoint: the
-route goes to the model Service only on a pass that saw a router answer ready.
+(:func:`holds_rules`). At every step the Services have a ready endpoint: the Deployment goes to 0
+only on a pass that read the activator's endpoints back ready, and those endpoints go only on a
+pass that saw a model pod Ready with its router serving.
 """
 
 from __future__ import annotations
@@ -50,24 +57,29 @@ class Phase(enum.StrEnum):
     WAKING = "Waking"
 
 
-class Route(enum.Enum):
-    """Where ``spec.route``'s backendRefs point, as read this pass."""
+class Endpoints(enum.Enum):
+    """The activator's endpoints on the ModelService's Services (its EndpointSlices), as read this pass."""
 
-    SERVICE = "service"
-    """At the model Service."""
-    ACTIVATOR = "activator"
-    """At the activator's Service."""
     NONE = "none"
-    """No route configured: nothing to switch (the service sleeps without waking on a request)."""
+    """No activator slice on any of the Services: their endpoints are the model pods alone."""
+    PARTIAL = "partial"
+    """Some activator slice exists, but not every Service has one with a ready endpoint (being
+    written, or the activator pods it named are gone): not yet an endpoint to sleep behind."""
+    ACTIVATOR = "activator"
+    """Every Service's activator slice was read back with a ready endpoint."""
+    NO_SERVICE = "no-service"
+    """The ModelService owns no Service to give endpoints to (e.g. only an InferencePool, which
+    selects pods): it sleeps, and only a person's scale-up wakes it."""
     UNKNOWN = "unknown"
-    """The read failed, or the route points elsewhere: nothing is switched on unknown state."""
+    """A read failed: nothing is added, removed or scaled on unknown state."""
 
 
 class Action(enum.Enum):
-    ROUTE_TO_ACTIVATOR = "RouteToActivator"
+    ADD_ACTIVATOR = "AddActivatorEndpoints"
+    UPDATE_ACTIVATOR = "UpdateActivatorEndpoints"
     SCALE_TO_ZERO = "ScaleToZero"
     SCALE_UP = "ScaleUp"
-    ROUTE_TO_SERVICE = "RouteToService"
+    REMOVE_ACTIVATOR = "RemoveActivatorEndpoints"
 
 
 class EventReason(enum.StrEnum):
@@ -99,11 +111,17 @@ class ActivationStatus:
 class Observed:
     """What the controller read this pass."""
 
-    route: Route
+    endpoints: Endpoints
     replicas: int | None
     """The Deployment's ``spec.replicas``; ``None`` when it is absent or being deleted."""
     router_ready: bool
-    """A model pod's router answered ready."""
+    """A model pod is Ready (its condition) and its router answered ready."""
+    listening: bool = False
+    """An activator pod listens on every port assigned to the service (its ``/admin/ports``): the
+    activator's endpoints can be written. Only looked at when they would be."""
+    in_step: bool = True
+    """The activator slices' endpoints and ports are those that listen now (False after an activator
+    rollout changed the pods' IPs)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,29 +157,50 @@ def step(
     return _waking_step(observed, status, now=now, activation_timeout=activation_timeout)
 
 
+_PRESENT = (Endpoints.ACTIVATOR, Endpoints.PARTIAL)
+"""An activator slice exists: removed at the wake's end."""
+_MAY_SLEEP = (Endpoints.ACTIVATOR, Endpoints.NO_SERVICE)
+"""The Deployment may go to 0: the activator's endpoints were read back ready (or there is no
+Service whose endpoints would empty)."""
+
+
+def _add(observed: Observed, status: ActivationStatus) -> Step:
+    """The activator's endpoints, once one of its pods listens on the service's ports (until then:
+    wait; the ports are being opened)."""
+    return Step(status=status, action=Action.ADD_ACTIVATOR if observed.listening else None)
+
+
+def _keep_in_step(observed: Observed, status: ActivationStatus) -> Step:
+    if observed.endpoints is Endpoints.ACTIVATOR and not observed.in_step and observed.listening:
+        return Step(status=status, action=Action.UPDATE_ACTIVATOR)
+    return Step(status=status)
+
+
 def _active(observed: Observed, status: ActivationStatus, *, sleep_due: bool, now: float) -> Step:
-    route = observed.route
-    if route is Route.ACTIVATOR and (status.wake_pending or not sleep_due):
-        # Asked for between the route switch and the scale-down, or the sleep no longer due: the
-        # pods still run, so the route goes back once one answers ready.
-        if not observed.replicas:
+    endpoints = observed.endpoints
+    if endpoints is Endpoints.UNKNOWN:
+        return Step(status=status)
+    if endpoints in _PRESENT and (status.wake_pending or not sleep_due):
+        # Asked for between the activator's endpoints and the scale-down, or the sleep no longer
+        # due: the pods still run, so the activator's endpoints go once a router answers ready.
+        if not observed.replicas and endpoints is Endpoints.ACTIVATOR:
             # ... unless nothing runs behind the activator (scaled to 0 by hand between the two
             # steps): asleep, so the wake asked for (or the next one) scales it back.
             asleep = dataclasses.replace(status, phase=Phase.SCALED_TO_ZERO)
             return Step(status=asleep, condition=_not_waking("ScaledToZero", "scaled to zero behind the activator"))
-        if not observed.router_ready:
+        if not observed.router_ready or not observed.replicas:
             return Step(status=status)
         awoken = dataclasses.replace(status, awoken_at=now) if status.wake_pending else status
-        return Step(status=awoken, action=Action.ROUTE_TO_SERVICE)
-    if not sleep_due or route is Route.UNKNOWN:
+        return Step(status=awoken, action=Action.REMOVE_ACTIVATOR)
+    if not sleep_due:
         return Step(status=status)
-    if route is Route.SERVICE:
-        # No request can be held for a service whose route points at it: a wake asked for now is a
-        # held request's last poll after the wake it asked for, already answered. Forgotten here,
-        # before the activator becomes the route, it cannot turn the next sleep into a wake.
+    if endpoints in (Endpoints.NONE, Endpoints.PARTIAL):
+        # No request can be held for a service the activator does not front: a wake asked for now
+        # is a held request's last poll after the wake it asked for, already answered. Forgotten
+        # here, before the activator becomes an endpoint, it cannot turn the next sleep into a wake.
         fresh = dataclasses.replace(status, wake_requested_at=None) if status.wake_pending else status
-        return Step(status=fresh, action=Action.ROUTE_TO_ACTIVATOR)
-    # The route points away from the model Service (or there is none): now the Deployment may go.
+        return _add(observed, fresh)
+    # The activator's endpoints read back ready (or no Service to empty): now the Deployment may go.
     asleep = dataclasses.replace(
         status,
         phase=Phase.SCALED_TO_ZERO,
@@ -175,11 +214,11 @@ def _active(observed: Observed, status: ActivationStatus, *, sleep_due: bool, no
 
 
 def _asleep(observed: Observed, status: ActivationStatus, *, now: float) -> Step:
-    if observed.route is Route.SERVICE and observed.replicas == 0:
-        return Step(status=status, action=Action.ROUTE_TO_ACTIVATOR)  # never at a Service with no pods
     manual = bool(observed.replicas)
     if not status.wake_pending and not manual:
-        return Step(status=status)
+        if observed.endpoints in (Endpoints.NONE, Endpoints.PARTIAL):
+            return _add(observed, status)  # never a Service without a ready endpoint while asleep
+        return _keep_in_step(observed, status)
     requested = status.wake_requested_at if status.wake_pending else now
     assert requested is not None
     waking = dataclasses.replace(status, phase=Phase.WAKING, wake_requested_at=requested)
@@ -195,13 +234,17 @@ def _asleep(observed: Observed, status: ActivationStatus, *, now: float) -> Step
 
 def _waking_step(observed: Observed, status: ActivationStatus, *, now: float, activation_timeout: float) -> Step:
     requested = status.wake_requested_at if status.wake_requested_at is not None else now
-    if observed.router_ready and observed.replicas and observed.route is not Route.UNKNOWN:
+    if observed.router_ready and observed.replicas and observed.endpoints is not Endpoints.UNKNOWN:
         cold = max(0.0, now - requested)
         awake = dataclasses.replace(status, phase=Phase.ACTIVE, awoken_at=now, cold_start_seconds=cold)
         event = Event(type="Normal", reason=EventReason.AWOKEN, message=f"awoken after a cold start of {cold:.1f}s")
-        action = Action.ROUTE_TO_SERVICE if observed.route is not Route.NONE else None
+        action = Action.REMOVE_ACTIVATOR if observed.endpoints in _PRESENT else None
         return Step(status=awake, action=action, events=(event,), condition=_not_waking("Awoken", event.message))
     if now >= requested + activation_timeout:
+        if observed.endpoints not in _MAY_SLEEP:
+            # Never to 0 without the activator's endpoints read back ready: add them first (the
+            # next pass, past the timeout still, scales down).
+            return _add(observed, status) if observed.endpoints is not Endpoints.UNKNOWN else Step(status=status)
         failed = dataclasses.replace(status, phase=Phase.SCALED_TO_ZERO, wake_requested_at=None)
         message = f"no router answered ready within activationTimeout ({activation_timeout:g}s): scaled back to zero"
         event = Event(type="Warning", reason=EventReason.WAKE_FAILED, message=message)
@@ -213,7 +256,7 @@ def _waking_step(observed: Observed, status: ActivationStatus, *, now: float, ac
         )
     if observed.replicas == 0:  # the scale-up recorded but not carried out (a crash, a refused call)
         return Step(status=status, action=Action.SCALE_UP, replicas=wake_replicas(status))
-    return Step(status=status)
+    return _keep_in_step(observed, status)
 
 
 def wake_replicas(status: ActivationStatus) -> int:

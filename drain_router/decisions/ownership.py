@@ -41,6 +41,7 @@ class How(enum.StrEnum):
     OWNER_REFERENCE = "ownerReference"
     REPLICASET = "ReplicaSet of an owned Deployment"
     ITSELF = "the ModelService itself"
+    CREATED = "created for the ModelService, labelled for it and owned by it"
 
 
 class Refusal(enum.StrEnum):
@@ -200,4 +201,19 @@ def itself(owner: Owner) -> Consent:
         uid=owner.uid,
         resource_version=None,
         how=How.ITSELF,
+    )
+
+
+def to_create(owner: Owner, kind: str, name: str) -> Consent:
+    """The consent to create ``kind``/``name`` in the ModelService's namespace for it (an activator
+    EndpointSlice): the API client creates it only carrying the label and an owner reference to
+    ``owner``, so it is the service's by the rule above from its first moment."""
+    return Consent(
+        service=owner,
+        kind=kind,
+        namespace=owner.namespace,
+        name=name,
+        uid="",
+        resource_version=None,
+        how=How.CREATED,
     )

@@ -87,12 +87,22 @@ RESOURCES = {
     "apps/v1/deployments": ("Deployment", True, {"status"}),
     "apps/v1/replicasets": ("ReplicaSet", True, {"status"}),
     "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True, {"status"}),
+    "v1/configmaps": ("ConfigMap", True, set()),
+    "discovery.k8s.io/v1/endpointslices": ("EndpointSlice", True, set()),
+    "networking.k8s.io/v1/networkpolicies": ("NetworkPolicy", True, set()),
     "gateway.networking.k8s.io/v1/httproutes": ("HTTPRoute", True, {"status"}),
     "inference.networking.k8s.io/v1/inferencepools": ("InferencePool", True, {"status"}),
     "coordination.k8s.io/v1/leases": ("Lease", True, set()),
 }
 
 LEASES = "coordination.k8s.io/v1/leases"
+
+MORE_GATEWAY_API = {
+    "gateway.networking.k8s.io/v1/grpcroutes": ("GRPCRoute", True, {"status"}),
+    "gateway.networking.k8s.io/v1beta1/referencegrants": ("ReferenceGrant", True, set()),
+}
+"""Served only when a test asks (:meth:`ClusterEmulator.serve`): with them, deleting ``httproutes``
+would no longer make the Gateway API's group version unserved."""
 
 
 HASH_LABEL = "pod-template-hash"
@@ -355,6 +365,16 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             )
 
     # --- helpers for tests ------------------------------------------------------------------------
+
+    def serve(self, more: dict[str, tuple[str, bool, set[str]]]) -> None:
+        """Serve more resources (e.g. :data:`MORE_GATEWAY_API`)."""
+        for path, (kind, namespaced, subresources) in more.items():
+            self.resources[path] = kmock.ResourceInfo(
+                kind=kind,
+                namespaced=namespaced,
+                subresources=subresources,
+                verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+            )
 
     def key(self, path: str, namespace: str | None, name: str) -> Any:
         return (kmock.resource(path), namespace, name)

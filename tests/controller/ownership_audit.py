@@ -4,8 +4,10 @@ Written apart from the product's own rule (:mod:`drain_router.decisions.ownershi
 the docs state it: the controller deletes, scales, patches, evicts or force-deletes an object only
 when the object, as stored when the write arrives, says it belongs to a ModelService of its
 namespace (the label ``drainrouter.dev/service`` with its name, or an owner reference to it); a pod
-only through its controller, a ReplicaSet whose controller is a Deployment that says so. The
-ModelServices themselves (status, deletion), events and Leases are the controller's own.
+only through its controller, a ReplicaSet whose controller is a Deployment that says so; and it
+creates (the activator's EndpointSlices) only objects that say so from the start. The ModelServices
+themselves (status, deletion), events and Leases are the controller's own, and so, in the activator's
+namespace (:data:`ACTIVATOR_NAMESPACE`) only, the port map ConfigMap and the NetworkPolicies.
 
 Every controller test's emulator carries one (:func:`install`), and its fixture fails the test on any
 violation at the end; the tests that call the API client directly with made-up consents opt out.
@@ -21,12 +23,15 @@ from .emulator import TEST_CLIENT, ClusterEmulator
 
 LABEL = "drainrouter.dev/service"
 OWN = {"modelservices", "events", "leases"}
+ACTIVATOR_NAMESPACE = "gw"
+OWN_IN_ACTIVATOR_NAMESPACE = {"configmaps", "networkpolicies"}
 PATHS = {
     "pods": "v1/pods",
     "services": "v1/services",
     "deployments": "apps/v1/deployments",
     "replicasets": "apps/v1/replicasets",
     "httproutes": "gateway.networking.k8s.io/v1/httproutes",
+    "endpointslices": "discovery.k8s.io/v1/endpointslices",
     "inferencepools": "inference.networking.k8s.io/v1/inferencepools",
 }
 
@@ -43,8 +48,16 @@ class OwnershipAudit:
             return
         plural = request.resource.plural
         method = str(getattr(request.method, "value", request.method))
+        if plural in OWN or (plural in OWN_IN_ACTIVATOR_NAMESPACE and request.namespace == ACTIVATOR_NAMESPACE):
+            return
+        if method == "POST" and request.subresource is None and plural not in ("events",):
+            self.writes += 1
+            body = request.data if isinstance(request.data, dict) else {}
+            if plural != "endpointslices" or not self._says_so(body, request.namespace):
+                self.violations.append(f"POST {plural} in {request.namespace}: created without saying whose")
+            return
         write = method in ("DELETE", "PATCH", "PUT") or (method == "POST" and request.subresource == "eviction")
-        if not write or plural in OWN or not request.name:
+        if not write or not request.name:
             return
         self.writes += 1
         path = PATHS.get(plural)

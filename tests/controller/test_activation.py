@@ -38,7 +38,11 @@ def test_step(row: dict[str, Any]) -> None:
     observed = row["observed"]
     result = activation.step(
         activation.Observed(
-            route=activation.Route(observed["route"]), replicas=observed["replicas"], router_ready=observed["ready"]
+            endpoints=activation.Endpoints(observed["endpoints"]),
+            replicas=observed["replicas"],
+            router_ready=observed["ready"],
+            listening=observed.get("listening", False),
+            in_step=observed.get("inStep", True),
         ),
         _status(row.get("status")),
         sleep_due=row.get("sleepDue", False),
@@ -63,26 +67,42 @@ def test_step(row: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("route", "ready", "replicas"),
-    [(r, ready, n) for r in activation.Route for ready in (False, True) for n in (0, 1, 3)],
+    ("endpoints", "ready", "replicas"),
+    [(e, ready, n) for e in activation.Endpoints for ready in (False, True) for n in (0, 1, 3)],
 )
 @pytest.mark.parametrize("phase", list(activation.Phase))
 @pytest.mark.parametrize("sleep_due", [False, True])
-def test_the_route_goes_to_the_service_only_when_a_router_answered_ready(
-    route: activation.Route, ready: bool, replicas: int, phase: activation.Phase, sleep_due: bool
+@pytest.mark.parametrize(("listening", "in_step"), [(False, True), (True, True), (True, False)])
+def test_the_service_always_has_a_ready_endpoint(
+    endpoints: activation.Endpoints,
+    ready: bool,
+    replicas: int,
+    phase: activation.Phase,
+    sleep_due: bool,
+    listening: bool,
+    in_step: bool,
 ) -> None:
-    """Over every observation: a switch back to the model Service is only ever decided on a pass that
-    saw a router answer ready, and a scale-down only with the route away from the model Service."""
-    for wake in (None, T0 - 10):
+    """Over every observation: the activator's endpoints are removed only on a pass that saw a pod
+    Ready with its router serving; the Deployment goes to 0 only on a pass that read the activator's
+    endpoints back ready (or with no Service to empty); endpoints are written only when an activator
+    pod listens; nothing is done on unknown endpoints but a scale-up."""
+    for wake in (None, T0 - 10, T0 - 1000):
         status = activation.ActivationStatus(phase=phase, replicas_before_zero=3, wake_requested_at=wake)
-        observed = activation.Observed(route=route, replicas=replicas, router_ready=ready)
+        observed = activation.Observed(
+            endpoints=endpoints, replicas=replicas, router_ready=ready, listening=listening, in_step=in_step
+        )
         result = activation.step(observed, status, sleep_due=sleep_due, now=T0, activation_timeout=300)
-        if result.action is activation.Action.ROUTE_TO_SERVICE:
+        if result.action is activation.Action.REMOVE_ACTIVATOR:
             assert ready and replicas > 0
+            assert endpoints in (activation.Endpoints.ACTIVATOR, activation.Endpoints.PARTIAL)
         if result.action is activation.Action.SCALE_TO_ZERO:
-            assert route in (activation.Route.ACTIVATOR, activation.Route.NONE)
+            assert endpoints in (activation.Endpoints.ACTIVATOR, activation.Endpoints.NO_SERVICE)
+        if result.action in (activation.Action.ADD_ACTIVATOR, activation.Action.UPDATE_ACTIVATOR):
+            assert listening and endpoints is not activation.Endpoints.UNKNOWN
         if result.action is activation.Action.SCALE_UP:
             assert result.replicas is not None and result.replicas >= 1
+        if endpoints is activation.Endpoints.UNKNOWN:
+            assert result.action in (None, activation.Action.SCALE_UP)
 
 
 def test_rules_hold_only_while_waking() -> None:

@@ -1,33 +1,38 @@
 """Scale to zero and wake on a request (``--activator-service``) through the real operator, against the
-emulator and stand-in routers: the orderings of waking on a request (docs/controller.md) as the API server saw
+emulator, stand-in routers and a stand-in for the activator's pods (their EndpointSlice and
+``/admin/ports``): the orderings of waking on a request (docs/controller.md) as the API server saw
 the writes."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from drain_router.decisions import durations, route_switch
+from drain_router.decisions import durations, wake_endpoints
 
 from . import fake_routers
 from .conftest import NAMESPACE, eventually
 from .rules_scenario import condition, deployment, ready_pods
 from .scenario import event_messages, events
 from .waking_scenario import (
-    AT_ACTIVATOR,
-    FAST,
-    ROUTES,
+    ACTIVATOR_IPS,
+    ACTIVATOR_NAMESPACE,
+    CONFIGMAP,
+    POLICIES,
     RULES,
+    SLICE,
+    StandInActivator,
+    activator_slice,
     ask_for_a_wake,
     asleep,
+    fast,
     lifecycle,
-    route,
-    route_reads,
     service,
+    slice_reads,
+    stand_in_activator,
     wakes,
 )
 
@@ -39,53 +44,103 @@ async def routers() -> AsyncIterator[fake_routers.FakeRouters]:
         yield r
 
 
-async def test_sleep_points_the_route_at_the_activator_before_the_deployment_goes_to_zero(
-    cluster: Any, routers: Any, start_operator: Any
+@pytest.fixture
+async def act(cluster: Any) -> AsyncIterator[StandInActivator]:
+    async with stand_in_activator(cluster[0]) as a:
+        yield a
+
+
+async def test_sleep_makes_the_activator_an_endpoint_before_the_deployment_goes_to_zero(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
 ) -> None:
-    """1. two idle pods, ScaleToZero after 1 s, the activator enabled. Result: the route's every rule
-    points at the activator with the header naming the ModelService, the originals in the
-    annotation; that write came before the Deployment's scale to 0; replicasBeforeZero 2, phase
-    ScaledToZero, one LifecycleScaledToZero event, the Waking condition False."""
+    """1. two idle pods, ScaleToZero after 1 s, the activator enabled. Result: one port per protocol
+    in the port map; an EndpointSlice of the Service llama with both listening activator pods as
+    ready endpoints on those ports; it was created before the Deployment's scale to 0, which came on
+    a later pass; replicasBeforeZero 2, phase ScaledToZero, one LifecycleScaledToZero event, the
+    Waking condition False; a NetworkPolicy admitting every source to those ports only."""
     emu, _ = cluster
     recorder = await service(cluster, routers)
-    await start_operator(**FAST)
+    await start_operator(**fast(act))
     await asleep(emu)
-    rules = route(emu)["spec"]["rules"]
-    assert [r["backendRefs"] for r in rules] == [AT_ACTIVATOR, AT_ACTIVATOR]
-    header = {"name": "x-drain-router-service", "value": f"{NAMESPACE}/llama"}
-    assert all(
-        header in f["requestHeaderModifier"]["set"]
-        for r in rules
-        for f in r["filters"]
-        if f["type"] == "RequestHeaderModifier"
-    )
-    saved = json.loads(route(emu)["metadata"]["annotations"][route_switch.ANNOTATION])
-    assert saved == [
-        {"backendRefs": r["backendRefs"], **({"filters": r["filters"]} if "filters" in r else {})} for r in RULES
+    assert act.ports() == {"20000": f"{NAMESPACE}/llama/grpc", "20001": f"{NAMESPACE}/llama/http"}
+    slice_ = activator_slice(emu)
+    assert slice_ is not None
+    assert slice_["metadata"]["labels"] == {
+        "kubernetes.io/service-name": "llama",
+        "endpointslice.kubernetes.io/managed-by": "drain-router.dev",
+        "drainrouter.dev/service": "llama",
+    }
+    assert [e["addresses"] for e in slice_["endpoints"]] == [[ip] for ip in ACTIVATOR_IPS]
+    assert sorted((p["name"], p["port"]) for p in slice_["ports"]) == [("grpc", 20000), ("http", 20001)]
+    order = [(w.plural, w.method) for w in recorder.writes]
+    assert order == [("endpointslices", "POST"), ("deployments", "PATCH")], order
+    assert recorder.scales() == [0]
+    policy = emu.get(POLICIES, ACTIVATOR_NAMESPACE, wake_endpoints.policy_name(NAMESPACE, "llama"))
+    assert policy is not None and policy["spec"]["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": 20000}, {"protocol": "TCP", "port": 20001}]}
     ]
-    order = [w.plural for w in recorder.writes]
-    assert order == [ROUTES, "deployments"], order
-    assert recorder.of("deployments")[0].data["spec"]["replicas"] == 0
     record = lifecycle(emu)
     assert record["replicasBeforeZero"] == 2 and record["phase"] == "ScaledToZero" and record["scaledToZeroAt"]
     assert events(emu).count(("Normal", "LifecycleScaledToZero")) == 1
     cond = condition(emu, "Waking")
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", "ScaledToZero")
-    recorder.check_never_at_an_empty_service()
+    recorder.check_always_an_endpoint()
+    assert not recorder.user_writes, recorder.user_writes
 
 
-async def test_a_wake_scales_back_and_points_the_route_back_once_a_router_serves(
-    cluster: Any, routers: Any, start_operator: Any
+async def test_no_activator_pod_listening_keeps_the_service_up(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
+) -> None:
+    """1. the activator pods answer /admin/ports with nothing (not yet polled) or fail 2. ScaleToZero
+    due. Result: the ports are assigned, but over many passes no slice is written and the Deployment
+    is not scaled; once a pod listens, the service sleeps."""
+    emu, _ = cluster
+    act.answers = {ACTIVATOR_IPS[0]: {"ports": {}}, ACTIVATOR_IPS[1]: None}
+    recorder = await service(cluster, routers)
+    await start_operator(**fast(act))
+    await eventually(lambda: act.ports(), what="ports assigned", timeout=15)
+    asked = len(act.asked)
+    await eventually(lambda: len(act.asked) > asked + 6, what="three more passes", timeout=15)
+    assert not recorder.writes and deployment(emu)["spec"]["replicas"] == 2
+    act.answers = {ACTIVATOR_IPS[1]: None}  # one pod listens, the other still fails
+    await asleep(emu)
+    slice_ = activator_slice(emu)
+    assert slice_ is not None and [e["addresses"] for e in slice_["endpoints"]] == [[ACTIVATOR_IPS[0]]]
+    recorder.check_always_an_endpoint()
+
+
+async def test_asleep_the_endpoints_follow_the_activator_pods(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
+) -> None:
+    """1. asleep behind both activator pods 2. an activator rollout: the second pod replaced by a
+    new one at another IP. Result: the slice's endpoints are the first pod and the new one."""
+    emu, _ = cluster
+    await service(cluster, routers)
+    await start_operator(**fast(act))
+    await asleep(emu)
+    await act.set_endpoints((ACTIVATOR_IPS[0], "127.0.0.202"))
+    act.answers = {"127.0.0.202": {"ports": act.ports()}}  # (nothing listens on .202: the probe fails)
+    await eventually(
+        lambda: [e["addresses"] for e in (activator_slice(emu) or {}).get("endpoints", [])] == [[ACTIVATOR_IPS[0]]],
+        what="the slice without the pod that left (the new one does not answer)",
+        timeout=15,
+    )
+    assert deployment(emu)["spec"]["replicas"] == 0
+
+
+async def test_a_wake_scales_back_and_removes_the_activator_once_a_router_serves(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
 ) -> None:
     """1. asleep as above 2. the activator asks for a wake (status.lifecycle.wakeRequestedAt).
     Result: the Deployment back at 2, phase Waking, a WakeRequested event, the Waking condition True;
-    once a new pod is Ready and its router serves, the route's rules exactly as before the sleep,
-    the annotation gone, phase Active, awokenAt and coldStartSeconds recorded, an Awoken event. No
-    route write ever pointed at the model Service while no pod was Ready."""
+    once a new pod is Ready and its router serves, the activator's slice deleted, phase Active,
+    awokenAt and coldStartSeconds recorded, an Awoken event. The ports and the NetworkPolicy stay.
+    No write removed the activator while no pod was Ready."""
     emu, server = cluster
     recorder = await service(cluster, routers)
-    op = await start_operator(**FAST)
+    op = await start_operator(**fast(act))
     await asleep(emu)
+    ports = act.ports()
     for ip in fake_routers.IPS:  # the woken pods serve requests: the idle rule stays quiet after the wake
         routers.busy(ip)
     emu.ready_after = 1.0  # a woken pod's router answers for a second before the pod is Ready
@@ -93,8 +148,7 @@ async def test_a_wake_scales_back_and_points_the_route_back_once_a_router_serves
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 2, what="scaled back to 2", timeout=10)
     await eventually(lambda: ("Normal", "WakeRequested") in events(emu), what="WakeRequested")
     await eventually(lambda: lifecycle(emu).get("phase") == "Active", what="phase Active", timeout=15)
-    await eventually(lambda: route(emu)["spec"]["rules"] == RULES, what="the route's rules restored")
-    assert route_switch.ANNOTATION not in (route(emu)["metadata"].get("annotations") or {})
+    await eventually(lambda: activator_slice(emu) is None, what="the activator's slice deleted")
     record = lifecycle(emu)
     awoken = durations.parse_time(record["awokenAt"])
     assert durations.parse_time(record["wakeRequestedAt"]) == pytest.approx(asked, abs=0.001)
@@ -104,23 +158,46 @@ async def test_a_wake_scales_back_and_points_the_route_back_once_a_router_serves
     cond = condition(emu, "Waking")
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", "Awoken")
     assert wakes(op, "awoken") == 1 and wakes(op, "failed") == 0
-    # the status said Waking (the condition True) before the route went back
     waking = [m for m in event_messages(emu) if m[1] == "WakeRequested"]
     assert waking and "a request is held" in waking[0][2]
     scale_up = next(
         i for i, w in enumerate(recorder.writes) if w.plural == "deployments" and w.data["spec"]["replicas"] == 2
     )
-    back = next(i for i, w in enumerate(recorder.writes) if w.plural == ROUTES and w.data["spec"]["rules"] == RULES)
-    assert scale_up < back
-    recorder.check_never_at_an_empty_service()
+    removed = next(i for i, w in enumerate(recorder.writes) if w.plural == "endpointslices" and w.method == "DELETE")
+    assert scale_up < removed
+    assert act.ports() == ports, "the ports stay while the ModelService exists"
+    assert emu.get(POLICIES, ACTIVATOR_NAMESPACE, wake_endpoints.policy_name(NAMESPACE, "llama")) is not None
+    recorder.check_always_an_endpoint()
 
 
-async def test_the_waking_condition_is_true_while_waking(cluster: Any, routers: Any, start_operator: Any) -> None:
-    """1. asleep 2. a wake asked 3. the woken pods' routers still starting. Result: phase Waking, the
-    Waking condition True, the route still at the activator."""
+async def test_the_users_routes_services_and_grants_are_never_written(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
+) -> None:
+    """1. asleep 2. woken 3. asleep again. Result: not one write to an HTTPRoute, a GRPCRoute, a
+    Service or a ReferenceGrant; the HTTPRoute's rules as the user wrote them."""
     emu, server = cluster
     recorder = await service(cluster, routers)
-    await start_operator(**FAST)
+    await start_operator(**fast(act))
+    await asleep(emu)
+    await ask_for_a_wake(server, emu)
+    await eventually(lambda: lifecycle(emu).get("phase") == "Active", what="awake", timeout=15)
+    await eventually(lambda: activator_slice(emu) is None, what="the activator's slice deleted")
+    await asleep(emu)
+    assert recorder.scales() == [0, 2, 0]
+    assert not recorder.user_writes, recorder.user_writes
+    route = emu.get("gateway.networking.k8s.io/v1/httproutes", NAMESPACE, "llama")
+    assert route is not None and route["spec"]["rules"] == RULES
+    recorder.check_always_an_endpoint()
+
+
+async def test_the_waking_condition_is_true_while_waking(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
+) -> None:
+    """1. asleep 2. a wake asked 3. the woken pods' routers still starting. Result: phase Waking, the
+    Waking condition True, the activator still an endpoint."""
+    emu, server = cluster
+    recorder = await service(cluster, routers)
+    await start_operator(**fast(act))
     await asleep(emu)
     for ip in fake_routers.IPS:
         routers.answer(ip, 200, {"inflight": 0, "state": "starting", "idle_since": None, "served": 0})
@@ -129,61 +206,64 @@ async def test_the_waking_condition_is_true_while_waking(cluster: Any, routers: 
     await eventually(lambda: len(ready_pods(emu)) == 2, what="two Ready pods (routers starting)")
     cond = condition(emu, "Waking")
     assert cond is not None and (cond["status"], cond["reason"]) == ("True", "Waking")
-    assert all(r["backendRefs"] == AT_ACTIVATOR for r in route(emu)["spec"]["rules"])
-    recorder.check_never_at_an_empty_service()
+    assert activator_slice(emu) is not None
+    recorder.check_always_an_endpoint()
 
 
-async def test_a_wake_request_runs_a_pass_at_once(cluster: Any, routers: Any, start_operator: Any) -> None:
+async def test_a_wake_request_runs_a_pass_at_once(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
+) -> None:
     """1. asleep 2. the operator restarted with a 60 s requeue and maximum sleep 3. a wake asked.
     Result: the Deployment is scaled back within a few seconds, not after the minute."""
     emu, server = cluster
     await service(cluster, routers)
-    op = await start_operator(**FAST)
+    op = await start_operator(**fast(act))
     await asleep(emu)
     await op.stop()
-    reads = len(route_reads(emu))
-    await start_operator(**{**FAST, "max_sleep_secs": 60.0, "requeue_secs": 60.0})
-    # the daemon's first pass (it reads the route last) is over: it sleeps for the minute
-    await eventually(lambda: len(route_reads(emu)) > reads, what="the first pass after the restart")
+    reads = len(slice_reads(emu))
+    await start_operator(**fast(act, max_sleep_secs=60.0, requeue_secs=60.0))
+    await eventually(lambda: len(slice_reads(emu)) > reads, what="the first pass after the restart")
     await ask_for_a_wake(server, emu)
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 2, what="scaled back at once", timeout=5)
 
 
 async def test_a_wake_without_a_ready_router_scales_back_to_zero_after_the_timeout(
-    cluster: Any, routers: Any, start_operator: Any
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
 ) -> None:
     """1. asleep, activationTimeoutSeconds 2 2. a wake asked 3. the woken pods' routers never serve.
     Result: after 2 s the Deployment back at 0, a Warning WakeFailed, phase ScaledToZero,
-    wakeRequestedAt cleared (the next held request asks again); the route never left the activator."""
+    wakeRequestedAt cleared (the next held request asks again); the activator's slice never left."""
     emu, server = cluster
     recorder = await service(cluster, routers, timeout=2)
-    op = await start_operator(**FAST)
+    op = await start_operator(**fast(act))
     await asleep(emu)
     for ip in fake_routers.IPS:
         routers.answer(ip, 503, "")
     asked = await ask_for_a_wake(server, emu)
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 2, what="scaled back to 2", timeout=10)
     await eventually(lambda: ("Warning", "WakeFailed") in events(emu), what="WakeFailed", timeout=15)
-    failed_at = time.time()
-    assert failed_at >= asked + 2
+    assert time.time() >= asked + 2
     assert deployment(emu)["spec"]["replicas"] == 0
     record = lifecycle(emu)
     assert record["phase"] == "ScaledToZero" and "wakeRequestedAt" not in record
-    assert [w.data["spec"]["replicas"] for w in recorder.of("deployments")] == [0, 2, 0]
-    assert len(recorder.of(ROUTES)) == 1, "only the sleep's switch: the route stayed at the activator"
-    assert all(r["backendRefs"] == AT_ACTIVATOR for r in route(emu)["spec"]["rules"])
+    assert recorder.scales() == [0, 2, 0]
+    assert [w.method for w in recorder.of("endpointslices")] == ["POST"], "the slice stayed"
     cond = condition(emu, "Waking")
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", "WakeFailed")
     assert wakes(op, "failed") == 1
-    recorder.check_never_at_an_empty_service()
+    recorder.check_always_an_endpoint()
 
 
-async def test_without_the_flag_the_route_is_never_written(cluster: Any, routers: Any, start_operator: Any) -> None:
+async def test_without_the_flag_nothing_of_the_wake_is_written(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
+) -> None:
     emu, _ = cluster
     recorder = await service(cluster, routers)
-    await start_operator(**{k: v for k, v in FAST.items() if k != "activator_service"})
+    await start_operator(**{k: v for k, v in fast(act).items() if k != "activator_service"})
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)
     requests = len(emu._requests)
     await eventually(lambda: len(emu._requests) > requests + 10, what="more passes")
-    assert not recorder.of(ROUTES) and route(emu)["spec"]["rules"] == RULES
+    assert not recorder.of("endpointslices") and not recorder.user_writes
+    assert emu.get(CONFIGMAP, ACTIVATOR_NAMESPACE, "activator-ports") is None
     assert "phase" not in lifecycle(emu) and condition(emu, "Waking") is None
+    assert activator_slice(emu) is None and SLICE

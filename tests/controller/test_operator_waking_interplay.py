@@ -1,6 +1,6 @@
-"""Scale to zero and wake on a request beside everything else the controller does: a route it cannot
-switch, a refused scale-down, a service asleep before the activator was enabled, recycling while
-waking, a deletion while asleep."""
+"""Scale to zero and wake on a request beside everything else the controller does: a service with no
+Service of its own, a refused scale-down, a service asleep before the activator was enabled, recycling
+while waking, a deletion while asleep."""
 
 from __future__ import annotations
 
@@ -15,15 +15,18 @@ from .conftest import MSVC, NAMESPACE, eventually
 from .rules_scenario import deployment, make_service, ready_pods
 from .scenario import delete_msvc, delete_order, events, exists
 from .waking_scenario import (
-    AT_ACTIVATOR,
-    FAST,
-    RULES,
+    ACTIVATOR_NAMESPACE,
+    CONFIGMAP,
+    POLICIES,
     Recorder,
+    StandInActivator,
+    activator_slice,
     ask_for_a_wake,
     asleep,
+    fast,
     lifecycle,
-    route,
     service,
+    stand_in_activator,
 )
 
 
@@ -34,29 +37,38 @@ async def routers() -> AsyncIterator[fake_routers.FakeRouters]:
         yield r
 
 
-async def test_a_route_it_cannot_switch_keeps_the_service_up(cluster: Any, routers: Any, start_operator: Any) -> None:
-    """1. the route has no rules (nothing to point at the activator) 2. ScaleToZero due. Result: over
-    many passes, neither the route nor the Deployment is written: a service is never put to sleep
-    behind a route that still points at it."""
+@pytest.fixture
+async def act(cluster: Any) -> AsyncIterator[StandInActivator]:
+    async with stand_in_activator(cluster[0]) as a:
+        yield a
+
+
+async def test_a_service_without_a_service_sleeps_and_says_a_request_cannot_wake_it(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
+) -> None:
+    """1. the workload has no Service (reached through an InferencePool, say) 2. ScaleToZero due.
+    Result: scaled to zero at once, no slice, no port; a Warning NoWakeOnRequest says why."""
     emu, _ = cluster
     rules = {"rules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": 1}}]}
     await make_service(emu, admin_port=routers.port, lifecycle=rules)
     await eventually(lambda: len(ready_pods(emu)) == 1, what="a Ready pod")
     recorder = Recorder(emu)
-    await start_operator(**FAST)
-    asked = len(routers.asked)
-    await eventually(lambda: len(routers.asked) > asked + 10, what="ten passes", timeout=15)
-    assert not recorder.writes and deployment(emu)["spec"]["replicas"] == 1
+    await start_operator(**fast(act))
+    await asleep(emu)
+    await eventually(lambda: ("Warning", "NoWakeOnRequest") in events(emu), what="NoWakeOnRequest")
+    assert not recorder.of("endpointslices") and not act.ports()
 
 
-async def test_a_refused_scale_down_is_not_recorded(cluster: Any, routers: Any, start_operator: Any) -> None:
-    """1. the route switched 2. the scale to 0 refused (500) for a while. Result: the record goes back
+async def test_a_refused_scale_down_is_not_recorded(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
+) -> None:
+    """1. the activator an endpoint 2. the scale to 0 refused (500) for a while. Result: the record goes back
     to Active after each refusal (no pass mistakes the running pods for a person's wake: no
     WakeRequested); once the API accepts it, the service sleeps."""
     emu, _ = cluster
     recorder = await service(cluster, routers)
     emu.fail("update", "apps/v1/deployments", "llama", 500, "InternalError", "etcd is having a moment")
-    await start_operator(**FAST)
+    await start_operator(**fast(act))
     await eventually(lambda: len(recorder.of("deployments")) >= 3, what="three refused scale-downs", timeout=15)
     await eventually(lambda: lifecycle(emu).get("phase") == "Active", what="the record put back")
     history = emu.objects[emu.key(MSVC, NAMESPACE, "llama")].history
@@ -66,42 +78,44 @@ async def test_a_refused_scale_down_is_not_recorded(cluster: Any, routers: Any, 
     emu.heal()
     await asleep(emu)
     assert lifecycle(emu)["replicasBeforeZero"] == 2 and ("Normal", "WakeRequested") not in events(emu)
-    recorder.check_never_at_an_empty_service()
+    recorder.check_always_an_endpoint()
 
 
 async def test_a_service_asleep_before_the_activator_was_enabled_wakes_on_a_request(
-    cluster: Any, routers: Any, start_operator: Any
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
 ) -> None:
-    """1. scaled to zero by the rule with the route kept (no activator) 2. the controller restarted with
-    --activator-service. Result: the route goes to the activator (the Deployment stays at 0), phase
+    """1. scaled to zero by the rule (no activator) 2. the controller restarted with
+    --activator-service. Result: the activator becomes an endpoint (the Deployment stays at 0), phase
     ScaledToZero; a wake asked scales it back to 1 (no replicasBeforeZero was recorded) and, once a
-    router serves, the route's rules are restored."""
+    router serves, the activator's slice is removed."""
     emu, server = cluster
     await service(cluster, routers)
-    op = await start_operator(**{k: v for k, v in FAST.items() if k != "activator_service"})
+    op = await start_operator(**{k: v for k, v in fast(act).items() if k != "activator_service"})
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 0, what="scaled to zero", timeout=15)
     await op.stop()
     await eventually(lambda: not ready_pods(emu), what="no Ready pod", timeout=10)
     recorder = Recorder(emu)  # from here on, with the activator
-    await start_operator(**FAST)
+    await start_operator(**fast(act))
     await eventually(lambda: lifecycle(emu).get("phase") == "ScaledToZero", what="phase ScaledToZero")
-    assert all(r["backendRefs"] == AT_ACTIVATOR for r in route(emu)["spec"]["rules"])
+    assert activator_slice(emu) is not None
     assert all(w.data["spec"]["replicas"] == 0 for w in recorder.of("deployments")), "left at 0"
     for ip in fake_routers.IPS:
         routers.busy(ip)
     await ask_for_a_wake(server, emu)
     await eventually(lambda: deployment(emu)["spec"]["replicas"] == 1, what="scaled back to 1", timeout=10)
-    await eventually(lambda: route(emu)["spec"]["rules"] == RULES, what="the route's rules restored", timeout=15)
-    recorder.check_never_at_an_empty_service()
+    await eventually(lambda: activator_slice(emu) is None, what="the activator's slice removed", timeout=15)
+    recorder.check_always_an_endpoint()
 
 
-async def test_recycling_waits_while_the_service_wakes(cluster: Any, routers: Any, start_operator: Any) -> None:
+async def test_recycling_waits_while_the_service_wakes(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
+) -> None:
     """1. asleep 2. recycling turned on with a 1 s maximum pod lifetime, no waiting for idle 3. a wake
     asked; the woken pods' routers still starting. Result: while Waking, past their lifetime and
     Ready, no pod is evicted."""
     emu, server = cluster
     await service(cluster, routers)
-    await start_operator(**FAST)
+    await start_operator(**fast(act))
     await asleep(emu)
     response = await server.client.patch(
         f"/apis/{MSVC.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/modelservices/llama",
@@ -123,19 +137,24 @@ async def test_recycling_waits_while_the_service_wakes(cluster: Any, routers: An
     assert lifecycle(emu)["phase"] == "Waking" and len(emu.evictions) == evictions
 
 
-async def test_a_service_deleted_while_asleep_tears_down_as_without_the_activator(
-    cluster: Any, routers: Any, start_operator: Any
+async def test_a_service_deleted_while_asleep_tears_down_and_gives_its_ports_back(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
 ) -> None:
-    """1. asleep (the route at the activator) 2. the ModelService deleted. Result: the staged teardown
-    removes the route, then the workload, and releases it; nothing switches the route or scales the
-    Deployment after the deletion started."""
+    """1. asleep (the activator an endpoint) 2. the ModelService deleted. Result: the staged teardown
+    removes the route, then the workload, and releases it; its ports leave the port map and its
+    NetworkPolicy is deleted; nothing writes a slice or scales the Deployment after the deletion
+    started."""
     emu, server = cluster
     recorder = await service(cluster, routers)
-    await start_operator(**FAST)
+    await start_operator(**fast(act))
     await asleep(emu)
+    assert act.ports() and emu.get(POLICIES, ACTIVATOR_NAMESPACE, f"drain-router-{NAMESPACE}-llama") is not None
     writes = len(recorder.writes)
     await delete_msvc(emu, server)
     await eventually(lambda: not exists(emu, MSVC), what="the ModelService released", timeout=20)
     order = delete_order(emu)
     assert order.index("httproutes/llama") < order.index("deployments/llama"), order
-    assert len(recorder.writes) == writes, recorder.writes[writes:]
+    late = [w for w in recorder.writes[writes:] if w.method != "DELETE"]  # (the teardown deletes)
+    assert not late, late
+    assert act.ports() == {} and emu.get(CONFIGMAP, ACTIVATOR_NAMESPACE, "activator-ports") is not None
+    assert emu.get(POLICIES, ACTIVATOR_NAMESPACE, f"drain-router-{NAMESPACE}-llama") is None

@@ -13,8 +13,9 @@ from drain_router.controller.kube import client as kube_
 from drain_router.decisions import ownership
 
 PACKAGE = pathlib.Path(kube_.__file__).resolve().parents[2]  # drain_router/
-OWN_OBJECTS = {"patch_modelservice_status"}
-"""Writes to the controller's own objects: the ModelService's status."""
+OWN_OBJECTS = {"patch_modelservice_status", "write_configmap", "put_networkpolicy", "delete_networkpolicy"}
+"""Writes to the controller's own objects: the ModelService's status, and in the activator's namespace
+the port map and the NetworkPolicies (labelled ``managed-by: drain-router.dev``)."""
 WRITE_VERBS = {"DELETE", "PATCH", "POST", "PUT"}
 
 
@@ -38,7 +39,9 @@ def test_every_write_method_takes_a_consent() -> None:
         for name, method in inspect.getmembers(kube_.Kube, inspect.iscoroutinefunction)
         if not name.startswith("_") and _writes(method)
     ]
-    assert {"delete", "force_delete_pod", "evict_pod", "scale", "patch", "delete_modelservice"} <= set(writers)
+    assert {"delete", "force_delete_pod", "evict_pod", "scale", "patch", "delete_modelservice", "create"} <= set(
+        writers
+    )
     for name in writers:
         if name in OWN_OBJECTS:
             continue

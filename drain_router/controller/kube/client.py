@@ -7,7 +7,8 @@ for NotFound; a failure is :class:`CallFailed`, which names the call.
 Every write to an object of the user's (delete, force delete, eviction, scale, patch) takes an
 :class:`ownership.Consent` and writes only the object it names, in its namespace, with its ``uid`` as
 a precondition (and a route patch on the ``resourceVersion`` it was read at): the ownership rule of :mod:`drain_router.decisions.ownership` is checked before any call reaches here.
-The ModelService's own status, events and the controller's Lease are the controller's own objects.
+The ModelService's own status, events, the controller's Lease, the activator's port map and the
+NetworkPolicies it writes in the activator's namespace are the controller's own objects.
 """
 
 from __future__ import annotations
@@ -244,6 +245,110 @@ class Kube:
                 raise Conflict(call) from exc
             raise CallFailed(call) from exc
         return dict(_as_object(answer) or {})
+
+    async def list(
+        self, ref: deletion.ObjectRef, namespace: str, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The objects of ``ref``'s kind in ``namespace`` (``ref.name`` unused), by label selector;
+        :class:`CallFailed` for any failure."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        try:
+            path = (await self._discovery.path(ref, namespace)).rsplit("/", 1)[0]
+            listing = _as_object(await self._call(path, "GET", query=query))
+        except _FAILURES as exc:
+            raise CallFailed(
+                failure(self._discovery.call_name("LIST", ref) + f" labelSelector={label_selector}", exc)
+            ) from exc
+        return list((listing or {}).get("items") or [])
+
+    async def create(self, ref: deletion.ObjectRef, consent: ownership.Consent, body: dict[str, Any]) -> dict[str, Any]:
+        """Create the object ``consent`` (:func:`ownership.to_create`) names, in the service's
+        namespace, only as the service's: labelled for it and with an owner reference to it.
+        :class:`Conflict` when it exists already (409)."""
+        _named(ref, consent)
+        meta = body.get("metadata") or {}
+        owners = meta.get("ownerReferences") or ()
+        if (
+            consent.how is not ownership.How.CREATED
+            or meta.get("name") != consent.name
+            or meta.get("namespace", consent.namespace) != consent.namespace
+            or (meta.get("labels") or {}).get(ownership.SERVICE_LABEL) != consent.service.name
+            or not any(o.get("uid") == consent.service.uid and o.get("name") == consent.service.name for o in owners)
+        ):
+            raise ValueError(f"{ref} would not be labelled for and owned by {consent.service.name}")
+        try:
+            path = (await self._discovery.path(ref, consent.namespace)).rsplit("/", 1)[0]
+            answer = await self._call(path, "POST", body=body)
+        except _FAILURES as exc:
+            call = failure(self._discovery.call_name("POST", ref), exc)
+            if isinstance(exc, ApiException) and exc.status == 409:
+                raise Conflict(call) from exc
+            raise CallFailed(call) from exc
+        return dict(_as_object(answer) or {})
+
+    # --- the controller's own objects in the activator's namespace: the port map, the policies ------
+
+    async def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _as_object(await self._call(f"/api/v1/namespaces/{namespace}/configmaps/{name}", "GET"))
+        except _FAILURES as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                return None
+            raise CallFailed(failure(f"GET v1 configmaps/{name}", exc)) from exc
+
+    async def write_configmap(
+        self, namespace: str, name: str, data: dict[str, str | None], resource_version: str | None
+    ) -> None:
+        """The port map: created with ``data`` when ``resource_version`` is None, else merge-patched
+        (``None`` removes a key) on that resourceVersion. :class:`Conflict` when another writer came
+        first (409: it exists already, or changed since it was read)."""
+        base = f"/api/v1/namespaces/{namespace}/configmaps"
+        try:
+            if resource_version is None:
+                body: dict[str, Any] = {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "data": {k: v for k, v in data.items() if v is not None},
+                }
+                await self._call(base, "POST", body=body)
+            else:
+                body = {"metadata": {"resourceVersion": resource_version}, "data": data}
+                await self._call(f"{base}/{name}", "PATCH", body=body, content_type=MERGE_PATCH)
+        except _FAILURES as exc:
+            call = failure(f"{'POST' if resource_version is None else 'PATCH'} v1 configmaps/{name}", exc)
+            if isinstance(exc, ApiException) and exc.status == 409:
+                raise Conflict(call) from exc
+            raise CallFailed(call) from exc
+
+    async def put_networkpolicy(self, body: dict[str, Any], stored: dict[str, Any] | None) -> None:
+        """A policy of the controller's own in the activator's namespace: created, or its spec replaced
+        by a merge patch on the resourceVersion read (:class:`Conflict` when it changed since)."""
+        meta = body["metadata"]
+        base = f"/apis/networking.k8s.io/v1/namespaces/{meta['namespace']}/networkpolicies"
+        try:
+            if stored is None:
+                await self._call(base, "POST", body=body)
+            else:
+                version = (stored.get("metadata") or {}).get("resourceVersion")
+                patch = {"metadata": {"resourceVersion": version, "labels": meta.get("labels")}, "spec": body["spec"]}
+                # a merge patch merges nested objects: lists (ingress, from) are replaced whole
+                await self._call(f"{base}/{meta['name']}", "PATCH", body=patch, content_type=MERGE_PATCH)
+        except _FAILURES as exc:
+            call = failure(
+                f"{'POST' if stored is None else 'PATCH'} networking.k8s.io/v1 networkpolicies/{meta['name']}", exc
+            )
+            if isinstance(exc, ApiException) and exc.status == 409:
+                raise Conflict(call) from exc
+            raise CallFailed(call) from exc
+
+    async def delete_networkpolicy(self, namespace: str, name: str) -> int:
+        """Delete a policy of the controller's own (404: already gone)."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        try:
+            return await self._delete(f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{name}", body)
+        except _FAILURES as exc:
+            raise CallFailed(failure(f"DELETE networking.k8s.io/v1 networkpolicies/{name}", exc)) from exc
 
     async def evict_pod(self, consent: ownership.Consent) -> recycling.EvictAnswer:
         """``policy/v1`` Eviction with a UID precondition and the pod's own grace (no

@@ -16,6 +16,7 @@ from drain_router.controller import context
 from drain_router.controller import status as status_
 from drain_router.controller.kube import client as kube_
 from drain_router.controller.kube import observe
+from drain_router.controller.passes import waking
 from drain_router.decisions import deletion, durations, objects, ownership, spans
 
 
@@ -63,6 +64,7 @@ async def run_pass(ctx: context.Context, body: Mapping[str, Any], logger: Any) -
         if decision.status and decision.status.outcome
         else "Clean"
     )
+    await waking.release(ctx, fresh, logger)  # the activator's ports and policy of this service
     ctx.metrics.deletions_finished.labels(outcome).inc()
     ctx.metrics.pods_remaining.remove(namespace, name) if decision.status else None
     ctx.metrics.set_deletion_stage(namespace, name, None, None)

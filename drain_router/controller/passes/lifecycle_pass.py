@@ -1,5 +1,5 @@
 """The daemon's lifecycle pass: validate -> probe every active pod -> ``idle_clock`` -> ``next_rule`` ->
-(with ``--activator-service``: the route read, ``activation.step``, :mod:`drain_router.controller.passes.waking`) -> status -> act ->
+(with ``--activator-service``: the activator's endpoints read, ``activation.step``, :mod:`drain_router.controller.passes.waking`) -> status -> act ->
 events."""
 
 from __future__ import annotations
@@ -49,13 +49,13 @@ async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, 
     decision = lifecycle.next_rule(rules, clock, done, stored, now, buffer_secs=ctx.settings.lifecycle_buffer_secs)
     valid = objects.Condition(type=CONDITION_TYPE, status="True", reason="Valid", message="lifecycle rules are valid")
     records = status_.lifecycle_dict(decision.status)
-    plan, route_ref = None, None
+    plan = None
     if ctx.settings.activator_service is None:  # the activation record, if any, kept as it is
         kept = status.get("lifecycle") or {}
         records.update({k: kept[k] for k in status_.ACTIVATION_KEYS if k in kept})
     else:
         owned = exists and not being_deleted and stage in (None, "Released")
-        plan, route_ref = await waking.plan(turn, fresh, rules, decision, stored, answers, replicas if owned else None)
+        plan = await waking.plan(turn, fresh, rules, decision, stored, answers, replicas if owned else None)
         decision = plan.rules
         records = {**status_.lifecycle_dict(decision.status), **plan.records()}
     also = None if plan is None else plan.step.condition
@@ -71,8 +71,8 @@ async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, 
         ctx.metrics.set_phase(fresh["metadata"]["namespace"], fresh["metadata"]["name"], plan.step.status.phase.value)
         requeue_at = _waking_requeue(plan, requeue_at, standard)
         if plan.step.action is not None or plan.step.events:
-            # 2. Act (the route switch or the scale), 3. events; a failure puts the record back.
-            acted = await waking.act(turn, fresh, plan, route_ref, workload.deployment_ref, workload.deployment_consent)
+            # 2. Act (the activator's endpoints or the scale), 3. events; a failure puts the record back.
+            acted = await waking.act(turn, fresh, plan, workload.deployment_ref, workload.deployment_consent)
             if not acted:
                 fresh, _ = await status_.write_status(ctx, fresh, waking.revert(read), logger)
                 return fresh, standard
@@ -84,8 +84,10 @@ async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, 
 
 
 def _waking_requeue(plan: waking.Plan, requeue_at: float, standard: float) -> float:
-    """While waking, look again every standard requeue (a router may answer ready at any moment)."""
-    if plan.step.status.phase is activation.Phase.WAKING:
+    """While waking, look again every standard requeue (a router may answer ready at any moment); so
+    too while the activator is opening the ports just assigned to the service."""
+    waiting = plan.sight.endpoints is not activation.Endpoints.ACTIVATOR and not plan.sight.listening
+    if plan.step.status.phase is activation.Phase.WAKING or (plan.sight.assigned and waiting):
         return min(requeue_at, standard)
     return requeue_at
 
