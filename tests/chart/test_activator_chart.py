@@ -9,13 +9,12 @@ from typing import Any
 
 import pytest
 
+from drain_router.controller import settings
 from tests.chart import crds, values_sets
 from tests.chart.helm import CONTROLLER_CHART, NAMESPACE, Helm, find, flag, one
 from tests.chart.test_controller_chart import (
     CONTROLLER,
     DEFAULT_RULES,
-    GRPCROUTES,
-    HTTPROUTES,
     Rule,
     controller_args,
     rules,
@@ -46,14 +45,18 @@ def test_off_by_default_renders_nothing_of_it(helm: Helm) -> None:
     assert rules(one(docs, "Role", CONTROLLER)) == DEFAULT_RULES
 
 
-def test_the_controller_points_routes_at_the_activators_service(helm: Helm) -> None:
-    """--activator-service is <release namespace>/<the Service's name>:<its port>, and the Service
-    selects the activator's pods, never the controller's (nor the controller's its)."""
+def test_the_controller_names_the_activators_service_and_admin_port(helm: Helm) -> None:
+    """--activator-service is <release namespace>/<the Service's name> (no port: the ports are
+    assigned per service), --activator-admin-port the activator's admin port (where /admin/ports
+    answers), and the Service selects the activator's pods, never the controller's (nor the
+    controller's its)."""
     docs = render(helm, ENABLED)
     service = one(docs, "Service", ACTIVATOR)
-    (port,) = service["spec"]["ports"]
-    assert flag(controller_args(docs), "--activator-service") == f"{NAMESPACE}/{ACTIVATOR}:{port['port']}"
-    assert port == {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}
+    args = controller_args(docs)
+    assert flag(args, "--activator-service") == f"{NAMESPACE}/{ACTIVATOR}"
+    container = one(docs, "Deployment", ACTIVATOR)["spec"]["template"]["spec"]["containers"][0]
+    admin = {p["name"]: p["containerPort"] for p in container["ports"]}["admin"]
+    assert flag(args, "--activator-admin-port") == str(admin) == str(settings.DEFAULT_ACTIVATOR_ADMIN_PORT)
     activator = one(docs, "Deployment", ACTIVATOR)
     controller = one(docs, "Deployment", CONTROLLER)
     pod_labels = activator["spec"]["template"]["metadata"]["labels"]
@@ -105,14 +108,48 @@ def test_rbac_the_activator_reads_and_asks_for_a_wake_in_each_watched_namespace(
     assert one(docs, "ServiceAccount", ACTIVATOR)
 
 
-def test_rbac_the_controller_may_patch_routes_only_with_the_activator(helm: Helm) -> None:
-    """patch on httproutes and grpcroutes is the only rule the activator adds to the controller's."""
-    patched = {rule: (*rule[:2], (*rule[2], "patch")) for rule in (HTTPROUTES, GRPCROUTES)}
-    expected = [patched.get(rule, rule) for rule in DEFAULT_RULES]
+ENDPOINTSLICES: Rule = (("discovery.k8s.io",), ("endpointslices",), ("list", "create", "patch", "delete"))
+POLICIES_LIST: Rule = (("networking.k8s.io",), ("networkpolicies",), ("list",))
+WAKE_RULES = [
+    (("discovery.k8s.io",), ("endpointslices",), (), ("list",)),
+    (("",), ("services",), (ACTIVATOR,), ("get",)),
+    (("",), ("configmaps",), (f"{ACTIVATOR}-ports",), ("get", "patch")),
+    (("",), ("configmaps",), (), ("create",)),
+    (("networking.k8s.io",), ("networkpolicies",), (), ("get", "create", "patch", "delete")),
+]
+
+
+def test_rbac_the_controller_never_patches_routes_and_writes_only_its_slices(helm: Helm) -> None:
+    """With the activator, the controller's rules in a model namespace add exactly: its activator
+    EndpointSlices (list, create, patch, delete) and a list of NetworkPolicies; no route, Service or
+    ReferenceGrant write."""
+    expected = [*DEFAULT_RULES, ENDPOINTSLICES, POLICIES_LIST]
     for namespace in ("models", "research", "serving"):
         in_namespace = [r for r in find(render(helm, ENABLED), "Role") if r["metadata"]["namespace"] == namespace]
         role = one(in_namespace, "Role", CONTROLLER)
         assert rules(role) == expected
+        for rule in role["rules"]:
+            if rule["resources"][0] in ("httproutes", "grpcroutes", "services", "referencegrants"):
+                assert not {"patch", "update", "create"} & set(rule["verbs"]), rule
+
+
+def test_rbac_the_controller_writes_the_port_map_and_policies_in_the_activators_namespace(helm: Helm) -> None:
+    """A Role of its own in the release's namespace: the one port-map ConfigMap by name (create
+    cannot be limited to a name), the NetworkPolicies, and reads of the activator's Service and
+    EndpointSlices; bound to the controller's service account only. Not rendered without the
+    activator."""
+    docs = render(helm, ENABLED)
+    role = one(docs, "Role", f"{CONTROLLER}-wake")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    got = [
+        (tuple(r["apiGroups"]), tuple(r["resources"]), tuple(r.get("resourceNames") or ()), tuple(r["verbs"]))
+        for r in role["rules"]
+    ]
+    assert got == WAKE_RULES
+    binding = one(docs, "RoleBinding", f"{CONTROLLER}-wake")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": NAMESPACE}]
+    assert binding["roleRef"]["name"] == f"{CONTROLLER}-wake"
+    assert not find(render(helm), "Role", f"{CONTROLLER}-wake")
 
 
 def test_a_reference_grant_admits_routes_of_each_other_namespace(helm: Helm) -> None:
@@ -196,15 +233,15 @@ def test_the_model_charts_model_service_names_the_traffic_port_and_the_activatio
 
 def test_the_activators_grpc_port_is_off_by_default_and_a_second_service_port_when_set(helm: Helm) -> None:
     """activator.grpcPort 0: no --grpc-port, one Service port; set: the flag, a container port, the
-    Service's port named grpc (h2c), and the controller's --activator-service names it (GRPCRoutes
-    are pointed there)."""
+    Service's port named grpc (h2c). The controller's --activator-service names no port (the ports
+    are assigned per service)."""
     docs = render(helm, ENABLED)
     assert "--grpc-port" not in one(docs, "Deployment", ACTIVATOR)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert len(one(docs, "Service", ACTIVATOR)["spec"]["ports"]) == 1
     docs = render(helm, {**ENABLED, "activator": {**ENABLED["activator"], "grpcPort": 8081}})
     container = one(docs, "Deployment", ACTIVATOR)["spec"]["template"]["spec"]["containers"][0]
     assert flag(container["args"], "--grpc-port") == "8081"
-    assert flag(controller_args(docs), "--activator-service") == f"{NAMESPACE}/{ACTIVATOR}:8080,8081"
+    assert flag(controller_args(docs), "--activator-service") == f"{NAMESPACE}/{ACTIVATOR}"
     assert {"name": "grpc", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
     http, grpc = one(docs, "Service", ACTIVATOR)["spec"]["ports"]
     assert http["name"] == "http"

@@ -204,9 +204,10 @@ def test_extra_rules_are_appended_only_when_asked(helm: Helm) -> None:
 def test_no_wildcards_or_secrets_anywhere(helm: Helm, values: dict[str, Any]) -> None:
     docs = render(helm, values)
     for role in find(docs, "Role") + find(docs, "ClusterRole"):
-        for groups, resources, verbs in rules(role):
-            assert "*" not in groups + resources + verbs
-            assert "secrets" not in resources
+        for rule in role["rules"]:
+            assert set(rule) <= {"apiGroups", "resources", "resourceNames", "verbs"}, rule
+            assert "*" not in [*rule["apiGroups"], *rule["resources"], *rule.get("resourceNames", ()), *rule["verbs"]]
+            assert "secrets" not in rule["resources"]
 
 
 @pytest.mark.parametrize("values", values_sets.CONTROLLER_SETS)

@@ -75,3 +75,26 @@ async def test_a_chart_without_pods_eviction_is_forbidden_visibly(
         timeout=15,
     )
     assert emu.evictions == [], "RBAC refuses before the eviction is even considered"
+
+
+async def test_sleep_and_wake_through_the_activator_under_the_charts_rbac(
+    cluster: Any, routers: Any, start_operator: Any, chart_rules: list[Rule]
+) -> None:
+    """The activator enabled, only the chart's rules granted (the controller's, its activator-namespace
+    Role's and the activator's): the port map, the activator's EndpointSlice and NetworkPolicy, the
+    scale to 0, the wake and the removal of the slice all pass, and nothing is refused."""
+    from .waking_scenario import activator_slice, ask_for_a_wake, asleep, fast, lifecycle, service, stand_in_activator
+
+    emu, server = cluster
+    async with stand_in_activator(emu) as act:
+        recorder = await service(cluster, routers)
+        emu.rbac = chart_rules
+        await start_operator(**fast(act))
+        await asleep(emu)
+        assert activator_slice(emu) is not None and act.ports()
+        await ask_for_a_wake(server, emu)
+        await eventually(lambda: lifecycle(emu).get("phase") == "Active", what="awake", timeout=15)
+        await eventually(lambda: activator_slice(emu) is None, what="the activator's slice deleted")
+    refused = [m for m in event_messages(emu) if "forbidden" in m[2].lower()]
+    assert not refused, refused
+    recorder.check_always_an_endpoint()

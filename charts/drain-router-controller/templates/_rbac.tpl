@@ -47,23 +47,35 @@ fails the test on purpose.
   resources: [replicasets]
   verbs: [get]
 {{- if $f.httpRoutes }}
-# The route (RouteRemoving stage); patch (only with activator.enabled): a sleeping service's route
-# pointed at the activator, and back.
+# The route (RouteRemoving stage). Never patched: a sleeping service wakes through its Services'
+# endpoints, the user's routes untouched.
 - apiGroups: [gateway.networking.k8s.io]
   resources: [httproutes]
-  verbs: [get, delete{{ if $a }}, patch{{ end }}]
+  verbs: [get, delete]
 {{- end }}
 {{- if $f.grpcRoutes }}
 # A GRPCRoute: the route itself (RouteRemoving), or the first workload object after the HTTPRoute.
 - apiGroups: [gateway.networking.k8s.io]
   resources: [grpcroutes]
-  verbs: [get, delete{{ if $a }}, patch{{ end }}]
+  verbs: [get, delete]
 {{- end }}
 {{- if $f.inferencePools }}
 # An InferencePool: the route itself (RouteRemoving) or a workload object deleted after the route.
 - apiGroups: [inference.networking.k8s.io]
   resources: [inferencepools]
   verbs: [get, delete]
+{{- end }}
+{{- if $a }}
+# With the activator: a sleeping service's activator EndpointSlices (one per Service it owns,
+# labelled and owned by the ModelService): listed by label, created, their endpoints patched as the
+# activator's pods change, deleted at the wake. Never the user's Services or routes.
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list, create, patch, delete]
+# The NetworkPolicies the ModelService owns: their ingress peers are admitted to its activator ports.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list]
 {{- end }}
 {{- with .Values.rbac.extraRules }}
 # rbac.extraRules
@@ -76,6 +88,35 @@ fails the test on purpose.
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get]
+{{- end -}}
+
+
+{{/* The controller's rules in the activator's namespace (activator.enabled): its own objects there. */}}
+{{- define "drain-router-controller.wakeRules" -}}
+{{- $activator := include "drain-router-controller.activatorName" . -}}
+# The activator's pods: the ready endpoints of its Service (listed by the service-name label).
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list]
+# The activator's Service, for its selector (the NetworkPolicies select its pods by it).
+- apiGroups: [""]
+  resources: [services]
+  resourceNames: [{{ $activator }}]
+  verbs: [get]
+# The port map (which port is which service's): read and merge-patched by name on the
+# resourceVersion read; created once (create cannot be limited to a name).
+- apiGroups: [""]
+  resources: [configmaps]
+  resourceNames: [{{ $activator }}-ports]
+  verbs: [get, patch]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [create]
+# One NetworkPolicy per sleeping service, admitting the model's own clients to its activator ports;
+# deleted when the ModelService goes.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, patch, delete]
 {{- end -}}
 
 
