@@ -200,5 +200,7 @@ def test_controller_help_lists_its_options_under_headings_as_serve_does() -> Non
     assert re.findall(r"^  (--[a-z-]+)", logging_section, flags=re.MULTILINE) == ["--log-format", "--log-level"]
     text = words(result.stdout)
     assert "--metrics-port PORT" in text and "--liveness-port PORT" in text and "--requeue-secs SECS" in text
-    assert "--activator-service NS/NAME:PORT" in text
+    assert "--activator-service NS/NAME" in text and "--activator-service NS/NAME:" not in text
+    assert "--activator-ports FIRST-LAST" in text and "default: 20000-20999" in text
+    assert "--activator-admin-port PORT" in text and "default: 9091" in text
     assert "RANGE" not in text and "INTEGER" not in text and "FLOAT" not in text

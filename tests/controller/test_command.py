@@ -115,3 +115,45 @@ def test_the_liveness_port_default_is_the_charts() -> None:
     chart = yaml.safe_load((REPO / "charts" / "drain-router-controller" / "values.yaml").read_text())
     option = next(p for p in command.params if p.name == "liveness_port")
     assert option.default == chart["health"]["port"] != 0
+
+
+def test_the_activator_admin_port_default_is_the_charts() -> None:
+    """--activator-admin-port defaults to the chart's activator.adminPort: where the controller asks
+    an activator pod which ports it listens on."""
+    from drain_router.controller.command import command
+
+    chart = yaml.safe_load((REPO / "charts" / "drain-router-controller" / "values.yaml").read_text())
+    option = next(p for p in command.params if p.name == "activator_admin_port")
+    assert option.default == chart["activator"]["adminPort"]
+
+
+def test_an_old_activator_service_port_is_accepted_ignored_and_logged(tmp_path: Path) -> None:
+    """1. ``--activator-service gw/activator:8080,8081`` (the syntax of the route switch) 2. no
+    cluster. Result: the flag is accepted; before the no-cluster line, one warning
+    ``controller.deprecated_flag`` naming the ignored suffix."""
+    result = subprocess.run(
+        _argv("--activator-service", "gw/activator:8080,8081"),
+        env=_env(tmp_path),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    events = [json.loads(line) for line in (result.stdout + result.stderr).splitlines()]
+    assert result.returncode == 2 and [e["event"] for e in events] == [
+        "controller.deprecated_flag",
+        "controller.no_cluster",
+    ]
+    assert events[0]["level"] == "warning" and events[0]["ignored"] == ":8080,8081"
+
+
+def test_a_malformed_activator_service_or_port_range_is_a_usage_error(tmp_path: Path) -> None:
+    for args, message in (
+        (("--activator-service", "activator"), "is not <namespace>/<name>"),
+        (("--activator-service", "gw/activator", "--activator-ports", "21000-20000"), "FIRST <= LAST"),
+    ):
+        result = subprocess.run(
+            _argv(*args), env=_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert result.returncode == 2 and message in result.stderr, result.stderr
