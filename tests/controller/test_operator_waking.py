@@ -267,3 +267,43 @@ async def test_without_the_flag_nothing_of_the_wake_is_written(
     assert emu.get(CONFIGMAP, ACTIVATOR_NAMESPACE, "activator-ports") is None
     assert "phase" not in lifecycle(emu) and condition(emu, "Waking") is None
     assert activator_slice(emu) is None and SLICE
+
+
+async def test_the_activators_policy_admits_whom_the_models_own_policies_admit(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
+) -> None:
+    """1. the ModelService owns a NetworkPolicy admitting, to its pods, pods labelled role=gateway of
+    its namespace and 10.0.0.0/8; another policy, not its own, admits everything 2. asleep. Result:
+    the activator's policy admits exactly those two peers, the pod peer pinned to the model's
+    namespace, on the service's two activator ports."""
+    emu, _ = cluster
+    ingress = [{"from": [{"podSelector": {"matchLabels": {"role": "gateway"}}}, {"ipBlock": {"cidr": "10.0.0.0/8"}}]}]
+    await emu.put(
+        POLICIES,
+        {
+            "metadata": {"name": "llama", "namespace": NAMESPACE, "labels": {"drainrouter.dev/service": "llama"}},
+            "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/instance": "llama"}}, "ingress": ingress},
+        },
+    )
+    await emu.put(
+        POLICIES,
+        {"metadata": {"name": "theirs", "namespace": NAMESPACE}, "spec": {"podSelector": {}, "ingress": [{}]}},
+    )
+    await service(cluster, routers)
+    await start_operator(**fast(act))
+    await asleep(emu)
+    policy = emu.get(POLICIES, ACTIVATOR_NAMESPACE, wake_endpoints.policy_name(NAMESPACE, "llama"))
+    assert policy is not None
+    assert policy["spec"]["ingress"] == [
+        {
+            "ports": [{"protocol": "TCP", "port": 20000}, {"protocol": "TCP", "port": 20001}],
+            "from": [
+                {
+                    "podSelector": {"matchLabels": {"role": "gateway"}},
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+                },
+                {"ipBlock": {"cidr": "10.0.0.0/8"}},
+            ],
+        }
+    ]
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/component": "activator"}}
