@@ -4,23 +4,18 @@ process-backed pods (:mod:`process_pods`: a real ``drain-router serve`` per pod,
 podIP, started when the emulator's Deployment controller creates the pod and SIGTERMed when it is
 deleted) in front of a model server that records the order requests reach it. No gateway and no
 kube-proxy here: the test sends where the activator's EndpointSlice says (the activator pod's address,
-127.0.0.1, on the port the controller assigned to the service).
-
-The tests with a real activator need its per-service ports (``--ports-configmap``, ``/admin/ports``),
-built beside this side of the change: they are skipped until the activator has them
-(:data:`NEEDS_PORT_MAP`). The rest run against a stand-in for ``/admin/ports``."""
+127.0.0.1, on the port the controller assigned to the service). The in-flight test runs against a
+stand-in for the activator's ``/admin/ports``."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
 
-from drain_router.activator import settings as activator_settings
 from drain_router.decisions import activation, wake_endpoints
 from drain_router_dev import process as process_
 from tests.activator import stand_ins
@@ -41,11 +36,6 @@ from .waking_scenario import (
 )
 
 pytestmark = pytest.mark.slow
-
-NEEDS_PORT_MAP = pytest.mark.skipif(
-    "ports_configmap" not in {f.name for f in dataclasses.fields(activator_settings.ActivatorSettings)},
-    reason="needs the activator's per-service ports (--ports-configmap, GET /admin/ports), built in parallel",
-)
 
 FAST = {"idle_recheck_secs": 0.2, "max_sleep_secs": 0.5, "lifecycle_buffer_secs": 0.1, "idle_probe_timeout_secs": 1.0}
 HELD = 100
@@ -175,7 +165,6 @@ async def _asleep(emu: Any, kubelet: process_pods.ProcessKubelet) -> None:
     )
 
 
-@NEEDS_PORT_MAP
 async def test_requests_to_a_sleeping_service_wake_it_and_are_answered_in_arrival_order(
     cluster: Any, model: stand_ins.Model, kubelet: process_pods.ProcessKubelet, start_operator: Any
 ) -> None:
@@ -274,7 +263,6 @@ async def test_a_request_in_flight_on_the_last_pod_finishes_whatever_the_sleep_d
         assert isinstance(stand_in, StandInActivator)
 
 
-@NEEDS_PORT_MAP
 async def test_a_wake_that_never_gets_a_ready_pod_answers_503_and_leaves_the_service_asleep(
     cluster: Any, model: stand_ins.Model, kubelet: process_pods.ProcessKubelet, start_operator: Any
 ) -> None:
