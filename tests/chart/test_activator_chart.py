@@ -1,7 +1,7 @@
 """The activator in the controller chart (activator.enabled): its Deployment and Service, the
-controller's --activator-service naming that Service, the RBAC each side needs and nothing more, and
-a ReferenceGrant for each namespace whose routes may point at it. Off by default: nothing of it is
-rendered and the controller keeps today's rules."""
+controller's --activator-service naming that Service, the RBAC each side needs and nothing more, the
+port map it reads, and the NetworkPolicy that keeps its admin port open. Off by default: nothing of
+it is rendered and the controller keeps today's rules."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _named(docs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 
 def test_off_by_default_renders_nothing_of_it(helm: Helm) -> None:
     docs = render(helm)
-    assert not _named(docs, ACTIVATOR) and not find(docs, "ReferenceGrant")
+    assert not _named(docs, ACTIVATOR) and not find(docs, "ReferenceGrant") and not find(docs, "NetworkPolicy")
     assert "--activator-service" not in controller_args(docs)
     assert rules(one(docs, "Role", CONTROLLER)) == DEFAULT_RULES
 
@@ -81,7 +81,10 @@ def test_the_activator_runs_with_the_values_and_probes_its_admin_port(helm: Helm
     assert flag(args, "--shutdown-drain-secs") == "10"
     assert flag(args, "--termination-grace-secs") == str(pod["terminationGracePeriodSeconds"]) == "300"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert flag(args, "--port") == str(ports["http"]) and flag(args, "--admin-port") == str(ports["admin"])
+    assert ports == {"admin": 9091} and flag(args, "--admin-port") == "9091"
+    assert "--port" not in args and "--grpc-port" not in args  # no shared traffic port: one per service
+    assert flag(args, "--ports-configmap") == f"{NAMESPACE}/{ACTIVATOR}-ports"
+    assert flag(controller_args(docs), "--activator-ports") == "20000-20999"
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "admin"}
     assert pod["serviceAccountName"] == ACTIVATOR
@@ -152,62 +155,70 @@ def test_rbac_the_controller_writes_the_port_map_and_policies_in_the_activators_
     assert not find(render(helm), "Role", f"{CONTROLLER}-wake")
 
 
-def test_a_reference_grant_admits_routes_of_each_other_namespace(helm: Helm) -> None:
-    """One grant per watched namespace other than the activator's own (a route beside it needs none)."""
-    grants = find(render(helm, ENABLED), "ReferenceGrant")
-    assert {g["metadata"]["namespace"] for g in grants} == {NAMESPACE}
-    by_source = {g["spec"]["from"][0]["namespace"]: g["spec"] for g in grants}
-    assert sorted(by_source) == ["research", "serving"]
-    for namespace, spec in by_source.items():
-        assert spec["from"] == [
-            {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": namespace},
-            {"group": "gateway.networking.k8s.io", "kind": "GRPCRoute", "namespace": namespace},
-        ]
-        assert spec["to"] == [{"group": "", "kind": "Service", "name": ACTIVATOR}]
+def test_the_activator_reads_only_its_port_map(helm: Helm) -> None:
+    """The map the controller writes, by name, get only; bound to the activator's account alone."""
+    docs = render(helm, ENABLED)
+    role = one(docs, "Role", f"{ACTIVATOR}-ports")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [f"{ACTIVATOR}-ports"], "verbs": ["get"]}
+    ]
+    binding = one(docs, "RoleBinding", f"{ACTIVATOR}-ports")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": ACTIVATOR, "namespace": NAMESPACE}]
+    assert binding["roleRef"]["name"] == f"{ACTIVATOR}-ports"
+    assert not find(docs, "ReferenceGrant"), "no route points at the activator any more"
 
 
-def test_no_grant_for_routes_in_the_activators_own_namespace(helm: Helm) -> None:
-    """A route beside the activator needs no grant: the default watches the release's namespace only."""
-    docs = render(helm, {"activator": {"enabled": True}})
-    assert one(docs, "Service", ACTIVATOR) and not find(docs, "ReferenceGrant")
+def test_the_activators_admin_port_stays_open_once_a_service_policy_isolates_its_pods(helm: Helm) -> None:
+    """The controller's per-service policies select the activator's pods (isolating them for
+    ingress); the chart's own policy admits the admin port (from anyone, or from activator.adminFrom)
+    and nothing else, and selects exactly the activator's pods."""
+    docs = render(helm, ENABLED)
+    policy = one(docs, "NetworkPolicy", f"{ACTIVATOR}-admin")
+    pod_labels = one(docs, "Deployment", ACTIVATOR)["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["spec"]["podSelector"]["matchLabels"] == one(docs, "Service", ACTIVATOR)["spec"]["selector"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": "admin", "protocol": "TCP"}]}]
+    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    docs = render(helm, {**ENABLED, "activator": {**ENABLED["activator"], "adminFrom": peers}})
+    assert one(docs, "NetworkPolicy", f"{ACTIVATOR}-admin")["spec"]["ingress"][0]["from"] == peers
 
 
-def test_all_namespaces_uses_a_cluster_role_and_the_listed_grants(helm: Helm) -> None:
-    values = {"watch": {"allNamespaces": True}, "activator": {"enabled": True, "referenceGrantNamespaces": ["serving"]}}
-    docs = render(helm, values)
+def test_all_namespaces_uses_a_cluster_role(helm: Helm) -> None:
+    docs = render(helm, {"watch": {"allNamespaces": True}, "activator": {"enabled": True}})
     cluster_roles = [r for r in find(docs, "ClusterRole") if r["metadata"]["name"] == f"{NAMESPACE}-{ACTIVATOR}"]
     assert [rules(r) for r in cluster_roles] == [ACTIVATOR_RULES]
     assert not [r for r in find(docs, "Role") if r["metadata"]["name"] == ACTIVATOR]
-    assert [g["spec"]["from"][0]["namespace"] for g in find(docs, "ReferenceGrant")] == ["serving"]
+
+
+def test_the_activators_service_is_its_admin_port_only(helm: Helm) -> None:
+    """No client uses the activator's Service: the controller reads its EndpointSlices to find the
+    pods. Its one port is the admin port."""
+    service = one(render(helm, ENABLED), "Service", ACTIVATOR)
+    assert service["spec"]["ports"] == [{"name": "admin", "port": 9091, "targetPort": "admin", "protocol": "TCP"}]
 
 
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"watch": {"allNamespaces": True}, "activator": {"enabled": True}}, "activator.referenceGrantNamespaces"),
-        ({"activator": {"enabled": True, "port": 9091}}, "distinct ports"),
-        (
-            {"features": {"httpRoutes": False, "grpcRoutes": False}, "activator": {"enabled": True}},
-            "features.httpRoutes or features.grpcRoutes",
-        ),
+        ({"activator": {"enabled": True, "servicePorts": "9000-9100"}}, "is inside activator.servicePorts"),
+        ({"activator": {"enabled": True, "servicePorts": "20000"}}, "servicePorts"),
         ({"activator": {"enabled": True, "queueSize": 0}}, "queueSize"),
         (
             {"activator": {"enabled": True, "shutdownDrainSeconds": 30, "terminationGracePeriodSeconds": 30}},
             "must be less than activator.terminationGracePeriodSeconds",
         ),
         ({"activator": {"enabled": True, "surprise": 1}}, "surprise"),
-        ({"activator": {"enabled": True, "grpcPort": 9091}}, "must differ from activator.port"),
-        ({"activator": {"enabled": True, "grpcPort": 70000}}, "grpcPort"),
+        ({"activator": {"enabled": True, "port": 8080}}, "port"),
     ],
     ids=[
-        "all-namespaces-without-grants",
-        "same-ports",
-        "no-route-features",
+        "admin-port-in-the-service-ports",
+        "service-ports-not-a-range",
         "queue-size-0",
         "drain-past-grace",
         "unknown-key",
-        "grpc-port-is-admin-port",
-        "grpc-port-not-a-port",
+        "the-old-traffic-port",
     ],
 )
 def test_bad_activator_values_are_refused_with_the_reason(helm: Helm, values: dict[str, Any], message: str) -> None:
@@ -229,29 +240,6 @@ def test_the_model_charts_model_service_names_the_traffic_port_and_the_activatio
     assert service["spec"]["router"]["port"] == 8181
     assert service["spec"]["lifecycle"]["activationTimeoutSeconds"] == 900
     crds.validate(service)
-
-
-def test_the_activators_grpc_port_is_off_by_default_and_a_second_service_port_when_set(helm: Helm) -> None:
-    """activator.grpcPort 0: no --grpc-port, one Service port; set: the flag, a container port, the
-    Service's port named grpc (h2c). The controller's --activator-service names no port (the ports
-    are assigned per service)."""
-    docs = render(helm, ENABLED)
-    assert "--grpc-port" not in one(docs, "Deployment", ACTIVATOR)["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert len(one(docs, "Service", ACTIVATOR)["spec"]["ports"]) == 1
-    docs = render(helm, {**ENABLED, "activator": {**ENABLED["activator"], "grpcPort": 8081}})
-    container = one(docs, "Deployment", ACTIVATOR)["spec"]["template"]["spec"]["containers"][0]
-    assert flag(container["args"], "--grpc-port") == "8081"
-    assert flag(controller_args(docs), "--activator-service") == f"{NAMESPACE}/{ACTIVATOR}"
-    assert {"name": "grpc", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
-    http, grpc = one(docs, "Service", ACTIVATOR)["spec"]["ports"]
-    assert http["name"] == "http"
-    assert grpc == {
-        "name": "grpc",
-        "port": 8081,
-        "targetPort": "grpc",
-        "protocol": "TCP",
-        "appProtocol": "kubernetes.io/h2c",
-    }
 
 
 def test_the_model_charts_model_service_names_the_grpc_port_when_grpc_is_on(helm: Helm) -> None:

@@ -102,7 +102,7 @@ def test_the_activator_reaches_a_restricted_traffic_port_but_not_the_admin_port(
         chart=CONTROLLER_CHART,
         release="drain-router-controller",
         namespace="drain-router-system",
-        values={"activator": {"enabled": True, "referenceGrantNamespaces": [NAMESPACE]}},
+        values={"activator": {"enabled": True}},
     )
     activator = _pod_labels(one(docs, "Deployment", "drain-router-controller-activator"))
     restricted = {"networkPolicy": {"trafficFrom": [{"podSelector": {"matchLabels": {"app": "gw"}}}]}}

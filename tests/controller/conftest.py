@@ -48,13 +48,13 @@ helm = chart_fixtures.helm
 @pytest.fixture(scope="session")
 def chart_rules(helm: chart.Helm) -> list[Rule]:
     """The controller's RBAC as the controller chart renders it with every feature the suite exercises
-    (cluster mode, so the node reads are granted too; the activator, so the routes may be patched:
-    its own rules are granted too, since the emulator does not tell its calls from the controller's)."""
+    (cluster mode, so the node reads are granted too; the activator, so its EndpointSlices may be
+    written: the activator's own rules are granted too, since the emulator does not tell its calls from the controller's)."""
     docs = helm.template(
         {
             "watch": {"allNamespaces": True},
             "features": {"forceDelete": True, "inferencePools": True},
-            "activator": {"enabled": True, "referenceGrantNamespaces": [NAMESPACE]},
+            "activator": {"enabled": True},
         },
         chart=chart.CONTROLLER_CHART,
     )

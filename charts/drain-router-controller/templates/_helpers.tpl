@@ -78,11 +78,3 @@ app.kubernetes.io/component: activator
 {{ include "drain-router-controller.labels" . | replace "app.kubernetes.io/component: controller" "app.kubernetes.io/component: activator" }}
 {{- end -}}
 
-{{/* Namespaces whose routes may point at the activator: the list, or the watched namespaces. */}}
-{{- define "drain-router-controller.activatorGrantNamespaces" -}}
-{{- $list := .Values.activator.referenceGrantNamespaces -}}
-{{- if not $list -}}
-{{- $list = fromJsonArray (include "drain-router-controller.watchNamespaces" .) -}}
-{{- end -}}
-{{- toJson (uniq $list) -}}
-{{- end -}}
