@@ -82,6 +82,14 @@ class Activator(lifecycle.Router):
                         tunnel.at_closing(action)
         self.ports.stop_accepting()
 
+    async def tunnels_closed(self, timeout: float) -> None:
+        """The closing handshakes of every port's WebSocket sessions (and of ports already closing)."""
+        if self.ports is not None:
+            waits = [
+                x.tunnels.wait_closed(timeout) for x in self.ports.all_listeners() if isinstance(x, TrafficListener)
+            ]
+            await asyncio.gather(*waits)
+
     def phase_changed(self, phase: drain.Phase) -> None:
         if self.sites is not None:
             self.sites.set_leaving(self.state.closes_connections)

@@ -105,6 +105,12 @@ class Router:
         if self.grpc is not None:
             self.grpc.stop_accepting()
 
+    async def tunnels_closed(self, timeout: float) -> None:
+        """After the drain: the WebSocket sessions sent Close 1001 at closing finish their closing
+        handshakes, for at most ``timeout``."""
+        if self.listener is not None:
+            await self.listener.tunnels.wait_closed(timeout)
+
     def _upstream_health(self, up: bool) -> None:
         if up != self.state.upstream_up:
             self.state.upstream_up = up
@@ -235,8 +241,7 @@ class Router:
                 else:
                     self._spawn(upstream_health.watch(cfg, self._upstream_health))
             await self.draining.exited.wait()
-            if self.listener is not None:  # WebSocket sessions sent Close 1001: their closing handshakes
-                await self.listener.tunnels.wait_closed(WEBSOCKET_CLOSE_SECS + 0.5)
+            await self.tunnels_closed(WEBSOCKET_CLOSE_SECS + 0.5)
         if self.state.tracer is not None:
             self.state.tracer.shutdown()  # the spans of the drain exported, waiting a bounded time
         exit_code = self.state.status.exit_code

@@ -39,6 +39,8 @@ class Model:
     given); ``/ws``: a WebSocket echo."""
 
     arrived: list[str] = dataclasses.field(default_factory=list)
+    closes: list[int | None] = dataclasses.field(default_factory=list)
+    """The close code of each WebSocket session, as it ended."""
     url: str = ""
 
     async def hold(self, request: web.Request) -> web.Response:
@@ -52,6 +54,7 @@ class Model:
         await socket.prepare(request)
         async for message in socket:
             await socket.send_str("echo:" + message.data)
+        self.closes.append(socket.close_code)
         return socket
 
 

@@ -177,6 +177,26 @@ async def test_a_websocket_handshake_is_held_then_relayed(kube, model, pod) -> N
         await socket.close()
 
 
+async def test_at_closing_a_relayed_websocket_session_gets_1001_on_both_sides(kube, model, pod) -> None:
+    """1. a WebSocket session relayed to the pod  2. SIGTERM, the session quiet. Result: once quiet
+    for the quiet period (the router's default, idle), the client gets Close 1001, the model
+    server's side sees 1001 (the closing handshake done through the pod's router), and the activator
+    exits 0."""
+    kube.services[(NS, NAME)] = fake_kube.modelservice(port=pod.port)
+    kube.pods = [fake_kube.pod(POD_IP, "llama-0")]
+    [port] = stand_ins.assign(kube, HTTP)
+    flags = ("--shutdown-drain-secs", "0", "--termination-grace-secs", "30")
+    async with stand_ins.listening(kube, *flags) as act, aiohttp.ClientSession() as session:
+        socket = await session.ws_connect(f"http://127.0.0.1:{port}/ws")
+        await socket.send_str("hello")
+        assert (await asyncio.wait_for(socket.receive(), 5.0)).data == "echo:hello"
+        act.signal(signal.SIGTERM)
+        message = await asyncio.wait_for(socket.receive(), 10.0)
+        assert (message.type, message.data) == (aiohttp.WSMsgType.CLOSE, 1001)
+        await wait_until(lambda: model.closes == [1001], 5.0, "the model server's side to see 1001")
+        assert await act.wait(10.0) == 0
+
+
 async def test_sigterm_answers_held_requests_503_and_exits(kube) -> None:
     """1. one request held  2. SIGTERM: /readyz 503 in the drain window  3. closing: the held request
     gets 503, Retry-After, Connection: close  4. exit 0."""
