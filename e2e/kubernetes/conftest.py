@@ -29,7 +29,7 @@ CONTROLLER_NAMESPACE = "drain-router-system"
 CONTROLLER_RELEASE = "ctl"
 #: The user the controller's requests authenticate as (its ServiceAccount's token).
 CONTROLLER_USER = service_account(CONTROLLER_NAMESPACE, f"{CONTROLLER_RELEASE}-drain-router-controller")
-#: The namespaces the scenarios put model services in (the activator admits routes from them).
+#: The namespaces the scenarios put model services in.
 MODEL_NAMESPACES = ("team-a", "team-b")
 #: Everything a cold build and the cluster may take before the first scenario: the lock's wait too.
 SESSION_TIMEOUT_SECS = 3600
@@ -59,7 +59,7 @@ def controller_values() -> dict[str, object]:
         "image": {"repository": "drain-router"},
         "watch": {"allNamespaces": True},
         "features": {"grpcRoutes": False, "inferencePools": False},
-        "activator": {"enabled": True, "referenceGrantNamespaces": list(MODEL_NAMESPACES)},
+        "activator": {"enabled": True},
     }
 
 

@@ -36,6 +36,7 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "Deployment": ("/apis/apps/v1", "deployments"),
     "ReplicaSet": ("/apis/apps/v1", "replicasets"),
     "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets"),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
     "HTTPRoute": ("/apis/gateway.networking.k8s.io/v1", "httproutes"),

@@ -15,6 +15,7 @@ use (deletion, recycling, waking, high availability): it is meant for the whole 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import ipaddress
 import re
@@ -23,6 +24,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from drain_router.decisions import service_ports
 from drain_router_dev.kube.control_plane import BRIDGE, Cluster
 from e2e.kubernetes.audit import AuditLog, Call, service_account
 from e2e.kubernetes.conftest import CONTROLLER_NAMESPACE, CONTROLLER_RELEASE, MODEL_NAMESPACES
@@ -32,8 +34,11 @@ from e2e.kubernetes.kube import Kube
 CHART_NAMESPACES = (CONTROLLER_NAMESPACE, *MODEL_NAMESPACES)
 INSTANCE = f"app.kubernetes.io/instance={CONTROLLER_RELEASE}"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
-#: A ModelService that does not exist: the activator reads it and answers 404.
-ABSENT = ("team-a", "ka-rbac-absent")
+#: The activator's Service, its port map, its admin port, and the default range of its ports.
+ACTIVATOR = f"{CONTROLLER_RELEASE}-drain-router-controller-activator"
+PORT_MAP = service_ports.configmap_name(ACTIVATOR)
+ACTIVATOR_ADMIN_PORT = 9091
+FIRST_PORTS = (20000, 21000)
 pytestmark = [pytest.mark.after_all, pytest.mark.timeout(300, func_only=True)]
 
 
@@ -61,6 +66,8 @@ class Grant:
     verb: str
     namespace: str | None
     role: str
+    names: tuple[str, ...] = ()
+    """The rule's ``resourceNames``: only these objects (empty: any)."""
 
     def used_by(self, request: Call) -> bool:
         return (
@@ -68,11 +75,16 @@ class Grant:
             and (request.user, request.group, request.rule_resource, request.verb)
             == (self.user, self.group, self.resource, self.verb)
             and (self.namespace is None or request.namespace == self.namespace)
+            and (not self.names or request.name in self.names)
         )
 
     def line(self) -> str:
         where = f" in {self.namespace}" if self.namespace else ""
-        return f"{self.user.rsplit(':', 1)[1]}: {self.verb} {self.group or 'core'}/{self.resource}{where} ({self.role})"
+        names = f" {','.join(self.names)}" if self.names else ""
+        return (
+            f"{self.user.rsplit(':', 1)[1]}: {self.verb} {self.group or 'core'}/{self.resource}{names}{where} "
+            f"({self.role})"
+        )
 
 
 async def granted(kube: Kube) -> list[Grant]:
@@ -92,12 +104,13 @@ async def granted(kube: Kube) -> list[Grant]:
             ]
             for user in users:
                 for rule in role.get("rules") or ():
-                    assert not rule.get("resourceNames") and not rule.get("nonResourceURLs"), rule
+                    assert not rule.get("nonResourceURLs"), rule
+                    names = tuple(rule.get("resourceNames") or ())
                     for group in rule["apiGroups"]:
                         for resource in rule["resources"]:
                             for verb in rule["verbs"]:
                                 label = f"{ref['kind']} {ref['name']}"
-                                grants.append(Grant(user, group, resource, verb, namespace, label))
+                                grants.append(Grant(user, group, resource, verb, namespace, label, names))
     return grants
 
 
@@ -127,20 +140,30 @@ def from_pod_network(request: Call) -> bool:
     return address in BRIDGE.subnet and str(address) != BRIDGE.gateway
 
 
-async def ask_activator_for_an_absent_service(kube: Kube) -> None:
-    """One request to a ready activator pod for a ModelService that does not exist: it reads the
-    ModelService (404) and answers ``service_not_found``. So the activator has called the API
-    server at least once, whatever else the session ran."""
+async def refused_on_a_port_of_no_service(kube: Kube) -> tuple[int, dict[str, str]]:
+    """A connection to a ready activator pod on a port of the range that the port map assigns to no
+    service: the kernel refuses it (nothing listens), so it costs the activator nothing and reaches
+    no API call, whatever the client sends. Its ``/admin/ports`` lists exactly the map's ports. The
+    port tried, and the ports listed."""
     pods = await kube.ready_pods(CONTROLLER_NAMESPACE, f"{INSTANCE},app.kubernetes.io/component=activator")
     assert pods, "no ready activator pod"
-    pod = pods[0]
-    (container,) = pod["spec"]["containers"]
-    port = next(p["containerPort"] for p in container["ports"] if p["name"] == "http")
-    headers = {"x-drain-router-service": "/".join(ABSENT)}
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"http://{pod['status']['podIP']}:{port}/v1/models", headers=headers) as resp:
-            text = await resp.text()
-            assert resp.status == 404 and "service_not_found" in text, (resp.status, text)
+    address = pods[0]["status"]["podIP"]
+    found = await kube.get("ConfigMap", CONTROLLER_NAMESPACE, PORT_MAP)
+    assigned = {int(p) for p in ((found or {}).get("data") or {})}
+    port = next(p for p in range(*FIRST_PORTS) if p not in assigned)
+    with pytest.raises(ConnectionRefusedError):
+        _, writer = await asyncio.open_connection(address, port)
+        writer.close()
+
+    async def listed() -> tuple[dict[str, str]] | None:  # (an empty map is an answer too)
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://{address}:{ACTIVATOR_ADMIN_PORT}/admin/ports") as resp:
+                ports: dict[str, str] = (await resp.json())["ports"]
+        return (ports,) if {int(p) for p in ports} == assigned else None
+
+    # The map's last change reaches the activator at its next poll.
+    (ports,) = await kube.wait("the activator listening on the map's ports, and no other", listed)
+    return port, ports
 
 
 async def test_each_component_calls_the_api_as_its_own_service_account(kube: Kube, installed: Cluster) -> None:
@@ -149,7 +172,7 @@ async def test_each_component_calls_the_api_as_its_own_service_account(kube: Kub
     the pod network calls as an administrator, or fails to authenticate."""
     accounts = await component_accounts(kube)
     assert len(accounts) == 2 and len(set(accounts.values())) == 2, accounts
-    await ask_activator_for_an_absent_service(kube)
+    await refused_on_a_port_of_no_service(kube)
 
     async def each_component_seen() -> list[Call] | None:
         requests = read_audit(installed.audit_log)

@@ -1,60 +1,70 @@
-"""Scale to zero and wake on a request, on the real control plane, through a gateway fed from the
-real HTTPRoutes, Services, EndpointSlices and ReferenceGrants.
+"""Scale to zero and wake on a request, on the real control plane, without the user's objects ever
+being written: the activator becomes an endpoint of the model's Service while it sleeps.
 
 The model chart renders a ModelService with a ScaleToZero rule after a few idle seconds; the
-controller chart runs the controller with ``--activator-service`` and the activator (two replicas),
-with ReferenceGrants admitting routes from team-a and team-b. One stream per client through the
-gateway makes the routers have served; once they have been idle long enough the controller points
-the route at the activator, then scales the Deployment to 0, and the real Deployment, ReplicaSet and
-EndpointSlice controllers remove the pods and empty the model Service's EndpointSlices. The same
-OpenAI SDK streaming clients then send again through the gateway: the activator holds their
-requests and writes ``wakeRequestedAt`` to the ModelService's status, the controller scales the
-Deployment back, the activator forwards the held requests to the first router that answers ready,
-and the controller points the route back at the model Service. The clients keep streaming back to
-back until each has completed two streams sent after the gateway applied the route's return.
+controller chart runs the controller with ``--activator-service`` and the activator (two replicas).
+One stream per client makes the routers have served; once they have been idle long enough the
+controller assigns the service a port on the activator (the port map, ConfigMap
+``<activator>-ports``), writes an EndpointSlice of its own for the model Service
+(``<service>-drain-router``, ``kubernetes.io/service-name: <service>``, managed by drain-router)
+whose endpoints are the activator's pods on that port, and only once it reads that slice back ready
+scales the Deployment to 0; the real Deployment, ReplicaSet and EndpointSlice controllers remove
+the pods and empty the Service's own slices. The same OpenAI SDK streaming clients then send again:
+whatever sends them to the Service's endpoints sends them to the activator, which holds them and
+writes ``wakeRequestedAt``; the controller scales the Deployment back, the activator forwards the
+held requests to the first router that answers ready, and once a model pod is Ready and its router
+serves the controller deletes its slice. The clients keep streaming back to back until each has
+completed two streams sent after the data plane dropped the activator.
 
-What is asserted comes from the API server: a watch on the route, the EndpointSlices, the
-Deployment and the ModelService, replayed in resourceVersion order (:mod:`e2e.kubernetes.history`),
-so each write is seen with every other object as the API server held it then; and its audit log
-for who wrote the wake. No stream is lost (each ends with a ``finish_reason``); the cold start is
-measured as the clients saw it (first request sent to the activator -> its first byte) beside the
-controller's ``coldStartSeconds`` and the activator's ``activation_seconds``.
+Two ways in, each a scenario (:data:`WAYS`):
 
-Every assertion about the user's route (where it points asleep and awake, and its invariants with
-the EndpointSlices) is in :class:`Routing`: a wake that leaves the route alone changes that class
-only.
+- **gateway**: a HAProxy fed from the HTTPRoute, Services and EndpointSlices (:mod:`.gateway`), 0 and
+  2 s late. The route is the user's and never changes: only the endpoints behind it do (HAProxy's
+  runtime API, never a reload).
+- **service**: no route at all; the clients connect to the model Service's ClusterIP, which
+  kube-proxy (iptables mode, ``--masquerade-all``) DNATs to one of the Service's ready endpoints:
+  the activator's while it sleeps, the pods' once awake. Its rules are read with ``iptables-save``.
 
-The gateway reloads HAProxy on each route change (the backends' request headers change with it).
-A reloaded HAProxy's old worker answers one more request on each kept-alive client connection with
-its old routes, then closes it. At the wake's return that request goes to the activator, which is
-forwarding by then and relays it to a router: nothing is lost, and the scenario keeps the clients'
-connections alive across that reload to show it (the report counts those requests). At the sleep
-the clients are quiet and their connections idle; the old worker closes idle connections when it
-stops (HAProxy 2.6's default), so the SDK's pools open new ones, to the new worker, when the same
-clients come back.
+In the gateway scenario at 2 s a GitOps loop (:class:`GitOps`) applies the user's HTTPRoute and
+Service every second, as the model chart renders them (a server-side apply, what ``kubectl apply
+--server-side`` sends) and as read at install (a PUT of the same content): nothing moves.
+
+What is asserted comes from the API server: a watch on the EndpointSlices, the Deployment, the pods,
+the ModelService, the Service and the route, replayed in resourceVersion order (:mod:`.history`), so
+each write is seen with every other object as the API server held it then; and its audit log for
+who wrote what. Every assertion about the user's objects and the Service's endpoints is in
+:class:`Wake`. No stream is lost (each ends with a ``finish_reason``); the cold start is measured as
+the clients saw it (first request sent to the activator -> its first byte) beside the controller's
+``coldStartSeconds`` and the activator's ``activation_seconds``.
+
+gRPC (a GRPCRoute, or a gRPC client of the Service's ``grpc`` port) is not a scenario yet: the
+gateway speaks HTTP/1.1 to its backends and reads no GRPCRoute, and the e2e installs have
+``features.grpcRoutes`` off (docs/kubernetes.md, "The proof on a real control plane").
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-import datetime
-import json
-import re
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from drain_router.decisions import durations
+from drain_router.decisions import durations, service_ports, wake_endpoints
 from e2e.kubernetes import models
-from e2e.kubernetes.audit import AuditLog
+from e2e.kubernetes.audit import AuditLog, service_account
+from e2e.kubernetes.conftest import CONTROLLER_USER
 from e2e.kubernetes.gateway import Gateway
 from e2e.kubernetes.history import History
-from e2e.kubernetes.kube import MODEL_CHART, Helm, Json, Kube, is_ready
+from e2e.kubernetes.kube import MODEL_CHART, Helm, Json, Kube, is_ready, path
+from e2e.kubernetes.wake import Wake, kube_proxy_destinations, ready_addresses, slices_of, writes_to_users_objects
 from e2e.real_engine import Outcome, Record, request_body
 
 NAMESPACE = "team-a"
@@ -64,153 +74,31 @@ IDLE_SECS = 3
 CLIENTS = 6
 MAX_TOKENS = models.CHUNKS
 AFTER_RETURN = 2
-"""Streams each client completes, sent after the gateway applied the route's return."""
+"""Streams each client completes, sent after the data plane dropped the activator."""
 ACTIVATOR_NAMESPACE = "drain-router-system"
 ACTIVATOR = "ctl-drain-router-controller-activator"
-ACTIVATOR_PORT = 8080
 ACTIVATOR_ADMIN_PORT = 9091
-WATCHED = ("HTTPRoute", "EndpointSlice", "Deployment", "ModelService")
+ACTIVATOR_USER = service_account(ACTIVATOR_NAMESPACE, ACTIVATOR)
+PORT_MAP = service_ports.configmap_name(ACTIVATOR)
+WATCHED = ("EndpointSlice", "Deployment", "Pod", "ModelService", "Service", "HTTPRoute")
+GITOPS_PERIOD_SECS = 1.0
 pytestmark = pytest.mark.timeout(600, func_only=True)
 
 
-def values(namespace: str, release: str) -> dict[str, Any]:
+def values(namespace: str, release: str, *, route: bool) -> dict[str, Any]:
     """The fake model chart's values with the ModelService: ScaleToZero after :data:`IDLE_SECS`, and
-    a teardown without a settle (the scenario's uninstall)."""
-    return models.fake_model_values(
-        namespace,
-        release,
-        replicas=REPLICAS,
-        model_service=True,
-        extra={
-            "modelService": {
-                "enabled": True,
-                "lifecycleRules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": IDLE_SECS}}],
-                "activationTimeoutSeconds": 120,
-                "deletion": {"routeSettle": "0s", "maxWait": "5m"},
-            }
-        },
-    )
-
-
-def ready_addresses(slices: list[Json], service: str) -> set[str]:
-    """The ready endpoints' addresses of ``service``'s EndpointSlices."""
-    return {
-        address
-        for item in slices
-        if item["metadata"].get("labels", {}).get("kubernetes.io/service-name") == service
-        for endpoint in item.get("endpoints") or []
-        if endpoint.get("conditions", {}).get("ready")
-        for address in endpoint.get("addresses", [])
-    }
-
-
-def any_endpoint(slices: list[Json], service: str) -> bool:
-    return any(
-        item.get("endpoints")
-        for item in slices
-        if item["metadata"].get("labels", {}).get("kubernetes.io/service-name") == service
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class Routing:
-    """Everything the scenario says about the user's route. Today a sleep points every rule at the
-    activator's Service with a header naming the ModelService (the originals saved in an
-    annotation), and the wake gives the rules back exactly."""
-
-    namespace: str
-    service: str
-    """The ModelService's name: the header's ``<namespace>/<name>``."""
-    model_service: str
-    """The model Service's name (the route's backend while awake)."""
-    original: Json
-    """The route as the chart installed it."""
-
-    def at_activator(self, route: Json) -> bool:
-        return all(
-            [(r.get("namespace"), r["name"], r.get("port")) for r in rule.get("backendRefs") or []]
-            == [(ACTIVATOR_NAMESPACE, ACTIVATOR, ACTIVATOR_PORT)]
-            for rule in route["spec"]["rules"]
-        )
-
-    def at_service(self, route: Json) -> bool:
-        return bool(route["spec"] == self.original["spec"])
-
-    def check_asleep(self, route: Json) -> None:
-        """Every rule at the activator alone, as the API server holds it: the ref the controller
-        wrote with the schema's default ``weight``; the header set; the originals (with the
-        schema's defaults the API server gave them at install) saved; the rest of the route kept."""
-        at_activator = {
-            "group": "", "kind": "Service", "name": ACTIVATOR, "namespace": ACTIVATOR_NAMESPACE,
-            "port": ACTIVATOR_PORT, "weight": 1,
-        }  # fmt: skip
-        assert all(rule["backendRefs"] == [at_activator] for rule in route["spec"]["rules"]), route["spec"]
-        header = {"name": "x-drain-router-service", "value": f"{self.namespace}/{self.service}"}
-        for rule in route["spec"]["rules"]:
-            (modifier,) = [f for f in rule.get("filters") or [] if f["type"] == "RequestHeaderModifier"]
-            assert header in modifier["requestHeaderModifier"]["set"], rule
-        saved = json.loads(route["metadata"]["annotations"]["drainrouter.dev/backend-refs"])
-        assert saved == [
-            {k: rule[k] for k in ("backendRefs", "filters") if k in rule} for rule in self.original["spec"]["rules"]
-        ]
-        assert [r.get("matches") for r in route["spec"]["rules"]] == [
-            r.get("matches") for r in self.original["spec"]["rules"]
-        ]
-        assert {k: v for k, v in route["spec"].items() if k != "rules"} == {
-            k: v for k, v in self.original["spec"].items() if k != "rules"
+    a teardown without a settle (the scenario's uninstall). ``route``: an HTTPRoute, or none."""
+    extra: dict[str, Any] = {
+        "modelService": {
+            "enabled": True,
+            "lifecycleRules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": IDLE_SECS}}],
+            "activationTimeoutSeconds": 120,
+            "deletion": {"routeSettle": "0s", "maxWait": "5m"},
         }
-
-    def check_awake(self, route: Json) -> None:
-        assert self.at_service(route), (route["spec"], self.original["spec"])
-        assert "drainrouter.dev/backend-refs" not in (route["metadata"].get("annotations") or {})
-
-    def gateway_asleep(self, gateway: Gateway, host: str, activators: set[str]) -> bool:
-        """The gateway sends the host to the activator's pods, and only there."""
-        served = {address for address, _ in gateway.servers(host)}
-        return bool(served) and served == activators
-
-    def check_history(self, history: History, route_name: str) -> str:
-        """The route's versions go to the activator and back once; at no write did the API server hold
-        the route at the model Service while that Service had no ready endpoint, nor the Deployment at
-        0 replicas while the route pointed at the model Service. For the report: the route's path and
-        its margins (from the route's switch to the scale to 0, from the first ready endpoint after
-        the wake to the route's return), as the watches delivered them."""
-        where: list[str] = []
-        for route in history.versions("HTTPRoute", route_name):
-            place = "service" if self.at_service(route) else "activator" if self.at_activator(route) else "other"
-            if not where or where[-1] != place:
-                where.append(place)
-        assert where == ["service", "activator", "service"], where
-        moments: dict[str, float] = {}
-        for change, held in history.states():
-            route = held.get(("HTTPRoute", route_name))
-            slices = [obj for (kind, _), obj in held.items() if kind == "EndpointSlice"]
-            deployment = held.get(("Deployment", self.model_service))
-            ready = bool(ready_addresses(slices, self.model_service))
-            if route is not None and self.at_activator(route):
-                moments.setdefault("to activator", change.seen)
-            if deployment is not None and deployment["spec"]["replicas"] == 0:
-                moments.setdefault("scaled to 0", change.seen)
-            if "scaled to 0" in moments and not ready:
-                moments.setdefault("no endpoint", change.seen)
-            if "no endpoint" in moments and ready:
-                moments.setdefault("ready again", change.seen)
-            if "ready again" in moments and route is not None and self.at_service(route):
-                moments.setdefault("route back", change.seen)
-            if route is None or not self.at_service(route):
-                continue
-            assert ready, (
-                f"at version {change.version} ({change.kind}/{change.name}) the route pointed at "
-                f"{self.model_service} with no ready endpoint"
-            )
-            assert deployment is None or deployment["spec"]["replicas"] > 0, (
-                f"at version {change.version} the Deployment was at 0 with the route at the Service"
-            )
-        return (
-            f"route {' -> '.join(where)}, scaled to 0 {moments['scaled to 0'] - moments['to activator']:.2f} s "
-            f"after the route's switch, route back {moments['route back'] - moments['ready again']:.2f} s after "
-            "the first ready endpoint"
-        )
+    }
+    if not route:
+        extra["httpRoute"] = {"enabled": False}
+    return models.fake_model_values(namespace, release, replicas=REPLICAS, model_service=True, extra=extra)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,13 +140,13 @@ async def timed_stream(client: Any, number: int, index: int) -> Timed:
 
 @dataclasses.dataclass
 class Clients:
-    """``count`` OpenAI SDK clients through the gateway, no retries, each with its own connection
-    pool, kept for the whole scenario as an application keeps its client: one stream each
-    (:meth:`once`), quiet while the service sleeps, then back to back from :meth:`start` to
-    :meth:`stop`."""
+    """``count`` OpenAI SDK clients of ``base_url`` (``host``: the Host header, for the gateway), no
+    retries, each with its own connection pool, kept for the whole scenario as an application keeps
+    its client: one stream each (:meth:`once`), quiet while the service sleeps, then back to back
+    from :meth:`start` to :meth:`stop`."""
 
     base_url: str
-    host: str
+    host: str | None
     count: int
     streams: list[Timed] = dataclasses.field(default_factory=list)
     _clients: list[Any] = dataclasses.field(default_factory=list)
@@ -268,7 +156,7 @@ class Clients:
     def __post_init__(self) -> None:
         import openai
 
-        headers = {"Host": self.host}
+        headers = {"Host": self.host} if self.host else None
         url = f"{self.base_url}/v1"
         self._clients = [
             openai.AsyncOpenAI(base_url=url, api_key="none", max_retries=0, timeout=120.0, default_headers=headers)
@@ -308,6 +196,61 @@ class Clients:
         return min(done) >= AFTER_RETURN
 
 
+@dataclasses.dataclass
+class GitOps:
+    """A GitOps tool keeping the user's objects as declared: every :data:`GITOPS_PERIOD_SECS`, each
+    object of ``rendered`` (the model chart's manifest) server-side applied under its own field
+    manager, and each of ``stored`` (as read at install, resourceVersion included) PUT back. Every
+    answer's resourceVersion is kept: a write by anyone else moves it (or fails the PUT with 409)."""
+
+    kube: Kube
+    rendered: list[Json]
+    stored: list[Json]
+    manager: str = "gitops"
+    versions: dict[str, set[str]] = dataclasses.field(default_factory=dict)
+    rounds: int = 0
+    _task: asyncio.Task[None] | None = None
+
+    async def sync(self) -> None:
+        for obj in self.rendered:
+            applied = await self.kube.apply(obj, manager=self.manager)
+            self._keep(f"apply {obj['kind']}", applied)
+        for obj in self.stored:
+            meta = obj["metadata"]
+            where = path(obj["kind"], meta["namespace"], meta["name"])
+            _, put = await self.kube.api.request("PUT", where, obj)
+            self._keep(f"put {obj['kind']}", put)
+        self.rounds += 1
+
+    def _keep(self, what: str, answer: Json) -> None:
+        self.versions.setdefault(what, set()).add(answer["metadata"]["resourceVersion"])
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            await self.sync()
+            await asyncio.sleep(GITOPS_PERIOD_SECS)  # the tool's period, not a wait for anything
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+def rendered(helm: Helm, release: str, namespace: str, kinds: set[str]) -> list[Json]:
+    """The release's manifest as the chart rendered it (``helm get manifest``), its objects of ``kinds``."""
+    docs = yaml.safe_load_all(helm.run("get", "manifest", release, "-n", namespace))
+    return [
+        {**doc, "metadata": {**doc["metadata"], "namespace": namespace}}
+        for doc in docs
+        if doc and doc.get("kind") in kinds
+    ]
+
+
 async def activator_metrics(addresses: set[str]) -> dict[str, float]:
     """The activators' counters of interest, summed over their pods (their admin ``/metrics``)."""
     wanted = {
@@ -337,61 +280,108 @@ def audited(audit_log: Path, resource: str, name: str, subresource: str, user: s
     ]
 
 
-def after_last_reload(workdir: Path, addresses: set[str]) -> int:
-    """Requests the gateway's HAProxy accepted after its last reload and sent to one of
-    ``addresses``: the new worker has no such server once the route went back, so each is one an old
-    worker answered with its old routes on a kept-alive connection. From the gateway's files: the
-    reload's time in ``applied.log``, each request's accept time (``%tr``, local time) in
-    ``haproxy.log``."""
-    reloads = [
-        float(line.split()[0]) for line in (workdir / "applied.log").read_text().splitlines() if " reload " in line
-    ]
-    count = 0
-    for line in (workdir / "haproxy.log").read_text().splitlines():
-        match = re.match(r"\d+ \S+ \[([^]]+)\] \S+\(([\d.]+):\d+\)", line)
-        if match is None:
-            continue
-        accepted = datetime.datetime.strptime(match[1], "%d/%b/%Y:%H:%M:%S.%f").timestamp()
-        count += accepted >= reloads[-1] and match[2] in addresses
-    return count
+def kube_proxy(namespace: str, service: str, port: str) -> set[tuple[str, int]]:
+    """Where kube-proxy sends a connection to the Service's ``port`` now."""
+    out = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True, check=True, timeout=10)
+    return kube_proxy_destinations(out.stdout, namespace, service, port)
 
 
 async def _async(value: Any) -> Any:
     return value
 
 
-@pytest.mark.parametrize("delay", [0.0, 2.0], ids=["gateway-0s", "gateway-2s"])
+@dataclasses.dataclass(frozen=True)
+class Way:
+    """How the clients reach the service."""
+
+    name: str
+    route: bool
+    """Through the gateway and the HTTPRoute; otherwise to the Service's ClusterIP."""
+    delay: float = 0.0
+    """The gateway's propagation delay."""
+    gitops: bool = False
+
+
+WAYS = [
+    Way("gateway-0s", route=True),
+    Way("gateway-2s-gitops", route=True, delay=2.0, gitops=True),
+    Way("service-clusterip", route=False),
+]
+
+
+class DataPlane:
+    """Where requests for the service go now: the gateway's servers for the host, or kube-proxy's
+    destinations for the Service's ``http`` port (address, port)."""
+
+    def __init__(self, gateway: Gateway | None, host: str, namespace: str, service: str) -> None:
+        self.gateway, self.host, self.namespace, self.service = gateway, host, namespace, service
+
+    def servers(self) -> set[tuple[str, int]]:
+        if self.gateway is not None:
+            return set(self.gateway.servers(self.host))
+        return kube_proxy(self.namespace, self.service, "http")
+
+    def at(self, wanted: set[tuple[str, int]]) -> bool:
+        return self.servers() == wanted
+
+
+@pytest.mark.parametrize("way", WAYS, ids=[w.name for w in WAYS])
 async def test_a_request_wakes_a_service_scaled_to_zero(
-    kube: Kube, helm: Helm, tmp_path: Path, haproxy_bin: str, delay: float, report: list[str]
+    kube: Kube, helm: Helm, tmp_path: Path, haproxy_bin: str, way: Way, report: list[str]
 ) -> None:
-    """1. two pods serve one stream, then idle. Result: the route at the activator, then the
-    Deployment at 0, its pods gone, the model Service's EndpointSlices empty, phase ScaledToZero,
-    and the gateway sending the host to the activator (the ReferenceGrant admits the route).
-    2. six SDK clients stream back to back through the gateway. Result: the activator holds the first
-    requests and asks for a wake (its own PATCH of the status subresource), the Deployment back at 2,
-    the route back exactly as installed once the EndpointSlices have ready endpoints, phase Active;
-    every stream, held or not, ends with a finish_reason, two per client sent after the gateway
-    applied the route's return among them."""
-    release = f"kd{int(delay)}"
+    """1. two pods serve one stream, then idle. Result: the activator's slice on the Service with a
+    ready endpoint per activator pod on the service's port, then the Deployment at 0, its pods gone,
+    the Service's own slices empty, phase ScaledToZero, and the data plane (the gateway, or
+    kube-proxy) sending to the activator alone.
+    2. six SDK clients stream back to back. Result: the activator holds the first requests and asks
+    for a wake (its own PATCH of the status subresource), the Deployment back at 2, the activator's
+    slice deleted once a pod is Ready, phase Active; every stream, held or not, ends with a
+    finish_reason, two per client sent after the data plane dropped the activator among them.
+    Throughout: the route and the Service as installed, byte for byte, and no write to them (nor to
+    any route, Service or ReferenceGrant) by the controller or the activator."""
+    release = {"gateway-0s": "kd0", "gateway-2s-gitops": "kd2", "service-clusterip": "ks"}[way.name]
     name = f"{release}-drain-router"  # the Deployment, Service, HTTPRoute and ModelService alike
     host = models.hostname(NAMESPACE, release)
-    activator_user = f"system:serviceaccount:{ACTIVATOR_NAMESPACE}:{ACTIVATOR}"
     assert await kube.get("Service", ACTIVATOR_NAMESPACE, ACTIVATOR) is not None, "the activator's Service"
-    helm.install(release, MODEL_CHART, NAMESPACE, values(NAMESPACE, release))
+    helm.install(release, MODEL_CHART, NAMESPACE, values(NAMESPACE, release, route=way.route))
     started = time.monotonic()
-    history = History(kube.api, NAMESPACE, WATCHED)
-    gateway = Gateway(kube.api, haproxy_bin, tmp_path, delay_secs=delay)
+    audit = AuditLog(kube.cluster.audit_log)
+    user_kinds = {"Service", "HTTPRoute"} if way.route else {"Service"}
+    gitops: GitOps | None = None
+    gateway: Gateway | None = None
     clients: Clients | None = None
+    history = History(kube.api, NAMESPACE, WATCHED)
     try:
+        pods = await kube.wait(
+            "the Service's own slices ready", lambda: _ready(kube, NAMESPACE, name, REPLICAS), timeout=60
+        )
+        if way.gitops:
+            # The tool's first sync co-owns the fields it declares (its entry in managedFields: one
+            # write, its own); the objects' versions are read after it.
+            gitops = GitOps(kube, rendered(helm, release, NAMESPACE, user_kinds), [])
+            await gitops.sync()
+        originals = {kind: await kube.get(kind, NAMESPACE, name) for kind in user_kinds}
+        assert all(originals.values()), originals
+        wake = Wake(NAMESPACE, name, release, {k: v for k, v in originals.items() if v is not None})
+        if gitops is not None:
+            gitops = dataclasses.replace(gitops, stored=list(wake.originals.values()), versions={}, rounds=0)
+            gitops.start()
         await history.start()
-        await gateway.start()
-        route = await kube.get("HTTPRoute", NAMESPACE, name)
-        assert route is not None
-        routing = Routing(NAMESPACE, name, name, route)
-        await kube.wait("the gateway serving both pods", lambda: _async(len(gateway.servers(host)) == REPLICAS))
+        service = wake.originals["Service"]
+        (http_port,) = [p["port"] for p in service["spec"]["ports"] if p["name"] == "http"]
+        router_port = (await kube.get("ModelService", NAMESPACE, name) or {})["spec"]["router"]["port"]
+        if way.route:
+            gateway = Gateway(kube.api, haproxy_bin, tmp_path, delay_secs=way.delay)
+            await gateway.start()
+            base_url, client_host = gateway.url, host
+        else:
+            base_url, client_host = f"http://{service['spec']['clusterIP']}:{http_port}", None
+        plane = DataPlane(gateway, host, NAMESPACE, name)
+        at_pods = {(address, router_port) for address in pods}
+        await kube.wait("the data plane sending to both pods", lambda: _async(plane.at(at_pods)))
 
         # 1. One stream per client, so the routers have served; then quiet until asleep.
-        clients = Clients(gateway.url, host, CLIENTS)
+        clients = Clients(base_url, client_host, CLIENTS)
         warm = await clients.once()
         assert all(s.record.outcome is Outcome.COMPLETED for s in warm), warm
         idle_from = time.monotonic()
@@ -399,42 +389,40 @@ async def test_a_request_wakes_a_service_scaled_to_zero(
         asleep_at = time.monotonic()
         assert msvc["status"]["lifecycle"]["replicasBeforeZero"] == REPLICAS
         await kube.wait("the Deployment at 0, its pods gone", lambda: _scaled(kube, name, 0, release), timeout=90)
-        await kube.wait("the model Service's EndpointSlices empty", lambda: _no_endpoints(kube, name), timeout=90)
-        route = await kube.get("HTTPRoute", NAMESPACE, name)
-        assert route is not None
-        routing.check_asleep(route)
+        await kube.wait("the Service's own slices empty", lambda: _no_pod_endpoints(kube, name), timeout=90)
         activators = await kube.wait("the activator's endpoints", lambda: _ready(kube, ACTIVATOR_NAMESPACE, ACTIVATOR))
-        await kube.wait(
-            "the gateway sending the host to the activator",
-            lambda: _async(routing.gateway_asleep(gateway, host, activators)),
-        )
+        ports = await assigned_ports(kube, NAMESPACE, name)
+        assert set(ports) == {"http"}, ports
+        wake.check_asleep(await kube.list("EndpointSlice", NAMESPACE), service, ports, activators)
+        policy = await kube.get("NetworkPolicy", ACTIVATOR_NAMESPACE, wake_endpoints.policy_name(NAMESPACE, name))
+        at_activator = {(address, ports["http"]) for address in activators}
+        await kube.wait("the data plane sending to the activator", lambda: _async(plane.at(at_activator)))
         before = await activator_metrics(activators)
 
-        # 2. The same clients stream again: through the gateway to the activator, which wakes it.
+        # 2. The same clients stream again: to the activator, which wakes it.
         woken_from = len(clients.streams)
         clients.start()
         msvc = await kube.wait("phase Active", lambda: _phase(kube, name, "Active"), timeout=150)
         await kube.wait("the Deployment back at 2", lambda: _scaled(kube, name, REPLICAS, release), timeout=90)
+        await kube.wait_gone("EndpointSlice", NAMESPACE, wake.slice_name, timeout=30)
         pods = await kube.wait(
-            "the model Service's EndpointSlices ready", lambda: _ready(kube, NAMESPACE, name, REPLICAS), timeout=90
+            "the Service's own slices ready", lambda: _ready(kube, NAMESPACE, name, REPLICAS), timeout=90
         )
-        route = await kube.get("HTTPRoute", NAMESPACE, name)
-        assert route is not None
-        routing.check_awake(route)
-        await kube.wait(
-            "the gateway sending the host to the model pods",
-            lambda: _async({a for a, _ in gateway.servers(host)} == pods),
-            timeout=30,
-        )
+        at_pods = {(address, router_port) for address in pods}
+        await kube.wait("the data plane sending to the pods", lambda: _async(plane.at(at_pods)), timeout=30)
         returned = time.monotonic()
         await kube.wait(
-            f"{AFTER_RETURN} streams per client after the route's return",
+            f"{AFTER_RETURN} streams per client after the data plane dropped the activator",
             lambda: _async(clients.completed_after(returned)),
             timeout=120,
         )
         await history.stop()  # before the load stops: the next sleep is not this scenario's
+        if gitops is not None:
+            await gitops.stop()
         await clients.stop()
         after = await activator_metrics(activators)
+        now = {kind: await kube.get(kind, NAMESPACE, name) for kind in user_kinds}
+        written = writes_to_users_objects(audit.calls(), (CONTROLLER_USER, ACTIVATOR_USER))
 
         lost = [s for s in clients.streams if s.record.outcome is not Outcome.COMPLETED]
         first = [s for s in clients.streams if s.index == 1]  # held: each client's first after the warm one
@@ -443,22 +431,31 @@ async def test_a_request_wakes_a_service_scaled_to_zero(
         lifecycle = msvc["status"]["lifecycle"]
         asked = durations.parse_time(lifecycle["wakeRequestedAt"])
         awoken = durations.parse_time(lifecycle["awokenAt"])
-        wake_patches = audited(kube.cluster.audit_log, "modelservices", name, "status", activator_user)
-        path = routing.check_history(history, name)
+        wake_patches = audited(kube.cluster.audit_log, "modelservices", name, "status", ACTIVATOR_USER)
+        margins = wake.check_history(history)
         replicas = _replicas(history, name)
-        old_routes = after_last_reload(tmp_path, activators)
         held = after["activation_seconds_sum"] - before["activation_seconds_sum"]
         activations = after["activations"] - before["activations"]
-        report.append(
-            f"wake, gateway {delay:.0f} s late: {len(clients.streams) - woken_from} streams after the sleep "
-            f"({CLIENTS} before), {len(lost)} lost; asleep "
-            f"{asleep_at - idle_from:.1f} s after the warm stream; cold start (first request sent -> first "
-            f"byte) {cold:.2f} s, all {CLIENTS} held answered by {last:.2f} s; controller coldStartSeconds "
-            f"{lifecycle['coldStartSeconds']:.2f}; activator activation_seconds {held:.2f} over "
-            f"{activations:.0f} activations; wake PATCHes by the activator {wake_patches}; {path}; "
-            f"replicas {replicas}; gateway reloads {gateway.reloads}, {old_routes} requests to the activator "
-            f"after the last one (an old worker's one more per kept-alive connection); {time.monotonic() - started:.0f} s"
+        synced = (
+            f"; GitOps: {gitops.rounds} syncs, resourceVersions answered {dict(sorted(gitops.versions.items()))}"
+            if gitops is not None
+            else ""
         )
+        report.append(
+            f"wake, {way.name}: {len(clients.streams) - woken_from} streams after the sleep ({CLIENTS} before), "
+            f"{len(lost)} lost; asleep {asleep_at - idle_from:.1f} s after the warm stream; activator port "
+            f"{ports['http']}; cold start (first request sent -> first byte) {cold:.2f} s, all {CLIENTS} held "
+            f"answered by {last:.2f} s; controller coldStartSeconds {lifecycle['coldStartSeconds']:.2f}; "
+            f"activator activation_seconds {held:.2f} over {activations:.0f} activations; wake PATCHes by the "
+            f"activator {wake_patches}; {margins}; replicas {replicas}; "
+            f"gateway reloads {gateway.reloads if gateway else '-'}; writes to the user's objects by the "
+            f"controller or the activator: {len(written)}{synced}; {time.monotonic() - started:.0f} s"
+        )
+        wake.check_unchanged(now)
+        assert not written, written
+        assert policy is not None and {p["port"] for r in policy["spec"]["ingress"] for p in r["ports"]} == set(
+            ports.values()
+        ), policy
         assert not lost, lost[:5]
         assert {s.record.detail for s in clients.streams} <= {"length", "stop"}  # each its finish_reason
         assert len(first) == CLIENTS and all(s.first_byte is not None for s in first)
@@ -466,15 +463,32 @@ async def test_a_request_wakes_a_service_scaled_to_zero(
         assert lifecycle["coldStartSeconds"] > 0 and awoken > asked
         assert 200 in wake_patches, "the wake was not asked for by the activator"
         assert 1 <= activations <= len(activators) and after["held"] == 0, (before, after)
+        if gateway is not None:
+            assert gateway.reloads == 0, "the gateway reloaded: a route changed"
+        if gitops is not None:
+            assert gitops.rounds >= 10, gitops.rounds
+            installed = {k: v["metadata"]["resourceVersion"] for k, v in wake.originals.items()}
+            assert gitops.versions == {f"{verb} {k}": {v} for k, v in installed.items() for verb in ("apply", "put")}
     finally:
+        if gitops is not None:
+            await gitops.stop()
         if clients is not None:
             if clients._tasks and not clients._stopping:
                 await clients.stop()
             await clients.close()
         await history.stop()
-        await gateway.stop()
+        if gateway is not None:
+            await gateway.stop()
         helm.uninstall(release, NAMESPACE)
         await kube.wait_gone("Deployment", NAMESPACE, name, timeout=120)
+
+
+async def assigned_ports(kube: Kube, namespace: str, name: str) -> dict[str, int]:
+    """The service's activator ports by protocol, from the port map."""
+    found = await kube.get("ConfigMap", ACTIVATOR_NAMESPACE, PORT_MAP)
+    assert found is not None, f"no port map {ACTIVATOR_NAMESPACE}/{PORT_MAP}"
+    table = service_ports.parse(found.get("data"))
+    return {a.protocol: port for port, a in table.items() if (a.namespace, a.name) == (namespace, name)}
 
 
 async def _phase(kube: Kube, name: str, phase: str) -> Json | None:
@@ -494,13 +508,16 @@ async def _scaled(kube: Kube, name: str, replicas: int, release: str) -> bool:
     return len(pods) == replicas and all(is_ready(p) for p in pods)
 
 
-async def _no_endpoints(kube: Kube, service: str) -> bool:
-    return not any_endpoint(await kube.list("EndpointSlice", NAMESPACE), service)
+async def _no_pod_endpoints(kube: Kube, service: str) -> bool:
+    return not any(
+        item.get("endpoints") for item in slices_of(await kube.list("EndpointSlice", NAMESPACE), service, ours=False)
+    )
 
 
 async def _ready(kube: Kube, namespace: str, service: str, count: int = 1) -> set[str] | None:
-    """The ready addresses of ``service``, once there are at least ``count``."""
-    found = ready_addresses(await kube.list("EndpointSlice", namespace), service)
+    """The ready addresses of ``service``'s own slices (the EndpointSlice controller's), once there
+    are at least ``count``."""
+    found = ready_addresses(await kube.list("EndpointSlice", namespace), service, ours=False)
     return found if len(found) >= count else None
 
 
