@@ -145,6 +145,21 @@ def backends(routes: list[Json], services: list[Json], slices: list[Json], grant
     return found
 
 
+async def list_when_ready(api: Api, where: str, timeout: float = 30.0) -> Json:
+    """A list, asked again while the API server answers 429 (``storage is (re)initializing``: the
+    watch cache of a kind whose CRD was just established), as its ``Retry-After`` says."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _, listed = await api.request("GET", where)
+            return listed
+        except ApiError as exc:
+            if exc.status != 429 or time.monotonic() > deadline:
+                raise
+            details = exc.body.get("details") or {}
+            await asyncio.sleep(min(1.0, float(details.get("retryAfterSeconds") or 1)))
+
+
 #: Server slots per backend: more than the pods a scenario runs at once, old and new.
 SLOTS = 16
 Slot = tuple[str, int] | None
@@ -296,7 +311,7 @@ class Gateway:
         raise RuntimeError("haproxy never listened")
 
     async def _list(self, kind: str) -> str:
-        _, listed = await self.api.request("GET", KINDS[kind])
+        listed = await list_when_ready(self.api, KINDS[kind])
         self.objects[kind] = {_key(item): item for item in listed.get("items", [])}
         return str(listed["metadata"]["resourceVersion"])
 
@@ -396,4 +411,4 @@ class Gateway:
                 self.process.wait()
 
 
-__all__ = ["Backend", "Gateway", "assign", "backends", "commands", "endpoints", "granted", "render"]
+__all__ = ["Backend", "Gateway", "assign", "backends", "commands", "endpoints", "granted", "list_when_ready", "render"]

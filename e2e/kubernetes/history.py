@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 
 from drain_router_dev.kube.api import Api, ApiError, Json
+from e2e.kubernetes.gateway import list_when_ready
 from e2e.kubernetes.kube import path
 
 
@@ -56,7 +57,7 @@ class History:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _list(self, kind: str, *, initial: bool) -> str:
-        _, listed = await self.api.request("GET", path(kind, self.namespace))
+        listed = await list_when_ready(self.api, path(kind, self.namespace))
         for item in listed.get("items", []):
             item = {**item, "kind": kind}
             if initial:

@@ -392,6 +392,13 @@ async def test_a_request_wakes_a_service_scaled_to_zero(
         await kube.wait("the Service's own slices empty", lambda: _no_pod_endpoints(kube, name), timeout=90)
         activators = await kube.wait("the activator's endpoints", lambda: _ready(kube, ACTIVATOR_NAMESPACE, ACTIVATOR))
         ports = await assigned_ports(kube, NAMESPACE, name)
+        # The slice names the activator pods that listen on the service's port when it is written
+        # (one may not have read the port map yet); the controller keeps it in step with them.
+        await kube.wait(
+            "the activator's slice naming every activator pod",
+            lambda: _activator_slice_at(kube, name, activators),
+            timeout=30,
+        )
         assert set(ports) == {"http"}, ports
         wake.check_asleep(await kube.list("EndpointSlice", NAMESPACE), service, ports, activators)
         policy = await kube.get("NetworkPolicy", ACTIVATOR_NAMESPACE, wake_endpoints.policy_name(NAMESPACE, name))
@@ -506,6 +513,10 @@ async def _scaled(kube: Kube, name: str, replicas: int, release: str) -> bool:
     selector = f"app.kubernetes.io/instance={release}"
     pods = await kube.list("Pod", NAMESPACE, selector)
     return len(pods) == replicas and all(is_ready(p) for p in pods)
+
+
+async def _activator_slice_at(kube: Kube, service: str, activators: set[str]) -> bool:
+    return ready_addresses(await kube.list("EndpointSlice", NAMESPACE), service, ours=True) == activators
 
 
 async def _no_pod_endpoints(kube: Kube, service: str) -> bool:
