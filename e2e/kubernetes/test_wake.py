@@ -16,7 +16,7 @@ held requests to the first router that answers ready, and once a model pod is Re
 serves the controller deletes its slice. The clients keep streaming back to back until each has
 completed two streams sent after the data plane dropped the activator.
 
-Two ways in, each a scenario (:data:`WAYS`):
+Two ways in for HTTP, each a scenario (:data:`WAYS`):
 
 - **gateway**: a HAProxy fed from the HTTPRoute, Services and EndpointSlices (:mod:`.gateway`), 0 and
   2 s late. The route is the user's and never changes: only the endpoints behind it do (HAProxy's
@@ -37,9 +37,11 @@ who wrote what. Every assertion about the user's objects and the Service's endpo
 the clients saw it (first request sent to the activator -> its first byte) beside the controller's
 ``coldStartSeconds`` and the activator's ``activation_seconds``.
 
-gRPC (a GRPCRoute, or a gRPC client of the Service's ``grpc`` port) is not a scenario yet: the
-gateway speaks HTTP/1.1 to its backends and reads no GRPCRoute, and the e2e installs have
-``features.grpcRoutes`` off (docs/kubernetes.md, "The proof on a real control plane").
+A third way, gRPC (:func:`test_a_grpc_call_wakes_a_service_through_its_service`): clients of the
+Service's ``grpc`` port (``appProtocol: kubernetes.io/h2c``) through its ClusterIP, calling vLLM's
+``Generate`` on the fake model; the service gets an activator port per protocol. Not through a
+GRPCRoute: the gateway here speaks HTTP/1.1 to its backends and reads no GRPCRoute, and the e2e
+installs have ``features.grpcRoutes`` off (docs/kubernetes.md, "The proof on a real control plane").
 """
 
 from __future__ import annotations
@@ -539,3 +541,195 @@ def _replicas(history: History, name: str) -> list[int]:
         if not seen or seen[-1] != deployment["spec"]["replicas"]:
             seen.append(deployment["spec"]["replicas"])
     return seen
+
+
+GRPC_TOKENS = 20
+GRPC_MODEL_PORT = 8001
+"""The fake model's gRPC port in the pod (vLLM's engine service): the router's ``--grpc-upstream``."""
+
+
+def grpc_values(namespace: str, release: str) -> dict[str, Any]:
+    """:func:`values` with no route, the router's gRPC listener and the Service's ``grpc`` port
+    (``appProtocol: kubernetes.io/h2c``), the fake model serving vLLM's engine service."""
+    found = values(namespace, release, route=False)
+    found["modelServer"]["args"] = [*found["modelServer"]["args"], "--grpc-port", str(GRPC_MODEL_PORT)]
+    found["grpc"] = {"enabled": True, "modelServerPort": GRPC_MODEL_PORT}
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Called:
+    client: int
+    index: int
+    sent: float
+    ended: float
+    outcome: Any
+    """:class:`drain_router_dev.grpc_load.Outcome`."""
+    detail: str
+
+
+@dataclasses.dataclass
+class GrpcClients:
+    """``count`` gRPC clients of ``target`` (one channel each: one HTTP/2 connection, as one
+    application's client has), calling vLLM's ``Generate`` (server streaming) with no retry policy
+    and no wait-for-ready: once each (:meth:`once`), then back to back from :meth:`start` to
+    :meth:`stop`."""
+
+    target: str
+    count: int
+    calls: list[Called] = dataclasses.field(default_factory=list)
+    _channels: list[Any] = dataclasses.field(default_factory=list)
+    _stopping: bool = False
+    _tasks: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        import grpc
+
+        self._channels = [grpc.aio.insecure_channel(self.target) for _ in range(self.count)]
+
+    async def _one(self, number: int) -> Called:
+        from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
+
+        from drain_router_dev import grpc_load
+
+        index = sum(1 for c in self.calls if c.client == number)
+        stub = pb_grpc.VllmEngineStub(self._channels[number])
+        sent = time.monotonic()
+        result = await grpc_load.generate(stub, f"c{number}-{index}", tokens=GRPC_TOKENS, timeout=120.0)
+        called = Called(number, index, sent, time.monotonic(), grpc_load.classify(result), result.code)
+        self.calls.append(called)
+        return called
+
+    async def once(self) -> list[Called]:
+        return list(await asyncio.gather(*(self._one(n) for n in range(self.count))))
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._run(n)) for n in range(self.count)]
+
+    async def _run(self, number: int) -> None:
+        while not self._stopping:
+            await self._one(number)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        await asyncio.wait_for(asyncio.gather(*self._tasks), 150)
+
+    async def close(self) -> None:
+        for channel in self._channels:
+            await channel.close()
+
+    def completed_after(self, moment: float) -> bool:
+        done = [
+            sum(1 for c in self.calls if c.client == n and c.sent > moment and not c.outcome.lost)
+            for n in range(self.count)
+        ]
+        return min(done) >= AFTER_RETURN
+
+
+async def test_a_grpc_call_wakes_a_service_through_its_service(kube: Kube, helm: Helm, report: list[str]) -> None:
+    """The same sleep and wake with no route, gRPC clients of the model Service's ``grpc`` port
+    (its ClusterIP, through kube-proxy). Result: the service given one activator port per protocol,
+    the activator's slice mapping the ``http`` and ``grpc`` ports to them; held calls complete
+    whole (every token, in order, then ``complete``) once a pod serves; the same invariants from the
+    history and the audit log as the HTTP scenarios; the Service as installed."""
+    release = "kg"
+    name = f"{release}-drain-router"
+    helm.install(release, MODEL_CHART, NAMESPACE, grpc_values(NAMESPACE, release))
+    started = time.monotonic()
+    audit = AuditLog(kube.cluster.audit_log)
+    history = History(kube.api, NAMESPACE, WATCHED)
+    clients: GrpcClients | None = None
+    try:
+        pods = await kube.wait(
+            "the Service's own slices ready", lambda: _ready(kube, NAMESPACE, name, REPLICAS), timeout=60
+        )
+        service = await kube.get("Service", NAMESPACE, name)
+        assert service is not None
+        wake = Wake(NAMESPACE, name, release, {"Service": service})
+        await history.start()
+        (grpc_port,) = [p["port"] for p in service["spec"]["ports"] if p["name"] == "grpc"]
+        msvc = await kube.get("ModelService", NAMESPACE, name)
+        assert msvc is not None
+        router_grpc = msvc["spec"]["router"]["grpcPort"]
+        plane = DataPlane(None, "", NAMESPACE, name)
+
+        def grpc_at(wanted: set[tuple[str, int]]) -> bool:
+            return kube_proxy(NAMESPACE, name, "grpc") == wanted
+
+        await kube.wait(
+            "kube-proxy sending gRPC to both pods", lambda: _async(grpc_at({(a, router_grpc) for a in pods}))
+        )
+
+        clients = GrpcClients(f"{service['spec']['clusterIP']}:{grpc_port}", CLIENTS)
+        warm = await clients.once()
+        assert all(not c.outcome.lost for c in warm), warm
+        idle_from = time.monotonic()
+        await kube.wait("phase ScaledToZero", lambda: _phase(kube, name, "ScaledToZero"), timeout=90)
+        asleep_at = time.monotonic()
+        await kube.wait("the Deployment at 0, its pods gone", lambda: _scaled(kube, name, 0, release), timeout=90)
+        await kube.wait("the Service's own slices empty", lambda: _no_pod_endpoints(kube, name), timeout=90)
+        activators = await kube.wait("the activator's endpoints", lambda: _ready(kube, ACTIVATOR_NAMESPACE, ACTIVATOR))
+        ports = await assigned_ports(kube, NAMESPACE, name)
+        assert set(ports) == {"http", "grpc"}, ports
+        await kube.wait(
+            "the activator's slice naming every activator pod",
+            lambda: _activator_slice_at(kube, name, activators),
+            timeout=30,
+        )
+        wake.check_asleep(await kube.list("EndpointSlice", NAMESPACE), service, ports, activators)
+        await kube.wait(
+            "kube-proxy sending gRPC to the activator",
+            lambda: _async(grpc_at({(a, ports["grpc"]) for a in activators})),
+        )
+        assert plane.at({(a, ports["http"]) for a in activators})
+
+        woken_from = len(clients.calls)
+        clients.start()
+        msvc = await kube.wait("phase Active", lambda: _phase(kube, name, "Active"), timeout=150)
+        await kube.wait("the Deployment back at 2", lambda: _scaled(kube, name, REPLICAS, release), timeout=90)
+        await kube.wait_gone("EndpointSlice", NAMESPACE, wake.slice_name, timeout=30)
+        pods = await kube.wait(
+            "the Service's own slices ready", lambda: _ready(kube, NAMESPACE, name, REPLICAS), timeout=90
+        )
+        await kube.wait(
+            "kube-proxy sending gRPC to the pods", lambda: _async(grpc_at({(a, router_grpc) for a in pods})), timeout=30
+        )
+        returned = time.monotonic()
+        await kube.wait(
+            f"{AFTER_RETURN} calls per client after kube-proxy dropped the activator",
+            lambda: _async(clients.completed_after(returned)),
+            timeout=120,
+        )
+        await history.stop()
+        await clients.stop()
+        now = {"Service": await kube.get("Service", NAMESPACE, name)}
+        written = writes_to_users_objects(audit.calls(), (CONTROLLER_USER, ACTIVATOR_USER))
+        lost = [c for c in clients.calls if c.outcome.lost]
+        held = [c for c in clients.calls if c.index == 1]
+        first_done = min(c.ended for c in held) - min(c.sent for c in held)
+        lifecycle = msvc["status"]["lifecycle"]
+        wake_patches = audited(kube.cluster.audit_log, "modelservices", name, "status", ACTIVATOR_USER)
+        margins = wake.check_history(history)
+        replicas = _replicas(history, name)
+        report.append(
+            f"wake, gRPC to the Service: {len(clients.calls) - woken_from} calls after the sleep ({CLIENTS} before), "
+            f"{len(lost)} lost; asleep {asleep_at - idle_from:.1f} s after the warm calls; activator ports {ports}; "
+            f"first held call complete ({GRPC_TOKENS} tokens) {first_done:.2f} s after the first was sent; "
+            f"controller coldStartSeconds {lifecycle['coldStartSeconds']:.2f}; wake PATCHes by the activator "
+            f"{wake_patches}; {margins}; replicas {replicas}; writes to the user's objects by the controller or "
+            f"the activator: {len(written)}; {time.monotonic() - started:.0f} s"
+        )
+        wake.check_unchanged(now)
+        assert not written, written
+        assert not lost, lost[:5]
+        assert len(held) == CLIENTS
+        assert replicas == [REPLICAS, 0, REPLICAS], replicas
+        assert 200 in wake_patches, "the wake was not asked for by the activator"
+    finally:
+        if clients is not None:
+            if clients._tasks and not clients._stopping:
+                await clients.stop()
+            await clients.close()
+        await history.stop()
+        helm.uninstall(release, NAMESPACE)
+        await kube.wait_gone("Deployment", NAMESPACE, name, timeout=120)

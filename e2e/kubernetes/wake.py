@@ -22,6 +22,14 @@ USERS_OBJECTS = frozenset({"httproutes", "grpcroutes", "services", "referencegra
 """What the controller and the activator never write: the user's routes, Services and grants."""
 
 
+def protocol_of(port: Json) -> str:
+    """What a Service port speaks, as the controller reads it: ``grpc`` for ``appProtocol:
+    kubernetes.io/h2c`` or a name ``grpc``/``grpc-*``, else ``http``."""
+    name = str(port.get("name") or "")
+    grpc = port.get("appProtocol") == "kubernetes.io/h2c" or name == "grpc" or name.startswith("grpc-")
+    return "grpc" if grpc else "http"
+
+
 def slices_of(slices: list[Json], service: str, *, ours: bool | None = None) -> list[Json]:
     """``service``'s EndpointSlices: the activator's (``ours``), the EndpointSlice controller's (not
     ``ours``), or both (``None``)."""
@@ -101,7 +109,7 @@ class Wake:
         assert meta["name"] == self.slice_name and meta["labels"]["drainrouter.dev/service"] == self.service, meta
         assert [(r["kind"], r["name"]) for r in meta["ownerReferences"]] == [("ModelService", self.service)], meta
         assert ready_addresses([ours], self.service) == activators, (ours, activators)
-        wanted = {(p["name"], ports["http"]) for p in service["spec"]["ports"]}
+        wanted = {(p["name"], ports[protocol_of(p)]) for p in service["spec"]["ports"]}
         assert {(p["name"], p["port"]) for p in ours["ports"]} == wanted, (ours["ports"], wanted)
 
     def check_history(self, history: History) -> str:
@@ -172,6 +180,7 @@ def kube_proxy_destinations(iptables_save: str, namespace: str, service: str, po
 __all__ = [
     "Wake",
     "kube_proxy_destinations",
+    "protocol_of",
     "ready_addresses",
     "ready_pod",
     "same_object",
