@@ -141,28 +141,27 @@ def from_pod_network(request: Call) -> bool:
 
 
 async def refused_on_a_port_of_no_service(kube: Kube) -> tuple[int, dict[str, str]]:
-    """A connection to a ready activator pod on a port of the range that the port map assigns to no
-    service: the kernel refuses it (nothing listens), so it costs the activator nothing and reaches
-    no API call, whatever the client sends. Its ``/admin/ports`` lists exactly the map's ports. The
-    port tried, and the ports listed."""
+    """A ready activator pod's ``/admin/ports`` lists exactly the port map's ports (once its poll has
+    read the map's last change); a connection to it on a port of the range that the map assigns to
+    no service is refused by the kernel (nothing listens), so it costs the activator nothing and
+    reaches no API call, whatever the client sends. The port tried, and the ports listed."""
     pods = await kube.ready_pods(CONTROLLER_NAMESPACE, f"{INSTANCE},app.kubernetes.io/component=activator")
     assert pods, "no ready activator pod"
     address = pods[0]["status"]["podIP"]
-    found = await kube.get("ConfigMap", CONTROLLER_NAMESPACE, PORT_MAP)
-    assigned = {int(p) for p in ((found or {}).get("data") or {})}
-    port = next(p for p in range(*FIRST_PORTS) if p not in assigned)
-    with pytest.raises(ConnectionRefusedError):
-        _, writer = await asyncio.open_connection(address, port)
-        writer.close()
 
     async def listed() -> tuple[dict[str, str]] | None:  # (an empty map is an answer too)
+        found = await kube.get("ConfigMap", CONTROLLER_NAMESPACE, PORT_MAP)
+        assigned = {int(p) for p in ((found or {}).get("data") or {})}
         async with aiohttp.ClientSession() as session:
             async with session.get(f"http://{address}:{ACTIVATOR_ADMIN_PORT}/admin/ports") as resp:
                 ports: dict[str, str] = (await resp.json())["ports"]
         return (ports,) if {int(p) for p in ports} == assigned else None
 
-    # The map's last change reaches the activator at its next poll.
     (ports,) = await kube.wait("the activator listening on the map's ports, and no other", listed)
+    port = next(p for p in range(*FIRST_PORTS) if str(p) not in ports)
+    with pytest.raises(ConnectionRefusedError):
+        _, writer = await asyncio.open_connection(address, port)
+        writer.close()
     return port, ports
 
 
