@@ -302,13 +302,16 @@ class Way:
     delay: float = 0.0
     """The gateway's propagation delay."""
     gitops: bool = False
+    ready_delay: int = 0
+    """The woken pods' readiness probe's ``initialDelaySeconds``: a slow cold start, longer than the
+    controller's passes, so a slice deleted before a pod is Ready would show."""
     activator_rollout: bool = False
     """While asleep, the activator's Deployment restarted: the slice must follow its new pods."""
 
 
 WAYS = [
     Way("gateway-0s", route=True),
-    Way("gateway-2s-gitops", route=True, delay=2.0, gitops=True),
+    Way("gateway-2s-gitops-slow-start", route=True, delay=2.0, gitops=True, ready_delay=8),
     Way("service-clusterip-activator-rollout", route=False, activator_rollout=True),
 ]
 
@@ -343,11 +346,15 @@ async def test_a_request_wakes_a_service_scaled_to_zero(
     finish_reason, two per client sent after the data plane dropped the activator among them.
     Throughout: the route and the Service as installed, byte for byte, and no write to them (nor to
     any route, Service or ReferenceGrant) by the controller or the activator."""
-    release = {"gateway-0s": "kd0", "gateway-2s-gitops": "kd2", "service-clusterip-activator-rollout": "ks"}[way.name]
+    release = {"gateway-0s": "kd0", "gateway-2s-gitops-slow-start": "kd2", "service-clusterip-activator-rollout": "ks"}[
+        way.name
+    ]
     name = f"{release}-drain-router"  # the Deployment, Service, HTTPRoute and ModelService alike
     host = models.hostname(NAMESPACE, release)
     assert await kube.get("Service", ACTIVATOR_NAMESPACE, ACTIVATOR) is not None, "the activator's Service"
-    helm.install(release, MODEL_CHART, NAMESPACE, values(NAMESPACE, release, route=way.route))
+    chart_values = values(NAMESPACE, release, route=way.route)
+    chart_values["router"]["readinessProbe"]["initialDelaySeconds"] = way.ready_delay
+    helm.install(release, MODEL_CHART, NAMESPACE, chart_values)
     started = time.monotonic()
     audit = AuditLog(kube.cluster.audit_log)
     user_kinds = {"Service", "HTTPRoute"} if way.route else {"Service"}
