@@ -280,23 +280,63 @@ def selects_ingress(policy: Mapping[str, Any], pod_labels: Mapping[str, str]) ->
     return "Ingress" in types and _matches(spec.get("podSelector"), pod_labels)
 
 
+def target_ports(services: Iterable[Mapping[str, Any]]) -> frozenset[int | str]:
+    """Where the Services send their clients on the pods: each TCP port's ``targetPort`` (a number
+    or a container port's name; absent: the port's number)."""
+    out: set[int | str] = set()
+    for service in services:
+        for port in tcp_ports(service):
+            target = port.get("targetPort", port.get("port"))
+            if isinstance(target, int | str) and not isinstance(target, bool):
+                out.add(target)
+    return frozenset(out)
+
+
+def covers(rule: Mapping[str, Any], targets: frozenset[int | str]) -> bool:
+    """Whether an ingress ``rule`` admits its sources to one of ``targets`` (the Services' target
+    ports): a rule without ``ports`` covers every port; a TCP port entry covers a target equal to its
+    ``port`` (number or name), or within ``port``..``endPort``; an entry without ``port`` covers every
+    port of its protocol."""
+    entries = rule.get("ports")
+    if not entries:
+        return True
+    for entry in entries:
+        if not isinstance(entry, Mapping) or entry.get("protocol", "TCP") != "TCP":
+            continue
+        port = entry.get("port")
+        if port is None or port in targets:
+            return True
+        end = entry.get("endPort")
+        if not (isinstance(port, int) and isinstance(end, int)):
+            continue
+        if any(isinstance(t, int) and port <= t <= end for t in targets):
+            return True
+    return False
+
+
 def translate_peers(
-    policies: Iterable[Mapping[str, Any]], namespace: str, pod_labels: Mapping[str, str]
+    policies: Iterable[Mapping[str, Any]],
+    namespace: str,
+    pod_labels: Mapping[str, str],
+    targets: frozenset[int | str] | None = None,
 ) -> list[dict[str, Any]] | None:
     """The ``from`` peers the model's own policies (``policies``: those the ModelService owns in
-    ``namespace``) admit to its pods, as seen from the activator's namespace. ``None``: admit every
-    source (no policy selects the pods, or one of their rules has no ``from``); a list (possibly
-    empty: admit nothing) otherwise. A ``podSelector`` peer without a ``namespaceSelector`` gets the
-    model's namespace by name; ``ipBlock`` and ``namespaceSelector`` peers are kept as they are. The
-    rules' ``ports`` are the model pods' and are not carried over: a peer admitted on any port is
-    admitted to the activator's ports of the service."""
+    ``namespace``) admit to its pods on the Services' target ports (``targets``; ``None``: every
+    port), as seen from the activator's namespace. ``None``: admit every source (no policy selects
+    the pods, or one of their rules covering those ports has no ``from``); a list (possibly empty:
+    admit nothing) otherwise. Rules for other ports (a router's admin port) give nothing: what a
+    client may reach through the activator is what it may reach through the Service. A
+    ``podSelector`` peer without a ``namespaceSelector`` gets the model's namespace by name;
+    ``ipBlock`` and ``namespaceSelector`` peers are kept as they are."""
     selecting = [p for p in policies if selects_ingress(p, pod_labels)]
     if not selecting:
         return None
     peers: list[dict[str, Any]] = []
     for policy in selecting:
         for rule in (policy.get("spec") or {}).get("ingress") or ():
-            sources = rule.get("from") if isinstance(rule, Mapping) else None
+            if not isinstance(rule, Mapping) or (targets is not None and not covers(rule, targets)):
+                continue
+            sources = rule.get("from")
             if not sources:
                 return None  # a rule without sources admits every source
             for peer in sources:

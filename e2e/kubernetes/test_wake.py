@@ -778,19 +778,16 @@ async def test_a_grpc_call_wakes_a_service_through_its_service(kube: Kube, helm:
 
 
 CLIENT_PEER = {"podSelector": {"matchLabels": {"role": "client"}}}
+OTHER_PEER = {"podSelector": {"matchLabels": {"role": "other-client"}}}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the model chart's NetworkPolicy carries no drainrouter.dev/service label (drain-router.labels, "
-    "not workloadLabels), so the controller does not count it as the ModelService's and the activator's "
-    "policy admits every source",
-)
 async def test_the_activator_admits_only_what_the_model_admits(kube: Kube, helm: Helm, report: list[str]) -> None:
     """A model release whose NetworkPolicy admits to its traffic port only ``role: client`` pods of
     its namespace (``networkPolicy.trafficFrom``) sleeps. Result: the NetworkPolicy the controller
-    writes in the activator's namespace admits to the service's activator port that peer, translated
-    (the model's namespace named), and does not admit every source."""
+    writes in the activator's namespace admits to the service's activator port that peer alone,
+    translated (the model's namespace named): not every source, and not the controller's peer of the
+    model's admin-port rule. 2. a person narrows the model's policy to another peer while it sleeps.
+    Result: the activator's policy follows (the service still asleep)."""
     release = "kp"
     name = f"{release}-drain-router"
     chart_values = values(NAMESPACE, release, route=False)
@@ -805,8 +802,26 @@ async def test_the_activator_admits_only_what_the_model_admits(kube: Kube, helm:
         report.append(f"activator policy for a model admitting {CLIENT_PEER}: {rules}")
         translated = {**CLIENT_PEER, "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}}
         assert all("from" in rule for rule in rules), f"the activator's policy admits every source: {rules}"
-        assert any(translated in rule["from"] for rule in rules), rules
+        assert [rule["from"] for rule in rules] == [[translated]], rules
         assert {p["port"] for rule in rules for p in rule["ports"]} == set(ports.values()), rules
+
+        # A person narrows the model's policy while it sleeps: the activator's follows.
+        model_policy = await kube.get("NetworkPolicy", NAMESPACE, name)
+        assert model_policy is not None
+        narrowed = [
+            {**rule, "from": [OTHER_PEER]} if CLIENT_PEER in rule.get("from", []) else rule
+            for rule in model_policy["spec"]["ingress"]
+        ]
+        await kube.patch("NetworkPolicy", NAMESPACE, name, {"spec": {"ingress": narrowed}})
+        moved = {**OTHER_PEER, "namespaceSelector": translated["namespaceSelector"]}
+
+        async def followed() -> bool:
+            found = await kube.get("NetworkPolicy", ACTIVATOR_NAMESPACE, wake_endpoints.policy_name(NAMESPACE, name))
+            return found is not None and [r.get("from") for r in found["spec"]["ingress"]] == [[moved]]
+
+        await kube.wait("the activator's policy to follow the model's", followed, timeout=60)
+        msvc = await kube.get("ModelService", NAMESPACE, name)
+        assert msvc is not None and msvc["status"]["lifecycle"]["phase"] == "ScaledToZero"
     finally:
         helm.uninstall(release, NAMESPACE)
         await kube.wait_gone("Deployment", NAMESPACE, name, timeout=120)

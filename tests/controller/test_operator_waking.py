@@ -307,3 +307,39 @@ async def test_the_activators_policy_admits_whom_the_models_own_policies_admit(
         }
     ]
     assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/component": "activator"}}
+
+
+async def test_while_asleep_the_activators_policy_follows_a_change_of_the_models(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
+) -> None:
+    """1. asleep, the model's own policy admitting 10.0.0.0/8 2. a person narrows it to 10.1.0.0/16
+    (the slices, ports and activator pods unchanged). Result: the activator's policy admits
+    10.1.0.0/16 alone, and the service stays asleep."""
+    emu, _ = cluster
+
+    def model_policy(cidr: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": "llama", "namespace": NAMESPACE, "labels": {"drainrouter.dev/service": "llama"}},
+            "spec": {
+                "podSelector": {"matchLabels": {"app.kubernetes.io/instance": "llama"}},
+                "ingress": [{"from": [{"ipBlock": {"cidr": cidr}}]}],
+            },
+        }
+
+    def admitted() -> list[Any]:
+        policy = emu.get(POLICIES, ACTIVATOR_NAMESPACE, wake_endpoints.policy_name(NAMESPACE, "llama"))
+        return [] if policy is None else [p for rule in policy["spec"]["ingress"] for p in rule.get("from", [])]
+
+    await emu.put(POLICIES, model_policy("10.0.0.0/8"))
+    await service(cluster, routers)
+    await start_operator(**fast(act))
+    await asleep(emu)
+    assert admitted() == [{"ipBlock": {"cidr": "10.0.0.0/8"}}]
+    async with emu._lock:  # a person's edit: the ingress rule replaced (a JSON patch, as kubectl sends)
+        key = emu.key(POLICIES, NAMESPACE, "llama")
+        emu._write(
+            key, [{"op": "replace", "path": "/spec/ingress", "value": model_policy("10.1.0.0/16")["spec"]["ingress"]}]
+        )
+        await emu._flush()
+    await eventually(lambda: admitted() == [{"ipBlock": {"cidr": "10.1.0.0/16"}}], what="the policy followed")
+    assert lifecycle(emu)["phase"] == "ScaledToZero" and deployment(emu)["spec"]["replicas"] == 0

@@ -222,7 +222,8 @@ def test_policy_names_fit_and_stay_distinct() -> None:
 @pytest.mark.parametrize("row", casefiles.params(casefiles.load("wake_endpoints/peers.yaml")))
 def test_translate_peers(row: dict[str, Any]) -> None:
     labels = row.get("podLabels", {"app": "llama"})
-    assert wake_endpoints.translate_peers(row["policies"], "team-a", labels) == row["expect"]
+    targets = frozenset(row["targets"]) if "targets" in row else None
+    assert wake_endpoints.translate_peers(row["policies"], "team-a", labels, targets) == row["expect"]
 
 
 @pytest.mark.parametrize(

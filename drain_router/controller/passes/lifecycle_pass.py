@@ -77,6 +77,7 @@ async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, 
                 fresh, _ = await status_.write_status(ctx, fresh, waking.revert(read), logger)
                 return fresh, standard
             return fresh, min(requeue_at, standard) if plan.step.action is not None else requeue_at
+        await waking.follow(turn, fresh, plan)  # nothing to do: the activator's policy kept in step
     if decision.action is None:
         return fresh, requeue_at
     # 2. Act (one action per pass), 3. events.

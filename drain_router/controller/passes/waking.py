@@ -317,6 +317,20 @@ async def act(
     return True
 
 
+async def follow(turn: turn_.Turn, fresh: Mapping[str, Any], plan_: Plan) -> None:
+    """A pass with nothing to do while the activator is the Services' endpoint: its NetworkPolicy
+    follows the model's own (a person may narrow ``trafficFrom`` while the service sleeps), written
+    only when it differs. A refused write is logged and tried again next pass."""
+    sight = plan_.sight
+    if not sight.assigned or sight.endpoints is not activation.Endpoints.ACTIVATOR:
+        return
+    try:
+        await _write_policy(turn, fresh, sight)
+    except kube_.CallFailed as exc:
+        turn.logger.warning(f"the activator's NetworkPolicy was not brought in step, next pass: {exc.failure}")
+        turn.ctx.metrics.action_errors.labels("UpdateActivatorPolicy").inc()
+
+
 def _warn_no_wake_on_request(turn: turn_.Turn, fresh: Mapping[str, Any], sight: Sight) -> None:
     """Asleep behind an InferencePool (it selects pods, not a Service's endpoints), or with no Service
     at all: no request reaches the activator; say so once per run."""
@@ -376,7 +390,9 @@ async def _write_policy(turn: turn_.Turn, fresh: Mapping[str, Any], sight: Sight
         activator=activator,
         activator_selector=(service.get("spec") or {}).get("selector") or {},
         owner=owner,
-        peers=wake_endpoints.translate_peers(owned, owner.namespace, pod_labels),
+        peers=wake_endpoints.translate_peers(
+            owned, owner.namespace, pod_labels, wake_endpoints.target_ports(sight.services)
+        ),
         ports=sight.assigned,
     )
     ref = dataclasses.replace(POLICIES, name=body["metadata"]["name"])
