@@ -158,3 +158,12 @@ async def test_a_service_deleted_while_asleep_tears_down_and_gives_its_ports_bac
     assert not late, late
     assert act.ports() == {} and emu.get(CONFIGMAP, ACTIVATOR_NAMESPACE, "activator-ports") is not None
     assert emu.get(POLICIES, ACTIVATOR_NAMESPACE, f"drain-router-{NAMESPACE}-llama") is None
+    # The policy goes before the ports: a port given to another service never keeps this one's peers.
+    calls = [
+        (str(r.method).upper().rsplit(".", 1)[-1], r.resource.plural)
+        for r in emu._requests
+        if r.resource is not None and r.resource.plural in ("networkpolicies", "configmaps")
+    ]
+    assert calls.index(("DELETE", "networkpolicies")) < max(
+        i for i, c in enumerate(calls) if c == ("PATCH", "configmaps")
+    )

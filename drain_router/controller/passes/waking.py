@@ -411,9 +411,11 @@ async def _remove_endpoints(turn: turn_.Turn, fresh: Mapping[str, Any], sight: S
 
 
 async def release(ctx: context.Context, fresh: Mapping[str, Any], logger: Any) -> None:
-    """The ModelService is gone (its finalizer releases it): its activator ports back to the map
-    (written on the resourceVersion read) and its NetworkPolicy deleted. Its slices go with it (their
-    owner reference). A failure is logged, not retried: the entries then wait for a sweep."""
+    """The ModelService is gone (its finalizer releases it): its NetworkPolicy deleted, then its
+    activator ports given back to the map (written on the resourceVersion read). In that order: a
+    port given to another service must not keep this one's peers. A service that never slept has
+    no ports (and so no policy): nothing is written. Its slices go with it (their owner reference).
+    A failure is logged, not retried: the entries then wait for a sweep."""
     activator = ctx.settings.activator_service
     if activator is None:
         return
@@ -422,15 +424,14 @@ async def release(ctx: context.Context, fresh: Mapping[str, Any], logger: Any) -
         stored = await ctx.kube.get_configmap(activator.namespace, activator.configmap)
         table = service_ports.parse((stored or {}).get("data"))
         mine = [p for p, a in table.items() if (a.namespace, a.name) == (owner.namespace, owner.name)]
-        if stored is not None and mine:
-            version = (stored.get("metadata") or {}).get("resourceVersion")
-            await ctx.kube.write_configmap(
-                activator.namespace, activator.configmap, dict.fromkeys(map(str, mine)), version
-            )
-            logger.info(f"activator ports released: {sorted(mine)}")
+        if stored is None or not mine:
+            return
         await ctx.kube.delete_networkpolicy(
             activator.namespace, wake_endpoints.policy_name(owner.namespace, owner.name)
         )
+        version = (stored.get("metadata") or {}).get("resourceVersion")
+        await ctx.kube.write_configmap(activator.namespace, activator.configmap, dict.fromkeys(map(str, mine)), version)
+        logger.info(f"activator ports released: {sorted(mine)}")
     except kube_.CallFailed as exc:
         logger.warning(f"the activator's port map or policy of this service was not released: {exc.failure}")
 
