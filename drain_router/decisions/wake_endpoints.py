@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from drain_router.decisions import activation, ownership, service_ports
+from drain_router.decisions import activation, activator, ownership, service_ports
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
@@ -280,10 +280,15 @@ def selects_ingress(policy: Mapping[str, Any], pod_labels: Mapping[str, str]) ->
     return "Ingress" in types and _matches(spec.get("podSelector"), pod_labels)
 
 
-def target_ports(services: Iterable[Mapping[str, Any]]) -> frozenset[int | str]:
+def target_ports(services: Iterable[Mapping[str, Any]], spec: Mapping[str, Any]) -> frozenset[int | str]:
     """Where the Services send their clients on the pods: each TCP port's ``targetPort`` (a number
-    or a container port's name; absent: the port's number)."""
-    out: set[int | str] = set()
+    or a container port's name; absent: the port's number), and the router's traffic ports by number
+    (``spec.router.port`` and ``grpcPort``), which a named ``targetPort`` stands for (the pods'
+    container ports are not read: a sleeping service has none)."""
+    out: set[int | str] = {activator.router_port(spec)}
+    grpc = activator.router_grpc_port(spec)
+    if grpc is not None:
+        out.add(grpc)
     for service in services:
         for port in tcp_ports(service):
             target = port.get("targetPort", port.get("port"))

@@ -257,3 +257,48 @@ def test_the_policy_admits_the_peers_to_the_services_ports_only(peers: Any, ingr
         "policyTypes": ["Ingress"],
         "ingress": ingress,
     }
+
+
+@pytest.mark.parametrize(
+    ("services", "spec", "targets"),
+    [
+        ([{"spec": {"ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}], {}, {8080, "http"}),
+        (
+            [
+                {
+                    "spec": {
+                        "ports": [{"port": 80, "targetPort": 8181}, {"name": "grpc", "port": 81, "targetPort": "grpc"}]
+                    }
+                }
+            ],
+            {"router": {"port": 8181, "grpcPort": 9000}},
+            {8181, 9000, "grpc"},
+        ),
+        (
+            [{"spec": {"ports": [{"port": 80}, {"port": 53, "protocol": "UDP"}]}}],
+            {"router": {"port": 8080}},
+            {8080, 80},
+        ),
+    ],
+    ids=["a-named-target-stands-for-the-router-port", "numbers-names-and-the-grpc-port", "no-target-is-the-port"],
+)
+def test_target_ports(services: list[Any], spec: dict[str, Any], targets: set[Any]) -> None:
+    """What the model's policies must admit a client to, for the activator to admit it: the Services'
+    target ports as written, and the router's ports by number (a named target stands for one)."""
+    assert wake_endpoints.target_ports(services, spec) == frozenset(targets)
+
+
+def test_a_policy_naming_the_router_port_by_number_covers_a_service_naming_it() -> None:
+    """The model chart's case: the Service targets ``http``, the model's policy admits on 8080."""
+    policy = {
+        "spec": {
+            "podSelector": {},
+            "ingress": [
+                {"ports": [{"port": 8080}], "from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]},
+                {"ports": [{"port": 9091}], "from": [{"ipBlock": {"cidr": "10.9.0.0/16"}}]},
+            ],
+        }
+    }
+    services = [{"spec": {"ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}]
+    targets = wake_endpoints.target_ports(services, {"router": {"port": 8080}})
+    assert wake_endpoints.translate_peers([policy], "team-a", {}, targets) == [{"ipBlock": {"cidr": "10.0.0.0/8"}}]

@@ -391,7 +391,7 @@ async def _write_policy(turn: turn_.Turn, fresh: Mapping[str, Any], sight: Sight
         activator_selector=(service.get("spec") or {}).get("selector") or {},
         owner=owner,
         peers=wake_endpoints.translate_peers(
-            owned, owner.namespace, pod_labels, wake_endpoints.target_ports(sight.services)
+            owned, owner.namespace, pod_labels, wake_endpoints.target_ports(sight.services, fresh.get("spec") or {})
         ),
         ports=sight.assigned,
     )
