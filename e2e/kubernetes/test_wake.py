@@ -777,6 +777,8 @@ async def test_a_grpc_call_wakes_a_service_through_its_service(kube: Kube, helm:
         await kube.wait_gone("Deployment", NAMESPACE, name, timeout=120)
 
 
+ROUTER_PORT, ROUTER_ADMIN_PORT = 8080, 9091
+"""The model chart's router ports (its defaults, as the scenarios install it)."""
 CLIENT_PEER = {"podSelector": {"matchLabels": {"role": "client"}}}
 OTHER_PEER = {"podSelector": {"matchLabels": {"role": "other-client"}}}
 
@@ -802,7 +804,15 @@ async def test_the_activator_admits_only_what_the_model_admits(kube: Kube, helm:
         report.append(f"activator policy for a model admitting {CLIENT_PEER}: {rules}")
         translated = {**CLIENT_PEER, "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}}
         assert all("from" in rule for rule in rules), f"the activator's policy admits every source: {rules}"
-        assert [rule["from"] for rule in rules] == [[translated]], rules
+        # What the model's own policy admits to its traffic port (the client peer and the activator's
+        # own pods), from the activator's namespace; never its admin port's peer (the controller).
+        installed = await kube.get("NetworkPolicy", NAMESPACE, name)
+        assert installed is not None
+        by_port = {p["port"]: rule.get("from", []) for rule in installed["spec"]["ingress"] for p in rule["ports"]}
+        pinned = {"namespaceSelector": translated["namespaceSelector"]}
+        expected = [peer if "namespaceSelector" in peer else {**peer, **pinned} for peer in by_port[ROUTER_PORT]]
+        assert [rule["from"] for rule in rules] == [expected], rules
+        assert translated in expected and not any(peer in expected for peer in by_port[ROUTER_ADMIN_PORT]), rules
         assert {p["port"] for rule in rules for p in rule["ports"]} == set(ports.values()), rules
 
         # A person narrows the model's policy while it sleeps: the activator's follows.
