@@ -1,7 +1,7 @@
-"""A gateway fed from the cluster: a real HAProxy configured from the HTTPRoutes, Services and
-EndpointSlices the API server holds, the way a Gateway API implementation reads them.
+"""A gateway fed from the cluster: a real HAProxy configured from the HTTPRoutes, GRPCRoutes,
+Services and EndpointSlices the API server holds, the way a Gateway API implementation reads them.
 
-It watches the three kinds, and ``delay_secs`` after each change it brings HAProxy to what it saw
+It watches those kinds (and ReferenceGrants), and ``delay_secs`` after each change it brings HAProxy to what it saw
 then, the way HAProxy-based ingress controllers do: a change of endpoints only through the runtime
 API (each backend has a fixed set of server slots; a new address takes a free slot and is set
 ``ready``, a gone one is set to ``maint``, which sends it no new request and leaves the requests it
@@ -15,6 +15,9 @@ What it reads, as implementations do:
 - an HTTPRoute's ``hostnames`` (matched against the Host header; none: every host), its first
   rule's ``backendRefs`` (Services, in the route's namespace or another one) and that rule's
   ``RequestHeaderModifier`` filters (``set`` and ``add``);
+- a GRPCRoute's the same way, on a listener of its own that speaks HTTP/2 with prior knowledge
+  (h2c, as gRPC clients do) and HTTP/2 to the backends (``proto h2``), ``:authority`` as the host;
+  a route's method matches are not read (every call to its hosts goes to its first rule);
 - a Service's port (the ``backendRef``'s) and its name, which picks the EndpointSlice port;
 - EndpointSlice conditions: the ``ready`` endpoints take traffic; when none is ready, the
   ``serving`` ones that are terminating do (what Envoy-based gateways and kube-proxy do); the rest
@@ -43,6 +46,7 @@ from drain_router_dev.process import LOOPBACK, free_port
 
 KINDS = {
     "HTTPRoute": "/apis/gateway.networking.k8s.io/v1/httproutes",
+    "GRPCRoute": "/apis/gateway.networking.k8s.io/v1/grpcroutes",
     "Service": "/api/v1/services",
     "EndpointSlice": "/apis/discovery.k8s.io/v1/endpointslices",
     "ReferenceGrant": "/apis/gateway.networking.k8s.io/v1beta1/referencegrants",
@@ -51,13 +55,15 @@ KINDS = {
 
 @dataclasses.dataclass(frozen=True)
 class Backend:
-    """One route's backend in HAProxy: its name, the hosts it answers, header edits, servers."""
+    """One route's backend in HAProxy: its name, the hosts it answers, header edits, servers, and
+    whether it is a GRPCRoute's (HTTP/2 both sides) or an HTTPRoute's."""
 
     name: str
     hosts: tuple[str, ...]
     set_headers: tuple[tuple[str, str], ...]
     add_headers: tuple[tuple[str, str], ...]
     servers: tuple[tuple[str, int], ...]
+    grpc: bool = False
 
 
 def _key(obj: Json) -> tuple[str, str]:
@@ -91,8 +97,8 @@ def endpoints(slices: list[Json], namespace: str, service: Json, port: int) -> t
     return tuple(sorted(ready or serving))
 
 
-def granted(grants: list[Json], route_namespace: str, namespace: str, service: str) -> bool:
-    """Whether an HTTPRoute in ``route_namespace`` may name the Service ``namespace``/``service``:
+def granted(grants: list[Json], route_namespace: str, namespace: str, service: str, kind: str = "HTTPRoute") -> bool:
+    """Whether a route of ``kind`` in ``route_namespace`` may name the Service ``namespace``/``service``:
     the same namespace, or a ReferenceGrant there admitting it."""
     if namespace == route_namespace:
         return True
@@ -101,7 +107,7 @@ def granted(grants: list[Json], route_namespace: str, namespace: str, service: s
             continue
         spec = grant.get("spec") or {}
         admits = any(
-            f.get("group") == "gateway.networking.k8s.io" and f.get("kind") == "HTTPRoute"
+            f.get("group") == "gateway.networking.k8s.io" and f.get("kind") == kind
             and f.get("namespace") == route_namespace
             for f in spec.get("from") or []
         )  # fmt: skip
@@ -114,12 +120,17 @@ def granted(grants: list[Json], route_namespace: str, namespace: str, service: s
     return False
 
 
-def backends(routes: list[Json], services: list[Json], slices: list[Json], grants: list[Json]) -> list[Backend]:
-    """Pure: what the gateway serves, from the objects as the API server holds them."""
+def backends(
+    routes: list[Json], grpc_routes: list[Json], services: list[Json], slices: list[Json], grants: list[Json]
+) -> list[Backend]:
+    """Pure: what the gateway serves, from the objects as the API server holds them: the HTTPRoutes'
+    backends, then the GRPCRoutes'."""
     by_name = {_key(s): s for s in services}
     found: list[Backend] = []
-    for route in sorted(routes, key=_key):
+    tagged = [(r, False) for r in sorted(routes, key=_key)] + [(r, True) for r in sorted(grpc_routes, key=_key)]
+    for route, grpc in tagged:
         namespace, name = _key(route)
+        kind = "GRPCRoute" if grpc else "HTTPRoute"
         rules = route["spec"].get("rules") or [{}]
         rule = rules[0]
         servers: list[tuple[str, int]] = []
@@ -128,7 +139,7 @@ def backends(routes: list[Json], services: list[Json], slices: list[Json], grant
                 continue
             ref_namespace = ref.get("namespace", namespace)
             service = by_name.get((ref_namespace, ref["name"]))
-            if service is not None and granted(grants, namespace, ref_namespace, ref["name"]):
+            if service is not None and granted(grants, namespace, ref_namespace, ref["name"], kind):
                 servers.extend(endpoints(slices, ref_namespace, service, int(ref.get("port", 80))))
         sets: list[tuple[str, str]] = []
         adds: list[tuple[str, str]] = []
@@ -138,9 +149,9 @@ def backends(routes: list[Json], services: list[Json], slices: list[Json], grant
                 sets.extend((h["name"], h["value"]) for h in modifier.get("set", []))
                 adds.extend((h["name"], h["value"]) for h in modifier.get("add", []))
         found.append(Backend(
-            f"r_{namespace}_{name}".replace("-", "_").replace(".", "_"),
+            f"{'g' if grpc else 'r'}_{namespace}_{name}".replace("-", "_").replace(".", "_"),
             tuple(h.lower() for h in route["spec"].get("hostnames", [])),
-            tuple(sets), tuple(adds), tuple(servers),
+            tuple(sets), tuple(adds), tuple(servers), grpc,
         ))  # fmt: skip
     return found
 
@@ -207,9 +218,11 @@ def structure(found: list[Backend]) -> list[Backend]:
     return [dataclasses.replace(backend, servers=()) for backend in found]
 
 
-def render(port: int, found: list[Backend], socket: Path, slots: dict[str, list[Slot]]) -> str:
-    """HAProxy configuration text. Pure. ``socket``: the stats socket that hands the listeners to
-    the next worker at a reload (no connection refused while it takes over)."""
+def render(port: int, grpc_port: int, found: list[Backend], socket: Path, slots: dict[str, list[Slot]]) -> str:
+    """HAProxy configuration text. Pure. Two listeners: ``port`` for the HTTPRoutes (HTTP/1.1),
+    ``grpc_port`` for the GRPCRoutes (HTTP/2 with prior knowledge, h2c, as gRPC clients speak it,
+    and to the backends). ``socket``: the stats socket that hands the listeners to the next worker
+    at a reload (no connection refused while it takes over)."""
     lines = [
         "global",
         "    maxconn 4096",
@@ -228,26 +241,39 @@ def render(port: int, found: list[Backend], socket: Path, slots: dict[str, list[
         "    timeout tunnel 120s",
         "    retries 0",
         "",
-        "frontend gateway",
-        f"    bind {LOOPBACK}:{port}",
-        "    http-request set-var(txn.host) req.hdr(host),field(1,:),lower",
     ]
-    catch_all = None
-    for backend in found:
-        if backend.hosts:
-            hosts = " ".join(backend.hosts)
-            lines.append(f"    use_backend {backend.name} if {{ var(txn.host) -m str {hosts} }}")
-        elif catch_all is None:
-            catch_all = backend.name
-    if catch_all is not None:
-        lines.append(f"    default_backend {catch_all}")
+    for frontend, bind, grpc in (
+        ("gateway", f"{LOOPBACK}:{port}", False),
+        ("grpc", f"{LOOPBACK}:{grpc_port} proto h2", True),
+    ):
+        lines += [
+            f"frontend {frontend}",
+            f"    bind {bind}",
+            # HTTP/2's :authority is the Host header here.
+            "    http-request set-var(txn.host) req.hdr(host),field(1,:),lower",
+        ]
+        catch_all = None
+        for backend in found:
+            if backend.grpc != grpc:
+                continue
+            if backend.hosts:
+                hosts = " ".join(backend.hosts)
+                lines.append(f"    use_backend {backend.name} if {{ var(txn.host) -m str {hosts} }}")
+            elif catch_all is None:
+                catch_all = backend.name
+        if catch_all is not None:
+            lines.append(f"    default_backend {catch_all}")
+        lines.append("")
     for backend in found:
         lines += ["", f"backend {backend.name}", "    balance roundrobin", "    http-reuse always"]
         lines += [f'    http-request set-header {n} "{v}"' for n, v in backend.set_headers]
         lines += [f'    http-request add-header {n} "{v}"' for n, v in backend.add_headers]
+        h2 = " proto h2" if backend.grpc else ""
         for index, slot in enumerate(slots[backend.name]):
             lines.append(
-                f"    server s{index} {slot[0]}:{slot[1]}" if slot else f"    server s{index} {LOOPBACK}:1 disabled"
+                f"    server s{index} {slot[0]}:{slot[1]}{h2}"
+                if slot
+                else f"    server s{index} {LOOPBACK}:1 disabled{h2}"
             )
     return "\n".join(lines) + "\n"
 
@@ -261,6 +287,7 @@ class Gateway:
         self.workdir = workdir
         self.delay_secs = delay_secs
         self.port = free_port()
+        self.grpc_port = free_port()
         self.objects: dict[str, dict[tuple[str, str], Json]] = {kind: {} for kind in KINDS}
         self.config = workdir / "haproxy.cfg"
         self.socket = workdir / "haproxy.sock"
@@ -278,6 +305,11 @@ class Gateway:
     def url(self) -> str:
         return f"http://{LOOPBACK}:{self.port}"
 
+    @property
+    def grpc_target(self) -> str:
+        """Where a gRPC client connects (``host:port``, h2c)."""
+        return f"{LOOPBACK}:{self.grpc_port}"
+
     def wanted(self) -> list[Backend]:
         return backends(*(list(self.objects[kind].values()) for kind in KINDS))
 
@@ -287,7 +319,7 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self._watch(kind, version)))
         self.applied = self.wanted()
         self._place(self.applied)
-        self.config.write_text(render(self.port, self.applied, self.socket, self.slots))
+        self.config.write_text(render(self.port, self.grpc_port, self.applied, self.socket, self.slots))
         log = (self.workdir / "haproxy.log").open("ab")
         self.process = subprocess.Popen(
             [self.binary, "-W", "-db", "-f", str(self.config)], stdout=log, stderr=subprocess.STDOUT,
@@ -299,16 +331,20 @@ class Gateway:
         self._tasks.append(asyncio.create_task(self._applier()))
 
     async def _listening(self) -> None:
+        for port in (self.port, self.grpc_port):
+            await self._listening_on(port)
+
+    async def _listening_on(self, port: int) -> None:
         for _ in range(300):
             assert self.process is not None
             if self.process.poll() is not None:
                 raise RuntimeError(f"haproxy exited: {(self.workdir / 'haproxy.log').read_text()[-2000:]}")
             with contextlib.suppress(OSError):
-                _, writer = await asyncio.open_connection(LOOPBACK, self.port)
+                _, writer = await asyncio.open_connection(LOOPBACK, port)
                 writer.close()
                 return
-            await asyncio.sleep(0.05)
-        raise RuntimeError("haproxy never listened")
+            await asyncio.sleep(0.05)  # polled: HAProxy says nowhere when it listens
+        raise RuntimeError(f"haproxy never listened on {port}")
 
     async def _list(self, kind: str) -> str:
         listed = await list_when_ready(self.api, KINDS[kind])
@@ -371,7 +407,7 @@ class Gateway:
         with (self.workdir / "applied.log").open("a") as history:
             history.write(f"{time.time():.3f} {'reload' if reload else 'runtime'} {seen}\n")
         if reload:
-            self.config.write_text(render(self.port, seen, self.socket, self.slots))
+            self.config.write_text(render(self.port, self.grpc_port, seen, self.socket, self.slots))
             os.kill(self.process.pid, signal.SIGUSR2)
             self.reloads += 1
             return
@@ -381,7 +417,7 @@ class Gateway:
         if lines:
             await self._command("; ".join(lines))
         # The configuration file follows too, for the next reload and for the post-mortem.
-        self.config.write_text(render(self.port, seen, self.socket, self.slots))
+        self.config.write_text(render(self.port, self.grpc_port, seen, self.socket, self.slots))
 
     async def _command(self, text: str) -> str:
         reader, writer = await asyncio.open_unix_connection(str(self.socket))
@@ -391,10 +427,10 @@ class Gateway:
         writer.close()
         return answer.decode()
 
-    def servers(self, host: str) -> tuple[tuple[str, int], ...]:
-        """What the gateway sends requests for ``host`` to right now."""
+    def servers(self, host: str, *, grpc: bool = False) -> tuple[tuple[str, int], ...]:
+        """What the gateway sends requests for ``host`` to right now (gRPC calls: ``grpc``)."""
         for backend in self.applied:
-            if host.lower() in backend.hosts:
+            if backend.grpc == grpc and host.lower() in backend.hosts:
                 return backend.servers
         return ()
 

@@ -3,11 +3,12 @@ servers keep their slots, which runtime commands move HAProxy from one state to 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from e2e.kubernetes.gateway import SLOTS, Backend, assign, backends, commands, endpoints, structure
+from e2e.kubernetes.gateway import SLOTS, Backend, assign, backends, commands, endpoints, granted, render, structure
 
 
 def service(name: str, ns: str = "team-a", ports: tuple[tuple[str, int], ...] = (("http", 80),)) -> dict[str, Any]:
@@ -68,12 +69,53 @@ def test_backends_follow_the_route_and_its_header_filter() -> None:
             "to": [{"group": "", "kind": "Service", "name": "act"}],
         },
     }
-    found = backends([route], services, slices, [grant])
+    found = backends([route], [], services, slices, [grant])
     assert found == [
         Backend("r_team_a_r", ("m.example",), (("x-s", "team-a/m"),), (("x-a", "1"),), (("10.0.0.7", 8080),))
     ]
     # Without a ReferenceGrant in the Service's namespace, the route reaches nothing there.
-    assert backends([route], services, slices, [])[0].servers == ()
+    assert backends([route], [], services, slices, [])[0].servers == ()
+
+
+def test_a_grpc_route_is_served_over_http2_on_its_own_listener() -> None:
+    grpc_route = {
+        "metadata": {"name": "g", "namespace": "team-a"},
+        "spec": {"rules": [{"backendRefs": [{"name": "m", "port": 81}]}]},
+    }
+    http_route = {
+        "metadata": {"name": "h", "namespace": "team-a"},
+        "spec": {"rules": [{"backendRefs": [{"name": "m"}]}]},
+    }
+    grpc_service = service("m")
+    grpc_service["spec"]["ports"].append({"name": "grpc", "port": 81})
+    slices = [endpoint_slice("m", [("10.0.0.2", True, True)])]
+    slices[0]["ports"].append({"name": "grpc", "port": 8081})
+    found = backends([http_route], [grpc_route], [grpc_service], slices, [])
+    assert found == [
+        Backend("r_team_a_h", (), (), (), (("10.0.0.2", 8080),)),
+        Backend("g_team_a_g", (), (), (), (("10.0.0.2", 8081),), grpc=True),
+    ]
+    slots = {b.name: [b.servers[0], *[None] * (SLOTS - 1)] for b in found}
+    text = render(1000, 1001, found, Path("/s"), slots)
+    gateway, grpc = text.split("frontend gateway")[1].split("frontend grpc")
+    assert "bind 127.0.0.1:1000\n" in gateway and "default_backend r_team_a_h" in gateway
+    assert "bind 127.0.0.1:1001 proto h2" in grpc and "default_backend g_team_a_g" in grpc.split("backend r_")[0]
+    backend_g = text.split("\nbackend g_team_a_g")[1]
+    assert "server s0 10.0.0.2:8081 proto h2" in backend_g and "disabled proto h2" in backend_g
+    backend_r = text.split("\nbackend r_team_a_h")[1].split("\nbackend g_")[0]
+    assert "proto h2" not in backend_r
+
+
+def test_a_grant_for_httproutes_does_not_admit_a_grpc_route() -> None:
+    grant = {
+        "metadata": {"name": "x", "namespace": "sys"},
+        "spec": {
+            "from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "team-a"}],
+            "to": [{"group": "", "kind": "Service"}],
+        },
+    }
+    assert granted([grant], "team-a", "sys", "m", "HTTPRoute")
+    assert not granted([grant], "team-a", "sys", "m", "GRPCRoute")
 
 
 def test_a_server_keeps_its_slot_and_a_freed_slot_is_taken_last() -> None:
