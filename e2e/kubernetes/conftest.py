@@ -52,13 +52,14 @@ def missing() -> str | None:
 
 
 def controller_values() -> dict[str, object]:
-    """The controller chart as the scenarios install it. GRPCRoute and InferencePool teardown are off:
-    no scenario has a route of those kinds yet, and the RBAC audit (``test_rbac_audit.py``) refuses a
-    grant that no scenario uses; they are proven against the API emulator (tests/controller/)."""
+    """The controller chart as the scenarios install it. InferencePool teardown is off: no scenario
+    has one, and the RBAC audit (``test_rbac_audit.py``)
+    refuses a grant that no scenario uses; it is proven against the API emulator (tests/controller/).
+    GRPCRoute teardown is on: the gRPC wake through a GRPCRoute is uninstalled with its route."""
     return {
         "image": {"repository": "drain-router"},
         "watch": {"allNamespaces": True},
-        "features": {"grpcRoutes": False, "inferencePools": False},
+        "features": {"grpcRoutes": True, "inferencePools": False},
         "activator": {"enabled": True},
     }
 

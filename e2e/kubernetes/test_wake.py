@@ -37,11 +37,10 @@ who wrote what. Every assertion about the user's objects and the Service's endpo
 the clients saw it (first request sent to the activator -> its first byte) beside the controller's
 ``coldStartSeconds`` and the activator's ``activation_seconds``.
 
-A third way, gRPC (:func:`test_a_grpc_call_wakes_a_service_through_its_service`): clients of the
-Service's ``grpc`` port (``appProtocol: kubernetes.io/h2c``) through its ClusterIP, calling vLLM's
-``Generate`` on the fake model; the service gets an activator port per protocol. Not through a
-GRPCRoute: the gateway here speaks HTTP/1.1 to its backends and reads no GRPCRoute, and the e2e
-installs have ``features.grpcRoutes`` off (docs/kubernetes.md, "The proof on a real control plane").
+And gRPC (:func:`test_a_grpc_call_wakes_a_service_scaled_to_zero`), vLLM's ``Generate`` on the fake
+model, two ways: through the gateway and the user's GRPCRoute (HTTP/2 on both sides), and to the
+Service's ``grpc`` port (``appProtocol: kubernetes.io/h2c``) through its ClusterIP. The service gets
+an activator port per protocol.
 """
 
 from __future__ import annotations
@@ -82,7 +81,7 @@ ACTIVATOR = "ctl-drain-router-controller-activator"
 ACTIVATOR_ADMIN_PORT = 9091
 ACTIVATOR_USER = service_account(ACTIVATOR_NAMESPACE, ACTIVATOR)
 PORT_MAP = service_ports.configmap_name(ACTIVATOR)
-WATCHED = ("EndpointSlice", "Deployment", "Pod", "ModelService", "Service", "HTTPRoute")
+WATCHED = ("EndpointSlice", "Deployment", "Pod", "ModelService", "Service", "HTTPRoute", "GRPCRoute")
 GITOPS_PERIOD_SECS = 1.0
 pytestmark = pytest.mark.timeout(600, func_only=True)
 
@@ -586,16 +585,24 @@ def _replicas(history: History, name: str) -> list[int]:
 
 
 GRPC_TOKENS = 20
+GRPC_WAYS = ["grpcroute", "service-clusterip"]
 GRPC_MODEL_PORT = 8001
 """The fake model's gRPC port in the pod (vLLM's engine service): the router's ``--grpc-upstream``."""
 
 
-def grpc_values(namespace: str, release: str) -> dict[str, Any]:
-    """:func:`values` with no route, the router's gRPC listener and the Service's ``grpc`` port
-    (``appProtocol: kubernetes.io/h2c``), the fake model serving vLLM's engine service."""
+def grpc_values(namespace: str, release: str, *, route: bool) -> dict[str, Any]:
+    """:func:`values` with no HTTPRoute, the router's gRPC listener and the Service's ``grpc`` port
+    (``appProtocol: kubernetes.io/h2c``), the fake model serving vLLM's engine service. ``route``: a
+    GRPCRoute (the release's hostname, every method) to that port, or none."""
     found = values(namespace, release, route=False)
     found["modelServer"]["args"] = [*found["modelServer"]["args"], "--grpc-port", str(GRPC_MODEL_PORT)]
     found["grpc"] = {"enabled": True, "modelServerPort": GRPC_MODEL_PORT}
+    if route:
+        found["grpcRoute"] = {
+            "enabled": True,
+            "parentRefs": [{"name": "gateway"}],
+            "hostnames": [models.hostname(namespace, release)],
+        }
     return found
 
 
@@ -615,10 +622,12 @@ class GrpcClients:
     """``count`` gRPC clients of ``target`` (one channel each: one HTTP/2 connection, as one
     application's client has), calling vLLM's ``Generate`` (server streaming) with no retry policy
     and no wait-for-ready: once each (:meth:`once`), then back to back from :meth:`start` to
-    :meth:`stop`."""
+    :meth:`stop`. ``authority``: the ``:authority`` they send (the route's hostname), when not the
+    target's."""
 
     target: str
     count: int
+    authority: str | None = None
     calls: list[Called] = dataclasses.field(default_factory=list)
     _channels: list[Any] = dataclasses.field(default_factory=list)
     _stopping: bool = False
@@ -627,7 +636,8 @@ class GrpcClients:
     def __post_init__(self) -> None:
         import grpc
 
-        self._channels = [grpc.aio.insecure_channel(self.target) for _ in range(self.count)]
+        options = [("grpc.default_authority", self.authority)] if self.authority else None
+        self._channels = [grpc.aio.insecure_channel(self.target, options=options) for _ in range(self.count)]
 
     async def _one(self, number: int) -> Called:
         from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
@@ -668,41 +678,56 @@ class GrpcClients:
         return min(done) >= AFTER_RETURN
 
 
-async def test_a_grpc_call_wakes_a_service_through_its_service(kube: Kube, helm: Helm, report: list[str]) -> None:
-    """The same sleep and wake with no route, gRPC clients of the model Service's ``grpc`` port
-    (its ClusterIP, through kube-proxy). Result: the service given one activator port per protocol,
-    the activator's slice mapping the ``http`` and ``grpc`` ports to them; held calls complete
-    whole (every token, in order, then ``complete``) once a pod serves; the same invariants from the
-    history and the audit log as the HTTP scenarios; the Service as installed."""
-    release = "kg"
+@pytest.mark.parametrize("via", GRPC_WAYS)
+async def test_a_grpc_call_wakes_a_service_scaled_to_zero(
+    kube: Kube, helm: Helm, tmp_path: Path, haproxy_bin: str, via: str, report: list[str]
+) -> None:
+    """The same sleep and wake for gRPC clients, ``via`` the gateway and the user's GRPCRoute, or the
+    model Service's ``grpc`` port (its ClusterIP, through kube-proxy). Result: the service given one
+    activator port per protocol, the activator's slice mapping the ``http`` and ``grpc`` ports to
+    them; held calls complete whole (every token, in order, then ``complete``) once a pod serves; the
+    same invariants from the history and the audit log as the HTTP scenarios; the Service and the
+    GRPCRoute as installed, byte for byte."""
+    route = via == "grpcroute"
+    release = "kgr" if route else "kg"
     name = f"{release}-drain-router"
-    helm.install(release, MODEL_CHART, NAMESPACE, grpc_values(NAMESPACE, release))
+    host = models.hostname(NAMESPACE, release)
+    helm.install(release, MODEL_CHART, NAMESPACE, grpc_values(NAMESPACE, release, route=route))
     started = time.monotonic()
     audit = AuditLog(kube.cluster.audit_log)
     history = History(kube.api, NAMESPACE, WATCHED)
     clients: GrpcClients | None = None
+    gateway: Gateway | None = None
     try:
         pods = await kube.wait(
             "the Service's own slices ready", lambda: _ready(kube, NAMESPACE, name, REPLICAS), timeout=60
         )
-        service = await kube.get("Service", NAMESPACE, name)
-        assert service is not None
-        wake = Wake(NAMESPACE, name, release, {"Service": service})
+        user_kinds = ("Service", "GRPCRoute") if route else ("Service",)
+        originals = {kind: await kube.get(kind, NAMESPACE, name) for kind in user_kinds}
+        assert all(originals.values()), originals
+        wake = Wake(NAMESPACE, name, release, {k: v for k, v in originals.items() if v is not None})
+        service = wake.originals["Service"]
         await history.start()
         (grpc_port,) = [p["port"] for p in service["spec"]["ports"] if p["name"] == "grpc"]
         msvc = await kube.get("ModelService", NAMESPACE, name)
         assert msvc is not None
         router_grpc = msvc["spec"]["router"]["grpcPort"]
         plane = DataPlane(None, "", NAMESPACE, name)
+        if route:
+            gateway = Gateway(kube.api, haproxy_bin, tmp_path)
+            await gateway.start()
+            target, authority = gateway.grpc_target, host
+        else:
+            target, authority = f"{service['spec']['clusterIP']}:{grpc_port}", None
 
         def grpc_at(wanted: set[tuple[str, int]]) -> bool:
+            if gateway is not None:
+                return set(gateway.servers(host, grpc=True)) == wanted
             return kube_proxy(NAMESPACE, name, "grpc") == wanted
 
-        await kube.wait(
-            "kube-proxy sending gRPC to both pods", lambda: _async(grpc_at({(a, router_grpc) for a in pods}))
-        )
+        await kube.wait(f"{via}: gRPC sent to both pods", lambda: _async(grpc_at({(a, router_grpc) for a in pods})))
 
-        clients = GrpcClients(f"{service['spec']['clusterIP']}:{grpc_port}", CLIENTS)
+        clients = GrpcClients(target, CLIENTS, authority)
         warm = await clients.once()
         assert all(not c.outcome.lost for c in warm), warm
         idle_from = time.monotonic()
@@ -720,7 +745,7 @@ async def test_a_grpc_call_wakes_a_service_through_its_service(kube: Kube, helm:
         )
         wake.check_asleep(await kube.list("EndpointSlice", NAMESPACE), service, ports, activators)
         await kube.wait(
-            "kube-proxy sending gRPC to the activator",
+            f"{via}: gRPC sent to the activator",
             lambda: _async(grpc_at({(a, ports["grpc"]) for a in activators})),
         )
         assert plane.at({(a, ports["http"]) for a in activators})
@@ -734,17 +759,17 @@ async def test_a_grpc_call_wakes_a_service_through_its_service(kube: Kube, helm:
             "the Service's own slices ready", lambda: _ready(kube, NAMESPACE, name, REPLICAS), timeout=90
         )
         await kube.wait(
-            "kube-proxy sending gRPC to the pods", lambda: _async(grpc_at({(a, router_grpc) for a in pods})), timeout=30
+            f"{via}: gRPC sent to the pods", lambda: _async(grpc_at({(a, router_grpc) for a in pods})), timeout=30
         )
         returned = time.monotonic()
         await kube.wait(
-            f"{AFTER_RETURN} calls per client after kube-proxy dropped the activator",
+            f"{AFTER_RETURN} calls per client after the data plane dropped the activator",
             lambda: _async(clients.completed_after(returned)),
             timeout=120,
         )
         await history.stop()
         await clients.stop()
-        now = {"Service": await kube.get("Service", NAMESPACE, name)}
+        now = {kind: await kube.get(kind, NAMESPACE, name) for kind in user_kinds}
         written = writes_to_users_objects(audit.calls(), (CONTROLLER_USER, ACTIVATOR_USER))
         lost = [c for c in clients.calls if c.outcome.lost]
         held = [c for c in clients.calls if c.index == 1]
@@ -754,7 +779,7 @@ async def test_a_grpc_call_wakes_a_service_through_its_service(kube: Kube, helm:
         margins = wake.check_history(history)
         replicas = _replicas(history, name)
         report.append(
-            f"wake, gRPC to the Service: {len(clients.calls) - woken_from} calls after the sleep ({CLIENTS} before), "
+            f"wake, gRPC via {via}: {len(clients.calls) - woken_from} calls after the sleep ({CLIENTS} before), "
             f"{len(lost)} lost; asleep {asleep_at - idle_from:.1f} s after the warm calls; activator ports {ports}; "
             f"first held call complete ({GRPC_TOKENS} tokens) {first_done:.2f} s after the first was sent; "
             f"controller coldStartSeconds {lifecycle['coldStartSeconds']:.2f}; wake PATCHes by the activator "
@@ -767,7 +792,11 @@ async def test_a_grpc_call_wakes_a_service_through_its_service(kube: Kube, helm:
         assert len(held) == CLIENTS
         assert replicas == [REPLICAS, 0, REPLICAS], replicas
         assert 200 in wake_patches, "the wake was not asked for by the activator"
+        if gateway is not None:
+            assert gateway.reloads == 0, "the GRPCRoute's backend changed by a reload, not its endpoints"
     finally:
+        if gateway is not None:
+            await gateway.stop()
         if clients is not None:
             if clients._tasks and not clients._stopping:
                 await clients.stop()
