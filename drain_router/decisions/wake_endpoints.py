@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import ipaddress
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -125,8 +126,12 @@ def render_slice(
     addresses: Sequence[str],
 ) -> dict[str, Any]:
     """The EndpointSlice that makes ``addresses`` (the activator pods that listen) the ready endpoints
-    of ``service``, each of its TCP ports at the activator port ``assigned`` to its protocol."""
+    of ``service``, each of its TCP ports at the activator port ``assigned`` to its protocol. Its
+    address type is the Service's (first) IP family; an address of the other family is left out (on
+    a dual-stack cluster whose activator pods' primary IPs are not of that family the slice has no
+    endpoint, and the service is never put to sleep)."""
     name = str((service.get("metadata") or {}).get("name") or "")
+    family = address_type(service)
     ports = [
         {
             "name": p.get("name") or "",
@@ -155,13 +160,28 @@ def render_slice(
                 }
             ],
         },
-        "addressType": "IPv4",
+        "addressType": family,
         "endpoints": [
             {"addresses": [ip], "conditions": {"ready": True, "serving": True, "terminating": False}}
             for ip in sorted(addresses)
+            if _family(ip) == family
         ],
         "ports": ports,
     }
+
+
+def address_type(service: Mapping[str, Any]) -> str:
+    """The ``addressType`` of a slice for ``service``: its first ``spec.ipFamilies`` (``IPv4`` when
+    it names none, as a Service read from an older API server may)."""
+    families = (service.get("spec") or {}).get("ipFamilies") or ["IPv4"]
+    return "IPv6" if families[0] == "IPv6" else "IPv4"
+
+
+def _family(address: str) -> str | None:
+    try:
+        return f"IPv{ipaddress.ip_address(address).version}"
+    except ValueError:
+        return None
 
 
 def ready_addresses(slices: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:

@@ -55,6 +55,35 @@ def test_wanted_is_one_port_per_protocol_of_the_tcp_ports() -> None:
     assert wake_endpoints.wanted("team-a", "llama", [_service({"name": "dns", "protocol": "UDP"})]) == ()
 
 
+@pytest.mark.parametrize(
+    ("families", "addresses", "address_type", "endpoints"),
+    [
+        (None, ["10.0.0.7"], "IPv4", ["10.0.0.7"]),
+        (["IPv4"], ["10.0.0.7", "fd00::7"], "IPv4", ["10.0.0.7"]),
+        (["IPv6"], ["fd00::7"], "IPv6", ["fd00::7"]),
+        (["IPv6", "IPv4"], ["10.0.0.7", "fd00::7"], "IPv6", ["fd00::7"]),
+        # Pods of the other family only: no endpoint, so the service is never put to sleep.
+        (["IPv4"], ["fd00::7"], "IPv4", []),
+        (["IPv4"], ["not-an-ip"], "IPv4", []),
+    ],
+)
+def test_the_slice_is_of_the_services_ip_family(
+    families: list[str] | None, addresses: list[str], address_type: str, endpoints: list[str]
+) -> None:
+    service = _service({"name": "http", "port": 8080})
+    if families is not None:
+        service["spec"]["ipFamilies"] = families
+    body = wake_endpoints.render_slice(
+        owner=OWNER, api_version="drainrouter.dev/v1alpha1", service=service, assigned={"http": 20000},
+        addresses=addresses,
+    )  # fmt: skip
+    assert body["addressType"] == address_type
+    assert [e["addresses"][0] for e in body["endpoints"]] == endpoints
+    assert wake_endpoints.classify(["llama"], [body]) is (
+        activation.Endpoints.ACTIVATOR if endpoints else activation.Endpoints.PARTIAL
+    )
+
+
 def test_the_slice_names_the_service_the_activator_pods_and_the_assigned_ports() -> None:
     service = _service(
         {"name": "http", "port": 8080, "targetPort": "http"},
