@@ -26,6 +26,7 @@ from drain_router.controller import handlers, leader
 from drain_router.controller import metrics as metrics_
 from drain_router.controller import settings as settings_
 from drain_router.controller.kube import client as kube_
+from drain_router.controller.passes import waking
 
 
 def connection_from(configuration: client.Configuration) -> kopf.ConnectionInfo:
@@ -131,19 +132,32 @@ async def context(
 async def operate(
     ctx: context_.Context, *, stop_flag: asyncio.Event | None = None, ready_flag: asyncio.Event | None = None
 ) -> None:
+    """kopf's handlers, and beside them (with an activator) the sweep of the activator's port map,
+    stopped with kopf."""
     registry = kopf.OperatorRegistry()
     handlers.register(registry, ctx)
-    await kopf.operator(
-        registry=registry,
-        standalone=True,
-        clusterwide=ctx.settings.all_namespaces,
-        liveness_endpoint=(
-            f"http://0.0.0.0:{ctx.settings.liveness_port}/healthz" if ctx.settings.liveness_port else None
-        ),
-        namespaces=list(ctx.settings.namespaces),
-        stop_flag=stop_flag,
-        ready_flag=ready_flag,
-    )
+    sweeper = None
+    if ctx.settings.activator_service is not None:
+        sweeper = asyncio.create_task(
+            waking.sweep_forever(ctx, logs.get("drain_router.controller")), name="activator port map sweep"
+        )
+    try:
+        await kopf.operator(
+            registry=registry,
+            standalone=True,
+            clusterwide=ctx.settings.all_namespaces,
+            liveness_endpoint=(
+                f"http://0.0.0.0:{ctx.settings.liveness_port}/healthz" if ctx.settings.liveness_port else None
+            ),
+            namespaces=list(ctx.settings.namespaces),
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    finally:
+        if sweeper is not None:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
 
 
 def run(settings: settings_.ControllerSettings) -> int:

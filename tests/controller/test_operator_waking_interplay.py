@@ -167,3 +167,55 @@ async def test_a_service_deleted_while_asleep_tears_down_and_gives_its_ports_bac
     assert calls.index(("DELETE", "networkpolicies")) < max(
         i for i, c in enumerate(calls) if c == ("PATCH", "configmaps")
     )
+
+
+def _ghost_policy(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"drain-router-{name}", "namespace": ACTIVATOR_NAMESPACE},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
+    }
+
+
+async def test_the_ports_of_a_service_gone_without_its_last_pass_are_swept(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The port map holds entries of ModelServices that no longer exist (removed without their
+    finalizer's last pass), with their NetworkPolicies. 1. the controller starts. Result: those of the
+    watched namespace are given back and their policies deleted, an unwatched namespace's entry kept,
+    the sleeping service's ports kept. 2. another entry left behind while it runs. Result: swept at
+    the next period."""
+    from drain_router.controller.passes import waking
+
+    emu, _ = cluster
+    monkeypatch.setattr(waking, "SWEEP_PERIOD_SECS", 0.2)
+    await emu.put(
+        CONFIGMAP,
+        {
+            "metadata": {"name": "activator-ports", "namespace": ACTIVATOR_NAMESPACE},
+            "data": {
+                "20900": f"{NAMESPACE}/ghost/http",
+                "20901": f"{NAMESPACE}/ghost/grpc",
+                "20902": "elsewhere/x/http",
+            },
+        },
+    )
+    await emu.put(POLICIES, _ghost_policy(f"{NAMESPACE}-ghost"))
+    await service(cluster, routers)
+    await start_operator(**fast(act))
+    await asleep(emu)
+    await eventually(lambda: "20900" not in act.ports(), what="the ghost's ports swept")
+    assert "20901" not in act.ports() and act.ports()["20902"] == "elsewhere/x/http"
+    assert emu.get(POLICIES, ACTIVATOR_NAMESPACE, f"drain-router-{NAMESPACE}-ghost") is None
+    mine = {p for p, a in act.ports().items() if a.startswith(f"{NAMESPACE}/llama/")}
+    assert len(mine) == 2, act.ports()
+
+    # Left behind while the controller runs: swept within a period.
+    async with emu._lock:
+        key = emu.key(CONFIGMAP, ACTIVATOR_NAMESPACE, "activator-ports")
+        emu._write(key, [{"op": "add", "path": "/data/20903", "value": f"{NAMESPACE}/late/http"}])
+        await emu._flush()
+    await emu.put(POLICIES, _ghost_policy(f"{NAMESPACE}-late"))
+    await eventually(lambda: "20903" not in act.ports(), what="the late ghost's port swept")
+    assert emu.get(POLICIES, ACTIVATOR_NAMESPACE, f"drain-router-{NAMESPACE}-late") is None
+    assert {p for p, a in act.ports().items() if a.startswith(f"{NAMESPACE}/llama/")} == mine
+    assert lifecycle(emu)["phase"] == "ScaledToZero"

@@ -47,11 +47,12 @@ class CallFailed(Exception):
 
 
 #: What a call can fail with: an error answer, a kind not served, no answer at all.
-_FAILURES = (ApiException, discovery.DiscoveryError, aiohttp.ClientError, asyncio.TimeoutError)
+FAILURES = (ApiException, discovery.DiscoveryError, aiohttp.ClientError, asyncio.TimeoutError)
+"""What an API call raises when it gets no answer or an error one."""
 
 
 def failure(call: str, exc: BaseException) -> deletion.ApiFailure:
-    """An exception from one of :data:`_FAILURES` -> the failure, with the API server's ``Status``
+    """An exception from one of :data:`FAILURES` -> the failure, with the API server's ``Status``
     message when the answer carried one."""
     if isinstance(exc, discovery.DiscoveryError):
         return deletion.ApiFailure(call=call, code=exc.code, message=exc.message)
@@ -102,7 +103,7 @@ class Kube:
         """The object, ``None`` for NotFound; :class:`CallFailed` for any other failure."""
         try:
             return _as_object(await self._call(await self._discovery.path(ref, namespace), "GET"))
-        except _FAILURES as exc:
+        except FAILURES as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return None
             raise CallFailed(failure(self._discovery.call_name("GET", ref), exc)) from exc
@@ -123,7 +124,7 @@ class Kube:
         }
         try:
             return await self._delete(await self._discovery.path(ref, consent.namespace), body)
-        except _FAILURES as exc:
+        except FAILURES as exc:
             raise CallFailed(failure(self._discovery.call_name("DELETE", ref), exc)) from exc
 
     async def force_delete_pod(self, consent: ownership.Consent) -> int:
@@ -134,7 +135,7 @@ class Kube:
         body = {"apiVersion": "v1", "kind": "DeleteOptions", **grace}
         try:
             return await self._delete(f"/api/v1/namespaces/{consent.namespace}/pods/{consent.name}", body)
-        except _FAILURES as exc:
+        except FAILURES as exc:
             raise CallFailed(failure(f"DELETE v1 pods/{consent.name} (grace 0)", exc)) from exc
 
     async def _delete(self, path: str, body: dict[str, Any]) -> int:
@@ -153,14 +154,14 @@ class Kube:
                     f"/api/v1/namespaces/{namespace}/pods", "GET", query=[("labelSelector", label_selector)]
                 )
             )
-        except _FAILURES as exc:
+        except FAILURES as exc:
             raise CallFailed(failure(f"LIST v1 pods labelSelector={label_selector}", exc)) from exc
         return list((listing or {}).get("items") or [])
 
     async def get_node(self, name: str) -> dict[str, Any] | None:
         try:
             return _as_object(await self._call(f"/api/v1/nodes/{name}", "GET"))
-        except _FAILURES as exc:
+        except FAILURES as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return None
             raise CallFailed(failure(f"GET v1 nodes/{name}", exc)) from exc
@@ -207,7 +208,7 @@ class Kube:
         }
         try:
             return await self._delete(self._modelservice_path(namespace, name), body)
-        except _FAILURES as exc:
+        except FAILURES as exc:
             raise CallFailed(failure(f"DELETE {crd.group()}/{crd.version()} {crd.plural()}/{name}", exc)) from exc
 
     async def scale(self, ref: deletion.ObjectRef, consent: ownership.Consent, replicas: int) -> None:
@@ -222,7 +223,7 @@ class Kube:
             await self._call(
                 await self._discovery.path(ref, consent.namespace), "PATCH", body=body, content_type=MERGE_PATCH
             )
-        except _FAILURES as exc:
+        except FAILURES as exc:
             raise CallFailed(
                 failure(self._discovery.call_name("PATCH", ref) + f" spec.replicas={replicas}", exc)
             ) from exc
@@ -239,7 +240,7 @@ class Kube:
             answer = await self._call(
                 await self._discovery.path(ref, consent.namespace), "PATCH", body=body, content_type=MERGE_PATCH
             )
-        except _FAILURES as exc:
+        except FAILURES as exc:
             call = failure(self._discovery.call_name("PATCH", ref), exc)
             if isinstance(exc, ApiException) and exc.status == 409:
                 raise Conflict(call) from exc
@@ -255,7 +256,7 @@ class Kube:
         try:
             path = (await self._discovery.path(ref, namespace)).rsplit("/", 1)[0]
             listing = _as_object(await self._call(path, "GET", query=query))
-        except _FAILURES as exc:
+        except FAILURES as exc:
             raise CallFailed(
                 failure(self._discovery.call_name("LIST", ref) + f" labelSelector={label_selector}", exc)
             ) from exc
@@ -279,7 +280,7 @@ class Kube:
         try:
             path = (await self._discovery.path(ref, consent.namespace)).rsplit("/", 1)[0]
             answer = await self._call(path, "POST", body=body)
-        except _FAILURES as exc:
+        except FAILURES as exc:
             call = failure(self._discovery.call_name("POST", ref), exc)
             if isinstance(exc, ApiException) and exc.status == 409:
                 raise Conflict(call) from exc
@@ -291,7 +292,7 @@ class Kube:
     async def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return _as_object(await self._call(f"/api/v1/namespaces/{namespace}/configmaps/{name}", "GET"))
-        except _FAILURES as exc:
+        except FAILURES as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return None
             raise CallFailed(failure(f"GET v1 configmaps/{name}", exc)) from exc
@@ -315,7 +316,7 @@ class Kube:
             else:
                 body = {"metadata": {"resourceVersion": resource_version}, "data": data}
                 await self._call(f"{base}/{name}", "PATCH", body=body, content_type=MERGE_PATCH)
-        except _FAILURES as exc:
+        except FAILURES as exc:
             call = failure(f"{'POST' if resource_version is None else 'PATCH'} v1 configmaps/{name}", exc)
             if isinstance(exc, ApiException) and exc.status == 409:
                 raise Conflict(call) from exc
@@ -334,7 +335,7 @@ class Kube:
                 patch = {"metadata": {"resourceVersion": version, "labels": meta.get("labels")}, "spec": body["spec"]}
                 # a merge patch merges nested objects: lists (ingress, from) are replaced whole
                 await self._call(f"{base}/{meta['name']}", "PATCH", body=patch, content_type=MERGE_PATCH)
-        except _FAILURES as exc:
+        except FAILURES as exc:
             call = failure(
                 f"{'POST' if stored is None else 'PATCH'} networking.k8s.io/v1 networkpolicies/{meta['name']}", exc
             )
@@ -347,7 +348,7 @@ class Kube:
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         try:
             return await self._delete(f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{name}", body)
-        except _FAILURES as exc:
+        except FAILURES as exc:
             raise CallFailed(failure(f"DELETE networking.k8s.io/v1 networkpolicies/{name}", exc)) from exc
 
     async def evict_pod(self, consent: ownership.Consent) -> recycling.EvictAnswer:

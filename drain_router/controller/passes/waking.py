@@ -5,8 +5,9 @@ and while it sleeps the port map, the activator's pods and the ports each listen
 out (:func:`act`): the activator's EndpointSlices written or removed
 (:mod:`drain_router.decisions.wake_endpoints`), or a scale of the Deployment. The lifecycle pass writes
 the plan's status first, then calls :func:`act`, which posts the events last. :func:`release` gives
-back a deleted ModelService's ports and removes its NetworkPolicy. The user's routes, Services and
-ReferenceGrants are never written.
+back a deleted ModelService's ports and removes its NetworkPolicy; :func:`sweep` does the same for the
+ModelServices that are gone without it (at the leader's start, then every :data:`SWEEP_PERIOD_SECS`).
+The user's routes, Services and ReferenceGrants are never written.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ SLICES = deletion.ObjectRef(api_version="discovery.k8s.io/v1", kind="EndpointSli
 POLICIES = deletion.ObjectRef(api_version="networking.k8s.io/v1", kind="NetworkPolicy", name="")
 SERVICE_KIND = ("v1", "Service")
 NO_WAKE_ON_REQUEST = "NoWakeOnRequest"
+SWEEP_PERIOD_SECS = 300.0
+"""Between two sweeps of the port map (:func:`sweep_forever`)."""
 """The Warning posted when a ModelService reached through an InferencePool sleeps: an InferencePool
 selects pods, not a Service's endpoints, so no request can reach the activator to wake it."""
 
@@ -415,7 +418,7 @@ async def release(ctx: context.Context, fresh: Mapping[str, Any], logger: Any) -
     activator ports given back to the map (written on the resourceVersion read). In that order: a
     port given to another service must not keep this one's peers. A service that never slept has
     no ports (and so no policy): nothing is written. Its slices go with it (their owner reference).
-    A failure is logged, not retried: the entries then wait for a sweep."""
+    A failure is logged, not retried: the entries then wait for :func:`sweep`."""
     activator = ctx.settings.activator_service
     if activator is None:
         return
@@ -434,6 +437,52 @@ async def release(ctx: context.Context, fresh: Mapping[str, Any], logger: Any) -
         logger.info(f"activator ports released: {sorted(mine)}")
     except kube_.CallFailed as exc:
         logger.warning(f"the activator's port map or policy of this service was not released: {exc.failure}")
+
+
+async def sweep(ctx: context.Context, log: Any) -> tuple[int, ...]:
+    """The port map's entries whose ModelService is gone (a GET answers 404: removed without its
+    finalizer's last pass, or that pass failed to release them), in the namespaces this controller
+    watches: each one's NetworkPolicy deleted, then its ports given back (on the resourceVersion read;
+    a 409 waits for the next sweep). A ModelService being deleted still exists, and its finalizer
+    releases it. The ports given back."""
+    activator = ctx.settings.activator_service
+    if activator is None:
+        return ()
+    settings = ctx.settings
+    try:
+        stored = await ctx.kube.get_configmap(activator.namespace, activator.configmap)
+        if stored is None:
+            return ()
+        table = service_ports.parse(stored.get("data"))
+        owners = sorted({(a.namespace, a.name) for a in table.values()})
+        watched = [o for o in owners if settings.all_namespaces or o[0] in settings.namespaces]
+        gone = {o for o in watched if await ctx.kube.get_modelservice(*o) is None}
+        if not gone:
+            return ()
+        for namespace, name in sorted(gone):
+            await ctx.kube.delete_networkpolicy(activator.namespace, wake_endpoints.policy_name(namespace, name))
+        kept = service_ports.release(table, lambda a: (a.namespace, a.name) not in gone)
+        freed = tuple(sorted(set(table) - set(kept)))
+        version = (stored.get("metadata") or {}).get("resourceVersion")
+        await ctx.kube.write_configmap(
+            activator.namespace, activator.configmap, dict.fromkeys(map(str, freed)), version
+        )
+    except kube_.CallFailed as exc:
+        log.warning("controller.sweep_failed", error=str(exc.failure), next_in_secs=SWEEP_PERIOD_SECS)
+        return ()
+    except kube_.FAILURES as exc:
+        log.warning("controller.sweep_failed", error=repr(exc), next_in_secs=SWEEP_PERIOD_SECS)
+        return ()
+    log.info("controller.ports_swept", ports=list(freed), services=[f"{n}/{m}" for n, m in sorted(gone)])
+    return freed
+
+
+async def sweep_forever(ctx: context.Context, log: Any) -> None:
+    """:func:`sweep` now, then every :data:`SWEEP_PERIOD_SECS` (read at each turn), until cancelled.
+    ``log``: a structured logger (``drain_router.logs``)."""
+    while True:
+        await sweep(ctx, log)
+        await asyncio.sleep(SWEEP_PERIOD_SECS)  # a period, not a wait for an event
 
 
 def revert(read: Mapping[str, Any]) -> Any:
