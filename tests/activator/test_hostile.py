@@ -117,12 +117,15 @@ async def test_bad_heads_are_refused_never_held(kube: fake_kube.FakeKube, sent: 
 
 
 CONNECTIONS = 1000
+LONG_POLL = 20
+"""A poll interval far longer than 1000 refusals take even on a busy machine (3.2 s seen at a load of
+13 on 2 cores): a refusal that waited for the next read would take this long."""
 
 
 async def test_unassigned_ports_are_refused_at_once_while_an_assigned_service_wakes(kube) -> None:
     """1. a sleeping service's port assigned, a request held on it  2. 1000 connections to ports the
-    map assigns nobody: each refused by the kernel (ECONNREFUSED), all within a second, none
-    accepted  3. the held request is still forwarded once the pod is ready."""
+    map assigns nobody: each refused by the kernel (ECONNREFUSED: nothing listens there, so nothing
+    can hold it), none accepted  3. the held request is still forwarded once the pod is ready."""
     async with stand_ins.recording_pod() as pod:
         kube.services[(NS, NAME)] = fake_kube.modelservice(port=pod.port)
         [port] = stand_ins.assign(kube, HTTP)
@@ -130,15 +133,11 @@ async def test_unassigned_ports_are_refused_at_once_while_an_assigned_service_wa
         async with stand_ins.listening(kube) as act:
             client = await Client.send(port, "/hold?id=a")
             await wait_held(act.admin_port, 1)
-            loop = asyncio.get_running_loop()
-            started = loop.time()
             outcomes = await asyncio.gather(
                 *(asyncio.open_connection("127.0.0.1", unassigned[i % 20]) for i in range(CONNECTIONS)),
                 return_exceptions=True,
             )
-            took = loop.time() - started
             assert all(isinstance(o, ConnectionRefusedError) for o in outcomes), {type(o) for o in outcomes}
-            assert took < 1.0, f"{CONNECTIONS} refused connections took {took:.2f} s"
             kube.pods = [fake_kube.pod(POD_IP, "llama-0")]
             status, _, body = await client.answer()
             assert (status, stand_ins.body_id(body)) == (200, "a")
@@ -172,15 +171,16 @@ async def test_a_request_reaches_only_its_ports_service(kube) -> None:
 
 
 async def test_a_forbidden_service_is_refused_at_once_with_bounded_api_calls(kube) -> None:
-    """1. a port assigned to a service the activator may not read (403), a poll interval of 1 s
-    2. 1000 requests on it, 50 connections at a time: every one answered 503 at once (all of them
-    well within one poll interval: none waits for the next read), in words that name nothing; none
-    held  3. the API saw at most one read of it per poll interval since the first, plus one, and no
-    patch and no pod list."""
+    """1. a port assigned to a service the activator may not read (403), a poll interval of
+    :data:`LONG_POLL` s  2. 1000 requests on it, 50 connections at a time: every one answered 503 at
+    once (all of them within half a poll interval: a request held until the next read would wait a
+    whole one, and its client give up first), in words that name nothing; none held  3. the API saw
+    at most one read of it per poll interval since the first, plus one, and no patch and no pod
+    list."""
     kube.services[("tenant-b", "other")] = fake_kube.modelservice(port=1, namespace="tenant-b", name="other")
     kube.forbidden.add(("tenant-b", "other"))
     [port] = stand_ins.assign(kube, "tenant-b/other/http")
-    async with stand_ins.listening(kube, "--poll-interval-secs", "1") as act:
+    async with stand_ins.listening(kube, "--poll-interval-secs", str(LONG_POLL)) as act:
         loop = asyncio.get_running_loop()
         started = loop.time()
 
@@ -192,11 +192,11 @@ async def test_a_forbidden_service_is_refused_at_once_with_bounded_api_calls(kub
         for first in range(0, CONNECTIONS, 50):
             answers += await asyncio.gather(*(one(i) for i in range(first, first + 50)))
         took = loop.time() - started
-        assert took < 0.8, f"{CONNECTIONS} refusals took {took:.2f} s: held until the next read"
+        assert took < LONG_POLL / 2, f"{CONNECTIONS} refusals took {took:.2f} s: held until the next read"
         assert {status for status, _ in answers} == {503}
         assert all(b"service_unavailable" in body and b"tenant-b" not in body for _, body in answers)
         reads = kube.calls_to("GET", "/modelservices/other")
-        assert 1 <= reads <= took / 1.0 + 2, f"{reads} reads for {CONNECTIONS} requests in {took:.2f} s"
+        assert 1 <= reads <= took / LONG_POLL + 2, f"{reads} reads for {CONNECTIONS} requests in {took:.2f} s"
         assert kube.patches == [] and kube.calls_to("GET", "/pods") == 0
         assert await held(act.admin_port, "tenant-b/other") == 0
         refusals = await stand_ins.metric(act.admin_port, "drain_router_activator_refused_total")
