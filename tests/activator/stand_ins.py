@@ -1,15 +1,17 @@
 """The activator's world, stood in: a Kubernetes API serving the port map's ConfigMap, one kind of
 ModelService, its status subresource and the pods list (:class:`~drain_router_dev.fake_kube.FakeKube`, recording every
 call; the package's own), a model server that records
-the order requests reach it and echoes WebSocket messages (:class:`Model`), and processes
-(the activator, and ``drain-router serve`` as a model pod's router)."""
+the order requests reach it and echoes WebSocket messages (:class:`Model`), raw clients, and
+processes (the activator, and ``drain-router serve`` as a model pod's router)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 
@@ -18,7 +20,7 @@ from aiohttp import web
 
 from drain_router_dev import fake_kube
 from drain_router_dev import process as process_
-from tests.blackbox import RawClient, metric_samples
+from tests.blackbox import RawClient, metric_samples, status_of
 from tests.process import RouterProcess, log_path
 
 NS, NAME = fake_kube.NS, fake_kube.NAME
@@ -36,11 +38,12 @@ MAX_BODY = 128 * 1024 * 1024
 @dataclasses.dataclass
 class Model:
     """``/hold?id=X``: records X in arrival order, answers ``{"id": X}`` (after ``wait`` seconds, if
-    given); ``/ws``: a WebSocket echo."""
+    given); ``/ws``: a WebSocket echo (``/ws?close_wait=S``: one slow to answer a Close, by S seconds)."""
 
     arrived: list[str] = dataclasses.field(default_factory=list)
     closes: list[int | None] = dataclasses.field(default_factory=list)
-    """The close code of each WebSocket session, as it ended."""
+    """The close code of each WebSocket session, as it ended (1006 when its late answer to a Close
+    found the connection gone)."""
     url: str = ""
 
     async def hold(self, request: web.Request) -> web.Response:
@@ -50,10 +53,14 @@ class Model:
         return web.json_response({"id": request.query.get("id", ""), "body": body.decode()})
 
     async def ws(self, request: web.Request) -> web.WebSocketResponse:
-        socket = web.WebSocketResponse()
+        close_wait = float(request.query.get("close_wait", "0"))
+        socket = web.WebSocketResponse(autoclose=not close_wait)
         await socket.prepare(request)
         async for message in socket:
             await socket.send_str("echo:" + message.data)
+        if close_wait:  # the peer's Close read, answered late (the code becomes 1006 if it cannot be sent)
+            await asyncio.sleep(close_wait)
+            await socket.close(code=socket.close_code or 1000)
         self.closes.append(socket.close_code)
         return socket
 
@@ -204,3 +211,33 @@ class Client(RawClient):
 
 def body_id(body: bytes) -> str:
     return str(json.loads(body)["id"])
+
+
+class WsClient(RawClient):
+    """A raw WebSocket session on one of the activator's ports, closed as RFC 6455 (7.1.1) has a
+    client close: it answers a Close with its own and leaves closing the connection to the server.
+    (aiohttp's client closes it at once, which ends the tunnel before a slow model server's side has
+    answered its Close.) Short frames only."""
+
+    @classmethod
+    async def connect(cls, port: int, target: str) -> WsClient:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        client = cls(reader, writer)
+        key = base64.b64encode(os.urandom(16)).decode()
+        writer.write(
+            f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10.0)
+        assert status_of(head) == 101, head
+        return client
+
+    def send_frame(self, opcode: int, payload: bytes) -> None:
+        mask = os.urandom(4)
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        self.writer.write(bytes([0x80 | opcode, 0x80 | len(payload)]) + mask + masked)
+
+    async def read_frame(self, timeout: float = 10.0) -> tuple[int, bytes]:
+        """The next frame from the server: its opcode and payload."""
+        b0, b1 = await asyncio.wait_for(self.reader.readexactly(2), timeout)
+        return b0 & 0x0F, await asyncio.wait_for(self.reader.readexactly(b1 & 0x7F), timeout)
