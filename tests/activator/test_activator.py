@@ -11,7 +11,8 @@ arrival order. Every request goes to the port the port map assigns its service.
 3. A service that does not exist is answered 404 at once; --max-services bounds the listeners.
 4. A WebSocket handshake is held, then relayed: the tunnel works end to end.
 5. SIGTERM: /readyz 503, then held requests get 503 with Connection: close, what is forwarded
-   finishes, and it exits 0.
+   finishes, and it exits 0; every port's WebSocket sessions get Close 1001 and finish their closing
+   handshakes before it exits.
 6. A service whose pod stops answering ready holds again, and forwards again once one does.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import struct
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -32,6 +34,10 @@ from tests.activator import stand_ins
 from tests.activator.stand_ins import DEAD_POD_IP, NAME, NS, POD_IP, SERVICE, Client, body_id, held, wait_held
 
 HTTP = f"{SERVICE}/http"
+OTHER = "mistral"
+"""A second ModelService, on a port of its own."""
+TEXT, CLOSE = 0x1, 0x8
+GOING_AWAY = struct.pack("!H", 1001)
 
 
 @pytest.fixture
@@ -195,6 +201,40 @@ async def test_at_closing_a_relayed_websocket_session_gets_1001_on_both_sides(ku
         assert (message.type, message.data) == (aiohttp.WSMsgType.CLOSE, 1001)
         await wait_until(lambda: model.closes == [1001], 5.0, "the model server's side to see 1001")
         assert await act.wait(10.0) == 0
+
+
+@pytest.mark.parametrize(("grace", "exit_code"), [("30", 0), ("3", 1)], ids=["once-quiet", "at-the-deadline"])
+async def test_every_ports_websocket_sessions_get_1001_on_both_sides(kube, model, pod, grace, exit_code) -> None:
+    """1. two services, each on its own port, one session relayed on each; the model server's side
+    of the higher port's session (its listener opened second) answers a Close 0.5 s late  2. SIGTERM,
+    the sessions quiet. Result: both clients get Close 1001 and answer it, the model server's side of
+    both sees 1001 (its late answer still found the activator there to relay it, else 1006), and the
+    activator exits.
+
+    Grace 30: every port's sessions get the 1001 once quiet for the quiet period (3 s); the drain
+    ends with their closing handshakes: exit 0. Grace 3: the deadline (SIGTERM + 1 s) comes first,
+    sends the 1001s and ends the drain at once (exit 1); the process then waits for the closing
+    handshakes of every port's sessions, not only the first port's."""
+    kube.services[(NS, NAME)] = fake_kube.modelservice(port=pod.port)
+    kube.services[(NS, OTHER)] = fake_kube.modelservice(port=pod.port, name=OTHER)
+    kube.pods = [fake_kube.pod(POD_IP, "model-0")]  # (no labels: a pod of both services)
+    first, second = sorted(stand_ins.assign(kube, HTTP, f"{NS}/{OTHER}/http"))
+    flags = ("--shutdown-drain-secs", "0", "--termination-grace-secs", grace)
+    async with stand_ins.listening(kube, *flags) as act:
+        clients = [
+            await stand_ins.WsClient.connect(first, "/ws"),
+            await stand_ins.WsClient.connect(second, "/ws?close_wait=0.5"),
+        ]
+        for client in clients:
+            client.send_frame(TEXT, b"hello")
+            assert await client.read_frame() == (TEXT, b"echo:hello")
+        act.signal(signal.SIGTERM)
+        for client in clients:
+            assert await client.read_frame() == (CLOSE, GOING_AWAY)
+            client.send_frame(CLOSE, GOING_AWAY)
+        await wait_until(lambda: len(model.closes) == 2, 5.0, "both sessions ended on the model server's side")
+        assert model.closes == [1001, 1001]
+        assert await act.wait(10.0) == exit_code
 
 
 async def test_sigterm_answers_held_requests_503_and_exits(kube) -> None:
