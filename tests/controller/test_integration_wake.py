@@ -185,6 +185,12 @@ async def test_requests_to_a_sleeping_service_wake_it_and_are_answered_in_arriva
         "120",
         "--queue-size",
         str(HELD),
+        # Its own default, not the stand-ins' 0.1 s: each poll is calls to the emulator (the port
+        # map, the ModelService, the pods), and the emulator's every answer costs more with each
+        # call it has recorded. At ten polls a second, holding the 100 took 70 s alone, and past the
+        # activation timeout under load: the first ones held were answered 503 before the wake.
+        "--poll-interval-secs",
+        "1",
     ) as act:
         assert act.admin_port is not None
         await _real_activator_endpoints(emu, act.admin_port)
