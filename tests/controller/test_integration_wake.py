@@ -64,7 +64,13 @@ async def kubelet(cluster: Any, model: stand_ins.Model) -> AsyncIterator[process
         await kubelet.close()
 
 
-async def _service(cluster: Any, kubelet: process_pods.ProcessKubelet, *, timeout: int = 120) -> None:
+HOLD_LIMIT_SECS = 240
+"""The activation timeouts (the activator's and the ModelService's) and the clients' own: far past
+how long holding the requests one by one takes on a busy machine (14 s alone, 46 s at a load of 10 on
+2 cores), so that only a wake that never comes can reach them."""
+
+
+async def _service(cluster: Any, kubelet: process_pods.ProcessKubelet, *, timeout: int = HOLD_LIMIT_SECS) -> None:
     """One pod; ScaleToZero after 1 idle second; the workload's Service ``llama`` with its HTTP port."""
     emu, server = cluster
     rules = {"rules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": 1}}], "activationTimeoutSeconds": timeout}
@@ -142,7 +148,7 @@ async def _hold_answer(port: int, id_: str, wait: float = 0) -> tuple[int, dict[
         async with session.post(
             f"http://127.0.0.1:{port}/hold?id={id_}&wait={wait}",
             data=f"request {id_}",
-            timeout=aiohttp.ClientTimeout(total=120),
+            timeout=aiohttp.ClientTimeout(total=HOLD_LIMIT_SECS),
         ) as response:
             return response.status, dict(response.headers), await response.json(content_type=None)
 
@@ -165,6 +171,7 @@ async def _asleep(emu: Any, kubelet: process_pods.ProcessKubelet) -> None:
     )
 
 
+@pytest.mark.timeout(HOLD_LIMIT_SECS + 60)
 async def test_requests_to_a_sleeping_service_wake_it_and_are_answered_in_arrival_order(
     cluster: Any, model: stand_ins.Model, kubelet: process_pods.ProcessKubelet, start_operator: Any
 ) -> None:
@@ -182,7 +189,7 @@ async def test_requests_to_a_sleeping_service_wake_it_and_are_answered_in_arriva
         "--ports-configmap",
         f"{ACTIVATOR_NAMESPACE}/{ACTIVATOR.configmap}",
         "--activation-timeout-secs",
-        "120",
+        str(HOLD_LIMIT_SECS),
         "--queue-size",
         str(HELD),
         # Its own default, not the stand-ins' 0.1 s: each poll is calls to the emulator (the port
