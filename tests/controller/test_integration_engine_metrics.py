@@ -43,13 +43,15 @@ async def test_a_pod_whose_engine_metrics_are_scraped_continuously_is_still_recy
     scraping = asyncio.ensure_future(scrape())
     try:
         await eventually(lambda: len(answered) >= 5, what="the scrapes answered", timeout=10)
+        before = len(answered)
         await start_operator(**FAST)
         await eventually(lambda: [e.uid for e in emu.evictions] == [a.uid], what="A evicted", timeout=20)
         await asyncio.wait_for(scraping, 5)
     finally:
         scraping.cancel()
     assert set(answered) == {200}, answered
-    assert len(answered) >= 10
+    # Scraped while the controller ran (its start and its probes, however slow a busy machine makes them).
+    assert len(answered) > before, (before, answered)
     await eventually(lambda: a.exit_code is not None, what="A's router drained and exited", timeout=20)
     assert a.exit_code == 0 and [e.code for e in emu.evictions] == [201]
     assert "PodRecycleHeld" not in [m[1] for m in event_messages(emu)], "never held busy"
