@@ -789,3 +789,115 @@ async def test_a_model_server_that_stops_reading_costs_bounded_router_memory(sta
     grown = _peak_rss(p) - peak
     assert grown < MEMORY_BOUND, f"router peak RSS grew {grown} bytes"
     await wait_idle(p.admin_port)
+
+
+# -- one Close each way: a side that got its peer's Close gets no 1001 --------------------------------
+
+
+@dataclass
+class RawWsUpstream:
+    """A model server on raw sockets for one session: it answers the handshake, records every frame
+    it reads (opcode, masked, unmasked payload) until the router closes the connection (``ended``),
+    and writes each piece put in ``out`` (``None``: it closes the connection)."""
+
+    frames: list[tuple[int, bool, bytes]] = field(default_factory=list)
+    out: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        key = next(
+            v.split(b":", 1)[1].strip() for v in head.split(b"\r\n") if v.lower().startswith(b"sec-websocket-key:")
+        )
+        accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n")
+        writer.write(b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+
+        async def write() -> None:
+            while (piece := await self.out.get()) is not None:
+                writer.write(piece)
+                await writer.drain()
+            writer.close()
+
+        writing = asyncio.ensure_future(write())
+        try:
+            while True:
+                b0, b1 = await reader.readexactly(2)
+                n = b1 & 0x7F
+                if n == 126:
+                    n = struct.unpack("!H", await reader.readexactly(2))[0]
+                mask = await reader.readexactly(4) if b1 & 0x80 else b"\0\0\0\0"
+                payload = await reader.readexactly(n)
+                self.frames.append((b0 & 0x0F, bool(b1 & 0x80), bytes(b ^ mask[i % 4] for i, b in enumerate(payload))))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.ended.set()
+            writing.cancel()
+            writer.close()
+
+
+@contextlib.asynccontextmanager
+async def _raw_ws_router(mode: str) -> AsyncIterator[tuple[RouterProcess, RawWsUpstream]]:
+    """A router whose upstream is a :class:`RawWsUpstream`, sending its 1001 under ``mode`` (its
+    deadline 3 s after SIGTERM under ``deadline``, out of reach under the others)."""
+    upstream = RawWsUpstream()
+    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, router_starter(f"http://127.0.0.1:{port}") as start:
+        grace = "3" if mode == "deadline" else "60"
+        p = await start("--termination-grace-secs", grace, "--websocket-close-at", mode, "--access-log")
+        yield p, upstream
+
+
+CLOSE_1000 = struct.pack("!H", 1000)
+CLOSE_1001 = struct.pack("!H", 1001)
+#: How a session ends under each mode: its outcome, and the router's exit code once it is gone.
+OUTCOME_AT = {"closing": ("completed", 0), "idle": ("completed", 0), "deadline": ("deadline_aborted", 1)}
+
+
+@pytest.mark.parametrize("mode", sorted(OUTCOME_AT))
+async def test_after_the_clients_close_the_upstream_gets_no_1001(mode):
+    """The client sent Close and the model server has not answered yet when the router's 1001 is due:
+    the model server already has a Close (the client's), so it gets no second one (RFC 6455 §5.5.1);
+    the client gets the router's 1001 as the answer to its Close, and nothing after it."""
+    async with _raw_ws_router(mode) as (p, upstream):
+        reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+        writer.write(_handshake())
+        assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
+        writer.write(_masked(8, CLOSE_1000))
+        await wait_until(lambda: upstream.frames, timeout=5, what="the upstream read the client's Close")
+        p.signal(signal.SIGTERM)
+        assert await _read_frame(reader) == (8, CLOSE_1001)
+        upstream.out.put_nowait(b"\x88\x02" + CLOSE_1000)  # the model server answers the client's Close
+        await asyncio.wait_for(upstream.ended.wait(), 5)  # the router closed it: all it wrote was read
+        assert upstream.frames == [(8, True, CLOSE_1000)], "the upstream got a Close after the client's"
+        assert await asyncio.wait_for(reader.read(), 5) == b"", "the client got more after its Close's answer"
+        writer.close()
+        outcome, code = OUTCOME_AT[mode]
+        assert await p.wait(10) == code
+        assert [e["outcome"] for e in p.events if e.get("event") == "request"] == [outcome]
+
+
+@pytest.mark.parametrize("mode", sorted(OUTCOME_AT))
+async def test_after_the_upstreams_close_the_client_gets_no_1001(mode):
+    """The mirror image: the model server sent Close and the client has not answered yet when the
+    router's 1001 is due: the client gets no second Close; the model server gets the router's masked
+    1001 as the answer to its Close, and closes."""
+    async with _raw_ws_router(mode) as (p, upstream):
+        reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+        writer.write(_handshake())
+        assert (await _read_head(reader)).startswith(b"HTTP/1.1 101 ")
+        upstream.out.put_nowait(b"\x88\x02" + CLOSE_1000)
+        assert await _read_frame(reader) == (8, CLOSE_1000)
+        p.signal(signal.SIGTERM)
+        await wait_until(lambda: upstream.frames, timeout=10, what="the upstream read the router's Close")
+        assert upstream.frames == [(8, True, CLOSE_1001)]
+        upstream.out.put_nowait(None)  # the closing handshake is done: the server closes first
+        assert await asyncio.wait_for(reader.read(), 5) == b"", "the client got a Close after the upstream's"
+        writer.close()
+        await asyncio.wait_for(upstream.ended.wait(), 5)
+        assert upstream.frames == [(8, True, CLOSE_1001)]
+        outcome, code = OUTCOME_AT[mode]
+        assert await p.wait(10) == code
+        assert [e["outcome"] for e in p.events if e.get("event") == "request"] == [outcome]

@@ -63,7 +63,8 @@ class _Side(asyncio.Protocol):
         """The router's Close 1001 to this side (masked when this side is the upstream)."""
         self.other: _Side = self
         self.close_sent = False
-        """The router's Close went to this side: nothing more is relayed to it."""
+        """A Close went to this side (the router's, or its peer's before the router's was due):
+        nothing more is relayed to it."""
 
     def data_received(self, data: bytes) -> None:
         tunnel = self.tunnel
@@ -217,10 +218,14 @@ class Tunnel:
     def _send_close(self, to: _Side, frame: bytes | None = None) -> None:
         """The direction towards ``to`` is at a frame boundary: the router's Close (``frame``, else
         its 1001) goes there, and nothing more is relayed to it. Its own Close frame is watched for
-        from here on."""
+        from here on. A side whose peer's Close was relayed to it already gets none from the router:
+        a second Close is a protocol error (RFC 6455 §5.5.1); the closing handshake it is in
+        answers for the router's."""
         if to.close_sent:
             return
         to.close_sent = True
+        if to.other.tracker.closed:
+            return
         if frame is None and to is self.client and self.span is not None:
             self.span.add_event(spans.WEBSOCKET_1001_SENT)
         if to.transport is not None:
