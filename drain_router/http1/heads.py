@@ -212,10 +212,16 @@ def _end_to_end(headers: Headers, named: set[bytes]) -> list[bytes]:
     ]
 
 
+#: Never on a 1xx head: no interim response has a body, so none carries its framing (RFC 9110 §8.6,
+#: RFC 9112 §6.1; ``Transfer-Encoding`` is hop-by-hop besides). An upstream that sends one on a
+#: ``103`` would have the client's parser look for a body that never comes.
+_NOT_INTERIM = frozenset({b"content-length", b"transfer-encoding"})
+
+
 def interim_head(status: int, headers: Headers) -> bytes:
     """A 1xx interim response (``103 Early Hints``) as relayed to an HTTP/1.1 client (RFC 9110 §15.2):
-    its end-to-end headers, never a body."""
-    named: set[bytes] = set()
+    its end-to-end headers but its framing ones (:data:`_NOT_INTERIM`), never a body."""
+    named: set[bytes] = set(_NOT_INTERIM)
     for name, value in headers:
         if name.lower() == b"connection":
             named = _named(value, named)

@@ -486,3 +486,38 @@ async def test_13_a_body_over_the_limit_gets_a_readable_413(start, up, body_byte
     client.close()
     assert up.seen == []
     await _idle(p)
+
+
+# -- rerun 1. an interim head carries no framing headers --------------------------------------------
+
+INTERIM_FRAMING = {
+    "content-length": b"Content-Length: 5\r\n",
+    "transfer-encoding": b"Transfer-Encoding: chunked\r\n",
+}
+
+
+@pytest.mark.parametrize("header", sorted(INTERIM_FRAMING))
+async def test_rerun_1_a_103_reaches_the_client_without_framing_headers(start, up, header):
+    """No 1xx response has a body, so none carries Content-Length or Transfer-Encoding (RFC 9110
+    §8.6, RFC 9112 §6.1): the router drops them from the 103 it relays, and keeps its other headers."""
+    p = await start()
+    rid = wire.new_id()
+    up.scripts[rid] = wire.Script(
+        [
+            b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n" + INTERIM_FRAMING[header] + b"\r\n",
+            b"HTTP/1.1 200 OK\r\nX-Echo-Id: %s\r\nContent-Length: 2\r\n\r\nok" % rid.encode(),
+        ]
+    )
+    client = await _open(p)
+    await client.send(_get(rid))
+    answer = await client.response("GET")
+    client.close()
+    assert answer is not None and (answer.status, answer.body) == (200, b"ok"), answer
+    assert answer.interim == [103], f"interim responses: {answer.interim}"
+    interim = bytes(client.raw).split(b"\r\n\r\n", 1)[0]
+    assert interim.startswith(b"HTTP/1.1 103 "), interim
+    lines = [line.lower() for line in interim.split(b"\r\n")]
+    assert not [line for line in lines if line.startswith((b"content-length:", b"transfer-encoding:"))], interim
+    assert b"link: </a.css>; rel=preload" in lines
+    assert not wire.framing_faults(answer)
+    await _idle(p)

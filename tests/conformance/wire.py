@@ -373,6 +373,10 @@ def framing_faults(answer: Answer, *, method: str = "GET", http10: bool = False)
         faults.append(f"conflicting Content-Length {cl}")
     if (answer.status == 204 or answer.status < 200) and (te or cl):
         faults.append(f"{answer.status} with framing headers")
+    for status, headers in zip(answer.interim, answer.interim_headers, strict=True):
+        framing = [name for name, _ in headers if name in (b"content-length", b"transfer-encoding")]
+        if framing:
+            faults.append(f"interim {status} with framing headers {framing}")
     if http10 and te:
         faults.append("Transfer-Encoding to an HTTP/1.0 client")
     if http10 and answer.interim:

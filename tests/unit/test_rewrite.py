@@ -141,6 +141,15 @@ def test_an_interim_response_keeps_its_end_to_end_headers_only() -> None:
 
 
 @pytest.mark.parametrize(
+    "framing",
+    [[["Content-Length", "5"]], [["content-length", "0"]], [["Transfer-Encoding", "chunked"]]],
+)
+def test_an_interim_response_never_carries_framing_headers(framing: list[list[str]]) -> None:
+    head = heads.interim_head(103, _headers([["Link", "</s.css>; rel=preload"], *framing]))
+    assert head == b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
+
+
+@pytest.mark.parametrize(
     ("status", "line"),
     [
         (413, b"HTTP/1.1 413 Content Too Large\r\n"),  # RFC 9110's name, where Python 3.11 has RFC 7231's
