@@ -228,13 +228,26 @@ def interim_head(status: int, headers: Headers) -> bytes:
     return b"".join([status_line(status), *_end_to_end(headers, named), b"\r\n"])
 
 
+def _codings(transfer: bytes) -> bytes:
+    """The transfer codings of an upstream's ``Transfer-Encoding`` before its final ``chunked``, as
+    relayed in front of the router's own. Raises :class:`BadFraming` unless ``chunked`` is the last
+    coding and the only one: with another last, the body is close-delimited and still carries
+    whatever framing a ``chunked`` inside left in it (RFC 9112 §6.1, §6.3), which the client could
+    not be told about; no model server sends such a response, so it is a 502."""
+    tokens = [t.strip() for t in transfer.split(b",") if t.strip()]
+    if not tokens or [t.lower() for t in tokens].count(b"chunked") != 1 or tokens[-1].lower() != b"chunked":
+        raise BadFraming(f"Transfer-Encoding {transfer[:100].decode('latin-1')!r} does not end in one chunked")
+    return b", ".join(tokens[:-1])
+
+
 def client_head(status: int, headers: Headers, *, head_request: bool, http10: bool, close: bool) -> ClientHead:
     """The response head for the client and how its body is framed, from the upstream's status and
     headers: hop-by-hop ones (and those named in ``Connection``) dropped. ``close``: the connection
     closes after it anyway (the client asked, or the router is draining). The status line carries
     the standard reason phrase. Raises :class:`BadFraming` when ``Connection`` nominates a framing
-    header, or when the body cannot be framed for this client (a transfer coding an HTTP/1.0 client
-    cannot be told about)."""
+    header, when ``Transfer-Encoding`` does not end in one ``chunked`` (:func:`_codings`), or when
+    the body cannot be framed for this client (a transfer coding an HTTP/1.0 client cannot be told
+    about)."""
     lines = [status_line(status)]
     named: set[bytes] | None = None
     length = None
@@ -260,15 +273,14 @@ def client_head(status: int, headers: Headers, *, head_request: bool, http10: bo
         has_server = has_server and b"server" not in named
     if not has_server:
         lines.append(SERVER_LINE)
+    codings = _codings(transfer) if transfer is not None else b""
     until_eof = False
     if head_request or status == 204 or status == 304:
         mode = NONE
     elif transfer is None and length is not None:
         mode = SMALL if length <= SMALL_BODY_BYTES else LENGTH
     else:
-        tokens = [t.strip() for t in transfer.split(b",") if t.strip()] if transfer is not None else []
-        until_eof = not tokens or tokens[-1].lower() != b"chunked"  # else close-delimited (RFC 9112 §6.3)
-        codings = b", ".join(t for t in tokens if t.lower() != b"chunked")
+        until_eof = transfer is None  # neither header: the body ends with the connection (RFC 9112 §6.3)
         if not http10:
             mode = CHUNKED
             lines += (b"Transfer-Encoding: ", codings + b", chunked" if codings else b"chunked", b"\r\n")

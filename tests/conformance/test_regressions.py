@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from drain_router_dev.process import wait_until
 from tests.blackbox import by_outcome, wait_idle
 from tests.conformance import wire
 from tests.conformance.test_memory import flood
@@ -521,3 +522,47 @@ async def test_rerun_1_a_103_reaches_the_client_without_framing_headers(start, u
     assert b"link: </a.css>; rel=preload" in lines
     assert not wire.framing_faults(answer)
     await _idle(p)
+
+
+# -- rerun 2. a transfer coding after chunked ---------------------------------------------------------
+
+TE_NOT_CHUNKED_LAST = {
+    # chunked not last: the body is close-delimited and still carries the chunked framing
+    "chunked-then-gzip": b"Transfer-Encoding: chunked, gzip\r\n",
+    "chunked-then-gzip-in-two-lines": b"Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n",
+    "gzip-alone": b"Transfer-Encoding: gzip\r\n",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(TE_NOT_CHUNKED_LAST))
+async def test_rerun_2_a_transfer_encoding_not_ending_in_chunked_is_a_502(start, up, shape):
+    """Its body ends only with the connection and keeps whatever framing an inner ``chunked`` left
+    (RFC 9112 §6.1, §6.3): the client gets a static 502 and none of the upstream's bytes, the
+    upstream connection is closed by the router, the log says why, and it counts as the model
+    server's failure."""
+    p = await start()
+    rid = wire.new_id()
+    up.scripts[rid] = wire.Script(
+        [
+            b"HTTP/1.1 200 OK\r\nX-Echo-Id: %s\r\n%s\r\n5\r\nhello\r\n0\r\n\r\n"
+            % (rid.encode(), TE_NOT_CHUNKED_LAST[shape])
+        ],
+        then="hold",  # the body never ends: only the router can close this connection
+    )
+    before = await _counted(p)
+    client = await _open(p)
+    await client.send(_get(rid))
+    answer = await client.response("GET")
+    assert answer is not None and answer.status == 502, f"got {answer and answer.status} {answer and answer.body!r}"
+    assert answer.echo_id is None and b"hello" not in client.raw and b"gzip" not in client.raw, bytes(client.raw)
+    assert not wire.framing_faults(answer)
+    sentinel = await _sentinel(client, up)  # the client connection goes on
+    client.close()
+    (seen,) = up.by_id(rid)
+    assert sentinel.conn != seen.conn, "the upstream connection was used again"
+    await wait_until(lambda: seen.conn in up.closed_by_router, timeout=5, what="the router closed the upstream")
+    await _idle(p)
+    assert wire.delta(before, await _counted(p)) == {("502", "upstream_error"): 1.0, ("200", "completed"): 1.0}
+    event = await p.wait_event("proxy.upstream_invalid")
+    assert "Transfer-Encoding" in event["error"] and "does not end in one chunked" in event["error"], event
+    assert [e["event"] for e in p.events].count("proxy.upstream_invalid") == 1

@@ -10,6 +10,7 @@ The invariants ("One request in, one response out", "Bounds both ways"):
   502;
 - a ``103`` reaches an HTTP/1.1 client before the final response, never an HTTP/1.0 one, and never
   with the ``Content-Length`` or ``Transfer-Encoding`` the upstream put on it;
+- a ``Transfer-Encoding`` that does not end in ``chunked`` (a close-delimited body) is a 502;
 - bytes beyond the framed end are never relayed: the next request on the same client connection gets
   its own response, not one meant for nobody, and it goes up on a fresh upstream connection;
 - in-flight returns to 0, and ``requests_total`` counts the status the client received (outcome
@@ -45,6 +46,9 @@ BAD = {
     "status-600": b"HTTP/1.1 600 Six\r\nContent-Length: 2\r\n\r\nhi",
     "unrequested-101": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n\x81\x02hi",
     "connection-content-length": b"HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 5\r\n\r\nhello",
+    # Close-delimited by a coding after chunked, or by no chunked at all (RFC 9112 §6.3).
+    "transfer-encoding-chunked-not-last": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+    "transfer-encoding-without-chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nhi",
     "connection-transfer-encoding": (
         b"HTTP/1.1 200 OK\r\nConnection: transfer-encoding\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
     ),
