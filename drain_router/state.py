@@ -118,7 +118,7 @@ class RouterState:
             self.gate = Gate(
                 admission.max_concurrent_requests,
                 admission.queue_size,
-                float(admission.queue_timeout_secs),
+                float(admission.queue_timeout_secs),  # seconds, fractions allowed
                 metrics=registry_metrics,
             )
 

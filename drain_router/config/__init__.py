@@ -5,8 +5,8 @@
 :class:`ConfigError` naming the flag, the value and the remedy. ``serve`` and ``check`` share it, so
 ``drain-router check`` refuses exactly what ``drain-router serve`` would refuse.
 
-Durations have one representation everywhere: whole seconds in ``int`` fields named ``*_secs``
-(what the flags say and what asyncio's timers take). The user's text becomes seconds in exactly
+Durations have one representation everywhere: seconds in fields named ``*_secs``, whole (``int``)
+except where a flag takes fractions (``--queue-timeout-secs``: ``float``), what asyncio's timers take. The user's text becomes seconds in exactly
 one place, :func:`parse_seconds`. Each setting is declared once, as a dataclass field with its flag,
 default, help and parser (:func:`flags.setting`); the CLI generates its options from them
 (:func:`flags.option`), as the other commands do from their own settings.
@@ -53,7 +53,7 @@ from drain_router.config.values import (
     parse_seconds,
     parse_upstream,
 )
-from drain_router.decisions import advisory
+from drain_router.decisions import advisory, capacity
 
 __all__ = [
     "DEFAULT_CLIENT_HEADER_TIMEOUT_SECS",
@@ -109,6 +109,9 @@ def build_config(**raw: object) -> Config:
     if raw:
         raise TypeError(f"build_config() got unknown settings: {', '.join(sorted(raw))}")
     drain, proxy, admin = values["drain"], values["proxy"], values["admin"]
+    if values["admission"]["queue_timeout_secs"] is None or "queue_timeout_secs" not in given_raw:
+        # Not given (the CLI passes it empty): it follows the drain given.
+        values["admission"]["queue_timeout_secs"] = capacity.default_queue_timeout_secs(drain["shutdown_drain_secs"])
 
     if drain["shutdown_drain_secs"] > MAX_SHUTDOWN_DRAIN_SECS:
         raise ConfigError(

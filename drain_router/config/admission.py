@@ -9,7 +9,9 @@ import dataclasses
 from typing import ClassVar
 
 from drain_router.config.flags import Flag, setting
-from drain_router.config.values import ConfigError, integer, required_seconds
+from drain_router.config.shutdown import DEFAULT_SHUTDOWN_DRAIN_SECS
+from drain_router.config.values import ConfigError, fractional_seconds, integer
+from drain_router.decisions import capacity
 
 #: Health and model listing on every OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp):
 #: a probe or a client's discovery call must not wait behind completions.
@@ -55,15 +57,22 @@ class AdmissionSettings:
             "no queue, every request past N is refused at once.",
         ),
     )
-    queue_timeout_secs: int = setting(
-        60,
+    queue_timeout_secs: float = setting(
+        # What a Config built without build_config gets (the default drain's); build_config derives
+        # it from the drain given (capacity.default_queue_timeout_secs) unless the flag says otherwise.
+        capacity.default_queue_timeout_secs(DEFAULT_SHUTDOWN_DRAIN_SECS),
         Flag(
             name="queue-timeout-secs",
             metavar="SECS",
-            parse=required_seconds(minimum=1),
-            help="How long a request may wait for a slot; past it, 503 with Retry-After (gRPC: "
-            "RESOURCE_EXHAUSTED). Keep it below your clients' and gateway's request timeouts, so the "
-            "router answers before they give up.",
+            parse=fractional_seconds(optional=True),
+            cli_default="",
+            show_default=False,
+            help="How long a request may wait for a slot, in seconds, fractions allowed (e.g. 0.5 for "
+            "interactive chat); past it, 503 with Retry-After (gRPC: RESOURCE_EXHAUSTED). Keep it below "
+            "your clients' and gateway's request timeouts, so the router answers before they give up. "
+            f"Default: --shutdown-drain-secs, at most {capacity.DEFAULT_QUEUE_TIMEOUT_CEILING_SECS} "
+            f"({capacity.DEFAULT_QUEUE_TIMEOUT_CEILING_SECS} when the drain is 0), so a request queued "
+            "before SIGTERM is admitted or times out before closing.",
         ),
     )
     exempt_paths: tuple[str, ...] = setting(

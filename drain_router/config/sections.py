@@ -4,7 +4,8 @@ and the logs. One frozen dataclass per section, each setting declared once as a 
 flag, default, help and parser (:func:`setting`).
 
 :class:`~drain_router.config.tree.Config` holds the sections and lists their settings for the CLI.
-Durations are whole seconds in ``int`` fields named ``*_secs``.
+Durations are whole seconds in ``int`` fields named ``*_secs`` (admission control's queue timeout,
+which takes fractions, is in :mod:`.admission`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from drain_router.config.values import (
     text,
     upstream,
 )
+from drain_router.decisions import health
 
 DEFAULT_MAX_REQUEST_BODY_BYTES = 100 * 1024 * 1024
 
@@ -32,13 +34,14 @@ DEFAULT_MAX_REQUEST_BODY_BYTES = 100 * 1024 * 1024
 #: broken or a slowloris. nginx's client_header_timeout is 60 s for clients on the open internet.
 DEFAULT_CLIENT_HEADER_TIMEOUT_SECS = 10
 
-#: What one poll of the health path was allowed before it had a flag (the poll interval, whose
-#: default is 2 s); above the Kubernetes probe default (1 s), because an engine's health handler can
-#: wait behind a model lock under load.
-DEFAULT_UPSTREAM_HEALTH_TIMEOUT_SECS = 2
-
-#: As a Kubernetes probe's failureThreshold: one slow or failed answer is not an outage.
-DEFAULT_UPSTREAM_HEALTH_FAILURE_THRESHOLD = 3
+#: The health polling's defaults, defined beside the advisory that compares against them
+#: (decisions import nothing of ours): a poll every 2 s, each allowed 2 s (what one was allowed before
+#: it had a flag; above the Kubernetes probe default of 1 s, because an engine's health handler can
+#: wait behind a model lock under load), 3 failures before unhealthy (as a Kubernetes probe's
+#: failureThreshold: one slow or failed answer is not an outage).
+DEFAULT_UPSTREAM_HEALTH_INTERVAL_SECS = health.DEFAULT_INTERVAL_SECS
+DEFAULT_UPSTREAM_HEALTH_TIMEOUT_SECS = health.DEFAULT_TIMEOUT_SECS
+DEFAULT_UPSTREAM_HEALTH_FAILURE_THRESHOLD = health.DEFAULT_FAILURE_THRESHOLD
 
 #: Above every common load balancer's own pool idle timeout (AWS ALB 60 s, nginx 60 s, GCP's 600 s),
 #: so the balancer closes an idle pooled connection before the router does and no request races the
@@ -206,7 +209,7 @@ class HealthSettings:
         ),
     )
     upstream_health_interval_secs: int = setting(
-        2,
+        DEFAULT_UPSTREAM_HEALTH_INTERVAL_SECS,
         Flag(
             name="upstream-health-interval-secs",
             metavar="SECS",

@@ -20,6 +20,10 @@ from drain_router.decisions import advisory, websocket_close
 #: defined once, beside the advisory that compares against it (decisions import nothing of ours).
 K8S_DEFAULT_GRACE_SECS = advisory.K8S_DEFAULT_GRACE_SECS
 
+#: ``--shutdown-drain-secs`` when not given: the Kubernetes default grace, hence the advisory until
+#: a larger grace is declared (admission control's default queue timeout follows it).
+DEFAULT_SHUTDOWN_DRAIN_SECS = 30
+
 #: Hard ceiling for ``--shutdown-drain-secs``. A longer value is a typo (an extra digit, or
 #: milliseconds for seconds), not a drain: no grace period rescues it.
 MAX_SHUTDOWN_DRAIN_SECS = 1800
@@ -37,7 +41,7 @@ class DrainSettings:
     """The heading of this section's flags in ``serve --help``."""
 
     shutdown_drain_secs: int = setting(
-        30,
+        DEFAULT_SHUTDOWN_DRAIN_SECS,
         Flag(
             name="shutdown-drain-secs",
             metavar="SECS",

@@ -7,6 +7,8 @@ The user's text becomes seconds in exactly one place, :func:`parse_seconds`.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
@@ -85,15 +87,28 @@ def _plural(n: int, unit: str) -> str:
     return f"{n} {unit}" if n == 1 else f"{n} {unit}s"
 
 
-def parse_seconds(key: str, value: object, *, minimum: int = 0, optional: bool = False) -> int | None:
-    """Whole seconds, at least ``minimum``. Rejects negatives, fractions and words, naming the flag.
-    The only place a user's text becomes a duration."""
+#: A decimal number of seconds as written on a command line: a sign, digits, at most one point; no
+#: exponent or words (``nan``, ``inf`` and ``1e3`` are refused, not read as Python would read them).
+_DECIMAL = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$")
+
+
+def parse_seconds(
+    key: str, value: object, *, minimum: int = 0, optional: bool = False, fractions: bool = False
+) -> float | None:
+    """Seconds, at least ``minimum``. Rejects negatives, words and (unless ``fractions``, where a
+    flag says so) fractions, naming the flag. The only place a user's text becomes a duration.
+
+    With ``fractions`` a value must be more than 0 (a wait of nothing is no setting) and may be
+    fractional (``1.5``, ``0.25``); a whole value comes back as an ``int`` (``30``, not ``30.0``), so
+    the effective config shows it as it was written."""
     if value is None or value == "":
         if optional:
             return None
         raise ConfigError(key, value, "a whole number of seconds is required")
     if isinstance(value, bool):
         raise ConfigError(key, value, "must be a whole number of seconds")
+    if fractions:
+        return _fractional_seconds(key, value)
     if isinstance(value, int):
         seconds = value
     elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
@@ -103,6 +118,19 @@ def parse_seconds(key: str, value: object, *, minimum: int = 0, optional: bool =
     if seconds < minimum:
         raise ConfigError(key, value, f"must be at least {_plural(minimum, 'second')}")
     return seconds
+
+
+def _fractional_seconds(key: str, value: object) -> float:
+    remedy = "give a number of seconds more than 0, fractions allowed, e.g. 30 or 1.5"
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str) and _DECIMAL.match(value.strip()):
+        number = float(value.strip())
+    else:
+        raise ConfigError(key, value, f"not a number of seconds (no units or exponent); {remedy}")
+    if not math.isfinite(number) or number <= 0:
+        raise ConfigError(key, value, f"must be more than 0 seconds; {remedy}")
+    return int(number) if number.is_integer() else number
 
 
 def parse_int(key: str, value: object, *, minimum: int, maximum: int | None = None) -> int:
@@ -125,10 +153,16 @@ def seconds(*, minimum: int = 0, optional: bool = False) -> Parser:
 def required_seconds(*, minimum: int = 0) -> Parser:
     def parse(key: str, value: object) -> int:
         seconds = parse_seconds(key, value, minimum=minimum)
-        assert seconds is not None  # not optional: parse_seconds raised instead
+        assert isinstance(seconds, int)  # not optional, no fractions: parse_seconds raised instead
         return seconds
 
     return parse
+
+
+def fractional_seconds(*, optional: bool = False) -> Parser:
+    """More than 0 seconds, fractions allowed (``optional``: empty is ``None``, the setting's own
+    default then applies)."""
+    return lambda key, value: parse_seconds(key, value, optional=optional, fractions=True)
 
 
 def integer(*, minimum: int, maximum: int | None = None, optional: bool = False) -> Parser:

@@ -39,16 +39,17 @@ MESSAGES: dict[Code, str] = {
     Code.UPSTREAM_HEALTH_SLOWER_THAN_DRAIN: (
         "the router takes longer to notice a model server that stopped answering its health path "
         "(failure threshold * poll period + timeout) than the drain window gives load balancers to stop "
-        "sending to a pod; requests keep reaching a dead model server longer than a shutdown takes to "
-        "shed them. Lower --upstream-health-interval-secs, --upstream-health-failure-threshold or "
-        "--upstream-health-timeout-secs, or raise --shutdown-drain-secs"
+        "sending to a pod, and longer than its default polling would; requests keep reaching a dead "
+        "model server longer than a shutdown takes to shed them. Lower --upstream-health-interval-secs, "
+        "--upstream-health-failure-threshold or --upstream-health-timeout-secs, or raise "
+        "--shutdown-drain-secs"
     ),
     Code.QUEUE_TIMEOUT_EXCEEDS_DRAIN: (
         "a queued request may wait longer than a shutdown lets it: at closing (the drain window after "
         "SIGTERM) every request still queued is answered 503 with Retry-After, so during a rollout "
         "clients are turned away before their queue timeout. Keep --queue-timeout-secs at most "
-        "--shutdown-drain-secs, so every request queued before the pod began draining is admitted or "
-        "times out on its own clock before closing; or raise --shutdown-drain-secs"
+        "--shutdown-drain-secs (its default does), so every request queued before the pod began "
+        "draining is admitted or times out on its own clock before closing; or raise --shutdown-drain-secs"
     ),
 }
 
@@ -116,20 +117,26 @@ class HealthPolling:
 
 
 def upstream_health_slower_than_drain(shutdown_drain_secs: int, polling: HealthPolling | None) -> Advisory | None:
-    """Warn when noticing a model server that stopped answering takes longer than the drain window.
+    """Warn when noticing a model server that stopped answering takes longer than the drain window,
+    and longer than the default polling takes.
 
     The drain window is how long the operator gives load balancers to stop sending to a pod once its
     ``/readyz`` says 503 (sized above their probe window). A model server that stops answering is the
     same event without a SIGTERM, except that ``/readyz`` turns 503 only once the router has noticed
     (:func:`health.notice_secs`). When that alone is longer than the window, a dead model server keeps
     getting traffic longer than a deliberate shutdown would ever take to shed it. ``>``: noticing
-    within the window is within the budget. Silent without a health path (``polling`` is ``None``)
-    and with no drain window (0: no budget is declared to compare with).
+    within the window is within the budget.
+
+    The budget is never below the default polling's own notice time (:data:`health.DEFAULT_NOTICE_SECS`,
+    8 s): a short drain (5 s by hand, 1 s in a test) says how fast the load balancers follow
+    ``/readyz``, not that a health path turned on with its defaults is wrong; only polling made slower
+    than both is a choice that contradicts the drain. Silent without a health path (``polling`` is
+    ``None``) and with no drain window (0: no budget is declared to compare with).
     """
     if polling is None or shutdown_drain_secs == 0:
         return None
     notice = health.notice_secs(polling.interval_secs, polling.failure_threshold, polling.timeout_secs)
-    if notice <= shutdown_drain_secs:
+    if notice <= max(shutdown_drain_secs, health.DEFAULT_NOTICE_SECS):
         return None
     return Advisory(
         Code.UPSTREAM_HEALTH_SLOWER_THAN_DRAIN,
@@ -144,7 +151,7 @@ def upstream_health_slower_than_drain(shutdown_drain_secs: int, polling: HealthP
 
 
 def queue_timeout_exceeds_drain(
-    shutdown_drain_secs: int, max_concurrent_requests: int, queue_size: int, queue_timeout_secs: int
+    shutdown_drain_secs: int, max_concurrent_requests: int, queue_size: int, queue_timeout_secs: float
 ) -> Advisory | None:
     """Warn when a request may wait in the admission queue longer than the drain window.
 
@@ -153,11 +160,15 @@ def queue_timeout_exceeds_drain(
     no longer than the window, every request queued before SIGTERM reaches its own end (admitted, or
     503 at its timeout) before closing, and only requests that arrive during the drain, which the
     window exists to stop, can be turned away early. ``>``: a timeout equal to the window ends before
-    closing for every request queued before SIGTERM. A drain of 0 warns with any queue: SIGTERM goes
-    straight to closing and empties the queue at once. Silent with admission off
-    (``max_concurrent_requests`` 0) or no queue (``queue_size`` 0): nothing ever waits.
+    closing for every request queued before SIGTERM. Silent with admission off
+    (``max_concurrent_requests`` 0) or no queue (``queue_size`` 0): nothing ever waits; and with no
+    drain window (0): SIGTERM goes straight to closing, which is what a drain of 0 asks for, and no
+    queue timeout (more than 0) could end first, so there is no contradiction to point at, as for the
+    upstream health advisory.
     """
-    if max_concurrent_requests == 0 or queue_size == 0 or queue_timeout_secs <= shutdown_drain_secs:
+    if max_concurrent_requests == 0 or queue_size == 0 or shutdown_drain_secs == 0:
+        return None
+    if queue_timeout_secs <= shutdown_drain_secs:
         return None
     return Advisory(
         Code.QUEUE_TIMEOUT_EXCEEDS_DRAIN,
@@ -171,7 +182,7 @@ class Admission:
 
     max_concurrent_requests: int
     queue_size: int
-    queue_timeout_secs: int
+    queue_timeout_secs: float
 
 
 def advisories(

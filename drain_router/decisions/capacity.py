@@ -30,6 +30,8 @@ MIN_RETRY_AFTER_SECS = 1.0
 #: The longest: past it an estimate is not worth trusting (the rate has moved by then), and the
 #: OpenAI SDK honours ``retry-after-ms`` only up to 60 s (it falls back to its own backoff beyond).
 MAX_RETRY_AFTER_SECS = 60.0
+#: The longest default queue timeout: a minute is already past what an interactive client waits.
+DEFAULT_QUEUE_TIMEOUT_CEILING_SECS = 60
 #: The weight of the latest release in the mean hold time: about the last ten releases carry most of
 #: it, enough to smooth a mix of short and long requests, few enough to follow a model server that slows.
 HOLD_WEIGHT = 0.1
@@ -91,6 +93,15 @@ class Answer(NamedTuple):
     """Status, ``error.type`` and message of the JSON error body."""
     grpc: tuple[GrpcStatus, str] | None
     """``grpc-status`` and ``grpc-message`` of a trailers-only response."""
+
+
+def default_queue_timeout_secs(shutdown_drain_secs: int) -> int:
+    """``--queue-timeout-secs`` when not given: the drain window, at most a minute, so that admission
+    control turned on with its defaults never waits past the drain (``QUEUE_TIMEOUT_EXCEEDS_DRAIN``).
+    With no drain window (0) there is nothing to keep it within: the minute."""
+    if shutdown_drain_secs <= 0:
+        return DEFAULT_QUEUE_TIMEOUT_CEILING_SECS
+    return min(DEFAULT_QUEUE_TIMEOUT_CEILING_SECS, shutdown_drain_secs)
 
 
 def arrival(queued: int, queue_size: int, *, closing: bool) -> Verdict:

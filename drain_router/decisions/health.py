@@ -9,6 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 
+#: The polling's defaults (``--upstream-health-interval-secs``, ``--upstream-health-timeout-secs``,
+#: ``--upstream-health-failure-threshold``; :mod:`drain_router.config` re-exports them): a poll every
+#: 2 s; each allowed 2 s, above the Kubernetes probe default of 1 s because an engine's health
+#: handler can wait behind a model lock under load; and, as a Kubernetes probe's failureThreshold,
+#: 3 failures before unhealthy, since one slow or failed answer is not an outage.
+DEFAULT_INTERVAL_SECS = 2
+DEFAULT_TIMEOUT_SECS = 2
+DEFAULT_FAILURE_THRESHOLD = 3
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Verdict:
@@ -44,3 +53,8 @@ def notice_secs(interval_secs: int, failure_threshold: int, timeout_secs: int) -
     and the last one fails only when its timeout ends. With the timeout within the interval this is
     ``interval * threshold + timeout``."""
     return failure_threshold * max(interval_secs, timeout_secs) + timeout_secs
+
+
+#: How long the default polling takes to notice a model server that stopped answering (8 s): the
+#: router's own bound, which no drain window shortens (the upstream health advisory's floor).
+DEFAULT_NOTICE_SECS = notice_secs(DEFAULT_INTERVAL_SECS, DEFAULT_FAILURE_THRESHOLD, DEFAULT_TIMEOUT_SECS)

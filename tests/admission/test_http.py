@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -43,7 +44,7 @@ async def start_process(held) -> AsyncIterator[Start]:
         yield start
 
 
-def limits(n: int, q: int, t: int = 30) -> tuple[str, ...]:
+def limits(n: int, q: int, t: float = 30) -> tuple[str, ...]:
     return ("--max-concurrent-requests", str(n), "--queue-size", str(q), "--queue-timeout-secs", str(t))
 
 
@@ -118,6 +119,27 @@ async def test_never_more_than_n_in_flight_and_the_queue_is_first_in_first_out(s
     assert (await counts(router))["idle_since"] is not None
     waits = await metric(router, "drain_router_queue_wait_seconds_count")
     assert next(iter(waits.values())) == 5  # every request that waited, and only those
+
+
+async def test_a_fractional_queue_timeout_answers_503_after_it_not_a_whole_second(start_process, held):
+    """``--queue-timeout-secs 0.3`` (interactive chat wants sub-second): a request that finds the
+    only slot taken is answered 503 ``queue_timeout`` about 0.3 s after it was sent, well before the
+    second a timeout rounded to whole seconds would take; it never reaches the model server."""
+    router = await start_process(*limits(1, 1, t=0.3))
+    assert router.port is not None
+    await queue_up(router, ["in-flight"], n=1)
+    sent = time.monotonic()
+    waiter = await Client.send(router.port, "/hold?id=waits", "POST")
+    status, headers, body = await waiter.answer(timeout=5)
+    elapsed = time.monotonic() - sent
+    assert status == 503 and b"queue_timeout" in body
+    assert_retry_headers(headers)
+    # The timer starts when the router reads the request, after ``sent``: never before 0.3 s; the
+    # tolerance above it is for a loaded machine, and still well short of a whole second.
+    assert 0.3 <= elapsed < 0.8, f"answered {elapsed:.3f} s after it was sent"
+    assert held.arrived == ["in-flight"]
+    assert await rejections(router) == {"queue_full": 0, "queue_timeout": 1, "closing": 0}
+    held.release(1)
 
 
 async def test_full_queue_429_and_queue_timeout_503_with_retry_after(start_process, held):

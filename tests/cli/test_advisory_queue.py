@@ -50,7 +50,8 @@ def test_the_config_feeds_it_and_effective_lists_it() -> None:
 
 
 def test_it_comes_last_in_the_stable_order() -> None:
-    found = config.advisories(config.build_config(upstream="http://127.0.0.1:8000", max_concurrent_requests=1))
+    cfg = config.build_config(upstream="http://127.0.0.1:8000", max_concurrent_requests=1, queue_timeout_secs=45)
+    found = config.advisories(cfg)
     assert [a.code.value for a in found] == ["DRAIN_CONSUMES_GRACE", CODE]
 
 
@@ -78,7 +79,9 @@ async def test_a_router_logs_lists_and_exports_it(fake_upstream: Any, start_rout
 @pytest.mark.parametrize(
     ("flags", "exit_code"),
     [
-        pytest.param(["--max-concurrent-requests", "4"], 1, id="default-timeout-over-default-drain"),
+        pytest.param(["--max-concurrent-requests", "4"], 0, id="the-default-timeout-is-the-drain"),
+        pytest.param(["--max-concurrent-requests", "4", "--queue-timeout-secs", "60"], 1, id="a-minute-over-the-drain"),
+        pytest.param(["--max-concurrent-requests", "4", "--queue-timeout-secs", "30.5"], 1, id="a-fraction-over"),
         pytest.param(["--max-concurrent-requests", "4", "--queue-timeout-secs", "30"], 0, id="timeout-within-drain"),
         pytest.param(["--max-concurrent-requests", "4", "--queue-size", "0"], 0, id="no-queue"),
         pytest.param(["--queue-timeout-secs", "600"], 0, id="admission-off"),

@@ -85,7 +85,9 @@ def test_the_block_waits_for_readyz_before_the_first_request() -> None:
 def test_the_readme_by_hand_block_runs() -> None:
     """1. the fake model and a router start 2. the block waits for /readyz 3. a 10 s stream starts
     4. SIGTERM to the router 2 s in. Result: bash exits 0, the stream ends whole ([DONE]) with curl
-    exiting 0, and the router exits 0 after it (drained, nothing cut)."""
+    exiting 0, and the router exits 0 after it (drained, nothing cut); and it started without a
+    ``startup.advisory`` (its grace is declared above its drain, and the health path it turns on
+    keeps its defaults: a reader's first run must not greet them with a warning)."""
     if shutil.which("curl") is None:
         if os.environ.get("CI"):
             pytest.fail("curl is not installed but CI is set: .ci/run must install it")
@@ -97,6 +99,8 @@ def test_the_readme_by_hand_block_runs() -> None:
     assert "router exited 0" in done.stdout, report
     assert "data: [DONE]" in done.stdout, report
     assert done.stdout.index("data: [DONE]") < done.stdout.index("router exited 0"), report
+    assert "startup.listening" in done.stdout + done.stderr, "the router's log is in the output read here"
+    assert "startup.advisory" not in done.stdout + done.stderr, report
 
 
 def _slug(heading: str) -> str:
