@@ -73,6 +73,26 @@ def engine(name: str, *args: str, **admission_values: Any) -> dict[str, Any]:
             ("8", "256", "45"),
             id="timeout-null-is-the-drain-when-shorter",
         ),
+        pytest.param(
+            {
+                **engine("vllm", "--max-num-seqs", "64"),
+                "shutdownDrainSecs": 0,
+                "router": {"readinessProbe": {"declareToRouter": False}},
+            },
+            ("64", "256", "60"),
+            id="timeout-null-with-no-drain-window-is-the-minute",
+        ),
+        pytest.param(
+            {
+                "shutdownDrainSecs": 0,
+                "router": {
+                    "readinessProbe": {"declareToRouter": False},
+                    "admission": {"maxConcurrentRequests": 8, "queueTimeoutSecs": 600},
+                },
+            },
+            ("8", "256", "600"),
+            id="no-drain-window-takes-any-timeout",
+        ),
     ],
 )
 def test_admission_flags(helm: Helm, values: dict[str, Any], expected: tuple[str | None, ...]) -> None:
@@ -93,15 +113,6 @@ def test_the_batch_limit_is_stated_once(helm: Helm) -> None:
             engine("vllm", maxConcurrentRequests=8, queueTimeoutSecs=31),
             "queueTimeoutSecs (31) is longer than shutdownDrainSecs (30)",
             id="timeout-over-the-drain",
-        ),
-        pytest.param(
-            {
-                **engine("vllm", "--max-num-seqs", "64"),
-                "shutdownDrainSecs": 0,
-                "router": {"readinessProbe": {"declareToRouter": False}},
-            },
-            "queueTimeoutSecs (1) is longer than shutdownDrainSecs (0)",
-            id="a-queue-with-no-drain-window",
         ),
         pytest.param(
             engine("vllm", "--max-num-seqs", "lots"),

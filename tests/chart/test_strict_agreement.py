@@ -64,8 +64,8 @@ def admission_values(
 
 #: (id, values, whether both refuse). The drain against the grace (DRAIN_CONSUMES_GRACE), against
 #: the declared probe window (DRAIN_SHORTER_THAN_PROBE_WINDOW) and against the time to notice a
-#: dead model server, threshold x max(interval, timeout) + timeout (UPSTREAM_HEALTH_SLOWER_THAN_DRAIN),
-#: on both sides of each edge.
+#: dead model server, threshold x max(interval, timeout) + timeout, never held to less than the
+#: default polling's 8 s (UPSTREAM_HEALTH_SLOWER_THAN_DRAIN), on both sides of each edge.
 CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("defaults", {}, False),
     ("drain-just-below-grace", drain_values(179, 180), False),
@@ -96,7 +96,12 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("admission-engine-flag-timeout-over-drain", admission_values(engine_flag=64, timeout=45), True),
     ("admission-no-queue-long-timeout", admission_values(8, timeout=600, size=0), False),
     ("admission-off-long-timeout", admission_values(0, timeout=600), False),
-    ("admission-with-no-drain", admission_values(engine_flag=64, drain=0, declared=False), True),
+    ("admission-with-no-drain", admission_values(engine_flag=64, drain=0, declared=False), False),
+    ("admission-long-timeout-with-no-drain", admission_values(8, timeout=600, drain=0, declared=False), False),
+    ("admission-defaults-under-a-one-second-drain", admission_values(engine_flag=64, drain=1, declared=False), False),
+    ("health-defaults-under-a-short-drain", health_values(2, 3, 2, drain=5, declared=False), False),
+    ("health-as-slow-as-defaults-under-a-short-drain", health_values(3, 2, 2, drain=5, declared=False), False),
+    ("health-slower-than-defaults-under-a-short-drain", health_values(3, 2, 3, drain=5, declared=False), True),
 ]
 
 
@@ -116,7 +121,8 @@ def pod_flags(values: dict[str, Any]) -> dict[str, str | None]:
     if limit is None and "--max-num-seqs" in args:  # the default engine's (vLLM's) batch flag
         limit = int(args[args.index("--max-num-seqs") + 1])
     timeout = admission.get("queueTimeoutSecs")
-    timeout = max(1, min(60, int(v["shutdownDrainSecs"]))) if timeout is None else timeout
+    drain = int(v["shutdownDrainSecs"])
+    timeout = (min(60, drain) if drain else 60) if timeout is None else timeout
     return {
         "--max-concurrent-requests": str(limit) if limit else None,
         "--queue-size": str(admission.get("queueSize", 256)) if limit else None,

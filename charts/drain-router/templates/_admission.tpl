@@ -9,8 +9,9 @@ arguments (modelServer.args) set its batch flag, so the number is stated once: v
 those with 70 GiB or more other than the A100, 128 on a CPU), SGLang derives it from the memory
 left for the KV cache, TGI's 128 is where it starts refusing rather than its batch, and llama.cpp's
 depends on its version; a router limit below the engine's real batch would cap its throughput, so
-without the flag admission stays off. queueTimeoutSecs null: the router's default (60 s), or
-shutdownDrainSecs when shorter (QUEUE_TIMEOUT_EXCEEDS_DRAIN), at least 1. */}}
+without the flag admission stays off. queueTimeoutSecs null: the router's own default, rendered so
+the pod spec shows it: shutdownDrainSecs, at most 60 (60 when the drain is 0, no window to keep
+it within), so admission on with its defaults never trips QUEUE_TIMEOUT_EXCEEDS_DRAIN. */}}
 {{- define "drain-router.admission" -}}
 {{- $a := .Values.router.admission -}}
 {{- $engine := fromYaml (include "drain-router.engine" .) -}}
@@ -42,7 +43,8 @@ shutdownDrainSecs when shorter (QUEUE_TIMEOUT_EXCEEDS_DRAIN), at least 1. */}}
 {{- end -}}
 {{- $timeout := $a.queueTimeoutSecs -}}
 {{- if kindIs "invalid" $timeout -}}
-{{- $timeout = max 1 (min 60 (int .Values.shutdownDrainSecs)) -}}
+{{- $drain := int .Values.shutdownDrainSecs -}}
+{{- $timeout = ternary 60 (min 60 $drain) (eq $drain 0) -}}
 {{- end -}}
 limit: {{ $limit }}
 size: {{ int $a.queueSize }}
@@ -51,11 +53,12 @@ from: {{ $from | quote }}
 {{- end -}}
 
 {{/* The admission checks: the queue timeout against the drain window (the router's
-QUEUE_TIMEOUT_EXCEEDS_DRAIN: the chart refuses what `drain-router check --strict` refuses). */}}
+QUEUE_TIMEOUT_EXCEEDS_DRAIN: the chart refuses what `drain-router check --strict` refuses; silent
+with no drain window, 0, where SIGTERM closes at once whatever the timeout). */}}
 {{- define "drain-router.validateAdmission" -}}
 {{- $adm := fromYaml (include "drain-router.admission" .) -}}
 {{- $drain := int .Values.shutdownDrainSecs -}}
-{{- if and (gt (int $adm.limit) 0) (gt (int $adm.size) 0) (gt (int $adm.timeout) $drain) -}}
+{{- if and (gt (int $adm.limit) 0) (gt (int $adm.size) 0) (gt $drain 0) (gt (int $adm.timeout) $drain) -}}
 {{- fail (printf "router.admission: queueTimeoutSecs (%d) is longer than shutdownDrainSecs (%d): at closing the router answers every request still queued with 503, so during each rollout clients would be turned away before their queue timeout. Lower router.admission.queueTimeoutSecs to at most %d (null does), raise shutdownDrainSecs, or set router.admission.queueSize 0 (no queue) or maxConcurrentRequests 0 (admission off; the limit came from %s)" (int $adm.timeout) $drain $drain $adm.from) -}}
 {{- end -}}
 {{- end -}}

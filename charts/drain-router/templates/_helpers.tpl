@@ -112,8 +112,10 @@ helm.sh/resource-policy: keep
 {{- end -}}
 {{- $timeout := int $r.upstreamHealthTimeoutSecs -}}
 {{- $notice := add (mul (int $r.upstreamHealthFailureThreshold) (max (int $r.upstreamHealthIntervalSecs) $timeout)) $timeout -}}
-{{- if and $engine.healthPath (gt $drain 0) (gt (int $notice) $drain) -}}
-{{- fail (printf "noticing a model server that stopped answering its health path takes up to %d s (router.upstreamHealthFailureThreshold %v x max(upstreamHealthIntervalSecs %v, upstreamHealthTimeoutSecs %v) + upstreamHealthTimeoutSecs), longer than shutdownDrainSecs (%d), the time load balancers are given to stop sending to a pod: lower those, or raise shutdownDrainSecs" (int $notice) $r.upstreamHealthFailureThreshold $r.upstreamHealthIntervalSecs $r.upstreamHealthTimeoutSecs $drain) -}}
+{{- /* 8: the router's default polling's own notice time (3 x max(2, 2) + 2), the budget's floor:
+a drain shorter than that says how fast balancers follow /readyz, not that the defaults are wrong. */ -}}
+{{- if and $engine.healthPath (gt $drain 0) (gt (int $notice) (max $drain 8)) -}}
+{{- fail (printf "noticing a model server that stopped answering its health path takes up to %d s (router.upstreamHealthFailureThreshold %v x max(upstreamHealthIntervalSecs %v, upstreamHealthTimeoutSecs %v) + upstreamHealthTimeoutSecs), longer than shutdownDrainSecs (%d), the time load balancers are given to stop sending to a pod, and than the default polling's 8 s: lower those, or raise shutdownDrainSecs" (int $notice) $r.upstreamHealthFailureThreshold $r.upstreamHealthIntervalSecs $r.upstreamHealthTimeoutSecs $drain) -}}
 {{- end -}}
 {{- $a := .Values.autoscaling -}}
 {{- if $a.enabled -}}
