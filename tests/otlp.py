@@ -48,6 +48,8 @@ class Receiver:
     port: int = 0
     spans: list[Span] = field(default_factory=list)
     exports: int = 0
+    raw: list[bytes] = field(default_factory=list)
+    """Every export request's body as received: what a collector, and whoever reads it, gets."""
     delay: float = 0.0
 
     @property
@@ -61,6 +63,7 @@ class Receiver:
         message = trace_service_pb2.ExportTraceServiceRequest()
         message.ParseFromString(body)
         self.exports += 1
+        self.raw.append(body)
         for rs in message.resource_spans:
             resource = {a.key: value(a.value) for a in rs.resource.attributes}
             for ss in rs.scope_spans:

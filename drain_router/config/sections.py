@@ -280,3 +280,14 @@ class LogSettings:
             "the exporter (OTLP/HTTP), endpoint, sampler and service name.",
         ),
     )
+    tracing_keep_query: bool = setting(
+        False,
+        Flag(
+            name="tracing-keep-query",
+            parse=boolean,
+            kind="switch",
+            help="Record each span's url.query as the client sent it. Off by default: every query-string "
+            "value is recorded as REDACTED (the keys stay), because clients put API keys and tokens in "
+            "URLs (?api_key=sk-...) and on, they reach the trace collector and everyone who can read it.",
+        ),
+    )

@@ -55,13 +55,36 @@ def split_authority(authority: str, default_port: int) -> tuple[str, int]:
     return host, int(port) if port.isdigit() else default_port
 
 
+#: What every query-string value becomes in a span unless ``--tracing-keep-query`` is set.
+REDACTED: Final = "REDACTED"
+
+
+def redact_query(query: str) -> str:
+    """``query`` with every value replaced by :data:`REDACTED` and every key kept, in order: a
+    field ``key=value`` (split on ``&``, at the first ``=``, as ``urllib.parse.parse_qsl`` splits it)
+    becomes ``key=REDACTED``; a field without ``=`` is a key alone and stays. Not only the parameters
+    the semantic conventions name (``sig``, ``X-Amz-Signature``...): ``api_key=sk-...``,
+    ``token=...`` and whatever a client puts in its URL are credentials as often as not."""
+    return "&".join(f"{field.partition('=')[0]}={REDACTED}" if "=" in field else field for field in query.split("&"))
+
+
 def http_start(
-    method: str, target: str, version: str, host: str | None, client: str, *, port: int, websocket: bool
+    method: str,
+    target: str,
+    version: str,
+    host: str | None,
+    client: str,
+    *,
+    port: int,
+    websocket: bool,
+    keep_query: bool = False,
 ) -> Attributes:
     """A proxied HTTP request's (or WebSocket session's) attributes known from its head. ``host``: its
     ``Host`` header (None: it sent none); ``port``: the router's listening port; ``version``:
-    ``1.0`` or ``1.1``."""
-    path, _, query = target.partition("?")
+    ``1.0`` or ``1.1``; ``keep_query``: ``url.query`` as sent rather than redacted
+    (:func:`redact_query`). No header is recorded, nor a fragment (``#`` on, which no client sends
+    and which would otherwise end up in the path or in the query's last key)."""
+    path, _, query = target.partition("#")[0].partition("?")
     attrs: Attributes = {
         "http.request.method": method,
         "url.path": path,
@@ -70,7 +93,7 @@ def http_start(
         "drain_router.kind": "websocket" if websocket else "http",
     }
     if query:
-        attrs["url.query"] = query
+        attrs["url.query"] = query if keep_query else redact_query(query)
     if host:
         attrs["server.address"], attrs["server.port"] = split_authority(host, port)
     if client:
@@ -78,9 +101,12 @@ def http_start(
     return attrs
 
 
-def grpc_start(path: str, authority: str | None, *, port: int) -> tuple[str, Attributes]:
+def grpc_start(path: str, authority: str | None, *, port: int, keep_query: bool = False) -> tuple[str, Attributes]:
     """A gRPC call's span name (``service/method``) and its attributes from ``:path`` and
-    ``:authority``. A path that is not ``/service/method`` keeps its text as the name."""
+    ``:authority``. A path that is not ``/service/method`` keeps its text as the name. A query in
+    ``:path`` (no gRPC client sends one) is never part of the name: it is ``url.query``, redacted
+    unless ``keep_query``, as for HTTP; a fragment is never recorded."""
+    path, _, query = path.partition("#")[0].partition("?")
     service, slash, method = path.lstrip("/").partition("/")
     attrs: Attributes = {
         "rpc.system": "grpc",
@@ -93,6 +119,8 @@ def grpc_start(path: str, authority: str | None, *, port: int) -> tuple[str, Att
         name = f"{service}/{method}"
     else:
         name = path
+    if query:
+        attrs["url.query"] = query if keep_query else redact_query(query)
     if authority:
         attrs["server.address"], attrs["server.port"] = split_authority(authority, port)
     return name, attrs

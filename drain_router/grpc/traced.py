@@ -82,7 +82,7 @@ def call(
             state.append(value.decode("latin-1"))
         elif field == b":authority":
             authority = value.decode("latin-1")
-    name, attrs = spans.grpc_start(request.path.decode("latin-1"), authority, port=80)
+    name, attrs = spans.grpc_start(request.path.decode("latin-1"), authority, port=80, keep_query=tracer.keep_query)
     span, traceparent, tracestate = tracer.server(name, parent, state)
     headers = r.traced(headers, traceparent, tracestate)
     if not span.is_recording():

@@ -132,6 +132,15 @@ def exchange(
     else:
         made = TracedHandshake(client, dest, method, target, http10, keep_alive, request, key)
     peer = client.peer.decode("latin-1")
-    attrs = spans.http_start(verb, target.decode("latin-1"), version, host, peer, port=80, websocket=key is not None)
+    attrs = spans.http_start(
+        verb,
+        target.decode("latin-1"),
+        version,
+        host,
+        peer,
+        port=80,
+        websocket=key is not None,
+        keep_query=tracer.keep_query,
+    )
     made.begin(tracer, span, attrs)
     return made

@@ -63,7 +63,9 @@ class Router:
         self.pool: UpstreamPool | None = None
         self.draining = Drain(cfg, self.state, self.metrics, self, clock=clock)
         if cfg.log.tracing:  # raises tracing.Unavailable without the otel extra
-            self.state.tracer = tracing.start("drain-router", self.metrics.tracing_spans_dropped.inc)
+            self.state.tracer = tracing.start(
+                "drain-router", self.metrics.tracing_spans_dropped.inc, keep_query=cfg.log.tracing_keep_query
+            )
 
     @property
     def upstream_url(self) -> str | None:

@@ -37,6 +37,9 @@ class Span(Protocol):
 class Tracer(Protocol):
     """The router's or controller's tracer (:class:`drain_router.tracing.sdk.Tracing`)."""
 
+    keep_query: bool
+    """``--tracing-keep-query``: spans record ``url.query`` as sent, not with its values redacted."""
+
     def server(self, name: str, traceparent: list[str], tracestate: list[str]) -> tuple[Span, bytes, bytes | None]:
         """A SERVER span continuing the client's W3C trace context; returns it with the
         ``traceparent`` (and ``tracestate``) that makes it the upstream request's parent. Its
@@ -66,14 +69,15 @@ def require() -> None:
         raise Unavailable(f"the OpenTelemetry SDK is not installed ({exc.name}); {INSTALL_HINT}") from None
 
 
-def start(service: str, on_drop: Callable[[int], None]) -> Tracer:
+def start(service: str, on_drop: Callable[[int], None], *, keep_query: bool = False) -> Tracer:
     """The SDK set up from the standard ``OTEL_*`` variables (``service``: the ``service.name`` when
-    ``OTEL_SERVICE_NAME`` does not say); ``on_drop`` counts spans dropped by a full queue. Raises
-    :class:`Unavailable` without the ``otel`` extra."""
+    ``OTEL_SERVICE_NAME`` does not say); ``on_drop`` counts spans dropped by a full queue;
+    ``keep_query``: see :attr:`Tracer.keep_query`. Raises :class:`Unavailable` without the ``otel``
+    extra."""
     require()
     from drain_router.tracing import sdk
 
-    return sdk.Tracing(service, on_drop)
+    return sdk.Tracing(service, on_drop, keep_query=keep_query)
 
 
 def event(holder: Any, name: str) -> None:

@@ -176,7 +176,15 @@ SAMPLED_OUT = _SampledOut()
 class Tracing:
     """The router's (or controller's) tracer: see :class:`drain_router.tracing.Tracer`."""
 
-    def __init__(self, service: str, on_drop: Callable[[int], None], exporter: SpanExporter | None = None) -> None:
+    def __init__(
+        self,
+        service: str,
+        on_drop: Callable[[int], None],
+        exporter: SpanExporter | None = None,
+        *,
+        keep_query: bool = False,
+    ) -> None:
+        self.keep_query = keep_query
         resource = Resource.create()
         if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
             resource = resource.merge(Resource({SERVICE_NAME: service}))

@@ -211,3 +211,46 @@ async def test_wait_until_is_the_only_clock(receiver: otlp.Receiver) -> None:
     else:
         raise AssertionError("no spans were sent")
     await wait_until(lambda: True, timeout=1, what="nothing")
+
+
+SECRET_QUERY = "sk-abc"
+SECRET_HEADER = "Bearer hdr-secret-4711"
+
+
+async def test_query_values_and_credentials_never_reach_the_collector(
+    start_traced: StartTraced, receiver: otlp.Receiver, raw_upstream: rawupstream.RawUpstream
+) -> None:
+    """1. a request ``/echo?api_key=sk-abc&model=x`` with ``Authorization``, ``Cookie`` and
+    ``X-Api-Key`` headers 2. the span exported. Result: ``url.query`` is ``api_key=REDACTED&model=REDACTED``
+    and neither the key nor any header's secret is anywhere in what the collector received (every
+    byte of every export: attributes, events, names, resource); the upstream still got all of them.
+    With ``--tracing-keep-query`` the query is recorded as sent (the headers still are not)."""
+    headers = {"Authorization": SECRET_HEADER, "Cookie": "session=cookie-secret-99", "X-Api-Key": "xkey-secret-7"}
+    secrets = [SECRET_QUERY, "hdr-secret-4711", "cookie-secret-99", "xkey-secret-7"]
+    p = await start_traced(raw_upstream.url)
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"http://127.0.0.1:{p.port}/echo?api_key={SECRET_QUERY}&model=x", headers=headers) as resp:
+            assert resp.status == 200
+            echoed = await resp.json()
+    assert {k.lower(): v for k, v in echoed["headers"].items()}[
+        "authorization"
+    ] == SECRET_HEADER  # relayed as sent: only the span redacts
+    [span] = await receiver.wait_spans(1)
+    assert span.attributes["url.query"] == "api_key=REDACTED&model=REDACTED"
+    assert span.attributes["url.path"] == "/echo"
+    exported = b"".join(receiver.raw)
+    for secret in secrets:
+        assert secret.encode() not in exported, secret
+        assert not [v for v in span.attributes.values() if secret in str(v)], (secret, span.attributes)
+
+    receiver.spans.clear()
+    receiver.raw.clear()
+    q = await start_traced(raw_upstream.url, "--tracing-keep-query")
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"http://127.0.0.1:{q.port}/echo?api_key={SECRET_QUERY}&model=x", headers=headers) as resp:
+            assert resp.status == 200
+    [kept] = await receiver.wait_spans(1)
+    assert kept.attributes["url.query"] == f"api_key={SECRET_QUERY}&model=x"
+    exported = b"".join(receiver.raw)
+    for secret in secrets[1:]:
+        assert secret.encode() not in exported, secret

@@ -5,10 +5,13 @@ export queue with the SDK's real batch processor (an exporter that holds its fir
 from __future__ import annotations
 
 import threading
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from drain_router.decisions import spans
 from drain_router.h2 import rules
@@ -52,7 +55,8 @@ def test_the_forwarded_grpc_headers_carry_one_trace_context(case: dict[str, Any]
 def test_http_attributes(case: dict[str, Any]) -> None:
     args = case["args"]
     websocket = args.pop("websocket")
-    assert spans.http_start(**args, port=80, websocket=websocket) == case["expect"]
+    keep_query = args.pop("keep_query", False)
+    assert spans.http_start(**args, port=80, websocket=websocket, keep_query=keep_query) == case["expect"]
 
 
 @pytest.mark.parametrize("case", casefiles.params(ATTRIBUTES["grpc"]))
@@ -62,6 +66,87 @@ def test_grpc_name_and_attributes(case: dict[str, Any]) -> None:
     for key, value in case["expect"].items():
         assert attrs[key] == value
     assert ("rpc.service" in attrs) == ("rpc.service" in case["expect"])
+    assert ("url.query" in attrs) == ("url.query" in case["expect"])
+
+
+# -- query strings: every value redacted, every key kept ---------------------------------------------
+# Values always start with SENTINEL, which no generated key or path can contain (keys are lowercase,
+# digits, a few marks and %XX with uppercase hex), so any piece of a value left in a span shows.
+SENTINEL = "Zq"
+KEY_CHARS = "abcdk_-.~;!$'()*,/:@?"
+VALUE_CHARS = "abcXYZ0189-._~;=#?/:@!$'()*,+ &%\u00e9\u20ac"
+
+
+def _encoded(chars: str, draw: st.DrawFn, alphabet: str) -> str:
+    """``chars`` written as a client might: each character literal where it may be, else (or by
+    choice) percent-encoded as UTF-8, a space as ``+`` or ``%20``."""
+    out = []
+    for char in chars:
+        literal_ok = char not in "&+%" and char.isascii() and char != " "
+        how = draw(st.sampled_from(["literal", "percent", "plus"]))
+        if char == " " and how == "plus":
+            out.append("+")
+        elif literal_ok and how == "literal":
+            out.append(char)
+        else:
+            out.append("".join(f"%{b:02X}" for b in char.encode()))
+    return "".join(out)
+
+
+@st.composite
+def queries(draw: st.DrawFn) -> tuple[str, list[str]]:
+    """A query string (keys repeated, empty values, keys alone, empty fields, ``;`` and ``#`` inside,
+    ``+`` and percent-encoding) and the raw text of each value it carries."""
+    pool = draw(st.lists(st.text(KEY_CHARS, min_size=1, max_size=6), min_size=1, max_size=4))
+    fields, raw_values = [], []
+    for _ in range(draw(st.integers(1, 8))):
+        key = _encoded(draw(st.sampled_from(pool)), draw, KEY_CHARS)
+        shape = draw(st.sampled_from(["value", "value", "empty", "key-alone", "empty-field"]))
+        if shape == "value":
+            raw = SENTINEL + _encoded(draw(st.text(VALUE_CHARS, max_size=12)), draw, VALUE_CHARS)
+            raw_values.append(raw)
+            fields.append(f"{key}={raw}")
+        elif shape == "empty":
+            fields.append(f"{key}=")
+        elif shape == "key-alone":
+            fields.append(key)
+        else:
+            fields.append("")
+    query = "&".join(fields)
+    if draw(st.booleans()):  # a fragment a raw client left on: part of the last field's value
+        fragment = SENTINEL + draw(st.text("abc#?=;", max_size=6))
+        raw_values.append(fragment)
+        query += "#" + fragment
+    return query, raw_values
+
+
+def _oracle_values(query: str) -> list[str]:
+    return [v for _, v in urllib.parse.parse_qsl(query, keep_blank_values=True) if v]
+
+
+@given(queries())
+def test_no_query_value_reaches_a_span_and_every_key_does(generated: tuple[str, list[str]]) -> None:
+    """Generated query strings in an HTTP request's target and a gRPC ``:path``: no value the oracle
+    (``urllib.parse.parse_qsl``) finds, decoded or raw, is anywhere in the span's name or attributes;
+    the recorded query has the same keys in the same order, each value ``REDACTED``. With
+    ``keep_query`` the query is recorded as sent."""
+    query, raw_values = generated
+    http = spans.http_start("GET", "/v1/x?" + query, "1.1", "h", "c", port=80, websocket=False)
+    name, grpc = spans.grpc_start("/svc/M?" + query, None, port=80)
+    recorded = [str(v) for v in (*http.values(), *grpc.values(), name)]
+    secrets = [*_oracle_values(query), *raw_values]
+    for text in recorded:
+        assert SENTINEL not in text, (query, text)
+        for secret in secrets:
+            assert secret not in text, (query, secret, text)
+    sent = query.partition("#")[0]  # a fragment is never recorded, in the path or the query
+    kept = urllib.parse.parse_qsl(sent, keep_blank_values=True)
+    for attrs in (http, grpc):
+        redacted = urllib.parse.parse_qsl(str(attrs.get("url.query", "")), keep_blank_values=True)
+        assert [k for k, _ in redacted] == [k for k, _ in kept], (query, attrs)
+        assert all(v in ("", spans.REDACTED) for _, v in redacted), (query, attrs)
+    asked = spans.http_start("GET", "/v1/x?" + query, "1.1", "h", "c", port=80, websocket=False, keep_query=True)
+    assert asked.get("url.query", "") == sent
 
 
 @pytest.mark.parametrize("case", casefiles.params(ATTRIBUTES["errors"]))
