@@ -33,9 +33,13 @@ class Refusals:
 
     def protocol(self, *, open_connections: int, limit: int) -> asyncio.Protocol:
         """The protocol for a connection accepted past ``limit``."""
+        self.refused(open_connections=open_connections, limit=limit)
+        return RefusedConnection(self)
+
+    def refused(self, *, open_connections: int, limit: int) -> None:
+        """Count and log (rate-limited) one refusal, whoever answers it."""
         self.counter.inc()
         self.log.emit(open_connections=open_connections, limit=limit)
-        return RefusedConnection(self)
 
 
 class RefusedConnection(asyncio.Protocol):

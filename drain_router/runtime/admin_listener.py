@@ -6,6 +6,18 @@
   (:mod:`drain_router.http1.refusals`), counted and logged at most once per interval. The traffic
   listener has its own cap, so a flood on either port cannot take the other's descriptors: kubelet
   probes keep answering on the traffic port while the admin port is flooded, and the other way round.
+- **Probes are never starved**: past the cap, :data:`~drain_router.runtime.tuning.ADMIN_PROBE_RESERVE`
+  more connections are accepted for ``/livez`` and ``/readyz`` alone (:data:`PROBE_PATHS`): a probe
+  on one is answered and the connection closed; any other request on one gets the same 503
+  ``too_many_connections`` as a connection past the cap, and one that sends nothing is closed after
+  :data:`ADMIN_RESERVE_IDLE_SECS`. Whatever holds the cap (scrapes, preStop holds, clients that
+  never read), the kubelet's probes are answered rather than failed into a restart.
+- **A client that does not read is cut**: each connection's write buffer has a high-water mark
+  (:data:`ADMIN_WRITE_HIGH_WATER`); an answer held above it for :data:`ADMIN_SEND_TIMEOUT_SECS`
+  (the client read nothing for that long) has its connection aborted, logged as one rate-limited
+  ``admin.send_timeout`` line. Handlers write large answers (``/engine/metrics``) in chunks that
+  wait for the buffer to drain, so what one connection holds is bounded by the high-water mark plus
+  one chunk, and for at most the send timeout after the client stops reading.
 - **Idle connections close** after :data:`ADMIN_KEEPALIVE_SECS`, so keep-alive connections left
   open cannot hold the cap for long.
 - **A caller that leaves is gone at once**: aiohttp's ``handler_cancellation`` cancels a request's
@@ -26,7 +38,11 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 from aiohttp import hdrs, web
 from aiohttp.http_exceptions import LineTooLong
@@ -43,6 +59,24 @@ log = logs.get("drain_router.admin")
 #: probes, scrapes and the controller's idle probe reconnect at no cost, and idle keep-alive
 #: connections cannot hold the connection cap against the kubelet's probes.
 ADMIN_KEEPALIVE_SECS = 5.0
+
+#: A connection whose answer stays above the write buffer's high-water mark this long is aborted: its
+#: client read nothing (not even the buffer's last 48 KiB) for that long. Every admin answer is
+#: read in milliseconds by a client that reads at all (a scrape of the engine's metrics, tens of KiB
+#: to a few MiB, is read at once by Prometheus), and 5 s is well inside Prometheus's scrape timeout;
+#: before it, 68 clients of ``/engine/metrics`` that never read held 8.5 MB each, indefinitely.
+ADMIN_SEND_TIMEOUT_SECS = 5.0
+
+#: The write buffer's high-water mark of an admin connection (the low-water mark is a quarter of it):
+#: above it the connection's writers wait and the send timeout runs.
+ADMIN_WRITE_HIGH_WATER = 64 * 1024
+
+#: The paths answered on a connection of the probes' reserve.
+PROBE_PATHS = frozenset({"/livez", "/readyz"})
+
+#: A connection of the probes' reserve that sends nothing is closed after this long (a kubelet probe
+#: sends its request as soon as it connects), so silent connections cannot hold the reserve.
+ADMIN_RESERVE_IDLE_SECS = 1.0
 
 TOO_MANY_CONNECTIONS = (
     503,
@@ -64,11 +98,55 @@ def _static_error(status: int, exc: BaseException | None) -> tuple[int, str, str
 
 
 class AdminRequestHandler(web.RequestHandler):
-    """aiohttp's connection protocol with static, logged-once answers for protocol errors."""
+    """aiohttp's connection protocol with static, logged-once answers for protocol errors and the send
+    timeout. ``probes_only``: a connection of the probes' reserve."""
 
-    def __init__(self, server: AdminServer, **kwargs: Any) -> None:
+    def __init__(self, server: AdminServer, *, probes_only: bool = False, **kwargs: Any) -> None:
         super().__init__(server, **kwargs)
         self.server = server
+        self.probes_only = probes_only
+        self.send_timer: asyncio.TimerHandle | None = None
+        """Armed while the write buffer is above its high-water mark: aborts the connection."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        cast(asyncio.WriteTransport, transport).set_write_buffer_limits(high=ADMIN_WRITE_HIGH_WATER)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self.send_timer is None:
+            self.send_timer = self._loop.call_later(ADMIN_SEND_TIMEOUT_SECS, self.send_timed_out)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self.cancel_send_timer()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.cancel_send_timer()
+        super().connection_lost(exc)
+
+    def cancel_send_timer(self) -> None:
+        if self.send_timer is not None:
+            self.send_timer.cancel()
+            self.send_timer = None
+
+    def send_timed_out(self) -> None:
+        """The client read nothing for :data:`ADMIN_SEND_TIMEOUT_SECS`: reset the connection (its handler
+        is cancelled by ``connection_lost``, which frees what it held). A reset, not a close: a close
+        leaves the kernel's send buffer (up to megabytes) trying to reach a client that does not read,
+        for minutes; with a zero linger time the kernel drops it and the client learns at once."""
+        self.send_timer = None
+        transport = self.transport
+        if transport is None:
+            return
+        self.server.send_timeout_log.emit(
+            timeout_secs=ADMIN_SEND_TIMEOUT_SECS, buffered=transport.get_write_buffer_size()
+        )
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
 
     def handle_error(
         self,
@@ -107,11 +185,14 @@ class AdminServer(web.Server):
         metrics: Metrics,
         connection_limit: int,
         lingering_limit: int = tuning.ADMIN_LINGERING_REFUSED,
+        probe_reserve: int = tuning.ADMIN_PROBE_RESERVE,
         **handler_args: Any,
     ) -> None:
-        super().__init__(handler, request_factory=request_factory, handler_cancellation=True, **handler_args)
+        super().__init__(self.serve, request_factory=request_factory, handler_cancellation=True, **handler_args)
+        self.app_handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]] = handler
         self.loop = asyncio.get_running_loop()
         self.connection_limit = connection_limit
+        self.probe_reserve = probe_reserve
         self.open = 0
         """Connections being served (accepted and not yet lost); refused ones are not counted."""
         self.refusals = Refusals(
@@ -124,13 +205,35 @@ class AdminServer(web.Server):
         )
         self.bad_request_log = logs.RateLimited(log, "admin.bad_request", level="info")
         self.error_log = logs.RateLimited(log, "admin.internal_error", level="error")
+        self.send_timeout_log = logs.RateLimited(log, "admin.send_timeout", level="info")
         self._handler_args = handler_args
 
     def __call__(self) -> asyncio.Protocol:  # type: ignore[override]  # a refusal is not a RequestHandler
         """The listening socket's protocol factory: one per accepted connection."""
-        if self.open >= self.connection_limit:
+        if self.open >= self.connection_limit + self.probe_reserve:
             return self.refusals.protocol(open_connections=self.open, limit=self.connection_limit)
+        if self.open >= self.connection_limit:
+            args = {**self._handler_args, "keepalive_timeout": ADMIN_RESERVE_IDLE_SECS}
+            return AdminRequestHandler(self, loop=self.loop, probes_only=True, **args)
         return AdminRequestHandler(self, loop=self.loop, **self._handler_args)
+
+    async def serve(self, request: web.BaseRequest) -> web.StreamResponse:
+        """The app's handler, but on a connection of the probes' reserve only the probes: anything
+        else is refused as a connection past the cap is, and the connection closed after its answer."""
+        if not getattr(request.protocol, "probes_only", False):
+            return await self.app_handler(request)
+        if request.path not in PROBE_PATHS:
+            self.refusals.refused(open_connections=self.open, limit=self.connection_limit)
+            response: web.StreamResponse = web.Response(
+                status=TOO_MANY_CONNECTIONS[0],
+                body=answers.error_body(*TOO_MANY_CONNECTIONS),
+                content_type="application/json",
+                headers={hdrs.SERVER: answers.SERVER_HEADER},
+            )
+        else:
+            response = await self.app_handler(request)
+        response.force_close()
+        return response
 
     def connection_made(self, handler: web.RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)

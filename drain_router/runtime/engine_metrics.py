@@ -14,6 +14,13 @@ Bounds, each a named constant, each answered with a static JSON body (the log ha
 - **concurrency**: one fetch at a time per router. A scrape arriving while a fetch runs shares its
   answer (so it waits at most the same timeout); a caller that leaves does not cancel the fetch
   the others wait for.
+- **sending**: the body is held once, as the chunks it was read in, and written to each scraper
+  chunk by chunk, each write waiting for the connection's buffer to drain: what one answer adds to a
+  connection is bounded by the admin listener's write high-water mark plus one chunk, never a copy
+  of the body, and a scraper that stops reading is cut after the admin listener's send timeout
+  (:mod:`drain_router.runtime.admin_listener`). Bodies still being sent (a new fetch's answer while
+  slow scrapers read an older one) count against :data:`ENGINE_METRICS_HELD_BYTES`; a fetch that
+  could pass it is not started: 503 ``engine_metrics_busy``.
 
 The fetch never follows a redirect (no request makes the router connect anywhere but
 ``--upstream``), asks for the Prometheus text format, and any other answer than 200 is 502
@@ -38,6 +45,14 @@ log = logs.get("drain_router.engine_metrics")
 #: broken or hostile upstream can make the router hold (one fetch at a time).
 MAX_ENGINE_METRICS_BYTES = 8 * 1024 * 1024
 
+#: The bodies held at once, the one being fetched and those still being sent to scrapers: two of the
+#: largest. A real engine's body, tens of KiB, would need hundreds of scrapers reading at once to
+#: reach it; clients that never read cannot hold more than this for longer than the send timeout.
+ENGINE_METRICS_HELD_BYTES = 2 * MAX_ENGINE_METRICS_BYTES
+
+#: The size of the chunks a body is read and written in.
+CHUNK_BYTES = 64 * 1024
+
 #: The whole fetch (connect, head and body) must finish within this long; Prometheus's default
 #: scrape timeout is 10 s, so the scraper gets the router's 504 rather than its own timeout.
 ENGINE_METRICS_TIMEOUT_SECS = 5.0
@@ -57,15 +72,23 @@ TIMEOUT = (
     f"the model server did not answer its metrics within {ENGINE_METRICS_TIMEOUT_SECS:g} s",
 )
 UNAVAILABLE = (502, "engine_metrics_unavailable", "the model server's metrics could not be fetched")
+BUSY = (
+    503,
+    "engine_metrics_busy",
+    "earlier answers of the model server's metrics are still being sent to clients that read slowly; retry",
+)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Answer:
-    """One fetch's result: the engine's body and Content-Type, or a static error."""
+    """One fetch's result: the engine's body (the chunks it was read in) and Content-Type, or a static
+    error; ``senders``: the scrapes writing it now."""
 
-    body: bytes = b""
+    chunks: tuple[bytes, ...] = ()
+    size: int = 0
     content_type: str | None = None
     error: tuple[int, str, str] | None = None
+    senders: int = 0
 
 
 class EngineMetrics:
@@ -77,18 +100,47 @@ class EngineMetrics:
         self.connect_timeout = float(cfg.proxy.upstream_connect_timeout_secs)
         self._session: aiohttp.ClientSession | None = None
         self._fetch: asyncio.Task[Answer] | None = None
+        self.sending_bytes = 0
+        """The bytes of the bodies being sent (each counted once, however many scrapes send it)."""
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         if self.path is None:
             return _error(DISABLED)
         if self._fetch is None or self._fetch.done():
+            if self.sending_bytes + MAX_ENGINE_METRICS_BYTES > ENGINE_METRICS_HELD_BYTES:
+                log.warning("engine_metrics.busy", sending_bytes=self.sending_bytes)
+                return _error(BUSY)
             self._fetch = asyncio.ensure_future(self._fetch_once())
+            self._fetch.add_done_callback(self._fetched)
         answer = await asyncio.shield(self._fetch)  # a caller that leaves does not cancel the others' fetch
         if answer.error is not None:
             return _error(answer.error)
-        response = web.Response(body=answer.body)
+        return await self.send(request, answer)
+
+    def _fetched(self, task: asyncio.Task[Answer]) -> None:
+        """A finished fetch's answer lives as long as its scrapes send it, not until the next fetch."""
+        if self._fetch is task:
+            self._fetch = None
+
+    async def send(self, request: web.Request, answer: Answer) -> web.StreamResponse:
+        """Write ``answer`` chunk by chunk, each write waiting while the connection's buffer is above its
+        high-water mark (the admin listener cuts a client that stops reading)."""
+        response = web.StreamResponse()
+        response.content_length = answer.size
         if answer.content_type is not None:
             response.headers[hdrs.CONTENT_TYPE] = answer.content_type
+        if answer.senders == 0:
+            self.sending_bytes += answer.size
+        answer.senders += 1
+        try:
+            await response.prepare(request)
+            for chunk in answer.chunks:
+                await response.write(chunk)
+            await response.write_eof()
+        finally:
+            answer.senders -= 1
+            if answer.senders == 0:
+                self.sending_bytes -= answer.size
         return response
 
     async def _fetch_once(self) -> Answer:
@@ -105,13 +157,15 @@ class EngineMetrics:
                 if (resp.content_length or 0) > MAX_ENGINE_METRICS_BYTES:
                     log.warning("engine_metrics.too_large", url=url, content_length=resp.content_length)
                     return Answer(error=TOO_LARGE)
-                body = bytearray()
-                async for chunk in resp.content.iter_chunked(64 * 1024):
-                    body += chunk
-                    if len(body) > MAX_ENGINE_METRICS_BYTES:
-                        log.warning("engine_metrics.too_large", url=url, read=len(body))
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.content.iter_chunked(CHUNK_BYTES):
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > MAX_ENGINE_METRICS_BYTES:
+                        log.warning("engine_metrics.too_large", url=url, read=size)
                         return Answer(error=TOO_LARGE)
-                return Answer(body=bytes(body), content_type=resp.headers.get(hdrs.CONTENT_TYPE))
+                return Answer(chunks=tuple(chunks), size=size, content_type=resp.headers.get(hdrs.CONTENT_TYPE))
         except TimeoutError:
             log.warning("engine_metrics.timeout", url=url, timeout_secs=ENGINE_METRICS_TIMEOUT_SECS)
             return Answer(error=TIMEOUT)

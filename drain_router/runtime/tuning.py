@@ -15,6 +15,13 @@ from collections.abc import Iterator
 #: bounds what a flood of admin connections can take from the traffic listener.
 ADMIN_CONNECTION_LIMIT = 64
 
+#: Admin connections accepted past :data:`ADMIN_CONNECTION_LIMIT` for the probes alone: on one of
+#: them ``/livez`` and ``/readyz`` are answered (and the connection closed), any other path is refused
+#: 503, and one that sends nothing is closed after ``ADMIN_RESERVE_IDLE_SECS``. So whatever holds the
+#: cap (scrapes, preStop holds, clients that never read), the kubelet's probes are still answered
+#: rather than failed into a restart.
+ADMIN_PROBE_RESERVE = 8
+
 #: Refused admin connections kept open at once for up to a second, so that their 503 is read rather
 #: than lost to a reset; more are closed as soon as they are answered.
 ADMIN_LINGERING_REFUSED = 8
@@ -24,10 +31,10 @@ ADMIN_LINGERING_REFUSED = 8
 #: lingering for their 503 (up to 16) and some headroom.
 PROCESS_RESERVE_FDS = 40
 
-#: Descriptors kept free of client traffic: the admin listener's own share (its connection cap and its
-#: lingering refusals) and the process's. Each listener is bounded by its own share, so neither can
+#: Descriptors kept free of client traffic: the admin listener's own share (its connection cap, its
+#: probes' reserve and its lingering refusals) and the process's. Each listener is bounded by its own share, so neither can
 #: starve the other of descriptors; see :func:`traffic_connection_limit`.
-RESERVED_FDS = ADMIN_CONNECTION_LIMIT + ADMIN_LINGERING_REFUSED + PROCESS_RESERVE_FDS
+RESERVED_FDS = ADMIN_CONNECTION_LIMIT + ADMIN_PROBE_RESERVE + ADMIN_LINGERING_REFUSED + PROCESS_RESERVE_FDS
 
 #: Generation-0 threshold of the cyclic garbage collector while serving (CPython's default is 700).
 #: Every request allocates a few hundred container objects, so the default runs a collection every

@@ -14,15 +14,22 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import fcntl
 import json
 import resource
+import select
 import signal
+import socket
+import struct
+import termios
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
-from drain_router.runtime import tuning
+from drain_router.runtime import admin_listener, engine_metrics, tuning
 from drain_router.runtime.endpoints import MAX_DRAIN_WAITERS
 from drain_router_dev import streams
 from drain_router_dev.process import wait_until
@@ -181,11 +188,11 @@ async def _stream(port: int, events: int) -> object:
 
 
 async def _admin_answer(port: int) -> tuple[asyncio.StreamWriter, Response | None]:
-    """Open a keep-alive admin connection and ask /livez on it: its answer, or None when the router
-    closed the connection without one (a refused connection it did not linger on)."""
+    """Open a keep-alive admin connection and ask /admin/inflight on it: its answer, or None when the
+    router closed the connection without one (a refused connection it did not linger on)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        writer.write(_get("/livez"))
+        writer.write(_get("/admin/inflight"))
         return writer, await read_response(reader, timeout=10)
     except (ConnectionError, asyncio.IncompleteReadError):
         return writer, None
@@ -193,11 +200,12 @@ async def _admin_answer(port: int) -> tuple[asyncio.StreamWriter, Response | Non
 
 async def test_admin_connections_past_the_cap_are_refused_and_traffic_keeps_its_descriptors(fake_upstream):
     """1. a router limited to 256 descriptors  2. 260 keep-alive connections to its admin port, each
-    asking /livez and then left open. Result: exactly ADMIN_CONNECTION_LIMIT of them are served; every
-    other one is refused (a static 503 with ``Server: drain-router``, then closed) and none is left
-    hanging; meanwhile the traffic port answers /readyz and proxies requests (before the fix: the admin
-    connections took every descriptor and the traffic port stopped answering); refusals are counted and
-    logged (rate-limited); once the hoarders leave, the admin port answers again."""
+    asking /admin/inflight and then left open. Result: exactly ADMIN_CONNECTION_LIMIT of them are
+    served; every other one is refused (a static 503 with ``Server: drain-router``, then closed) and
+    none is left hanging; meanwhile the traffic port answers /readyz and proxies requests (before the
+    fix: the admin connections took every descriptor and the traffic port stopped answering), and the
+    admin port still answers its probes (the probes' reserve); refusals are counted and logged
+    (rate-limited); once the hoarders leave, the admin port answers again."""
     p = await RouterProcess.start(
         "--upstream",
         fake_upstream.url,
@@ -230,7 +238,9 @@ async def test_admin_connections_past_the_cap_are_refused_and_traffic_keeps_its_
             assert await _status(p.port, "/readyz") == 200
         proxied = await asyncio.gather(*(_status(p.port, "/v1/models") for _ in range(20)))
         assert proxied == [200] * 20, proxied
-        assert await _status(p.admin_port, "/livez") in (0, 503)  # still at its cap
+        for path in ("/livez", "/readyz"):  # the admin port at its cap still answers the probes
+            assert await _status(p.admin_port, path) == 200
+        assert await _status(p.admin_port, "/admin/inflight") == 503  # and nothing else
 
         # Both listeners full at once fit in the descriptors: the admin share is in the reserve, so
         # every stream up to the traffic listener's own limit is served, none runs out of descriptors.
@@ -276,3 +286,165 @@ async def test_an_idle_admin_keepalive_connection_is_closed_soon(start_process):
         assert await closed_within(reader, ADMIN_KEEPALIVE_SECS + 5.0)
     finally:
         writer.close()
+
+
+# -- clients that never read -----------------------------------------------------------------------
+
+#: The engine's metrics body: several MiB (below MAX_ENGINE_METRICS_BYTES), far more than a socket's
+#: kernel buffers take, so a client that does not read leaves most of it with the router.
+ENGINE_BODY = b"".join(b'engine_big_metric{n="%07d"} 1\n' % n for n in range(200_000))  # 6.2 MB
+#: Clients of /engine/metrics that never read: every slot under the admin listener's cap.
+NON_READERS = tuning.ADMIN_CONNECTION_LIMIT
+#: Their receive buffer (the kernel doubles it, and rounds it up to its minimum).
+SMALL_RCVBUF = 4096
+#: A probe at the router's cap answers well within the kubelet's default timeoutSeconds (1 s).
+PROBE_WITHIN_SECS = 1.0
+
+
+@contextlib.asynccontextmanager
+async def big_metrics_upstream() -> AsyncIterator[str]:
+    """A model server whose ``/metrics`` is :data:`ENGINE_BODY` (keep-alive); anything else is 404."""
+
+    held: set[asyncio.StreamWriter] = set()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.add(writer)
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                if head.startswith(b"GET /metrics "):
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                        b"Content-Length: %d\r\n\r\n" % len(ENGINE_BODY) + ENGINE_BODY
+                    )
+                else:
+                    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+
+
+def _non_reader(port: int) -> socket.socket:
+    """A blocking socket with a small receive buffer that asks /engine/metrics and never reads."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_RCVBUF)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(_get("/engine/metrics"))
+    return sock
+
+
+def _received(sock: socket.socket) -> int:
+    """Bytes waiting in ``sock``'s receive queue, without reading them."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+def _cut(sock: socket.socket) -> bool:
+    """The router closed or reset ``sock`` (seen without reading what it holds)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLERR | select.POLLHUP | select.POLLRDHUP)
+    return bool(poller.poll(0))
+
+
+def _vm_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+async def _timed_status(port: int, path: str) -> tuple[int, float]:
+    started = time.monotonic()
+    status = await _status(port, path)
+    return status, time.monotonic() - started
+
+
+async def test_clients_that_never_read_are_cut_and_cannot_starve_the_probes():
+    """1. a model server whose /metrics is 6.2 MB 2. one scrape read whole (the baseline RSS)
+    3. 64 clients (every slot under the cap) ask /engine/metrics with a 4 KiB receive buffer and never
+    read. Result: while they hang, /livez and /readyz on the admin port answer 200 within 1 s (the
+    probes' reserve) and a scrape that reads still gets the whole body; each non-reader is cut by the
+    router within ADMIN_SEND_TIMEOUT_SECS (plus slack) of being stalled (their sockets see the reset
+    without reading), logged as admin.send_timeout; the router's peak RSS grows by no more than the
+    bodies the relay may hold (ENGINE_METRICS_HELD_BYTES) plus, per non-reader, the write high-water
+    mark and one chunk, plus 16 MiB for the 64 connections' own objects and the allocator.
+    Before the fix each non-reader held its own 8.5 MB copy until it went away, and 68 of them took
+    the cap and answered /livez 503. Measured (2 cores, loopback): peak RSS grew by 19-20 MiB (one or
+    two bodies of 6.2 MB, the rest the connections); with the body written whole rather than in
+    chunks, by 227 MiB although the send timeout cut the non-readers at 5 s; the bound is 40 MiB.
+    Without the send timeout the non-readers are never cut; without the probes' reserve /livez is
+    503 at once."""
+    async with big_metrics_upstream() as url, router_starter(url) as start:
+        p = await start()
+        pid = p.proc.pid
+        answer, _ = await raw_exchange(p.admin_port, _get("/engine/metrics", close=True), whole=True, timeout=10)
+        assert status_of(answer) == 200 and answer.endswith(ENGINE_BODY)
+        baseline_kib = _vm_kib(pid, "VmRSS")
+
+        loop = asyncio.get_running_loop()
+        socks = [await loop.run_in_executor(None, _non_reader, p.admin_port) for _ in range(NON_READERS)]
+        try:
+            # Every non-reader has its answer under way (some of it in its receive buffer).
+            await wait_until(lambda: all(_received(s) > 0 for s in socks), 10, "every non-reader answered")
+            stalled = time.monotonic()
+            for path in ("/livez", "/readyz", "/livez"):
+                status, took = await _timed_status(p.admin_port, path)
+                assert (status, path) == (200, path) and took < PROBE_WITHIN_SECS, (path, status, took)
+            # Every non-reader is cut: their sockets see the reset without reading.
+            await wait_until(
+                lambda: all(_cut(s) for s in socks),
+                admin_listener.ADMIN_SEND_TIMEOUT_SECS + 5,
+                "every non-reader cut",
+            )
+            cut_after = time.monotonic() - stalled
+            peak_kib = _vm_kib(pid, "VmHWM")
+        finally:
+            for s in socks:
+                s.close()
+        assert cut_after <= admin_listener.ADMIN_SEND_TIMEOUT_SECS + 5, cut_after
+        grown = (peak_kib - baseline_kib) * 1024
+        per_connection = admin_listener.ADMIN_WRITE_HIGH_WATER + engine_metrics.CHUNK_BYTES
+        bound = engine_metrics.ENGINE_METRICS_HELD_BYTES + NON_READERS * per_connection + 16 * 1024 * 1024
+        print(
+            f"non-readers cut {cut_after:.1f} s after stalling; peak RSS grew {grown / 2**20:.1f} MiB (bound {bound / 2**20:.0f})"
+        )
+        assert grown <= bound, (grown, bound)
+
+        # The listener serves as before: a scrape that reads gets the whole body.
+        answer, _ = await raw_exchange(p.admin_port, _get("/engine/metrics", close=True), whole=True, timeout=10)
+        assert status_of(answer) == 200 and answer.endswith(ENGINE_BODY)
+        p.signal(signal.SIGTERM)
+        assert await p.wait() == 0
+        timed_out = [e for e in p.events if e.get("event") == "admin.send_timeout"]
+        assert timed_out and timed_out[0]["timeout_secs"] == admin_listener.ADMIN_SEND_TIMEOUT_SECS, timed_out
+
+
+async def test_bodies_held_for_slow_readers_are_bounded():
+    """1. a model server whose /metrics is 6.2 MB 2. a client of /engine/metrics that never reads,
+    then a second (each its own fetch, the first answer still being sent) 3. a third scrape.
+    Result: the third is 503 ``engine_metrics_busy`` at once, without a fetch (a third body would pass
+    ENGINE_METRICS_HELD_BYTES); once the send timeout has cut the two, a scrape gets the body."""
+    assert 2 * len(ENGINE_BODY) + engine_metrics.MAX_ENGINE_METRICS_BYTES > engine_metrics.ENGINE_METRICS_HELD_BYTES
+    async with big_metrics_upstream() as url, router_starter(url) as start:
+        p = await start()
+        loop = asyncio.get_running_loop()
+        socks = []
+        try:
+            for _ in range(2):
+                sock = await loop.run_in_executor(None, _non_reader, p.admin_port)
+                socks.append(sock)
+                await wait_until(lambda s=sock: _received(s) > 0, 10, "the non-reader's answer under way")
+            answer, _ = await raw_exchange(p.admin_port, _get("/engine/metrics", close=True), whole=True)
+            assert status_of(answer) == 503 and b"engine_metrics_busy" in answer, answer[:300]
+            await wait_until(lambda: all(_cut(s) for s in socks), admin_listener.ADMIN_SEND_TIMEOUT_SECS + 5, "cut")
+        finally:
+            for s in socks:
+                s.close()
+        answer, _ = await raw_exchange(p.admin_port, _get("/engine/metrics", close=True), whole=True, timeout=10)
+        assert status_of(answer) == 200 and answer.endswith(ENGINE_BODY)

@@ -17,7 +17,7 @@ from drain_router_dev.process import wait_until
 from tests.process import RouterProcess
 
 NOFILE = 208  # soft = hard, so the router's own raise to the hard limit cannot lift it
-LIMIT = tuning.traffic_connection_limit(NOFILE)  # 48 client connections
+LIMIT = tuning.traffic_connection_limit(NOFILE)  # 44 client connections
 
 
 def _tight_nofile() -> None:

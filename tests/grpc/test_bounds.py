@@ -243,7 +243,7 @@ async def test_connections_past_the_grpc_share_of_descriptors_get_goaway(upstrea
     )  # fmt: skip
     try:
         listening = await router.wait_event("startup.listening")
-        assert (listening["connection_limit"], listening["grpc_connection_limit"]) == (total - share, share) == (42, 6)
+        assert (listening["connection_limit"], listening["grpc_connection_limit"]) == (total - share, share) == (39, 5)
         held = [await RawClient.connect(router.grpc_port) for _ in range(share)]
         for client in held:
             await client.wait_for(lambda c: c.of(hf.SettingsFrame), what="SETTINGS")
