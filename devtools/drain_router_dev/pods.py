@@ -24,6 +24,8 @@ from typing import Protocol
 import aiohttp
 from aiohttp import web
 
+from drain_router.decisions.drain import EXIT_ABORTED, EXIT_CLEAN
+from drain_router.runtime.lifecycle import EXIT_STARTUP_FAILED
 from drain_router_dev import cluster, runs
 from drain_router_dev.process import LOOPBACK, Process, free_port
 
@@ -63,6 +65,10 @@ class Pod(Protocol):
         """From the pod's deletion (t0) to its exit: the exit code."""
         ...
 
+    def exit_meaning(self, code: int) -> str:
+        """What ``code`` (from :meth:`terminate`) says, for the live view's line."""
+        ...
+
     async def state(self, session: aiohttp.ClientSession) -> str: ...
 
     def closing_times(self, wall_started: float) -> list[float]:
@@ -70,6 +76,14 @@ class Pod(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+def _signalled(code: int) -> str:
+    """A negative code is the signal that ended the process (SIGKILL: the grace ran out)."""
+    if code < 0:
+        name = signal.Signals(-code).name
+        return f"{name}: the grace ran out, what was open was cut" if -code == signal.SIGKILL else name
+    return f"exit status {code}"
 
 
 class RouterPod:
@@ -108,6 +122,18 @@ class RouterPod:
         except TimeoutError:
             self.process.kill()  # the grace is over: SIGKILL, what is still open is cut
             return await self.process.wait_exit(timeout=10)
+
+    def exit_meaning(self, code: int) -> str:
+        """The router's exit codes, as it documents them."""
+        if code == EXIT_CLEAN:
+            return "drained: everything in flight finished"
+        if code == EXIT_ABORTED:
+            return (
+                "the in-flight deadline (grace - 2 s) ended what was still open: sessions with Close 1001, streams cut"
+            )
+        if code == EXIT_STARTUP_FAILED:
+            return "startup failed"
+        return _signalled(code)
 
     async def state(self, session: aiohttp.ClientSession) -> str:
         try:
@@ -232,6 +258,9 @@ class EnginePod:
         code = await self.process.wait_exit(timeout=self.recipe.shutdown_timeout_secs + EXIT_SLACK_SECS)
         self.phase = "exited"
         return code
+
+    def exit_meaning(self, code: int) -> str:
+        return "drained" if code == 0 else _signalled(code)
 
     async def state(self, session: aiohttp.ClientSession) -> str:
         return self.phase if self.process.alive else "exited"

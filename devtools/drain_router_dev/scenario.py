@@ -168,7 +168,9 @@ class Scenario:
         self.result.exit_codes.append(code)
         self.result.drain_durations.append(self.now() - t0)
         self.result.marks.append(runs.Mark(self.now(), pod.name, "exit"))
-        self.view.event(f"{pod.name} exited {code} after {self.now() - t0:.1f}s; starting it again")
+        self.view.event(
+            f"{pod.name} exited {code} ({pod.exit_meaning(code)}) after {self.now() - t0:.1f}s; starting it again"
+        )
         await pod.start(self.session)
         await self._in_rotation(pod)
 

@@ -301,3 +301,21 @@ def test_with_sessions_no_drain_closes_none_and_is_killed_at_the_grace(tmp_path:
     plain = without[-1].pods(tmp_path / "plain")[0]
     assert isinstance(plain, pods.RouterPod) and plain.kill_after_secs is None
     assert "--websocket-close-at" not in plain.process.argv
+
+
+def test_the_live_view_says_why_a_pod_exited(tmp_path: Path) -> None:
+    """ "pod-0 exited 1" said nothing: each exit line carries what the code means, a router's by the
+    codes it documents (0 drained, 1 the in-flight deadline ended what was open, 2 startup failed), a
+    SIGKILL at the grace as such, an engine's 0 as drained."""
+    made = recipes.compared(
+        "http://127.0.0.1:1", replicas=1, drain_secs=2, chunks=3, interval_ms=1, termination_grace_secs=6
+    )
+    by_label = {r.label: r.pods(tmp_path / str(i))[0] for i, r in enumerate(made)}
+    router = by_label["drain-router"]
+    assert router.exit_meaning(0).startswith("drained")
+    assert "in-flight deadline" in router.exit_meaning(1) and "1001" in router.exit_meaning(1)
+    assert router.exit_meaning(2) == "startup failed"
+    assert router.exit_meaning(-9).startswith("SIGKILL: the grace ran out")
+    engines = [p for p in by_label.values() if not isinstance(p, pods.RouterPod)]
+    assert engines and all(e.exit_meaning(0) == "drained" for e in engines)
+    assert engines[0].exit_meaning(-15) == "SIGTERM"
