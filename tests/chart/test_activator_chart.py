@@ -199,6 +199,35 @@ def test_the_activators_service_is_its_admin_port_only(helm: Helm) -> None:
     assert service["spec"]["ports"] == [{"name": "admin", "port": 9091, "targetPort": "admin", "protocol": "TCP"}]
 
 
+def test_the_activator_is_scraped_on_its_services_admin_port(helm: Helm) -> None:
+    """With monitoring.serviceMonitor.enabled, a ServiceMonitor of its own selects the activator's
+    Service (not the controller's metrics Service) and scrapes /metrics on its admin port, the pods'
+    port that serves it, with the labels a Prometheus selects ServiceMonitors on."""
+    docs = render(helm, ENABLED)
+    monitor = one(docs, "ServiceMonitor", ACTIVATOR)
+    service = one(docs, "Service", ACTIVATOR)
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert not selector.items() <= one(docs, "Service", f"{CONTROLLER}-metrics")["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "admin" and endpoint["path"] == "/metrics"
+    assert endpoint["port"] in [p["name"] for p in service["spec"]["ports"]]
+    container = one(docs, "Deployment", ACTIVATOR)["spec"]["template"]["spec"]["containers"][0]
+    assert service["spec"]["ports"][0]["targetPort"] in [p["name"] for p in container["ports"]]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert endpoint["interval"] == one(docs, "ServiceMonitor", CONTROLLER)["spec"]["endpoints"][0]["interval"]
+    # The controller's own ServiceMonitor does not select the activator's Service.
+    controller_selector = one(docs, "ServiceMonitor", CONTROLLER)["spec"]["selector"]["matchLabels"]
+    assert not controller_selector.items() <= service["metadata"]["labels"].items()
+    # Behind the same switch, and only with an activator.
+    unmonitored = {**ENABLED, "monitoring": {}}
+    assert not find(render(helm, unmonitored), "ServiceMonitor")
+    assert [
+        m["metadata"]["name"] for m in find(render(helm, {"monitoring": ENABLED["monitoring"]}), "ServiceMonitor")
+    ] == [CONTROLLER]
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [

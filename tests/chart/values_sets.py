@@ -296,6 +296,8 @@ CONTROLLER_ACTIVATOR: dict[str, Any] = {
     # The activator for services scaled to zero; routes in the release's namespace and two others.
     "watch": {"namespaces": ["models", "serving", "research"]},
     "activator": {"enabled": True, "queueSize": 200, "activationTimeoutSeconds": 300},
+    # Scraped: the activator's ServiceMonitor beside the controller's (validated against its CRD).
+    "monitoring": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
 }
 CONTROLLER_SETS = [
     pytest.param({}, id="controller-defaults"),
