@@ -95,6 +95,10 @@ class ControllerMetrics:
             ["outcome"],
             registry=registry,
         )
+        # Both outcomes from the start: a first failed wake is then a rise from 0 that increase()
+        # sees, not a series born at 1 that an alert on increase() misses.
+        for outcome in ("awoken", "failed"):
+            self.wakes.labels(outcome)
         self.phase_services = Gauge(
             "drain_router_controller_phase_services",
             "ModelServices per phase (Active, ScaledToZero, Waking), as the last lifecycle pass of each "
