@@ -6,19 +6,19 @@ shorter answer. The router sees the whole stream, so it can tell: when an OpenAI
 without its terminal event, the exchange appends :data:`TRUNCATED_EVENT`, which the SDK raises on
 (a streamed event whose data is a JSON object with an ``error`` key).
 
-The end is judged as the OpenAI SDK's decoder reads the stream (``openai._streaming.SSEDecoder``):
-lines end at CR, LF or CRLF, a blank line dispatches the event, ``:`` starts a comment, one space
-after a field's colon is dropped, and the SDK stops at the first event whose data starts with
-``[DONE]``: whatever follows it (a comment, an ``id:`` line, more events) cannot make the stream
-truncated. A ``data: [DONE]`` line that no blank line dispatched was never seen by the SDK.
+The end is judged as the OpenAI SDK's decoder reads the stream (``openai._streaming.SSEDecoder``),
+incrementally, read by read (:class:`StreamEnd`): lines end at CR, LF or CRLF (a CRLF split between
+two reads is one line end), a blank line dispatches the event, ``:`` starts a comment, one space
+after a field's colon is dropped, an event's data is its ``data:`` lines joined, and the SDK stops
+at the first event whose data starts with ``[DONE]``: whatever follows it (a comment, an ``id:``
+line, more events, however many reads of them) cannot make the stream truncated. A ``data: [DONE]``
+line that no blank line dispatched was never seen by the SDK.
 
-What is kept per stream is bounded and costs no copy per read (:class:`StreamEnd`): references to
-the last two body pieces (short ones joined), and for a Responses API stream the name of its last
-``event:`` line. The window is decoded once, when the body ends (or the model server is lost):
-exact whenever the terminal event and what follows it came in the stream's last two pieces; a
-terminal event followed by two more reads, which no engine sends, is judged on the window alone.
-A Responses API stream names its events, and its terminal one carries the whole response (far
-longer than a window), so for that kind each read is also searched for its last ``event:`` line.
+What is kept per stream is bounded whatever the stream: a few flags and the first
+:data:`LINE_PREFIX` bytes of a line still arriving (all that tells its field and whether its value is
+``[DONE]`` or a terminal name). A read that starts at an event boundary, ends with LF LF and holds no
+``[DONE]`` (nearly every read of an engine's stream) leaves a chat or completions stream's state as it
+was, which two scans of its bytes in C tell; any other read is decoded line by line.
 """
 
 from __future__ import annotations
@@ -32,26 +32,14 @@ from drain_router.http1.heads import CHUNKED, UNTIL_CLOSE
 #: ended by ``data: [DONE]``; ``NAMED``: Responses API streams, ended by a terminal named event.
 NOT_SSE, DONE, NAMED = range(3)
 
-#: A body piece shorter than this is joined to the one before it (a bounded copy): the window, the last
-#: two pieces, then always holds the terminal event with the boundary before it.
-SHORT = 64
-#: At most this much of the piece before a short one is kept when they are joined.
-WINDOW = 1024
-#: A piece longer than this is kept as a copy of its last :data:`WINDOW` bytes, not by reference: what
-#: a stream holds stays under ``2 * LARGEST`` bytes whatever the model server's reads.
-LARGEST = 4 * WINDOW
-#: What a stream is preceded by: its first line starts a line, and its first event an event.
-START = b"\n\n"
-#: The bytes an ``event:`` line search joins across two reads (a line split between them).
-TAIL = 64
+#: What is kept of a line still arriving: its first bytes, enough to tell its field, whether a data
+#: line's value starts with ``[DONE]`` and whether an event name is terminal.
+LINE_PREFIX = 64
+#: The data an event that ends the stream (for the SDK) starts with.
+DONE_DATA = b"[DONE]"
 
 #: The Responses API's terminal events: the response's lifecycle ends with exactly one of them.
 TERMINAL_NAMES = frozenset({b"response.completed", b"response.failed", b"response.incomplete"})
-
-#: How nearly every chat or completions stream ends: a terminal event whose dispatch needs no decoding.
-DONE_EVENT = b"\n\ndata: [DONE]\n\n"
-#: The ends of a blank line (an event's end) in any of SSE's line endings (CRLF, LF, CR).
-_BOUNDARIES = (b"\n\n", b"\r\r", b"\n\r\n", b"\r\r\n", b"\n\r")
 
 
 def _event(message: str, kind: str) -> bytes:
@@ -94,116 +82,124 @@ def kind(target: bytes, status: int, headers: list[tuple[bytes, bytes]]) -> int:
     return NOT_SSE
 
 
+_LINE_END = re.compile(rb"[\r\n]")
+_CR = 13
+_COLON = 58
+
+
 class StreamEnd:
-    """The end of one event stream: its last two body pieces, by reference (a piece shorter than
-    :data:`SHORT` is joined to the one before it, a longer one than :data:`LARGEST` cut to its last
-    :data:`WINDOW` bytes: the only copies, both bounded), and for a ``NAMED`` stream its last event
-    name.
+    """The end of one event stream, decoded as the OpenAI SDK decodes it, one read at a time: the
+    state between reads is a line still arriving (its first :data:`LINE_PREFIX` bytes), whether the
+    last byte was a CR, the event being gathered (whether it has data and its first data line starts
+    with ``[DONE]``; its name), whether an event that ends the stream was dispatched, and for a
+    ``NAMED`` stream the name of the last named event dispatched.
 
-    The exchange keeps a piece of :data:`SHORT` to :data:`LARGEST` bytes of a ``DONE`` stream
-    itself (``fast``: three stores, the hot path); :meth:`feed` takes everything else."""
+    ``quick``: a ``DONE`` stream at an event boundary with nothing pending. The exchange skips
+    :meth:`feed` for a read that keeps it so (:meth:`keeps`), the hot path: its bytes scanned in C,
+    nothing stored."""
 
-    __slots__ = ("fast", "kind", "last", "name", "prev", "seen")
+    __slots__ = ("cr", "done", "first", "kind", "last_name", "line", "name", "quick")
 
     def __init__(self, kind: int) -> None:
         self.kind = kind
-        self.fast = kind == DONE
-        """The exchange may keep a read's lone piece itself (a ``NAMED`` stream's reads are searched)."""
-        self.prev = b""
-        self.last = b""
-        self.seen = 0
-        """Body bytes relayed in all: the window is the whole stream while it holds them all."""
+        self.line = b""
+        """The first :data:`LINE_PREFIX` bytes of a line still arriving (b"": at a line start)."""
+        self.cr = False
+        """The last byte was a CR: an LF right after it ends no line (a CRLF split between reads)."""
+        self.first: bool | None = None
+        """The event being gathered has data: whether its first data line starts with ``[DONE]``."""
         self.name: bytes | None = None
-        """A ``NAMED`` stream's last complete ``event:`` line's value."""
+        """The event being gathered's name (its last ``event:`` line's value; None: none, or empty)."""
+        self.done = False
+        """An event whose data starts with ``[DONE]`` was dispatched: the SDK stopped there."""
+        self.last_name: bytes | None = None
+        """The name of the last named event dispatched."""
+        self.quick = kind == DONE
 
-    def feed(self, out: list[bytes], at: int) -> None:
-        """One read's body pieces, ``out[at:]`` in order (at least one)."""
-        pieces = out[at:]
-        if self.kind == NAMED:
-            found = last_event_name(b"".join([self.tail(TAIL), *pieces]))
-            if found is not None:
-                self.name = found
-        if len(pieces) > 2:
-            # A read of several pieces, off the hot path: its last WINDOW bytes (or all of it) as one.
-            k, size = len(pieces), 0
-            while k and size < WINDOW:
-                k -= 1
-                size += len(pieces[k])
-            if k:
-                self.seen += sum(map(len, pieces[:k]))
-                self.prev = self.last = b""
-            pieces = [b"".join(pieces[k:])]
-        for piece in pieces:
-            size = len(piece)
-            self.seen += size
-            if size < SHORT:
-                self.last = self.last[-WINDOW:] + piece
+    @staticmethod
+    def keeps(piece: bytes) -> bool:
+        """A read that leaves a ``DONE`` stream at an event boundary with nothing pending as it was:
+        it holds no ``[DONE]``, and it ends with LF LF, whose last LF ends a blank line whatever
+        comes before it (an LF right after a CR is skipped, but this one follows an LF), so every
+        event in it is dispatched and no line or CR is left pending."""
+        return piece.endswith(b"\n\n") and piece.find(DONE_DATA) < 0
+
+    def feed(self, piece: bytes) -> None:
+        """One body piece, in order."""
+        if self.kind == DONE:
+            if self.quick and self.keeps(piece):
+                return
+        elif self.line == b"" and not self.cr and self.first is None and self.name is None and self.keeps(piece):
+            if _CR in piece:
+                self._decode(piece)
+                return
+            # A NAMED stream's read at an event boundary: every event in it is dispatched, so the last
+            # named one is the last ``event:`` line's (each "\nevent:" starts a line: no CR in it).
+            at = piece.rfind(b"\nevent:") + 1
+            if at or piece.startswith(b"event:"):
+                value = piece[at + 6 : piece.index(b"\n", at)]
+                value = value[1:] if value[:1] == b" " else value
+                if value:
+                    self.last_name = value
+                    return
             else:
-                self.prev, self.last = self.last, piece if size <= LARGEST else piece[-WINDOW:]
+                return
+        self._decode(piece)
 
-    def tail(self, n: int) -> bytes:
-        """The stream's last ``n`` bytes; while it is shorter, preceded by :data:`START`."""
-        if len(self.last) >= n:
-            return self.last[-n:]
-        return (START + self.prev + self.last)[-n:]
+    def _decode(self, piece: bytes) -> None:
+        """Split ``piece`` into lines as the SDK's line decoder does, and take each whole one."""
+        skip_lf = self.cr
+        start = 0
+        for match in _LINE_END.finditer(piece):
+            end = match.start()
+            if skip_lf and end == start and piece[end] != _CR:
+                skip_lf = False
+                start = end + 1
+                continue
+            line = piece[start : min(end, start + LINE_PREFIX)]
+            if self.line:
+                line = (self.line + line)[:LINE_PREFIX]
+                self.line = b""
+            self._take(line)
+            skip_lf = piece[end] == _CR
+            start = end + 1
+        if start < len(piece):
+            skip_lf = False
+            if len(self.line) < LINE_PREFIX:
+                self.line = (self.line + piece[start : start + LINE_PREFIX])[:LINE_PREFIX]
+        self.cr = skip_lf
+        self.quick = self.kind == DONE and not skip_lf and self.line == b"" and self.first is None and self.name is None
+
+    def _take(self, line: bytes) -> None:
+        """One whole line (its first :data:`LINE_PREFIX` bytes), as ``SSEDecoder.decode`` takes it."""
+        if not line:
+            # A blank line dispatches the event gathered (one with data or a name: an id or a retry
+            # alone dispatches an event with neither, which changes nothing here).
+            if self.first:
+                self.done = True
+            if self.name is not None:
+                self.last_name = self.name
+            self.first = self.name = None
+        elif line[0] != _COLON:
+            field, _, value = line.partition(b":")
+            if value[:1] == b" ":
+                value = value[1:]
+            if field == b"data":
+                if self.first is None:
+                    self.first = value.startswith(DONE_DATA)
+            elif field == b"event":
+                self.name = value or None
 
     def at_boundary(self) -> bool:
-        """The bytes relayed so far end with a blank line (or there are none): the client has no
-        partial event."""
-        return self.tail(3).endswith(_BOUNDARIES)
+        """The bytes relayed so far hold no partial line and no data of an event not yet dispatched
+        (or there are none): an event appended now is read as one of its own."""
+        return self.line == b"" and self.first is None
 
     def ended_honestly(self) -> bool:
         """Whether the stream so far ended with its terminal event, as the OpenAI SDK would read it:
         a dispatched event whose data starts with ``[DONE]`` (where the SDK stops reading), or, for a
-        ``NAMED`` stream, a whole event whose name is terminal as the stream's last."""
-        if self.kind == NAMED:
-            if self.name in TERMINAL_NAMES and self.at_boundary():
-                return True
-        elif self.last.endswith(DONE_EVENT):
-            # An empty line, then ``data: [DONE]`` as its event's first line, then the empty line
-            # that dispatches it: what the SDK stops at, whatever came before (no decoding needed).
-            return True
-        window = self.prev + self.last
-        return done_dispatched(window, whole=len(window) == self.seen)
-
-
-_LINE_END = re.compile(rb"\r\n|\r|\n")
-
-
-def done_dispatched(window: bytes, *, whole: bool) -> bool:
-    """Whether decoding ``window`` as the OpenAI SDK does dispatches an event whose data starts with
-    ``[DONE]``. ``whole``: the window is the stream from its start; else it starts anywhere, and
-    decoding starts after its first blank line (the first event boundary it holds)."""
-    lines = _LINE_END.split(window)
-    lines.pop()  # an unterminated last line: no line yet (a blank one would dispatch nothing either)
-    at = 0
-    if not whole:
-        # The first element may be the rest of a line; the first empty one after it is a boundary.
-        at = next((i + 1 for i in range(1, len(lines)) if not lines[i]), len(lines))
-    first_data: bytes | None = None
-    for line in lines[at:]:
-        if not line:
-            if first_data is not None and first_data.startswith(b"[DONE]"):
-                return True
-            first_data = None
-        elif line[0] != 58 and first_data is None:  # 58: ":" starts a comment
-            field, _, value = line.partition(b":")
-            if field == b"data":
-                first_data = value[1:] if value.startswith(b" ") else value
-    return False
-
-
-def last_event_name(window: bytes) -> bytes | None:
-    """The value of the last complete ``event:`` line in ``window`` (which starts at a line start),
-    or None when it has none; b"" when its last ``event:`` line is not complete yet."""
-    at = max(window.rfind(b"\nevent:"), window.rfind(b"\revent:"))
-    if at < 0:
-        return None
-    line = window[at + 7 :]
-    ends = [i for i in (line.find(b"\n"), line.find(b"\r")) if i >= 0]
-    if not ends:
-        return b""
-    return line[: min(ends)].strip()
+        ``NAMED`` stream, a terminal name as the last named event dispatched."""
+        return self.done or (self.kind == NAMED and self.last_name in TERMINAL_NAMES)
 
 
 def framed(event: bytes, mode: int) -> bytes:

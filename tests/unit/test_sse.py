@@ -43,7 +43,7 @@ def test_kind(target, status, headers, expected):
 def _end(kind: int, *reads: bytes) -> sse.StreamEnd:
     end = sse.StreamEnd(kind)
     for read in reads:
-        end.feed([read], 0)
+        end.feed(read)
     return end
 
 
@@ -59,6 +59,16 @@ def _end(kind: int, *reads: bytes) -> sse.StreamEnd:
         (sse.DONE, b'data: [DONE]\n\ndata: {"x": 1}\n\n', True),
         (sse.DONE, b"id: 1\ndata: [DONE]\nretry: 5\n\n", True),
         (sse.DONE, b": hi\r\ndata: [DONE]\r\r", True),
+        (sse.DONE, b"data: [DONE]  \n\n", True),
+        (sse.DONE, b"data: [DONE]\n\n: keep-alive\n", True),
+        (sse.DONE, b"data: [DONE]\n\nid: 7\n\n", True),
+        (sse.DONE, b"data: [DONE]\n\n" + b'data: {"x": 1}\n\n' * 200, True),  # far beyond any window
+        (sse.DONE, b"data: [DONE]\n\ndata: [DO", True),
+        (sse.DONE, b"event: x\ndata: [DONE]\n\n", True),  # its name does not matter
+        (sse.DONE, b"data:[DONE]" + b" " * 100 + b"\n\n", True),  # a line longer than what is kept
+        (sse.DONE, b"data: [DONE]\r\n\r", True),
+        (sse.DONE, b"data: [DONE]\r\r\n", True),  # CR, then CRLF: two line ends
+        (sse.DONE, b"data: [DONE]\r\n", False),  # one line end
         (sse.DONE, b"data: [DONE]\n", False),  # never dispatched: the SDK never saw it
         (sse.DONE, b'data: {"x": 1}\n\n', False),
         (sse.DONE, b"data: [DON", False),
@@ -68,6 +78,11 @@ def _end(kind: int, *reads: bytes) -> sse.StreamEnd:
         (sse.DONE, b"data:  [DONE]\n\n", False),  # one space is dropped, not two
         (sse.DONE, b": data: [DONE]\n\n", False),
         (sse.DONE, b"", False),
+        (sse.DONE, b"data: [done]\n\n", False),
+        (sse.DONE, b"data\ndata: [DONE]\n\n", False),  # "data" alone is an empty data line
+        (sse.DONE, b"data: x\r\ndata: [DONE]\n\n", False),
+        (sse.DONE, b"data: " + b"x" * 100 + b"\ndata: [DONE]\n\n", False),
+        (sse.DONE, b"data: [DONE]x" + b"\n" * 0, False),
         (sse.NAMED, b'event: response.completed\ndata: {"type": "response.completed"}\n\n', True),
         (sse.NAMED, b"event: response.failed\ndata: {}\r\n\r\n", True),
         (sse.NAMED, b"event: response.incomplete\ndata: {}\n\n", True),
@@ -75,12 +90,42 @@ def _end(kind: int, *reads: bytes) -> sse.StreamEnd:
         (sse.NAMED, b"event: response.output_text.delta\ndata: {}\n\n", False),
         (sse.NAMED, b"data: {}\n\n", False),
         (sse.NAMED, b"data: [DONE]\n\n", True),
+        (sse.NAMED, b"event: response.completed\ndata: {}\n\n: keep-alive\n\ndata: {}\n\n", True),
+        (sse.NAMED, b"event: response.completed\ndata: {}\n\ndata: {}\n", True),  # junk after it
+        (sse.NAMED, b"event: response.completed\ndata: {}\n\nevent: response.created\n\n", False),
+        (sse.NAMED, b"event: response.completed\ndata: {}\n\nevent:\ndata: {}\n\n", True),  # unnamed
+        (sse.NAMED, b"event: response.completed \ndata: {}\n\n", False),  # the name is "response.completed "
+        (sse.NAMED, b"event: response.completed\revent: response.created\r\r", False),  # the last name
+        (sse.NAMED, b"event: response.created\revent: response.failed\r\n\r\n", True),
+        (sse.NAMED, b"event: response.completed", False),
     ],
 )
 def test_ended_honestly(kind, body, honest):
     assert _end(kind, body).ended_honestly() is honest
     if body:  # the same, however it is cut into reads
         assert _end(kind, *(body[i : i + 1] for i in range(len(body)))).ended_honestly() is honest
+
+
+@pytest.mark.parametrize(
+    ("reads", "honest"),
+    [
+        ((b"data: [DO", b"NE]\n\n"), True),
+        ((b'data: {"x": 1}\n\ndata: [DO', b"NE]\n", b"\n"), True),
+        ((b"data: [DONE]\r", b"\n\r", b"\n"), True),
+        ((b"data: [DONE]\r", b"\n"), False),  # a CRLF split between reads is one line end
+        ((b"data: x\r", b"\ndata: [DONE]\n\n"), False),  # so [DONE] is the event's second data line
+        ((b"data: x\r", b"\rdata: [DONE]\n\n"), True),
+        ((b"da", b"ta: [DONE]\n\n"), True),
+        ((b"data: [DONE]", b"\n\n"), True),
+        ((b'data: {"x": 1}\n\n', b"data: [DONE]\n\n", *(b'data: {"x": 2}\n\n',) * 50), True),
+        ((b"data: x", b"\n\n", b"data: [DONE]"), False),
+        ((b"data: x\n", b"\n"), False),
+    ],
+)
+def test_ended_honestly_across_reads(reads, honest):
+    """Reads split inside the terminator, inside a CRLF, or followed by many more reads."""
+    assert _end(sse.DONE, *reads).ended_honestly() is honest
+    assert _end(sse.DONE, b"".join(reads)).ended_honestly() is honest
 
 
 @pytest.mark.parametrize(
@@ -93,62 +138,103 @@ def test_ended_honestly(kind, body, honest):
         (b"data: x\r\n", False),
         (b"data: x", False),
         (b"", True),
+        (b"data: x\n\n: c\n", True),  # a comment gathers nothing
+        (b"data: x\n\nid: 3\n", True),
+        (b"data: x\n\n: c", False),  # a partial line
+        (b"data: x\n\r", True),
     ],
 )
 def test_at_boundary(body, boundary):
     assert _end(sse.DONE, *([body] if body else [])).at_boundary() is boundary
 
 
-def test_reads_are_kept_by_reference_and_what_is_kept_is_bounded():
+def test_what_is_kept_is_bounded_whatever_the_stream():
+    """A line still arriving is kept to its first bytes; nothing else grows with the stream."""
     end = sse.StreamEnd(sse.DONE)
-    pieces = [b'data: {"i": %d, "pad": "%s"}\n\n' % (i, b"x" * 60) for i in range(1000)]
-    for piece in pieces:
-        end.feed([piece], 0)
-    assert end.last is pieces[-1] and end.prev is pieces[-2]  # no copies
-    big = b"x" * 100_000 + b"\n\ndata: [DONE]\n\n"
-    end.feed([big], 0)
-    assert len(end.last) == sse.WINDOW and end.ended_honestly()  # a big read costs a window, not itself
-    for _ in range(100):
-        end.feed([b"\n"], 0)  # short pieces are joined, within bounds
-    assert len(end.last) <= sse.WINDOW + 1 and end.ended_honestly()
+    end.feed(b"data: [DONE]")
+    for _ in range(1000):
+        end.feed(b"x" * 1000)
+    assert len(end.line) == sse.LINE_PREFIX
+    end.feed(b"\n\n")
+    assert end.ended_honestly() and end.line == b""
 
 
-def test_a_read_of_many_pieces_keeps_only_what_the_window_needs():
+def test_a_quick_stream_stays_quick_on_whole_events():
+    """The hot path: reads of whole events at a boundary leave a DONE stream quick (nothing stored)."""
     end = sse.StreamEnd(sse.DONE)
-    out = [b"HEAD", *(b'data: {"i": %d}\n\n' % i for i in range(500)), b"data: [DONE]\n\n"]
-    end.feed(out, 1)
-    assert end.ended_honestly() and len(end.prev + end.last) < sse.WINDOW + 40
-    assert end.seen == sum(map(len, out[1:]))
+    for i in range(100):
+        read = b'data: {"i": %d}\n\n' % i
+        assert sse.StreamEnd.keeps(read)
+        end.feed(read)
+        assert end.quick
+    end.feed(b"data: [DONE]\n\n")
+    assert not sse.StreamEnd.keeps(b"data: [DONE]\n\n") and end.ended_honestly()
+    assert not sse.StreamEnd.keeps(b"data: x\n") and not sse.StreamEnd.keeps(b"data: x\r\n\r\n")
+    for read in (b"data: x\r\n\n", b": c\r\rdata: y\n\n", b"data: x\r\n\r\n\n"):
+        # CRs before the LF LF: what keeps() promises, the decoder line by line agrees with.
+        assert sse.StreamEnd.keeps(read)
+        end = sse.StreamEnd(sse.DONE)
+        end._decode(read)
+        assert end.quick and not end.done, read
 
 
 # -- the OpenAI SDK as the oracle ------------------------------------------------------------------
 
 
-@given(st.data(), st.lists(st.integers(min_value=0, max_value=400), max_size=8))
-@settings(max_examples=400)
-def test_a_stream_ended_as_the_openai_sdk_decoder_reads_it(data, cuts):
+def _cuts(data: st.DataObject, body: bytes) -> list[int]:
+    """Where a body is cut into reads: anywhere, after each CR (a CRLF split), or between every two bytes."""
+    return data.draw(
+        st.one_of(
+            st.lists(st.integers(0, len(body)), max_size=8),
+            st.just([i + 1 for i, b in enumerate(body) if b == 13]),
+            st.just(list(range(len(body)))),
+        )
+    )
+
+
+@given(st.data())
+@settings(max_examples=500)
+def test_a_stream_ended_as_the_openai_sdk_decoder_reads_it(data):
     body = ssegen.stream(
         lambda options: data.draw(st.sampled_from(options)), lambda lo, hi: data.draw(st.integers(lo, hi))
     )
-    pieces = ssegen.reads(body, cuts)
+    pieces = ssegen.reads(body, _cuts(data, body))
     end = sse.StreamEnd(sse.DONE)
     for piece in pieces:
-        end.feed([piece], 0)
-    assert end.ended_honestly() is ssegen.sdk_saw_done(pieces), body
+        end.feed(piece)
+    assert end.ended_honestly() is ssegen.sdk_saw_done(pieces), (body, pieces)
+    whole = sse.StreamEnd(sse.DONE)
+    whole.feed(body)
+    assert whole.ended_honestly() is end.ended_honestly()
 
 
-@pytest.mark.parametrize(
-    ("window", "name"),
-    [
-        (b"\nevent: response.completed\ndata: {}", b"response.completed"),
-        (b"\nevent:response.failed\r\n", b"response.failed"),
-        (b"\revent: a\rdata: x\n\nevent: b\n", b"b"),
-        (b"\nevent: response.compl", b""),
-        (b'\ndata: {"event: x"}\n', None),
-    ],
-)
-def test_last_event_name(window, name):
-    assert sse.last_event_name(window) == name
+@given(st.data())
+@settings(max_examples=300)
+def test_a_responses_stream_ended_as_the_openai_sdk_decoder_reads_it(data):
+    body = ssegen.named_stream(
+        lambda options: data.draw(st.sampled_from(options)), lambda lo, hi: data.draw(st.integers(lo, hi))
+    )
+    pieces = ssegen.reads(body, _cuts(data, body))
+    end = sse.StreamEnd(sse.NAMED)
+    for piece in pieces:
+        end.feed(piece)
+    assert end.ended_honestly() is ssegen.sdk_saw_terminal(pieces), (body, pieces)
+
+
+@given(st.data())
+@settings(max_examples=200)
+def test_an_error_event_appended_at_a_boundary_is_read_as_one_of_its_own(data):
+    """Where the state says "at a boundary", the SDK's decoder reads an appended error event whole,
+    with its own data; where it does not, the stream ends inside an event or a line."""
+    body = ssegen.stream(
+        lambda options: data.draw(st.sampled_from(options)), lambda lo, hi: data.draw(st.integers(lo, hi))
+    )
+    end = sse.StreamEnd(sse.DONE)
+    for piece in ssegen.reads(body, _cuts(data, body)):
+        end.feed(piece)
+    events = list(ssegen.SSEDecoder().iter_bytes(iter([body, sse.TRUNCATED_EVENT])))
+    appended = [e for e in events if e.event == "error" and e.data == sse.TRUNCATED_EVENT[19:-2].decode()]
+    assert bool(appended) is end.at_boundary(), body
 
 
 COMPLETED = (
@@ -164,7 +250,7 @@ def test_a_named_terminal_event_longer_than_the_window_is_found_however_the_stre
         points = sorted({0, *(c for c in cuts if c < len(body)), len(body)})
         for a, b in itertools.pairwise(points):
             if b > a:
-                end.feed([body[a:b]], 0)
+                end.feed(body[a:b])
         return end
 
     assert fed(DELTA + COMPLETED).ended_honestly()
