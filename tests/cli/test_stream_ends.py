@@ -369,3 +369,77 @@ async def test_generated_streams_end_as_the_openai_sdk_reads_them(start_process,
         expected["completed" if honest else "upstream_error"] += 1
     assert await _outcomes(p) == {k: v for k, v in expected.items() if v}
     assert expected["completed"] and expected["upstream_error"], "the seeds give both kinds"
+
+
+# -- streams that ended properly, in the shapes the SDK stops on -----------------------------------
+
+AFTER_DONE = {
+    "trailing-space": [*EVENTS, b"data: [DONE] \n\n"],
+    "comment-after": [*EVENTS, DONE, b": keep-alive\n\n"],
+    "id-after": [*EVENTS, DONE, b"id: 7\n"],
+    "events-after": [*EVENTS, DONE, *EVENTS, *EVENTS],
+    "crlf-split-cr": [EVENTS[0], b"data: [DONE]\r", b"\n\r", b"\n"],
+    "done-in-many-reads": [EVENTS[0], *(bytes([b]) for b in DONE)],
+}
+
+
+@pytest.mark.parametrize("framing", ["chunked", "length", "close"])
+@pytest.mark.parametrize("shape", sorted(AFTER_DONE))
+async def test_a_stream_the_sdk_stops_on_is_never_given_the_error(start_process, raw, shape, framing):
+    """A stream whose ``[DONE]`` event the OpenAI SDK dispatches (with a trailing space, followed by
+    a comment, an ``id:`` line or more events, its line ends split across reads), each piece its own
+    read: relayed byte for byte, no error event, counted completed."""
+    pieces = AFTER_DONE[shape]
+    assert ssegen.sdk_saw_done(pieces)
+    raw.stream = Stream(pieces, framing=framing, pause=0.01)
+    p = await start_process()
+    answer = await _request(p, "/v1/chat/completions", version="1.0" if framing == "close" else "1.1")
+    assert answer.status == 200 and answer.ended and answer.body == b"".join(pieces)
+    assert b"upstream_truncated" not in answer.body
+    assert await _outcomes(p) == {"completed": 1}
+    assert not _truncated_events(p)
+
+
+@pytest.mark.parametrize("before", [b"", EVENTS[0]], ids=["alone", "after-an-event"])
+@pytest.mark.parametrize("at", range(1, len(DONE)))
+async def test_a_small_body_of_known_length_split_inside_done_is_whole(start_process, raw, at, before):
+    """A small body with a Content-Length that arrives in two reads split inside its terminal event
+    (``data: [DO`` then ``NE]``): the router judges the body, not its reads, and counts it completed;
+    the same body without its last blank line counts upstream_error."""
+    p = await start_process()
+    for body in (before + DONE, before + DONE[:-1]):
+        raw.stream = Stream([body[: len(before) + at], body[len(before) + at :]], framing="length", pause=0.01)
+        answer = await _request(p, "/v1/chat/completions")
+        assert answer.ended and answer.body == body
+    assert await _outcomes(p) == {"completed": 1, "upstream_error": 1}
+    [logged] = _truncated_events(p)
+    assert logged["error_event"] is False
+
+
+NOT_DONE = {
+    # what the client gets after the model server's bytes: the error event, or (mid-event) the cut
+    "no-done": ([*EVENTS], "event"),
+    "done-as-second-data-line": ([EVENTS[0], b"data: x\r", b"\ndata: [DONE]\n\n"], "event"),
+    "done-in-a-comment": ([*EVENTS, b": data: [DONE]\n\n"], "event"),
+    "done-lowercase": ([*EVENTS, b"data: [done]\n\n"], "event"),
+    "done-not-dispatched": ([*EVENTS, b"data: [DONE]\r", b"\n"], "cut"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(NOT_DONE))
+async def test_a_stream_the_sdk_does_not_stop_on_still_gets_the_error(start_process, raw, shape):
+    """Truly truncated streams, among them ones whose reads split a CRLF (the SDK's decoder reads
+    ``data: x`` CR, LF ``data: [DONE]`` as one event with two data lines): the error event at an
+    event boundary, the cut mid-event; counted upstream_error either way."""
+    pieces, expected = NOT_DONE[shape]
+    assert not ssegen.sdk_saw_done(pieces)
+    raw.stream = Stream(pieces, pause=0.01)
+    p = await start_process()
+    answer = await _request(p, "/v1/chat/completions")
+    if expected == "event":
+        assert answer.ended and answer.body == b"".join(pieces) + sse.TRUNCATED_EVENT
+    else:
+        assert not answer.ended and answer.body == b"".join(pieces)
+    assert await _outcomes(p) == {"upstream_error": 1}
+    [logged] = _truncated_events(p)
+    assert logged["cut"] is (expected == "cut")
