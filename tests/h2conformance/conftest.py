@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import socket
-import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -18,14 +14,13 @@ from prometheus_client import CollectorRegistry
 from drain_router import config, metrics
 from drain_router.grpc.listener import GrpcListener
 from drain_router.state import RouterState
-from tests import grpcupstream
+from tests import grpcupstream, nghttpd
 from tests.h2conformance.cases import Case, Target
 from tests.process import router_starter
 
 #: The reference server's response to ``GET /``, and the large file the flow-control cases read.
 INDEX_HTML = b"<!DOCTYPE html>\n<title>h2spec</title>\n<p>The reference server's index.</p>\n"
 LARGE_FILE_BYTES = 100_000
-NGHTTPD_START_SECS = 10.0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -65,12 +60,12 @@ async def target(
         async with in_process_listener(upstream_url) as port:
             yield Target("listener", port, grpc=True)
     elif name == "nghttpd":
-        if shutil.which("nghttpd") is None:
+        if not nghttpd.available():
             pytest.skip("nghttpd is not on PATH (Debian package nghttp2-server): the reference target is skipped")
         docroot = tmp_path_factory.mktemp("nghttpd-docroot")
         (docroot / "index.html").write_bytes(INDEX_HTML)
         (docroot / "large.bin").write_bytes(b"x" * LARGE_FILE_BYTES)
-        async with nghttpd(docroot) as port:
+        async with nghttpd.serving(docroot) as port:
             yield Target("nghttpd", port, grpc=False, large_path="/large.bin")
     else:
         raise AssertionError(f"unknown target {name}")
@@ -94,57 +89,3 @@ async def in_process_listener(upstream_url: str) -> AsyncIterator[int]:
         yield await listener.bind("127.0.0.1", 0)
     finally:
         listener.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.asynccontextmanager
-async def nghttpd(docroot: Path) -> AsyncIterator[int]:
-    """``nghttpd --no-tls`` serving ``docroot`` on a free loopback port, until it accepts connections."""
-    for _ in range(3):  # a port taken between free_port() and nghttpd's bind: try another
-        port = free_port()
-        proc = await asyncio.create_subprocess_exec(
-            "nghttpd",
-            "--no-tls",
-            "-a",
-            "127.0.0.1",
-            "-d",
-            str(docroot),
-            str(port),
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        try:
-            if await _accepting(port, proc):
-                yield port
-                return
-        finally:
-            if proc.returncode is None:
-                proc.terminate()
-                try:
-                    await asyncio.wait_for(proc.wait(), 5)
-                except TimeoutError:
-                    proc.kill()
-                    await proc.wait()
-    raise AssertionError("nghttpd did not start")
-
-
-async def _accepting(port: int, proc: asyncio.subprocess.Process) -> bool:
-    deadline = time.monotonic() + NGHTTPD_START_SECS
-    while time.monotonic() < deadline and proc.returncode is None:
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            try:
-                await asyncio.wait_for(proc.wait(), 0.05)  # exited (port taken), or still starting
-            except TimeoutError:
-                pass
-            continue
-        writer.close()
-        await writer.wait_closed()
-        return True
-    return False
