@@ -16,8 +16,9 @@ rules: a request's first block is a request head (:func:`rules.request`), a resp
 head (informational ones are dropped), and every later block must end the stream and is trailers
 (:func:`rules.trailers`); a second block that does not end the stream is malformed. A malformed
 block resets its stream with PROTOCOL_ERROR and never reaches the stream's handler;
-``content-length`` is held against the DATA that follows (§8.1.1). Frames that cost work without
-progress are paid from budgets (a client connection's; the model server's has none).
+``content-length`` is held against the DATA that follows (§8.1.1; a response that has no content,
+to a HEAD request or a 204 or 304, owes none: :func:`rules.content_owed`). Frames that cost work
+without progress are paid from budgets (a client connection's; the model server's has none).
 
 Flow control gives back-pressure both ways: DATA goes out within the peer's windows, the rest waits
 on its stream (at most one stream window, since the other side's window is re-opened only for bytes
@@ -396,7 +397,7 @@ class Connection:
                     raise r.Malformed("an informational response ends its stream")
                 return False
             stream.heads = 1
-            stream.body_left = length
+            stream.body_left = r.content_owed(status, length, stream.asked_head)
         else:
             if not end:
                 raise r.Malformed("a second header block that does not end the stream")
@@ -537,6 +538,7 @@ class Connection:
         sid = self.next_stream
         self.next_stream += 2
         stream = Stream(sid, handler, self.windows.peer_initial, r.STREAM_WINDOW)
+        stream.asked_head = r.asks_head(headers)
         self.streams[sid] = stream
         self.send_headers(stream, headers, end)
         return stream

@@ -174,6 +174,31 @@ def response(headers: Headers) -> tuple[int, int]:
     return int(status), length
 
 
+#: Statuses whose responses have no content whatever their ``content-length`` says (RFC 9110 §6.4.1,
+#: §15.3.5, §15.4.5): 204 No Content and 304 Not Modified. So has every response to HEAD.
+NO_CONTENT_STATUSES: Final = frozenset((204, 304))
+
+
+def asks_head(headers: Headers) -> bool:
+    """A request head (as this end sends it) with ``:method: HEAD``: its response has no content."""
+    for name, value in headers:
+        if name == b":method":
+            return value == b"HEAD"
+        if name[:1] != b":":
+            return False
+    return False
+
+
+def content_owed(status: int, length: int, head: bool) -> int:
+    """What a final response's DATA must add up to (RFC 9113 §8.1.1), or -1 for no check: nothing
+    for the response to a HEAD request (``head``) and for 204 and 304, whatever ``content-length``
+    says (§8.1.1 lets them carry a non-zero one with no content); else its ``content-length``
+    (``length``, -1: none). A response that carries more, or ends short, is malformed."""
+    if head or status in NO_CONTENT_STATUSES:
+        return 0
+    return length
+
+
 def trailers(headers: Headers) -> None:
     """Check a trailer section (§8.1): regular fields only, each as in a head."""
     for name, value in headers:

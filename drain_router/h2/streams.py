@@ -197,6 +197,7 @@ class Stream:
     window."""
 
     __slots__ = (
+        "asked_head",
         "body_left",
         "handler",
         "heads",
@@ -227,4 +228,6 @@ class Stream:
         self.heads = 0
         """Header blocks received (the first is the request or response head)."""
         self.body_left = -1
-        """What the peer's ``content-length`` still allows (-1: none was sent), §8.1.1."""
+        """What the peer's DATA may still carry by its ``content-length`` (-1: no check), §8.1.1."""
+        self.asked_head = False
+        """This end opened the stream with a HEAD request: the response has no content."""

@@ -197,6 +197,45 @@ def test_content_length_is_returned_with_the_path() -> None:
     assert rules.response([(b":status", b"200"), (b"content-length", b"0")]) == (200, 0)
 
 
+@pytest.mark.parametrize(
+    ("status", "length", "head", "owed"),
+    [
+        (200, 12, False, 12),  # content: exactly its content-length
+        (200, -1, False, -1),  # no content-length: no check
+        (200, 0, False, 0),
+        (404, 9, False, 9),
+        (200, 12, True, 0),  # the answer to HEAD: no content, whatever its content-length says
+        (200, -1, True, 0),
+        (404, 9, True, 0),
+        (204, 12, False, 0),  # 204 and 304: no content (RFC 9110 §6.4.1)
+        (204, -1, False, 0),
+        (304, 12, False, 0),
+        (304, -1, True, 0),
+        (205, 3, False, 3),  # a 205 has none by its meaning, but any content must match (RFC 9110 §15.3.6)
+        (206, 3, False, 3),
+    ],
+)
+def test_content_a_response_owes(status: int, length: int, head: bool, owed: int) -> None:
+    assert rules.content_owed(status, length, head) == owed
+
+
+@pytest.mark.parametrize(
+    ("headers", "head"),
+    [
+        ([(b":method", b"HEAD"), *GOOD[1:]], True),
+        ([(b":scheme", b"http"), (b":path", b"/"), (b":method", b"HEAD")], True),
+        (GOOD, False),
+        ([(b":method", b"GET"), *GOOD[1:]], False),
+        ([(b":method", b"head"), *GOOD[1:]], False),  # methods are case-sensitive (RFC 9110 §9.1)
+        ([*GOOD[1:], (b"x-method", b"HEAD")], False),
+        ([(b"x", b"1"), (b":method", b"HEAD")], False),  # a pseudo-header after a field is not one
+        ([], False),
+    ],
+)
+def test_a_head_request_is_known_by_its_method(headers: list[tuple[bytes, bytes]], head: bool) -> None:
+    assert rules.asks_head(headers) is head
+
+
 def test_a_budget_earns_from_a_running_total() -> None:
     """Tokens earned by progress come back on top of the time refill, never past the burst."""
     budget = rules.Budget((2, 0.0), now=0.0)
