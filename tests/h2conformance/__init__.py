@@ -22,24 +22,27 @@ The targets (``conftest.py``):
 
 - ``router``: a ``drain-router serve`` process with ``--grpc-port`` in front of the gRPC test upstream
   (tests/grpcupstream.py), started as the ``grpc_router`` fixture starts it, once per run of the module;
+- ``router-nghttpd``: the same router process in front of the reference server below instead, asked
+  h2spec's requests as they are (non-gRPC h2c streams): every case passes through a real HTTP/2
+  upstream's behaviour (its answers carry a ``content-length``; a HEAD's with no content);
 - ``listener``: the gRPC listener (``GrpcListener``) built in the test's event loop in front of the
-  same upstream, as the router's lifecycle builds it;
+  gRPC test upstream, as the router's lifecycle builds it;
 - ``nghttpd``: the reference server, ``nghttpd --no-tls`` (Debian package ``nghttp2-server``) serving
   a temporary directory (an ``index.html`` and a large file); skipped when ``nghttpd`` is not on
   PATH. Its one known failure, ``http2/5.1.1/2``, is a strict xfail (the reason is in the case).
 
-A gRPC relay answers gRPC calls, so for the two router targets h2spec's ``GET /`` becomes a unary
-call to the upstream's ``/t.T/Echo`` (and its flow-control cases read the server-streaming
-``/t.T/Stream``); :class:`~tests.h2conformance.cases.Target` says exactly how. The reference server
-gets h2spec's requests as they are. A case that fails against the router while nghttpd passes it is
-the router's failure. The router targets are held stricter than h2spec holds a server: a GOAWAY
-there must carry the code the RFC names (h2spec passes a GOAWAY with another code once the
-connection closes).
+A gRPC relay answers gRPC calls, so for the ``router`` and ``listener`` targets h2spec's ``GET /``
+becomes a unary call to the upstream's ``/t.T/Echo`` (and its flow-control cases read the
+server-streaming ``/t.T/Stream``); :class:`~tests.h2conformance.cases.Target` says exactly how. The
+reference server and the router in front of it get h2spec's requests as they are. A case that fails
+against the router while nghttpd passes it is the router's failure. The three router targets are
+held stricter than h2spec holds a server: a GOAWAY there must carry the code the RFC names (h2spec
+passes a GOAWAY with another code once the connection closes).
 
 Run it (from the repository's root, after ``make venv``)::
 
     .venv/bin/pytest tests/h2conformance -q                 # every target
     .venv/bin/pytest tests/h2conformance -q -m nghttpd      # the reference server alone
-    .venv/bin/pytest tests/h2conformance -q -k router       # the router process alone
+    .venv/bin/pytest tests/h2conformance -q -k router       # the router process (both upstreams)
     .venv/bin/pytest tests/h2conformance -q -k "listener and http2/6.9"
 """

@@ -1,11 +1,13 @@
 """The targets of the conformance suite, one of each per test module (module-scoped, in the module's
-event loop): a router process, the gRPC listener built in this process, and the reference server."""
+event loop): a router process in front of the gRPC test upstream, a router process in front of the
+reference server, the gRPC listener built in this process, and the reference server."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -42,31 +44,51 @@ async def conformance_upstream() -> AsyncIterator[grpcupstream.Upstream]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def reference_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[int | None]:
+    """The reference server's port (None: ``nghttpd`` is not on PATH), shared by the module's
+    ``nghttpd`` target and the router in front of it; it serves :func:`reference_docroot`."""
+    if not nghttpd.available():
+        yield None
+        return
+    async with nghttpd.serving(reference_docroot(tmp_path_factory.mktemp("nghttpd-docroot"))) as port:
+        yield port
+
+
+def reference_docroot(docroot: Path) -> Path:
+    """The reference server's files: ``GET /`` answers :data:`INDEX_HTML`, and the flow-control
+    cases read ``/large.bin``; every answer carries a ``content-length``."""
+    (docroot / "index.html").write_bytes(INDEX_HTML)
+    (docroot / "large.bin").write_bytes(b"x" * LARGE_FILE_BYTES)
+    return docroot
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def target(
     request: pytest.FixtureRequest,
     conformance_upstream: grpcupstream.Upstream,
-    tmp_path_factory: pytest.TempPathFactory,
+    reference_server: int | None,
 ) -> AsyncIterator[Target]:
     """The server under test, by name (the test's ``target`` parameter)."""
     name = request.param
     upstream_url = f"http://127.0.0.1:{conformance_upstream.port}"
-    if name == "router":
-        # What the ``grpc_router`` fixture starts (tests/grpc/conftest.py), once for the module.
+    if name in ("nghttpd", "router-nghttpd") and reference_server is None:
+        pytest.skip(f"nghttpd is not on PATH (Debian package nghttp2-server): the {name} target is skipped")
+    if name in ("router", "router-nghttpd"):
+        # What the ``grpc_router`` fixture starts (tests/grpc/conftest.py), once for the module: in
+        # front of the gRPC test upstream, or of the reference server (a real HTTP/2 upstream, whose
+        # answers carry a content-length: HEAD's too, with no content).
+        grpc = name == "router"
+        upstream = upstream_url if grpc else f"http://127.0.0.1:{reference_server}"
         async with router_starter("http://127.0.0.1:9") as start:
-            router = await start("--grpc-port", "0", "--grpc-upstream", upstream_url)
+            router = await start("--grpc-port", "0", "--grpc-upstream", upstream)
             assert router.grpc_port is not None
-            yield Target("router", router.grpc_port, grpc=True)
+            yield Target(name, router.grpc_port, grpc=grpc, large_path="/large.bin")
     elif name == "listener":
         async with in_process_listener(upstream_url) as port:
             yield Target("listener", port, grpc=True)
     elif name == "nghttpd":
-        if not nghttpd.available():
-            pytest.skip("nghttpd is not on PATH (Debian package nghttp2-server): the reference target is skipped")
-        docroot = tmp_path_factory.mktemp("nghttpd-docroot")
-        (docroot / "index.html").write_bytes(INDEX_HTML)
-        (docroot / "large.bin").write_bytes(b"x" * LARGE_FILE_BYTES)
-        async with nghttpd.serving(docroot) as port:
-            yield Target("nghttpd", port, grpc=False, large_path="/large.bin")
+        assert reference_server is not None
+        yield Target("nghttpd", reference_server, grpc=False, large_path="/large.bin", exact_codes=False)
     else:
         raise AssertionError(f"unknown target {name}")
 
