@@ -242,9 +242,12 @@ async def lead(ctx: context_.Context, *, lost: Callable[[], None] | None = None)
 
     keeper.add_done_callback(keeper_done)
     ctx.metrics.leader.set(1)
+    kopf_ready = asyncio.Event()
+    reclaim = asyncio.create_task(signals_to(stop, kopf_ready), name="leader signals")  # before kopf, as the keeper
     try:
-        await operate(ctx, stop_flag=stop)
+        await operate(ctx, stop_flag=stop, ready_flag=kopf_ready)
     finally:
+        reclaim.cancel()
         keeper.remove_done_callback(keeper_done)
         keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError, leader.LeadershipLost):
@@ -252,6 +255,21 @@ async def lead(ctx: context_.Context, *, lost: Callable[[], None] | None = None)
         watchdog.stop()
         ctx.metrics.leader.set(0)
         await elector.release()
+
+
+async def signals_to(stop: asyncio.Event, kopf_ready: asyncio.Event) -> None:
+    """Once kopf is ready, SIGTERM and SIGINT set ``stop`` (kopf's stop flag) again.
+
+    Why: kopf installs its own handlers at its start, replacing :func:`lead`'s. A signal then
+    completes kopf's signal future, but not its task waiting on the stop flag we gave it; kopf counts
+    that task as hung and waits 5 s for it before cancelling it, so the Lease was released 5 s after
+    every SIGTERM. Through the stop flag, kopf's waiter ends with the signal and kopf stops at once.
+    A signal during kopf's own startup (before it is ready) still goes to kopf's handler."""
+    await kopf_ready.wait()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not in the main thread (tests)
+            loop.add_signal_handler(sig, stop.set)
 
 
 def leadership_lost(log: Any, lease: str) -> None:
