@@ -91,6 +91,8 @@ class FakeKube:
     """ModelServices the activator may not read or patch (403, as RBAC answers)."""
     calls: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     """Every call, ``(method, path)``, in order."""
+    authorizations: list[str | None] = dataclasses.field(default_factory=list)
+    """Every call's ``Authorization`` header (None without one), in the order of :attr:`calls`."""
     url: str = ""
 
     def calls_to(self, method: str, fragment: str) -> int:
@@ -102,6 +104,7 @@ class FakeKube:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         self.calls.append((request.method, request.path))
+        self.authorizations.append(request.headers.get("Authorization"))
         return await handler(request)
 
     async def configmap(self, request: web.Request) -> web.Response:

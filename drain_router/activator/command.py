@@ -8,7 +8,6 @@ settings, with the activator's headings and help; its own are declared whole in 
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from typing import Any
 
@@ -102,8 +101,6 @@ def command(**given: Any) -> None:
         settings = settings_.ActivatorSettings(**own)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    if settings.kube_api is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        raise click.UsageError("not in a cluster (no KUBERNETES_SERVICE_HOST): give --kube-api URL")
     if settings.ports_configmap is None:
         raise click.UsageError("--ports-configmap NAMESPACE/NAME is required (the controller's port map)")
     from drain_router.activator import kube

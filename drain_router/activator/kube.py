@@ -3,23 +3,22 @@ read a ModelService, patch its status, list its pods) and the pods' routers (``/
 a status code and a JSON body, for :mod:`.waking` to act on; a call that gets no answer raises
 :class:`Unanswered`.
 
-In cluster, the API is ``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`` with the
-service account's token (read again for each call: the kubelet rotates it) and CA; ``--kube-api
-URL`` points elsewhere (out of cluster, or a test's stand-in), with no credentials.
+The API server and the credentials are :mod:`drain_router.kubelogin`'s, the controller's rule: the
+pod's service account in a cluster (its token read again for each call: the kubelet rotates it),
+else ``KUBECONFIG`` or ``~/.kube/config``; ``--kube-api URL`` points elsewhere (a test's stand-in),
+with no credentials.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import ssl
 import urllib.parse
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+from drain_router import kubelogin
+
 GROUP_VERSION = "drainrouter.dev/v1alpha1"
 
 #: One API call, or one probe of a pod's router, may take this long before it counts as unanswered
@@ -31,7 +30,7 @@ PROBE_TIMEOUT_SECS = 1.0
 def own_namespace() -> str | None:
     """The pod's namespace, from its service account (None out of cluster)."""
     try:
-        return (SERVICE_ACCOUNT / "namespace").read_text().strip() or None
+        return (kubelogin.SERVICE_ACCOUNT / "namespace").read_text().strip() or None
     except OSError:
         return None
 
@@ -43,39 +42,32 @@ class Unanswered(Exception):
 class Kube:
     """The API server and the pods' routers, from one session."""
 
-    def __init__(self, api: str | None) -> None:
-        self.token: Path | None = None
-        context: ssl.SSLContext | bool = False
-        if api is None:
-            host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-            if not host:
-                raise ValueError("not in a cluster (no KUBERNETES_SERVICE_HOST): give --kube-api URL")
-            api = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-            self.token = SERVICE_ACCOUNT / "token"
-            context = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
-        self.api = api.rstrip("/")
+    def __init__(self, api: kubelogin.Access) -> None:
+        self.api = api.server.rstrip("/")
+        self.authorization = api.authorization
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=context, limit=64),
+            connector=aiohttp.TCPConnector(ssl=api.ssl, limit=64),
             timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_SECS),
         )
 
     async def close(self) -> None:
         await self.session.close()
 
-    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+    async def _headers(self, content_type: str | None = None) -> dict[str, str]:
         headers = {"Accept": "application/json"}
         if content_type is not None:
             headers["Content-Type"] = content_type
-        if self.token is not None:
-            headers["Authorization"] = "Bearer " + self.token.read_text().strip()
+        if self.authorization is not None:
+            value = await self.authorization()
+            if value:
+                headers["Authorization"] = value
         return headers
 
     async def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body)
         try:
-            async with self.session.request(
-                method, self.api + path, data=data, headers=self._headers(content_type)
-            ) as resp:
+            headers = await self._headers(content_type)
+            async with self.session.request(method, self.api + path, data=data, headers=headers) as resp:
                 text = await resp.text()
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise Unanswered(f"{method} {path}: {exc!r}") from None

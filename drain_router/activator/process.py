@@ -18,7 +18,7 @@ import uvloop
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from drain_router import config, metrics
+from drain_router import config, kubelogin, logs, metrics
 from drain_router.activator import kube as kube_
 from drain_router.activator import ports as ports_
 from drain_router.activator import waking
@@ -30,6 +30,8 @@ from drain_router.decisions.websocket_close import AtClosing
 from drain_router.http1.listener import TrafficListener
 from drain_router.runtime import lifecycle, tuning
 
+REMEDY = kubelogin.REMEDY + ", or give --kube-api URL"
+
 
 class Activator(lifecycle.Router):
     """The activator process's runtime: ``await run()``, like a router's."""
@@ -39,11 +41,13 @@ class Activator(lifecycle.Router):
         cfg: config.Config,
         settings: ActivatorSettings,
         *,
+        api: kubelogin.Access,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(cfg, registry=registry, clock=clock)
         self.settings = settings
+        self.api = api
         self.configmap = ports_.configmap(settings, kube_.own_namespace())
         self.own_metrics = metrics.ActivatorMetrics(self.metrics.registry)
         self.sites: Sites | None = None
@@ -105,7 +109,7 @@ class Activator(lifecycle.Router):
 
     async def _start_admin(self, stack: contextlib.AsyncExitStack) -> None:
         """The sites and the port map first: ``/admin/ports`` answers from the admin listener's start."""
-        self.kube = Kube(self.settings.kube_api)
+        self.kube = Kube(self.api)
         stack.push_async_callback(self.kube.close)
         self.sites = Sites(
             self.settings,
@@ -143,7 +147,17 @@ class Activator(lifecycle.Router):
 
 
 def serve(cfg: config.Config, settings: ActivatorSettings, *, pending_signals: Iterable[int] = ()) -> int:
-    """Run an activator process to completion on uvloop; returns its exit status."""
+    """Run an activator process to completion on uvloop; returns its exit status. The API server:
+    ``--kube-api``, else :mod:`drain_router.kubelogin`'s (the controller's rule); with none, one
+    ``activator.no_cluster`` line (where it looked, the remedy) and ``EXIT_NO_CLUSTER``."""
     tuning.raise_open_files_limit()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(Activator(cfg, settings).run(pending_signals=pending_signals))
+        if settings.kube_api is not None:
+            api = kubelogin.Access(server=settings.kube_api, ssl=False)
+        else:
+            try:
+                api = runner.run(kubelogin.access(kubelogin.locate()))
+            except kubelogin.NoCluster as exc:
+                logs.get("drain_router.activator").error("activator.no_cluster", error=str(exc), remedy=REMEDY)
+                return kubelogin.EXIT_NO_CLUSTER
+        return runner.run(Activator(cfg, settings, api=api).run(pending_signals=pending_signals))

@@ -108,11 +108,12 @@ class ActivatorSettings:
             name="kube-api",
             heading=KUBERNETES,
             metavar="URL",
-            help="The Kubernetes API's base URL, without credentials (out of cluster, or a stand-in). "
-            "Unset: in cluster, from the pod's service account.",
+            help="A Kubernetes API base URL called without credentials (a stand-in). Unset: the pod's "
+            "service account in a cluster, else KUBECONFIG (each path of the list) or ~/.kube/config, as "
+            "the controller; with neither, one activator.no_cluster line and exit status 2.",
         ),
     )
-    """The Kubernetes API's base URL (None: in cluster, from the service account)."""
+    """A Kubernetes API base URL called without credentials (None: :mod:`drain_router.kubelogin`'s rule)."""
 
     def __post_init__(self) -> None:
         # The bounds are the flags' (what click refuses on the command line), for library callers.

@@ -20,6 +20,7 @@ from typing import Any
 
 import kopf
 
+from drain_router import kubelogin
 from drain_router.controller import context, crd, daemon
 from drain_router.controller import status as status_
 from drain_router.controller.passes import deleting
@@ -105,12 +106,10 @@ def in_cluster_address(
     in-cluster loader), while kopf's watches would need the cluster's DNS to name it. A replica
     whose DNS fails (DNS pods down, a pod on the host's resolver) would then hold the Lease and act on
     nothing. Unchanged outside a cluster (no ``KUBERNETES_SERVICE_HOST``)."""
-    host = environ.get("KUBERNETES_SERVICE_HOST")
-    if info is None or not host:
+    server = kubelogin.in_cluster_server(environ)
+    if info is None or server is None:
         return info
-    port = environ.get("KUBERNETES_SERVICE_PORT") or "443"
-    bracketed = f"[{host}]" if ":" in host or "%" in host else host
-    return dataclasses.replace(info, server=f"https://{bracketed}:{port}")
+    return dataclasses.replace(info, server=server)
 
 
 def wake_asked(status: Mapping[str, Any], **_: Any) -> bool:

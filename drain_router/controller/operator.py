@@ -8,19 +8,16 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, MutableMapping
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 import aiohttp.web
 import kopf
 import structlog
-import yaml
 from kubernetes_asyncio import client
-from kubernetes_asyncio import config as k8s_config
 from prometheus_client import CollectorRegistry, start_http_server
 
-from drain_router import logs, tracing
+from drain_router import kubelogin, logs, tracing
 from drain_router.controller import context as context_
 from drain_router.controller import handlers, leader
 from drain_router.controller import metrics as metrics_
@@ -49,56 +46,19 @@ def connection_from(configuration: client.Configuration) -> kopf.ConnectionInfo:
     )
 
 
-EXIT_NO_CLUSTER = 2
-"""The exit status when there is no cluster to talk to: a configuration error, 2 as for ``serve``."""
-
-NO_CLUSTER_REMEDY = (
-    "run it in the cluster (the chart's controller Deployment and its service account), "
-    "or point KUBECONFIG at a kubeconfig for the cluster"
-)
-
+EXIT_NO_CLUSTER = kubelogin.EXIT_NO_CLUSTER
+"""The exit status when there is no cluster to talk to (:mod:`drain_router.kubelogin`, the
+activator's too)."""
 
 EXIT_LEADERSHIP_LOST = 3
 """The exit status of a leader that lost the Lease (not renewed within the renew deadline, or taken
 by another replica): it stops acting at once by exiting, and Kubernetes restarts it as a standby."""
 
 
-class NoCluster(Exception):
-    """Neither an in-cluster service account nor a usable kubeconfig: no API server to talk to."""
-
-
-def kubeconfig_paths() -> list[Path]:
-    """Where a kubeconfig is looked for: every path in ``KUBECONFIG``, else ``~/.kube/config``."""
-    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-    return [Path(p).expanduser() for p in listed or ["~/.kube/config"]]
-
-
-class _ConfigurationLoader(Protocol):
-    def __call__(self, *, client_configuration: client.Configuration) -> None: ...
-
-
-#: kubernetes_asyncio's in-cluster loader carries no annotations: the one way we call it, typed here.
-_load_incluster_config: _ConfigurationLoader = k8s_config.load_incluster_config
-
-
 async def load_configuration() -> client.Configuration:
-    """The in-cluster configuration, else the kubeconfig's; ``NoCluster`` naming why neither loads."""
-    configuration = client.Configuration()
-    try:
-        _load_incluster_config(client_configuration=configuration)
-        return configuration
-    except k8s_config.ConfigException as exc:
-        in_cluster = str(exc)
-    paths = kubeconfig_paths()
-    if not any(p.is_file() for p in paths):  # the client would log a warning, then fail vaguely
-        where = ", ".join(str(p) for p in paths)
-        raise NoCluster(f"not in a cluster ({in_cluster}) and no kubeconfig at {where}")
-    try:
-        await k8s_config.load_kube_config(client_configuration=configuration)
-    except (k8s_config.ConfigException, yaml.YAMLError, OSError) as exc:
-        detail = " ".join(str(exc).split())
-        raise NoCluster(f"not in a cluster ({in_cluster}) and the kubeconfig is unusable: {detail}") from None
-    return configuration
+    """The in-cluster configuration, else the kubeconfig's (:mod:`drain_router.kubelogin`, the rule
+    the activator follows too); ``NoCluster`` naming why neither loads."""
+    return await kubelogin.client_configuration(kubelogin.locate())
 
 
 @contextlib.asynccontextmanager
@@ -191,8 +151,8 @@ def run(settings: settings_.ControllerSettings) -> int:
 
     try:
         asyncio.run(main())
-    except NoCluster as exc:
-        logs.get("drain_router.controller").error("controller.no_cluster", error=str(exc), remedy=NO_CLUSTER_REMEDY)
+    except kubelogin.NoCluster as exc:
+        logs.get("drain_router.controller").error("controller.no_cluster", error=str(exc), remedy=kubelogin.REMEDY)
         return EXIT_NO_CLUSTER
     return 0
 

@@ -86,10 +86,12 @@ def test_a_bad_value_exits_2_naming_its_flag(served, args: list[str], named: str
     assert served == []
 
 
-def test_out_of_cluster_without_kube_api_exits_2(served) -> None:
-    result = CliRunner().invoke(cli.main, ["activator"])
-    assert result.exit_code == 2 and "--kube-api" in result.output
-    assert served == []
+def test_without_kube_api_the_command_serves_and_the_login_is_the_process_s(served) -> None:
+    """Out of cluster without ``--kube-api`` is no usage error: the process finds the API server as
+    the controller does (KUBECONFIG, ~/.kube/config; tests/activator/test_login.py)."""
+    assert run(API[2:]).exit_code == 0
+    [(_, settings)] = served
+    assert settings.kube_api is None
 
 
 def test_without_the_port_map_exits_2(served) -> None:
