@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import pytest
@@ -124,3 +125,72 @@ def test_a_wake_is_pending_until_awoken() -> None:
     assert activation.ActivationStatus(wake_requested_at=5.0).wake_pending
     assert not activation.ActivationStatus(wake_requested_at=5.0, awoken_at=5.0).wake_pending
     assert activation.ActivationStatus(wake_requested_at=6.0, awoken_at=5.0).wake_pending
+
+
+AWOKEN = 100.0
+"""The last wake's ``awokenAt`` (seconds after T0) in :func:`test_a_late_wake_request`'s table."""
+_OLDER, _EQUAL, _NEWER = 60.0, AWOKEN, 130.0
+"""``wakeRequestedAt`` against ``awokenAt``: the wake's own request, one stamped at the same
+second, and one that landed after the wake (a second activator replica's last poll)."""
+_ASLEEP = activation.Observed(endpoints=activation.Endpoints.ACTIVATOR, replicas=0, router_ready=False, listening=True)
+_AWAKE = activation.Observed(endpoints=activation.Endpoints.NONE, replicas=2, router_ready=True, listening=True)
+_STARTING = activation.Observed(
+    endpoints=activation.Endpoints.ACTIVATOR, replicas=2, router_ready=False, listening=True
+)
+_SLEEPING = activation.Observed(endpoints=activation.Endpoints.ACTIVATOR, replicas=2, router_ready=True, listening=True)
+"""Active, the activator's endpoints added, the Deployment not yet at 0 (a sleep under way)."""
+P = activation.Phase
+A = activation.Action
+
+
+@pytest.mark.parametrize(
+    ("phase", "observed", "sleep_due", "requested", "action", "then"),
+    [
+        # Active, awake, no sleep due: whatever the request's time, nothing (a late one stays on record).
+        (P.ACTIVE, _AWAKE, False, _OLDER, None, P.ACTIVE),
+        (P.ACTIVE, _AWAKE, False, _EQUAL, None, P.ACTIVE),
+        (P.ACTIVE, _AWAKE, False, _NEWER, None, P.ACTIVE),
+        # Active, a sleep due: a late request is forgotten before the activator becomes an endpoint.
+        (P.ACTIVE, _AWAKE, True, _NEWER, A.ADD_ACTIVATOR, P.ACTIVE),
+        # Active, the activator already an endpoint (a sleep under way): a newer request is a held
+        # request, and cancels the sleep (the pods never stopped); an answered one does not.
+        (P.ACTIVE, _SLEEPING, True, _OLDER, A.SCALE_TO_ZERO, P.SCALED_TO_ZERO),
+        (P.ACTIVE, _SLEEPING, True, _EQUAL, A.SCALE_TO_ZERO, P.SCALED_TO_ZERO),
+        (P.ACTIVE, _SLEEPING, True, _NEWER, A.REMOVE_ACTIVATOR, P.ACTIVE),
+        # Asleep: only a request newer than the last wake wakes it (the one second wake there is).
+        (P.SCALED_TO_ZERO, _ASLEEP, False, _OLDER, None, P.SCALED_TO_ZERO),
+        (P.SCALED_TO_ZERO, _ASLEEP, False, _EQUAL, None, P.SCALED_TO_ZERO),
+        (P.SCALED_TO_ZERO, _ASLEEP, False, _NEWER, A.SCALE_UP, P.WAKING),
+        # Waking: the scale-up is done; another request changes nothing.
+        (P.WAKING, _STARTING, False, _OLDER, None, P.WAKING),
+        (P.WAKING, _STARTING, False, _EQUAL, None, P.WAKING),
+        (P.WAKING, _STARTING, False, _NEWER, None, P.WAKING),
+    ],
+    ids=lambda v: v.name.lower() if isinstance(v, enum.Enum) else None,
+)
+def test_a_late_wake_request(
+    phase: activation.Phase,
+    observed: activation.Observed,
+    sleep_due: bool,
+    requested: float,
+    action: activation.Action | None,
+    then: activation.Phase,
+) -> None:
+    """A ``wakeRequestedAt`` older than, equal to or newer than ``awokenAt``, in each phase: a wake
+    (SCALE_UP) only for a newer request while ScaledToZero; ``awokenAt`` and the cold start move
+    only on a wake's end (here: never, or at the cancelled sleep)."""
+    status = activation.ActivationStatus(
+        phase=phase,
+        replicas_before_zero=2,
+        wake_requested_at=T0 + requested,
+        awoken_at=T0 + AWOKEN,
+        cold_start_seconds=7.0,
+    )
+    now = T0 + 150
+    result = activation.step(observed, status, sleep_due=sleep_due, now=now, activation_timeout=300)
+    assert (result.action, result.status.phase) == (action, then)
+    assert result.status.cold_start_seconds == 7.0
+    cancelled_sleep = action is A.REMOVE_ACTIVATOR
+    assert result.status.awoken_at == (now if cancelled_sleep else T0 + AWOKEN)
+    woken = [e.reason for e in result.events]
+    assert woken == (["WakeRequested"] if action is A.SCALE_UP else [])

@@ -343,3 +343,58 @@ async def test_while_asleep_the_activators_policy_follows_a_change_of_the_models
         await emu._flush()
     await eventually(lambda: admitted() == [{"ipBlock": {"cidr": "10.1.0.0/16"}}], what="the policy followed")
     assert lifecycle(emu)["phase"] == "ScaledToZero" and deployment(emu)["spec"]["replicas"] == 0
+
+
+def _passes(emu: Any) -> int:
+    """The operator's passes over the service so far (each lists the activator's slices once)."""
+    return len(slice_reads(emu))
+
+
+def _status_writes(emu: Any) -> list[Any]:
+    return [
+        r
+        for r in emu._requests
+        if r.resource is not None
+        and r.resource.plural == "modelservices"
+        and r.subresource == "status"
+        and str(getattr(r.method, "value", r.method)) == "PATCH"
+        and not r.headers.get("User-Agent", "").startswith("kmock/")
+    ]
+
+
+async def test_a_wake_asked_after_the_wake_is_no_second_wake(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
+) -> None:
+    """1. asleep, woken by a request, Active, the activator's slice gone, the pods busy (no sleep due)
+    2. a second activator replica's request lands after awokenAt (wakeRequestedAt later than
+    awokenAt, phase Active). Result: no second wake: the Deployment is never scaled again, the
+    activator's slice never written again, phase Active, awokenAt and coldStartSeconds unchanged,
+    one WakeRequested and one Awoken event; the late request stays recorded, and it does not turn
+    into a stream of passes (the wake nudge is for a service asleep)."""
+    emu, server = cluster
+    recorder = await service(cluster, routers)
+    op = await start_operator(**fast(act))
+    await asleep(emu)
+    for ip in fake_routers.IPS:
+        routers.busy(ip)
+    await ask_for_a_wake(server, emu)
+    await eventually(lambda: lifecycle(emu).get("phase") == "Active", what="phase Active", timeout=15)
+    await eventually(lambda: activator_slice(emu) is None, what="the activator's slice deleted")
+    woken = lifecycle(emu)
+    writes = len(recorder.writes)
+    await op.stop()  # (passes only when due or nudged from here: a minute apart)
+    before = _passes(emu)
+    op = await start_operator(**fast(act, max_sleep_secs=60.0, requeue_secs=60.0))
+    await eventually(lambda: _passes(emu) > before, what="the first pass after the restart")
+    passes, statuses = _passes(emu), len(_status_writes(emu))
+    late = await ask_for_a_wake(server, emu)
+    assert late > durations.parse_time(woken["awokenAt"])
+    await eventually(lambda: _passes(emu) > passes, what="a pass that saw the late request", timeout=10)
+    assert len(_status_writes(emu)) == statuses, "the pass that saw it wrote nothing: no flap"
+    record = lifecycle(emu)
+    assert record["phase"] == "Active"
+    assert (record["awokenAt"], record["coldStartSeconds"]) == (woken["awokenAt"], woken["coldStartSeconds"])
+    assert durations.parse_time(record["wakeRequestedAt"]) == pytest.approx(late, abs=0.001)
+    assert recorder.scales() == [0, 2] and len(recorder.writes) == writes, recorder.writes[writes:]
+    assert events(emu).count(("Normal", "WakeRequested")) == 1 and events(emu).count(("Normal", "Awoken")) == 1
+    assert wakes(op, "awoken") == 0, "the restarted operator counted no wake"
