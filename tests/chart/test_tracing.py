@@ -50,3 +50,26 @@ def test_the_controller_is_traced_only_when_asked(helm: Helm) -> None:
     assert "--tracing" in on["args"]
     assert {k: v for k, v in _env(on).items() if k.startswith("OTEL_")} == OTEL
     assert "POD_NAME" in _env(on)
+
+
+def _schema_has(schema: dict[str, Any], dotted: str) -> bool:
+    node = schema
+    for key in dotted.split("."):
+        node = (node.get("properties") or {}).get(key)
+        if node is None:
+            return False
+    return True
+
+
+def test_every_chart_value_docs_tracing_names_is_in_the_schema() -> None:
+    """docs/tracing.md tells users which values set the router's OTEL_* variables: each `router.*` it
+    names must be one the model chart's schema accepts (it refuses unknown keys)."""
+    import json
+    import re
+
+    from tests.chart.helm import CHART, REPO
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    named = set(re.findall(r"`(router\.[\w.]+)`", (REPO / "docs" / "tracing.md").read_text()))
+    assert {"router.tracing.enabled", "router.env"} <= named
+    assert sorted(n for n in named if not _schema_has(schema, n)) == []
