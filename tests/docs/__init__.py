@@ -1,0 +1,1 @@
+"""Every command the README and docs/*.md show, run as written (``test_commands.py``)."""
