@@ -25,6 +25,8 @@ from tests.docs.commands import How, all_commands, rows_for
 from tests.docs.reader import reader_dir
 
 DOCS_NAMESPACE = "models"
+#: Three model releases installed and torn down (each through the controller: route, settle, workload).
+pytestmark = pytest.mark.timeout(900, func_only=True)
 
 
 def _commands(how: How, word: str) -> list[str]:
