@@ -98,7 +98,8 @@ def test_security_contexts_merge_over_the_safe_defaults(helm: Helm) -> None:
     assert router["seLinuxOptions"] == {"level": "s0:c123,c456"}
     assert router["runAsNonRoot"] is True and router["readOnlyRootFilesystem"] is True
     assert router["capabilities"] == {"drop": ["ALL"]} and router["allowPrivilegeEscalation"] is False
-    assert containers(docs)["model-server"]["securityContext"] == {"allowPrivilegeEscalation": False}
+    model = containers(docs)["model-server"]["securityContext"]
+    assert model["allowPrivilegeEscalation"] is False and model["runAsNonRoot"] is True, "over the preset's"
     assert pod(docs)["spec"]["securityContext"] == {"fsGroup": 2000, "seccompProfile": {"type": "RuntimeDefault"}}
     removed = pod(helm.template({"workload": {"podSecurityContext": {"seccompProfile": None}}}))["spec"]
     assert "securityContext" not in removed, "null removes a default"

@@ -52,7 +52,7 @@ FULL: dict[str, Any] = {
         "model": "/models/llama",
         "args": ["--max-model-len", "8192"],
         "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
-        "volumeMounts": [{"name": "cache", "mountPath": "/root/.cache/huggingface"}],
+        "volumeMounts": [{"name": "cache", "mountPath": "/home/model-server/.cache/huggingface"}],
     },
     "router": {
         "accessLog": True,
@@ -219,6 +219,7 @@ GRPC_TRITON: dict[str, Any] = {
             "--allow-metrics=false",
             "--exit-timeout-secs=150",
         ],
+        "securityContext": {"runAsUser": 1000},
     },
     "router": {"upstreamHealthPath": "/v2/health/ready"},
     "httpRoute": {"enabled": True, "parentRefs": [{"name": "inference"}]},

@@ -149,6 +149,12 @@ a drain shorter than that says how fast balancers follow /readyz, not that the d
 {{- range .Values.workload.volumes -}}
 {{- $volumes = append $volumes .name -}}
 {{- end -}}
+{{- range $engine.emptyDirs -}}
+{{- if has .name $volumes -}}
+{{- fail (printf "workload.volumes: a volume named %q is already in the pod (the engine preset's writable %s)" .name .mountPath) -}}
+{{- end -}}
+{{- $volumes = append $volumes .name -}}
+{{- end -}}
 {{- range (list (dict "where" "router.volumeMounts" "mounts" .Values.router.volumeMounts) (dict "where" "modelServer.volumeMounts" "mounts" .Values.modelServer.volumeMounts)) -}}
 {{- $where := .where -}}
 {{- range .mounts -}}
@@ -229,9 +235,54 @@ instead of HTTP, on its --port. */ -}}
 {{- else if eq $e "tgi" -}}
 {{- $p = dict "repository" "ghcr.io/huggingface/text-generation-inference" "tag" "3.3.4" "port" 8000 "healthPath" "/health" "metricsPath" "/metrics" "command" (list) "grpcFlag" "" "grpcOnly" false "grpcHealthService" "" -}}
 {{- else if eq $e "llamacpp" -}}
-{{- $p = dict "repository" "ghcr.io/ggml-org/llama.cpp" "tag" "server" "port" 8000 "healthPath" "/health" "metricsPath" "/metrics" "command" (list) "grpcFlag" "" "grpcOnly" false "grpcHealthService" "" -}}
+{{- $p = dict "repository" "ghcr.io/ggml-org/llama.cpp" "tag" "server-b11151" "port" 8000 "healthPath" "/health" "metricsPath" "/metrics" "command" (list) "grpcFlag" "" "grpcOnly" false "grpcHealthService" "" -}}
 {{- else -}}
 {{- $p = dict "repository" "" "tag" "" "port" nil "healthPath" "" "metricsPath" "" "command" (list) "grpcFlag" "" "grpcOnly" false "grpcHealthService" "" -}}
+{{- end -}}
+{{- /* The container's securityContext and what it writes. A preset image runs as root by default and
+writes caches under $HOME and /tmp: the preset runs it as uid 1000 with HOME on an emptyDir, /tmp on
+another (TGI: /data, its HF_HOME, on a third), and a read-only root filesystem. USER names the uid,
+which has no /etc/passwd entry: Python's getpass.getuser() (torch's compile caches) reads it first. */ -}}
+{{- $restricted := dict "runAsNonRoot" true "allowPrivilegeEscalation" false "capabilities" (dict "drop" (list "ALL")) "seccompProfile" (dict "type" "RuntimeDefault") -}}
+{{- $writable := list -}}
+{{- $env := list -}}
+{{- if eq $e "custom" -}}
+{{- $p = set $p "securityContext" $restricted -}}
+{{- else -}}
+{{- $p = set $p "securityContext" (merge (dict "runAsUser" 1000 "runAsGroup" 1000 "readOnlyRootFilesystem" true) $restricted) -}}
+{{- $writable = list (dict "name" "model-server-home" "mountPath" "/home/model-server") (dict "name" "model-server-tmp" "mountPath" "/tmp") -}}
+{{- if eq $e "tgi" -}}
+{{- $writable = append $writable (dict "name" "model-server-data" "mountPath" "/data") -}}
+{{- end -}}
+{{- $env = list (dict "name" "HOME" "value" "/home/model-server") (dict "name" "USER" "value" "model-server") -}}
+{{- end -}}
+{{- $sc := deepCopy $p.securityContext -}}
+{{- range $key, $value := $m.securityContext -}}
+{{- if kindIs "invalid" $value -}}
+{{- $_ := unset $sc $key -}}
+{{- else -}}
+{{- $_ := set $sc $key $value -}}
+{{- end -}}
+{{- end -}}
+{{- $mounted := list -}}
+{{- range $m.volumeMounts -}}
+{{- $mounted = append $mounted (trimSuffix "/" .mountPath) -}}
+{{- end -}}
+{{- $emptyDirs := list -}}
+{{- range $writable -}}
+{{- if not (has .mountPath $mounted) -}}
+{{- $emptyDirs = append $emptyDirs . -}}
+{{- end -}}
+{{- end -}}
+{{- $named := list -}}
+{{- range $m.env -}}
+{{- $named = append $named .name -}}
+{{- end -}}
+{{- $presetEnv := list -}}
+{{- range $env -}}
+{{- if not (has .name $named) -}}
+{{- $presetEnv = append $presetEnv . -}}
+{{- end -}}
 {{- end -}}
 {{- $port := int (default $p.port $m.port) -}}
 {{- $grpcOnly := and $g.enabled $p.grpcOnly -}}
@@ -285,6 +336,9 @@ metricsPath: {{ $metrics | quote }}
 probe: {{ $probe | quote }}
 command: {{ toJson (default $p.command $m.command) }}
 args: {{ toJson (concat $args $m.args) }}
+securityContext: {{ toJson $sc }}
+emptyDirs: {{ toJson $emptyDirs }}
+env: {{ toJson $presetEnv }}
 grpc:
   flag: {{ $p.grpcFlag | quote }}
   only: {{ $grpcOnly }}
