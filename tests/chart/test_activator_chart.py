@@ -40,7 +40,8 @@ def _named(docs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 
 def test_off_by_default_renders_nothing_of_it(helm: Helm) -> None:
     docs = render(helm)
-    assert not _named(docs, ACTIVATOR) and not find(docs, "ReferenceGrant") and not find(docs, "NetworkPolicy")
+    assert not _named(docs, ACTIVATOR) and not find(docs, "ReferenceGrant")
+    assert [p["metadata"]["name"] for p in find(docs, "NetworkPolicy")] == [CONTROLLER], "the controller's own"
     assert "--activator-service" not in controller_args(docs)
     assert rules(one(docs, "Role", CONTROLLER)) == DEFAULT_RULES
 

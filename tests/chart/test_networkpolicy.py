@@ -91,7 +91,7 @@ def test_without_a_controller_the_admin_port_is_closed_to_every_pod(helm: Helm) 
 
 def test_it_can_be_turned_off(helm: Helm) -> None:
     assert not find(helm.template({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
-    assert not find(helm.template(chart=CONTROLLER_CHART), "NetworkPolicy")
+    assert not find(helm.template({"networkPolicy": {"enabled": False}}, chart=CONTROLLER_CHART), "NetworkPolicy")
 
 
 def test_the_activator_reaches_a_restricted_traffic_port_but_not_the_admin_port(helm: Helm) -> None:
