@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,18 +97,23 @@ async def test_the_model_installs_as_written_and_the_labels_apply(
         helm.uninstall("llama", "llama")
 
 
-async def test_the_controller_runs_as_written(installed: control_plane.Cluster, helm: Helm, tmp_path: Path) -> None:
+async def test_the_controller_runs_as_written(
+    installed: control_plane.Cluster, helm: Helm, kube: Kube, tmp_path: Path
+) -> None:
     """`drain-router controller --namespace models` out of the cluster, with the admin kubeconfig:
     kopf logs in and starts watching; SIGTERM: exit 0. Its ports moved to free ones (0) by its
     environment. Run while `models` holds no ModelService, so it acts on nothing the session's own
     controller serves."""
     [text] = _commands(How.CLUSTER, "drain-router controller")
+    await kube.create_namespace(DOCS_NAMESPACE)  # the reader's: its Lease is kept there
     log_path = tmp_path / "controller.log"
     with log_path.open("w") as log:
         proc = subprocess.Popen(
             ["bash", "-c", text.split("#")[0]],
             env={
                 **os.environ,
+                # As a reader who installed the package: its commands on PATH (the tests' own venv).
+                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                 "KUBECONFIG": str(helm.kubeconfig),
                 "DRAIN_ROUTER_CONTROLLER_METRICS_PORT": "0",
                 "DRAIN_ROUTER_CONTROLLER_LIVENESS_PORT": "0",
