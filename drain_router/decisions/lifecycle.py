@@ -187,12 +187,21 @@ def parse(rules: Sequence[Mapping[str, Any]]) -> tuple[Rule, ...]:
 
 
 def idle_clock(
-    reports: Sequence[RouterReport | ProbeFailure], replicas: int, status: LifecycleStatus, now: float
+    reports: Sequence[RouterReport | ProbeFailure],
+    replicas: int,
+    status: LifecycleStatus,
+    now: float,
+    *,
+    waking: bool = False,
 ) -> IdleClock:
     """The service's idle clock from every active pod's router. Purely computational, no side effects.
 
     ``replicas`` is the Deployment's ``spec.replicas``: above zero while ``scaledToZeroAt`` is set
-    means a person woke the service, and the clock restarts at ``now``. Otherwise: no reports (no
+    means a person woke the service, and the clock restarts at ``now``. ``waking``: a wake is under
+    way (the pods' cold start): the clock restarts at ``now`` on every such pass, so the service is
+    idle from the wake's end at the earliest. A cold start is not idle time: counted as such, a wake
+    longer than the ScaleToZero rule's ``idleSeconds`` would be put back to sleep at once, before
+    the requests it woke for were handed on. Otherwise: no reports (no
     pods) keeps the stored value; any probe failure keeps it and marks the clock unknown; any router
     with requests in flight or queued makes it ``None``; all idle gives the latest ``idle_since`` of routers
     that have served (clamped to ``now``), never earlier than the stored value: while the service
@@ -202,12 +211,15 @@ def idle_clock(
     """
     if status.scaled_to_zero_at is not None and replicas > 0:
         return IdleClock(idle_since=now, woke=True)
+    routers = [r for r in reports if isinstance(r, RouterReport)]
+    busy = any(r.inflight > 0 or r.queued > 0 for r in routers)
+    if waking and not busy:
+        return IdleClock(idle_since=now)
     if not reports:
         return IdleClock(idle_since=status.idle_since)
     if any(isinstance(r, ProbeFailure) for r in reports):
         return IdleClock(idle_since=status.idle_since, known=False)
-    routers = [r for r in reports if isinstance(r, RouterReport)]
-    if any(r.inflight > 0 or r.queued > 0 for r in routers):
+    if busy:
         return IdleClock(idle_since=None)
     served = [min(r.idle_since, now) for r in routers if r.served > 0 and r.idle_since is not None]
     if status.idle_since is not None:  # still idle since then: an older report never moves it back

@@ -54,7 +54,9 @@ def test_idle_clock(row: dict[str, Any]) -> None:
         )
         for r in row["reports"]
     ]
-    clock = lifecycle.idle_clock(reports, row["replicas"], _status(row["status"]), T0 + row["now"])
+    clock = lifecycle.idle_clock(
+        reports, row["replicas"], _status(row["status"]), T0 + row["now"], waking=row.get("waking", False)
+    )
     expect = row["expect"]
     assert clock == lifecycle.IdleClock(
         idle_since=_t(expect["idleSince"]), known=expect.get("known", True), woke=expect.get("woke", False)

@@ -398,3 +398,58 @@ async def test_a_wake_asked_after_the_wake_is_no_second_wake(
     assert recorder.scales() == [0, 2] and len(recorder.writes) == writes, recorder.writes[writes:]
     assert events(emu).count(("Normal", "WakeRequested")) == 1 and events(emu).count(("Normal", "Awoken")) == 1
     assert wakes(op, "awoken") == 0, "the restarted operator counted no wake"
+
+
+async def test_a_wake_asked_after_the_wake_does_not_cancel_the_next_sleep(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
+) -> None:
+    """1. asleep, woken by a request, Active, the pods busy 2. a held request's last poll lands after
+    the wake (wakeRequestedAt later than awokenAt, the activator no endpoint) 3. the pods go idle.
+    Result: the next sleep runs straight through, as if nothing had been asked: the activator's
+    slice written once, then the scale to 0; never written, removed and written again (the late
+    request would have turned the sleep into a wake of pods that never stopped)."""
+    emu, server = cluster
+    recorder = await service(cluster, routers)
+    await start_operator(**fast(act))
+    await asleep(emu)
+    for ip in fake_routers.IPS:
+        routers.busy(ip)
+    await ask_for_a_wake(server, emu)
+    await eventually(lambda: lifecycle(emu).get("phase") == "Active", what="phase Active", timeout=15)
+    await eventually(lambda: activator_slice(emu) is None, what="the activator's slice deleted")
+    late = await ask_for_a_wake(server, emu)
+    assert late > durations.parse_time(lifecycle(emu)["awokenAt"])
+    routers.idle_since = time.time()
+    for ip in fake_routers.IPS:
+        routers.idle(ip)
+    await eventually(
+        lambda: deployment(emu)["spec"]["replicas"] == 0 and recorder.scales() == [0, 2, 0],
+        what="asleep again",
+        timeout=15,
+    )
+    assert [w.method for w in recorder.of("endpointslices")] == ["POST", "DELETE", "POST"]
+    assert lifecycle(emu).get("wakeRequestedAt") is None, "the late request forgotten as the sleep began"
+    recorder.check_always_an_endpoint()
+
+
+async def test_a_cold_start_is_not_idle_time(
+    cluster: Any, routers: Any, act: StandInActivator, start_operator: Any
+) -> None:
+    """1. asleep (ScaleToZero after 1 s idle) 2. a wake whose pods take 2 s to turn Ready, longer
+    than that idle time; the routers idle throughout. Result: the next sleep begins (the activator's
+    slice written again) no sooner than 1 s after awokenAt: the service's idle clock starts at the
+    wake's end, not at its start, so the requests it woke for are not met by a sleep."""
+    emu, server = cluster
+    recorder = await service(cluster, routers)
+    await start_operator(**fast(act))
+    await asleep(emu)
+    emu.ready_after = 2.0
+    await ask_for_a_wake(server, emu)
+    await eventually(lambda: lifecycle(emu).get("phase") == "Active", what="phase Active", timeout=15)
+    awoken = durations.parse_time(lifecycle(emu)["awokenAt"])
+    await eventually(lambda: recorder.scales() == [0, 2, 0], what="asleep again", timeout=15)
+    removed, again = recorder.of("endpointslices")[1:3]
+    assert (removed.method, again.method) == ("DELETE", "POST")
+    # (less the milliseconds between the wake's end and the same pass's reading of the clock)
+    assert again.at - awoken >= 0.95, f"slept {again.at - awoken:.2f}s after the wake's end"
+    assert lifecycle(emu)["coldStartSeconds"] >= 2.0

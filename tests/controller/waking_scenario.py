@@ -137,6 +137,8 @@ class Write:
     ready_pods: int
     activator_ready: bool
     """The activator slice existed with a ready endpoint."""
+    at: float = dataclasses.field(default_factory=time.time)
+    """When the emulator received it."""
 
 
 class Recorder:

@@ -40,7 +40,11 @@ async def run(turn: turn_.Turn, fresh: Mapping[str, Any]) -> tuple[Mapping[str, 
     status = fresh.get("status") or {}
     stored = status_.lifecycle_status(status.get("lifecycle"))
     exists, being_deleted, replicas = workload.deployment_state()
-    clock = lifecycle.idle_clock(reports, replicas if exists and not being_deleted else 0, stored, ctx.clock())
+    phase = status_.activation_status(status.get("lifecycle")).phase
+    waking_ = ctx.settings.activator_service is not None and phase is activation.Phase.WAKING
+    clock = lifecycle.idle_clock(
+        reports, replicas if exists and not being_deleted else 0, stored, ctx.clock(), waking=waking_
+    )
     stage = (status.get("deletion") or {}).get("stage")
     done = lifecycle.done_from(
         deployment_exists=exists, deployment_deleting=being_deleted, deployment_replicas=replicas, deletion_stage=stage
