@@ -81,7 +81,8 @@ async def test_sleep_makes_the_activator_an_endpoint_before_the_deployment_goes_
     ]
     record = lifecycle(emu)
     assert record["replicasBeforeZero"] == 2 and record["phase"] == "ScaledToZero" and record["scaledToZeroAt"]
-    assert events(emu).count(("Normal", "LifecycleScaledToZero")) == 1
+    # (posted after the scale, by the operator's event poster: waited for)
+    await eventually(lambda: events(emu).count(("Normal", "LifecycleScaledToZero")) == 1, what="LifecycleScaledToZero")
     cond = condition(emu, "Waking")
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", "ScaledToZero")
     recorder.check_always_an_endpoint()
