@@ -24,6 +24,7 @@ from .waking_scenario import (
     POLICIES,
     RULES,
     SLICE,
+    Recorder,
     StandInActivator,
     activator_slice,
     ask_for_a_wake,
@@ -373,14 +374,7 @@ async def test_a_wake_asked_after_the_wake_is_no_second_wake(
     one WakeRequested and one Awoken event; the late request stays recorded, and it does not turn
     into a stream of passes (the wake nudge is for a service asleep)."""
     emu, server = cluster
-    recorder = await service(cluster, routers)
-    op = await start_operator(**fast(act))
-    await asleep(emu)
-    for ip in fake_routers.IPS:
-        routers.busy(ip)
-    await ask_for_a_wake(server, emu)
-    await eventually(lambda: lifecycle(emu).get("phase") == "Active", what="phase Active", timeout=15)
-    await eventually(lambda: activator_slice(emu) is None, what="the activator's slice deleted")
+    recorder, op = await _woken_busy(cluster, routers, act, start_operator)
     woken = lifecycle(emu)
     writes = len(recorder.writes)
     await op.stop()  # (passes only when due or nudged from here: a minute apart)
@@ -410,14 +404,7 @@ async def test_a_wake_asked_after_the_wake_does_not_cancel_the_next_sleep(
     slice written once, then the scale to 0; never written, removed and written again (the late
     request would have turned the sleep into a wake of pods that never stopped)."""
     emu, server = cluster
-    recorder = await service(cluster, routers)
-    await start_operator(**fast(act))
-    await asleep(emu)
-    for ip in fake_routers.IPS:
-        routers.busy(ip)
-    await ask_for_a_wake(server, emu)
-    await eventually(lambda: lifecycle(emu).get("phase") == "Active", what="phase Active", timeout=15)
-    await eventually(lambda: activator_slice(emu) is None, what="the activator's slice deleted")
+    recorder, _ = await _woken_busy(cluster, routers, act, start_operator)
     late = await ask_for_a_wake(server, emu)
     assert late > durations.parse_time(lifecycle(emu)["awokenAt"])
     routers.idle_since = time.time()
@@ -454,3 +441,18 @@ async def test_a_cold_start_is_not_idle_time(
     # (less the milliseconds between the wake's end and the same pass's reading of the clock)
     assert again.at - awoken >= 0.95, f"slept {again.at - awoken:.2f}s after the wake's end"
     assert lifecycle(emu)["coldStartSeconds"] >= 2.0
+
+
+async def _woken_busy(cluster: Any, routers: Any, act: StandInActivator, start_operator: Any) -> tuple[Recorder, Any]:
+    """Asleep, then woken by a request: phase Active, the activator's slice gone, the pods busy (no
+    sleep due). Returns the recorder of the writes and the operator."""
+    emu, server = cluster
+    recorder = await service(cluster, routers)
+    op = await start_operator(**fast(act))
+    await asleep(emu)
+    for ip in fake_routers.IPS:
+        routers.busy(ip)
+    await ask_for_a_wake(server, emu)
+    await eventually(lambda: lifecycle(emu).get("phase") == "Active", what="phase Active", timeout=15)
+    await eventually(lambda: activator_slice(emu) is None, what="the activator's slice deleted")
+    return recorder, op
