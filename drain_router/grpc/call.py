@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from drain_router import logs, tracing
+from drain_router import headers, logs, tracing
 from drain_router.admission.gate import Gate
 from drain_router.admission.ticket import Ticket
 from drain_router.decisions import capacity, spans
@@ -38,6 +38,7 @@ log = logs.get("drain_router.grpc")
 
 
 PUSHBACK = b"grpc-retry-pushback-ms"
+REFUSED = headers.REFUSED.encode()
 
 
 class Site(Protocol):
@@ -144,16 +145,17 @@ class Call:
         status, message = self.site.answers[reason]
         if reason is Reason.CLOSING:
             tracing.event(self, spans.REFUSED_CLOSING)
-        self.reject(status, message, capacity.headers(retry_after)[1])
+        self.reject(status, message, capacity.headers(retry_after)[1], refused=reason.value)
 
     def answer(self, words: tuple[GrpcStatus, str]) -> None:
         """Ended while it waited, with an answer of the activator's."""
         self.reject(*words)
 
-    def reject(self, status: int, message: str, pushback_ms: int | None = None) -> None:
+    def reject(self, status: int, message: str, pushback_ms: int | None = None, *, refused: str | None = None) -> None:
         """The call ends before it reached any model server: trailers-only with ``status`` and
-        ``message`` (and ``grpc-retry-pushback-ms`` when given), or REFUSED_STREAM for an h2c stream
-        that is not a gRPC call; counted ``rejected``, never in flight."""
+        ``message`` (and ``grpc-retry-pushback-ms`` when given; ``x-drain-router-refused: <refused>``
+        for admission's refusals), or REFUSED_STREAM for an h2c stream that is not a gRPC call;
+        counted ``rejected``, never in flight."""
         self.counted = False  # never in flight: counted here
         self.status = str(status)
         site = self.site
@@ -164,6 +166,8 @@ class Call:
             ending = answers.ending(status, message, head_sent=False)
             if pushback_ms is not None:
                 ending.append((PUSHBACK, b"%d" % pushback_ms))
+            if refused is not None:
+                ending.append((REFUSED, refused.encode("ascii")))
             conn.send_headers(down, ending, True)
         else:  # not a gRPC call (an h2c stream): refused as a stream, which a client may retry
             conn.reset(down, frames.REFUSED_STREAM)

@@ -11,6 +11,8 @@ import time
 from email.utils import formatdate
 from http import HTTPStatus
 
+from drain_router import headers
+
 #: Our own ``Server`` header value, and its line in the heads the router writes or relays.
 SERVER_HEADER = "drain-router"
 SERVER_LINE = b"Server: " + SERVER_HEADER.encode() + b"\r\n"
@@ -82,6 +84,13 @@ def error(
     """A router-made error; ``head_only`` for a HEAD request (its length, no body)."""
     body = error_body(status, kind, message)
     return response(status, body, close=close, keep_alive_10=keep_alive_10, head_only=head_only, extra=extra)
+
+
+def refused(reason: str) -> bytes:
+    """The line of :data:`~drain_router.headers.REFUSED`: ``reason`` is the answer's ``error.type``
+    (``closing``, ``queue_full``, ``queue_timeout``, ``upstream_unavailable``, ``upstream_timeout``,
+    ``out_of_file_descriptors``)."""
+    return b"%s: %s\r\n" % (headers.REFUSED.encode(), reason.encode("ascii"))
 
 
 def retry_after(seconds: int, ms: int) -> bytes:

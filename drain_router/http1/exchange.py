@@ -271,7 +271,7 @@ class Exchange:
         self.discard = True
         if reason is Reason.CLOSING:
             tracing.event(self, spans.REFUSED_CLOSING)
-        extra = answers.retry_after(*capacity.headers(retry_after))
+        extra = answers.retry_after(*capacity.headers(retry_after)) + answers.refused(kind)
         self._reply((status, kind, message), Outcome.REJECTED, close, extra)
 
     def answer(self, words: answers.Error) -> None:
@@ -521,9 +521,10 @@ class Exchange:
         )
 
     def fail(self, error: answers.Error, outcome: Outcome) -> None:
-        """The upstream connection could not be opened."""
+        """The upstream connection could not be opened: the model server never saw the request, and
+        the answer says so (:func:`~.answers.refused`)."""
         if not self.finished:
-            self.reply(error, outcome)
+            self.reply(error, outcome, extra=answers.refused(error[1]))
 
     def abort(self, outcome: Outcome) -> None:
         """Stop now: the upstream connection is closed, so the model server sees the request cancelled."""
@@ -540,9 +541,10 @@ class Exchange:
         self.finish(Outcome.DEADLINE_ABORTED)
         self.client.abort_for_deadline()
 
-    def reply(self, error: answers.Error, outcome: Outcome, *, close: bool = False) -> None:
-        """A JSON error of the router's own, written now (in-flight covers it)."""
-        self._reply(error, outcome, close, b"")
+    def reply(self, error: answers.Error, outcome: Outcome, *, close: bool = False, extra: bytes = b"") -> None:
+        """A JSON error of the router's own, written now (in-flight covers it); ``extra``: more header
+        lines."""
+        self._reply(error, outcome, close, extra)
 
     def _reply(self, error: answers.Error, outcome: Outcome, close: bool, extra: bytes) -> None:
         """:meth:`reply` with ``extra`` header lines (a refusal's, at the gate: its own span event)."""

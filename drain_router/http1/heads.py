@@ -23,6 +23,10 @@ _SPECIAL = HOP_BY_HOP | _REPLACED | {b"host", b"content-length"}
 #: W3C trace context (``--tracing``): the client's is replaced by the router's span (:func:`traced_head`).
 TRACE_CONTEXT = frozenset({b"traceparent", b"tracestate"})
 _SPECIAL_TRACED = _SPECIAL | TRACE_CONTEXT
+#: Dropped from the upstream's response: the router's own marker of a request the model server
+#: never saw (:data:`~drain_router.headers.REFUSED`) is never the model server's to give, or a tier
+#: above would run again a request that was run.
+OWN = frozenset({headers_mod.REFUSED.encode()})
 #: Headers that frame a message (RFC 9112 §6) or name its host. The router decides framing once,
 #: from the headers as parsed, so a ``Connection`` header that nominates one of them (asking the next
 #: hop to drop it while its body is still sent) is refused: 400 for a request, 502 for a response.
@@ -242,7 +246,7 @@ def _codings(transfer: bytes) -> bytes:
 
 def client_head(status: int, headers: Headers, *, head_request: bool, http10: bool, close: bool) -> ClientHead:
     """The response head for the client and how its body is framed, from the upstream's status and
-    headers: hop-by-hop ones (and those named in ``Connection``) dropped. ``close``: the connection
+    headers: hop-by-hop ones (and those named in ``Connection``) dropped, and :data:`OWN`. ``close``: the connection
     closes after it anyway (the client asked, or the router is draining). The status line carries
     the standard reason phrase. Raises :class:`BadFraming` when ``Connection`` nominates a framing
     header, when ``Transfer-Encoding`` does not end in one ``chunked`` (:func:`_codings`), or when
@@ -261,6 +265,8 @@ def client_head(status: int, headers: Headers, *, head_request: bool, http10: bo
             elif lower == b"transfer-encoding":
                 transfer = value if transfer is None else transfer + b"," + value
             continue
+        if lower in OWN:
+            continue
         if lower == b"content-length":
             length = int(value)
         elif lower == b"server":
@@ -269,7 +275,7 @@ def client_head(status: int, headers: Headers, *, head_request: bool, http10: bo
     if named and not named.isdisjoint(FRAMING):
         raise BadFraming("Connection nominates a framing header")
     if named and (named := named - HOP_BY_HOP):
-        lines = [lines[0], *_end_to_end(headers, named)]
+        lines = [lines[0], *_end_to_end(headers, named | OWN)]
         has_server = has_server and b"server" not in named
     if not has_server:
         lines.append(SERVER_LINE)

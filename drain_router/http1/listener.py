@@ -83,7 +83,7 @@ class TrafficListener:
             log,
             event="proxy.connection_refused",
             reason="connection_limit",
-            answer=answers.error(*answers.AT_LIMIT, close=True),
+            answer=answers.error(*answers.AT_LIMIT, close=True, extra=answers.refused(answers.AT_LIMIT[1])),
             max_lingering=MAX_LINGERING_REFUSED,
         )
         self.server: asyncio.AbstractServer | None = None

@@ -39,9 +39,9 @@ class TracedExchange(Exchange):
         super().response_head(status, headers)
         self._closing()
 
-    def reply(self, error: answers.Error, outcome: Outcome, *, close: bool = False) -> None:
+    def reply(self, error: answers.Error, outcome: Outcome, *, close: bool = False, extra: bytes = b"") -> None:
         self._closing()  # (before the reply finishes it)
-        super().reply(error, outcome, close=close)
+        super().reply(error, outcome, close=close, extra=extra)
 
     def _closing(self) -> None:
         """The response carries ``Connection: close`` because the router is draining (the client

@@ -3,8 +3,9 @@
 the test lets it go (:mod:`tests.heldupstream`: what arrived, in which order, the most at once).
 
 1. The model server never holds more than N; the rest wait first in, first out.
-2. A full queue answers 429, a wait past ``--queue-timeout-secs`` 503; both with ``Retry-After``
-   and ``retry-after-ms``; neither reaches the model server; counted ``rejected`` and by reason.
+2. A full queue answers 429, a wait past ``--queue-timeout-secs`` 503; both with ``Retry-After``,
+   ``retry-after-ms`` and ``x-drain-router-refused``; neither reaches the model server; counted
+   ``rejected`` and by reason.
 3. Health and model listing never wait; the router's own endpoints never do.
 4. At closing every request still queued gets 503 with ``Connection: close`` at once, in-flight
    ones finish; counted ``rejected``, never ``deadline_aborted``.
@@ -151,18 +152,21 @@ async def test_full_queue_429_and_queue_timeout_503_with_retry_after(start_proce
     assert status == 429
     assert_retry_headers(headers)
     assert b"queue_full" in body
+    assert headers["x-drain-router-refused"] == "queue_full"  # never seen by the model server: marked
     assert "connection" not in headers  # a capacity refusal keeps the connection (serving)
     status, headers, body = await second.answer(timeout=5)  # --queue-timeout-secs 1
     assert status == 503
     assert_retry_headers(headers)
     assert b"queue_timeout" in body
+    assert headers["x-drain-router-refused"] == "queue_timeout"
     assert held.arrived == ["in-flight"]  # neither refused request reached the model server
     assert await rejections(router) == {"queue_full": 1, "queue_timeout": 1, "closing": 0}
     totals = await requests_total(router.admin_port)
     assert totals[("429", "rejected")] == 1
     assert totals[("503", "rejected")] == 1
     held.release_all()
-    assert (await first.answer())[0] == 200
+    status, headers, _ = await first.answer()
+    assert status == 200 and "x-drain-router-refused" not in headers  # the model server's answer
     for client in (first, second, third):
         client.close()
 
@@ -197,6 +201,7 @@ async def test_at_closing_queued_requests_get_503_and_close_in_flight_ones_finis
         assert headers["connection"] == "close"
         assert_retry_headers(headers)
         assert b"closing" in body
+        assert headers["x-drain-router-refused"] == "closing"
         assert await client.closed()
     assert held.arrived == ["in-flight"]  # the queued ones never reached the model server
     await wait_counts(router, 1, 0)

@@ -55,6 +55,7 @@ async def test_connection_limit_keeps_admin_answering_and_held_streams_flowing(f
                     async with s.get(f"{base}/sse?n={n}&iv=0.05", timeout=aiohttp.ClientTimeout(total=20)) as resp:
                         if resp.status == 503:
                             assert (await resp.json())["error"]["type"] == "out_of_file_descriptors"
+                            assert resp.headers["x-drain-router-refused"] == "out_of_file_descriptors"
                             return 503
                         events = streams.events_of(await resp.read())
                         return "done" if events[-1] == "[DONE]" and len(events) == n + 1 else events

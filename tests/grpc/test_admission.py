@@ -1,6 +1,6 @@
 """Admission control on the gRPC listener, on real router processes with grpcio clients:
 streams count against ``--max-concurrent-requests``; a refusal for capacity is RESOURCE_EXHAUSTED
-and at closing UNAVAILABLE, both with ``grpc-retry-pushback-ms``, and never reaches the model
+and at closing UNAVAILABLE, both with ``grpc-retry-pushback-ms`` and ``x-drain-router-refused``, and never reaches the model
 server; a client's RST_STREAM frees its place in the queue at once; health calls never wait."""
 
 from __future__ import annotations
@@ -35,6 +35,12 @@ def pushback_ms(error: grpc.aio.AioRpcError) -> int:
     return int(dict(error.trailing_metadata() or ())["grpc-retry-pushback-ms"])
 
 
+def marker(error: grpc.aio.AioRpcError) -> str:
+    """The marker of a call the model server never saw (trailers-only: grpcio reads it as trailing
+    metadata)."""
+    return str(dict(error.trailing_metadata() or ())["x-drain-router-refused"])
+
+
 async def test_capacity_refusals_are_resource_exhausted_with_pushback(
     grpc_router: StartGrpcRouter, upstream: grpcupstream.Upstream
 ) -> None:
@@ -49,10 +55,12 @@ async def test_capacity_refusals_are_resource_exhausted_with_pushback(
             await grpcupstream.method(ch, "Echo")(b"full", timeout=5)
         assert full.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert pushback_ms(full.value) >= 1000
+        assert marker(full.value) == "queue_full"
         with pytest.raises(grpc.aio.AioRpcError) as timed_out:
             await waiting  # --queue-timeout-secs 1
         assert timed_out.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert pushback_ms(timed_out.value) >= 1000
+        assert marker(timed_out.value) == "queue_timeout"
         assert upstream.calls == ["Stream"]  # neither refused call reached the model server
         assert upstream.max_active == 1
         running.cancel()
@@ -74,6 +82,7 @@ async def test_at_closing_a_queued_call_gets_unavailable_and_the_running_one_fin
             await waiting
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
         assert pushback_ms(refused.value) >= 1000
+        assert marker(refused.value) == "closing"
         last = b""
         while (message := await running.read()) != grpc.aio.EOF:
             last = message

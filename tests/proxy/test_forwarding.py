@@ -187,6 +187,7 @@ async def test_upstream_connect_timeout_is_504(start_router, http):
         async with http.get(f"{r.url}/x") as resp:
             assert resp.status == 504
             assert (await resp.json())["error"]["type"] == "upstream_timeout"
+            assert resp.headers["x-drain-router-refused"] == "upstream_timeout"  # no connection made
         assert time.monotonic() - t0 < 5
     finally:
         for c in fillers:
