@@ -14,7 +14,7 @@ import asyncio
 import json
 from typing import Any, Protocol
 
-from drain_router import logs
+from drain_router import lingering, logs
 from drain_router.http1 import answers
 from drain_router.http1.exchange import Exchange
 from drain_router.http1.heads import forwarded_node
@@ -210,13 +210,12 @@ class ClientConnection(asyncio.Protocol):
         )
         reader.input_closed = True
         reader.unparsed = b""
-        if not unread or not transport.can_write_eof():
+        if not unread:
             transport.close()
             return
-        transport.write_eof()
-        self.paused_for = 0
-        transport.resume_reading()
-        self.listener.loop.call_later(BODY_LINGER_SECS, transport.close)
+        if lingering.linger(transport, BODY_LINGER_SECS):
+            self.paused_for = 0
+            transport.resume_reading()
 
     # -- answering in order ----------------------------------------------------------------------
 

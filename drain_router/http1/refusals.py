@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from drain_router import logs
+from drain_router import lingering, logs
 from drain_router.metrics import Metrics
 
 #: How long a refused connection may stay open for its request to be read before it is closed.
@@ -52,13 +52,12 @@ class RefusedConnection(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         refusals = self.refusals
         transport.write(refusals.answer)
-        if refusals.lingering >= refusals.max_lingering or not transport.can_write_eof():
+        if refusals.lingering >= refusals.max_lingering:
             transport.close()
             return
-        refusals.lingering += 1
-        self.transport = transport
-        transport.write_eof()
-        asyncio.get_running_loop().call_later(REFUSED_LINGER_SECS, transport.close)
+        if lingering.linger(transport, REFUSED_LINGER_SECS):
+            refusals.lingering += 1
+            self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         if self.transport is not None:
