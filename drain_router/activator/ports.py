@@ -208,6 +208,11 @@ class Ports:
         for listener in list(self.all_listeners()):
             listener.close()
 
+    async def wait_closed(self, timeout: float) -> None:
+        """After :meth:`close`: the gRPC listeners' lingering closes end, for at most ``timeout``."""
+        grpc = [x for x in self.all_listeners() if isinstance(x, GrpcListener)]
+        await asyncio.gather(*(x.wait_closed(timeout) for x in grpc))
+
 
 PORTS_KEY = web.AppKey("activator_ports", Ports)
 

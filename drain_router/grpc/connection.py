@@ -3,10 +3,11 @@
 
 Output is written once per turn of the loop: a connection with output joins its listener's
 :class:`Flusher`, which is flushed at the end of every read and every timer, so what one read relays
-to several connections goes out in one write each. A connection error's GOAWAY is followed by a
-lingering close (half-close, then read and drop for a while), so the peer reads the GOAWAY instead of
-a reset caused by what it is still sending; a peer that does not read is cut at once (its transport
-would never finish closing).
+to several connections goes out in one write each. Every close is a lingering close
+(:mod:`drain_router.lingering`: half-close, then read and drop until the peer's FIN or for a while),
+so the peer reads the last frames (a connection error's GOAWAY, the last call's trailers at the
+process's exit) instead of a reset caused by what it is still sending; a failed connection whose
+peer does not read is cut at once (its transport would never finish closing).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import socket
 from typing import cast
 
+from drain_router import lingering
 from drain_router.h2.connection import Connection
 from drain_router.h2.rules import Request
 from drain_router.h2.streams import Headers, Stream
@@ -84,18 +86,28 @@ class Wire(asyncio.Protocol):
             if transport is not None and not self.lingering:
                 transport.write(data)
         if core.failed and not self.lingering and transport is not None:
-            self.lingering = True
-            if output.paused or not transport.can_write_eof():
-                transport.abort()  # a peer that does not read would hold a closing transport forever
+            if output.paused:
+                self.cut()  # a peer that does not read would hold a closing transport forever
             else:
-                transport.write_eof()
-                self.loop.call_later(BODY_LINGER_SECS, transport.abort)
+                self.linger()
 
     def close(self) -> None:
         """Close after what is gathered is written (a graceful end: every stream is done)."""
         self.flush()
+        self.linger()
+
+    def linger(self) -> None:
+        """The lingering close: nothing more is written or read (what arrives is dropped); closed at
+        the peer's FIN, or cut after BODY_LINGER_SECS."""
+        if self.transport is not None and not self.lingering:
+            self.lingering = True
+            lingering.linger(self.transport, BODY_LINGER_SECS, cut=True)
+
+    def cut(self) -> None:
+        """Closed at once: what is not sent yet is dropped (the peer sees a reset)."""
+        self.lingering = True
         if self.transport is not None:
-            self.transport.close()
+            self.transport.abort()
 
     # -- asyncio.Protocol -------------------------------------------------------------------------
 
@@ -110,6 +122,8 @@ class Wire(asyncio.Protocol):
         self.flusher.flush()
 
     def data_received(self, data: bytes) -> None:
+        if self.lingering:
+            return  # read and dropped until the peer's FIN
         self.core.receive(data, self.loop.time())
         self.flusher.flush()
 

@@ -3,12 +3,16 @@
 Serving and draining: streams are accepted and relayed. At SIGTERM every health Watch gets
 NOT_SERVING at once. At closing the listener stops accepting and every client connection gets the
 graceful GOAWAY sequence; streams in flight run on. At the deadline the calls still open end with
-``grpc-status: 14`` (through the in-flight count's abort, like HTTP requests).
+``grpc-status: 14`` (through the in-flight count's abort, like HTTP requests). Every connection
+ends with a lingering close, and the process's exit waits for them (at most
+:data:`~drain_router.lingering.EXIT_LINGER_SECS`), so a client still sending reads the last calls'
+trailers, not a reset.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sized
 
 from drain_router import logs
@@ -64,6 +68,8 @@ class GrpcListener:
         self.max_streams = r.MAX_CONCURRENT_STREAMS
         """Advertised to every client connection: never above the model server's own limit."""
         self.conns: set[Inbound] = set()
+        self.none_open = asyncio.Event()
+        """Set whenever the last client connection is gone (what the exit waits for)."""
         self.counted: Sized = self.conns if counted is None else counted
         """The connections ``connection_limit`` bounds: this listener's, or those of every listener
         sharing the budget (the activator's, one listener per port)."""
@@ -96,6 +102,8 @@ class GrpcListener:
 
     def closed(self, conn: Inbound) -> None:
         self.conns.discard(conn)
+        if not self.conns:
+            self.none_open.set()
 
     def upstream_limit(self, limit: int) -> None:
         """The model server's SETTINGS_MAX_CONCURRENT_STREAMS: clients are never allowed more."""
@@ -139,3 +147,13 @@ class GrpcListener:
             self.warming.cancel()
         if self.pool is not None:
             self.pool.close()
+
+    async def wait_closed(self, timeout: float) -> None:
+        """After :meth:`close`: wait until the lingering closes end (each client's FIN), at most
+        ``timeout``; the connections left then are cut."""
+        if self.conns:
+            self.none_open.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.none_open.wait(), timeout)
+        for conn in list(self.conns):
+            conn.cut()

@@ -19,7 +19,7 @@ import uvloop
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from drain_router import config, logs, metrics, tracing
+from drain_router import config, lingering, logs, metrics, tracing
 from drain_router.decisions import drain, websocket_close
 from drain_router.decisions.websocket_close import AtClosing
 from drain_router.grpc.listener import GrpcListener
@@ -166,6 +166,7 @@ class Router:
             float(self.config.proxy.upstream_connect_timeout_secs),
             connection_limit=tuning.grpc_connection_limit(tuning.traffic_connection_limit()),
         )
+        stack.push_async_callback(listener.wait_closed, lingering.EXIT_LINGER_SECS)  # (after close: last in, first out)
         stack.callback(listener.close)
         await listener.warm(self.draining.left_starting)
         if self.state.status.phase != drain.Phase.STARTING:
