@@ -208,9 +208,12 @@ class Ports:
         for listener in list(self.all_listeners()):
             listener.close()
 
-    async def wait_closed(self, timeout: float) -> None:
-        """After :meth:`close`: the gRPC listeners' lingering closes end, for at most ``timeout``."""
+    async def grpc_closed(self, timeout: float) -> None:
+        """The gRPC listeners closed and their connections' lingering closes ended, for at most
+        ``timeout``."""
         grpc = [x for x in self.all_listeners() if isinstance(x, GrpcListener)]
+        for listener in grpc:
+            listener.close()
         await asyncio.gather(*(x.wait_closed(timeout) for x in grpc))
 
 

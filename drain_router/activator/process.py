@@ -18,7 +18,7 @@ import uvloop
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from drain_router import config, kubelogin, lingering, logs, metrics
+from drain_router import config, kubelogin, logs, metrics
 from drain_router.activator import kube as kube_
 from drain_router.activator import ports as ports_
 from drain_router.activator import waking
@@ -86,6 +86,12 @@ class Activator(lifecycle.Router):
                         tunnel.at_closing(action)
         self.ports.stop_accepting()
 
+    async def grpc_closed(self, timeout: float) -> None:
+        """Every port's gRPC listener closed and its connections' lingering closes ended, for at most
+        ``timeout``."""
+        if self.ports is not None:
+            await self.ports.grpc_closed(timeout)
+
     async def tunnels_closed(self, timeout: float) -> None:
         """The closing handshakes of every port's WebSocket sessions (and of ports already closing)."""
         if self.ports is not None:
@@ -137,7 +143,6 @@ class Activator(lifecycle.Router):
     async def _start_main(self, stack: contextlib.AsyncExitStack) -> None:
         """The port map's poller; its listeners open as it reads the map (``activator.port_opened``)."""
         assert self.ports is not None
-        stack.push_async_callback(self.ports.wait_closed, lingering.EXIT_LINGER_SECS)  # (after close)
         stack.callback(self.ports.close)
         task = asyncio.ensure_future(self.ports.run())
         self._tasks.add(task)

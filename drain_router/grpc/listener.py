@@ -68,6 +68,8 @@ class GrpcListener:
         self.max_streams = r.MAX_CONCURRENT_STREAMS
         """Advertised to every client connection: never above the model server's own limit."""
         self.conns: set[Inbound] = set()
+        self.closing = False
+        """:meth:`close` ran."""
         self.none_open = asyncio.Event()
         """Set whenever the last client connection is gone (what the exit waits for)."""
         self.counted: Sized = self.conns if counted is None else counted
@@ -136,7 +138,11 @@ class GrpcListener:
 
     def close(self) -> None:
         """The process exits: a connection still waiting for its shutdown PING gets the final GOAWAY
-        (its last stream id) before it is closed, so the client knows which streams were processed."""
+        (its last stream id) before it is closed, so the client knows which streams were processed.
+        Once: closing again does nothing."""
+        if self.closing:
+            return
+        self.closing = True
         if self.server is not None:
             self.server.close()
         for conn in list(self.conns):

@@ -107,6 +107,22 @@ class Router:
         if self.grpc is not None:
             self.grpc.stop_accepting()
 
+    async def connections_closed(self) -> None:
+        """After the drain, the exit's last waits, side by side so the longer one bounds them: the
+        WebSocket sessions' closing handshakes (at most ``WEBSOCKET_CLOSE_SECS`` and half a second)
+        and the gRPC connections' lingering closes (at most
+        :data:`~drain_router.lingering.EXIT_LINGER_SECS`)."""
+        await asyncio.gather(
+            self.tunnels_closed(WEBSOCKET_CLOSE_SECS + 0.5), self.grpc_closed(lingering.EXIT_LINGER_SECS)
+        )
+
+    async def grpc_closed(self, timeout: float) -> None:
+        """The gRPC listener closed (the final GOAWAY to each client) and its connections' lingering
+        closes ended (each client's FIN), for at most ``timeout``."""
+        if self.grpc is not None:
+            self.grpc.close()
+            await self.grpc.wait_closed(timeout)
+
     async def tunnels_closed(self, timeout: float) -> None:
         """After the drain: the WebSocket sessions sent Close 1001 at closing finish their closing
         handshakes, for at most ``timeout``."""
@@ -166,7 +182,6 @@ class Router:
             float(self.config.proxy.upstream_connect_timeout_secs),
             connection_limit=tuning.grpc_connection_limit(tuning.traffic_connection_limit()),
         )
-        stack.push_async_callback(listener.wait_closed, lingering.EXIT_LINGER_SECS)  # (after close: last in, first out)
         stack.callback(listener.close)
         await listener.warm(self.draining.left_starting)
         if self.state.status.phase != drain.Phase.STARTING:
@@ -244,7 +259,7 @@ class Router:
                 else:
                     self._spawn(upstream_health.watch(cfg, self._upstream_health))
             await self.draining.exited.wait()
-            await self.tunnels_closed(WEBSOCKET_CLOSE_SECS + 0.5)
+            await self.connections_closed()
         if self.state.tracer is not None:
             self.state.tracer.shutdown()  # the spans of the drain exported, waiting a bounded time
         exit_code = self.state.status.exit_code
