@@ -7,8 +7,12 @@
 # registry is reachable (scripts/build-image.sh, docs/image.md). Everything is installed into a
 # virtualenv, so Debian's "externally managed" system Python never refuses pip.
 ARG BASE=python:3.11.14-slim-bookworm
+# The release this image is: pyproject.toml's version (tests/cli/test_release.py keeps them equal).
+# Both stages declare it again to use it: the pinned install below and the image's version label.
+ARG VERSION=0.2.0
 
 FROM ${BASE} AS build
+ARG VERSION
 RUN python3 -m venv /opt/drain-router
 ENV PATH=/opt/drain-router/bin:$PATH
 WORKDIR /src
@@ -20,10 +24,13 @@ COPY drain_router ./drain_router
 # made here and copied: the wheels never become a layer of the image, and pip and setuptools, which
 # nothing runs at run time, are removed from it.
 RUN pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt '.[controller,otel]' \
-    && pip install --no-cache-dir --no-index --find-links=/wheels 'drain-router[controller,otel]==0.1.0' \
+    && pip install --no-cache-dir --no-index --find-links=/wheels "drain-router[controller,otel]==${VERSION}" \
     && pip uninstall --quiet --yes pip setuptools
 
 FROM ${BASE}
+ARG VERSION
+LABEL org.opencontainers.image.title="drain-router" \
+      org.opencontainers.image.version="${VERSION}"
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PATH=/opt/drain-router/bin:$PATH

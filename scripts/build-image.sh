@@ -38,8 +38,8 @@ cd "$ROOT"
 
 VERSION=$(python3 -c 'import tomllib,sys; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
 IMAGE=${IMAGE:-localhost/drain-router:$VERSION}
-grep -q "drain-router\[controller,otel\]==$VERSION'" Dockerfile \
-    || die "Dockerfile does not pin drain-router[controller,otel]==$VERSION (pyproject.toml's version)"
+grep -qxF "ARG VERSION=$VERSION" Dockerfile \
+    || die "Dockerfile's ARG VERSION (its pinned install and version label) is not $VERSION (pyproject.toml's version)"
 
 # --- tools -------------------------------------------------------------------------------------
 missing=()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from drain_router import __version__
+
 #: The fake model server's pace: a stream of CHUNKS chunks INTERVAL_MS apart (about 2 s).
 CHUNKS = 40
 INTERVAL_MS = 50
@@ -27,14 +29,14 @@ def fake_model_values(
     """The model chart's values: ``replicas`` pods of router + fake model server, the router's readiness
     probed every second (one failure out), ``drain_secs`` of drain above that window."""
     values: dict[str, Any] = {
-        "image": {"repository": "drain-router", "tag": "0.1.0"},
+        "image": {"repository": "drain-router", "tag": __version__},
         "terminationGraceSecs": grace_secs,
         "shutdownDrainSecs": drain_secs,
         "workload": {"replicas": replicas},
         "router": {"readinessProbe": {"periodSeconds": 1, "failureThreshold": 1}},
         "modelServer": {
             "engine": "custom",
-            "image": {"repository": "drain-router-dev", "tag": "0.1.0"},
+            "image": {"repository": "drain-router-dev", "tag": __version__},
             "port": 8000,
             "args": ["fake-model", "--port", "8000", "--chunks", str(CHUNKS), "--interval-ms", str(INTERVAL_MS)],
             "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": None},

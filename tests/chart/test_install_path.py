@@ -305,6 +305,7 @@ def test_the_parser_reads_continuations_comments_and_both_chart_references(tmp_p
     path = tmp_path / "doc.md"
     path.write_text("x\n```sh\nhelm install a charts/drain-router -n m \\\n  --set b=c   # note\nhelm list\n```\n")
     assert installs_in_markdown(path) == [Install("a", "drain-router", "m", ("--set", "b=c"))]
-    assert _parse("helm install a drain-router-controller-0.1.0.tgz --namespace n") == Install(
+    version = yaml.safe_load((CONTROLLER_CHART / "Chart.yaml").read_text())["version"]
+    assert _parse(f"helm install a drain-router-controller-{version}.tgz --namespace n") == Install(
         "a", "drain-router-controller", "n", ()
     )

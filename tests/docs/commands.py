@@ -14,9 +14,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+#: The release the docs name (their artifact file names and image tags): pyproject.toml's version.
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 COMMAND_WORDS = ("helm", "kubectl", "drain-router", "make", "curl")
 SHELL_INFO = {"sh", "bash", "shell", "console"}
 FENCE = re.compile(r"^(?P<indent> *)```(?P<info>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```", re.S | re.M)
@@ -172,12 +175,12 @@ TABLE: tuple[Row, ...] = (
     Row(IMAGE, "buildah bud", How.SKIP, "root, buildah and the base image from a registry (the internet)"),
     Row(IMAGE, "scripts/build-image.sh", How.SKIP, "root, buildah and python:3.11 from Docker Hub (the internet)"),
     Row(IMAGE, "scripts/image-smoke.py", How.SKIP, "root, runc and an image built by make image"),
-    Row(INSTALL, "pip install drain_router-0.1.0-py3-none-any.whl ", How.SKIP, INTERNET + "; make dist-check"),
-    Row(INSTALL, "pip install 'drain_router-0.1.0-py3-none-any.whl[controller]'", How.SKIP, INTERNET),
-    Row(INSTALL, "pip install 'drain_router-0.1.0.tar.gz[controller]'", How.SKIP, INTERNET),
-    Row(INSTALL, "pip install -c drain-router-0.1.0-constraints.txt", How.SKIP, INTERNET + "; make dist-check"),
-    Row(INSTALL, "helm install drain-router-controller drain-router-controller-0.1.0.tgz", How.HELM),
-    Row(INSTALL, "helm install llama drain-router-0.1.0.tgz", How.HELM),
+    Row(INSTALL, f"pip install drain_router-{VERSION}-py3-none-any.whl ", How.SKIP, INTERNET + "; make dist-check"),
+    Row(INSTALL, f"pip install 'drain_router-{VERSION}-py3-none-any.whl[controller]'", How.SKIP, INTERNET),
+    Row(INSTALL, f"pip install 'drain_router-{VERSION}.tar.gz[controller]'", How.SKIP, INTERNET),
+    Row(INSTALL, f"pip install -c drain-router-{VERSION}-constraints.txt", How.SKIP, INTERNET + "; make dist-check"),
+    Row(INSTALL, f"helm install drain-router-controller drain-router-controller-{VERSION}.tgz", How.HELM),
+    Row(INSTALL, f"helm install llama drain-router-{VERSION}.tgz", How.HELM),
     Row(INSTALL, "podman load", How.SKIP, "podman and an image archive from make dist DIST_IMAGE=1 (root)"),
     Row(INSTALL, "skopeo copy", How.SKIP, "a registry to push to (registry.example.com is the reader's)"),
     Row(KUBERNETES, "helm install drain-router-controller charts/drain-router-controller", How.HELM),
