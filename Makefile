@@ -127,7 +127,8 @@ dist:
 	PYTHON=$(PYTHON) bash scripts/dist.sh
 
 ## make dist-check: the wheel with the controller extra installs (tested versions) into a fresh venv and
-## runs; both packaged charts lint and render; INSTALL.txt names every artifact
+## runs; both packaged charts lint and render; INSTALL.txt names every artifact; dist/SHA256SUMS lists
+## every artifact and each matches it
 dist-check: dist
 	bash scripts/dist-check.sh
 

@@ -2,8 +2,9 @@
 # make dist-check: what a user gets from dist/ works: the wheel with the controller extra installs
 # into a fresh venv at the tested versions (dist's constraints file) and runs (--version names the
 # release, check validates a configuration, the controller's libraries import, no development tool
-# came with it), the packaged charts lint and render, and dist/INSTALL.txt gives a command for every
-# artifact.
+# came with it), the packaged charts lint and render, dist/INSTALL.txt gives a command for every
+# artifact, and dist/SHA256SUMS lists every artifact with the checksum it has (checked first, as a
+# user checks a download).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,9 +14,10 @@ WHEEL="dist/drain_router-$VERSION-py3-none-any.whl"
 CHART="dist/drain-router-$VERSION.tgz"
 CONTROLLER_CHART="dist/drain-router-controller-$VERSION.tgz"
 CONSTRAINTS="dist/drain-router-$VERSION-constraints.txt"
-for f in "$WHEEL" "dist/drain_router-$VERSION.tar.gz" "$CHART" "$CONTROLLER_CHART" "$CONSTRAINTS" dist/INSTALL.txt; do
+for f in "$WHEEL" "dist/drain_router-$VERSION.tar.gz" "$CHART" "$CONTROLLER_CHART" "$CONSTRAINTS" dist/INSTALL.txt dist/SHA256SUMS; do
     [ -f "$f" ] || { echo "dist-check: missing $f (run make dist)" >&2; exit 1; }
 done
+bash scripts/sha256sums.sh verify dist || { echo "dist-check: dist/SHA256SUMS does not hold (run make dist)" >&2; exit 1; }
 
 venv=$(mktemp -d)
 trap 'rm -rf "$venv"' EXIT
@@ -39,4 +41,4 @@ for f in dist/*; do
     [ "$name" = INSTALL.txt ] && continue
     grep -qxF "$name" dist/INSTALL.txt || { echo "dist-check: dist/INSTALL.txt has no entry for $name" >&2; exit 1; }
 done
-echo "dist-check: $WHEEL[controller] installs and runs; INSTALL.txt covers $(($(ls dist | wc -l) - 1)) artifacts; $CHART and $CONTROLLER_CHART lint and render"
+echo "dist-check: $WHEEL[controller] installs and runs; INSTALL.txt covers $(($(ls dist | wc -l) - 1)) artifacts; SHA256SUMS matches all $(($(ls dist | wc -l) - 1)) other files; $CHART and $CONTROLLER_CHART lint and render"

@@ -6,6 +6,8 @@
 #   INSTALL.txt                the command that installs each artifact (docs/install.md)
 #   drain-router-<v>.oci.tar   only with DIST_IMAGE=1: the image as an OCI archive (needs root and
 #                              buildah; built by scripts/build-image.sh)
+#   SHA256SUMS                 the SHA-256 of every file above, in sha256sum's format; written last
+#                              (scripts/sha256sums.sh; make dist-check verifies it)
 # The version is pyproject.toml's; the chart's version and appVersion must equal it (a test checks).
 #
 # It needs no development environment: the package is built by `python -m build` (PEP 517: the
@@ -34,6 +36,11 @@ install_txt() {
     {
         echo "drain-router $VERSION: the release artifacts and the command that installs each."
         echo "Python >= 3.11. The image is the router and the controller; charts deploy it."
+        echo
+        echo "SHA256SUMS"
+        echo "    The SHA-256 of every other file here. Check what you downloaded before installing it,"
+        echo "    in the directory that holds it and SHA256SUMS (every line must say OK):"
+        echo "    sha256sum --ignore-missing -c SHA256SUMS        (macOS: shasum -a 256 --ignore-missing -c SHA256SUMS)"
         echo
         echo "$whl"
         echo "    The router:                    pip install $whl"
@@ -85,4 +92,6 @@ if [ "${DIST_IMAGE:-0}" = 1 ]; then
 fi
 cp constraints.txt "dist/drain-router-$VERSION-constraints.txt"
 install_txt
+# Last: it covers every file written above.
+bash scripts/sha256sums.sh write dist >/dev/null
 ls -1 dist

@@ -1,11 +1,15 @@
-"""One version for the package, the charts, the image, the docs and the changelog."""
+"""One version for the package, the charts, the image, the docs and the changelog; the release's
+checksum file."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -121,3 +125,90 @@ def test_make_dist_builds_without_the_development_environment() -> None:
     assert '-m venv "$BUILD_VENV"' in code and "build==" in code
     assert '"$BUILD_PYTHON" -m build' in code and 'PYTHON="$BUILD_PYTHON" bash scripts/get-helm.sh' in code
     assert "build==" in (REPO / "constraints.txt").read_text()
+
+
+SUMS = REPO / "scripts" / "sha256sums.sh"
+
+
+def sha256sums(action: str, directory: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(SUMS), action, str(directory)], capture_output=True, text=True, timeout=30)
+
+
+def release_dir(root: Path) -> dict[str, bytes]:
+    """A stand-in dist/: a few artifacts, one name with a space."""
+    files = {
+        "drain_router-9.9.9-py3-none-any.whl": b"PK\x03\x04 the wheel",
+        "drain-router-9.9.9.tgz": b"\x1f\x8b the chart",
+        "INSTALL.txt": b"drain-router 9.9.9\n",
+        "release notes.txt": b"",
+    }
+    root.mkdir()
+    for name, content in files.items():
+        (root / name).write_bytes(content)
+    return files
+
+
+def test_sha256sums_lists_every_file_in_sha256sums_format(tmp_path: Path) -> None:
+    """dist/SHA256SUMS is `<hex>  <name>` for every other file, hashed independently here, and
+    `sha256sum -c` run from inside the directory, as a user does, accepts it."""
+    dist = tmp_path / "dist"
+    files = release_dir(dist)
+    written = sha256sums("write", dist)
+    assert written.returncode == 0, written.stderr
+    lines = (dist / "SHA256SUMS").read_text().splitlines()
+    assert sorted(lines) == sorted(f"{hashlib.sha256(body).hexdigest()}  {name}" for name, body in files.items())
+    assert subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=dist, capture_output=True).returncode == 0
+    checked = sha256sums("verify", dist)
+    assert checked.returncode == 0, checked.stderr
+    assert "the 4 files" in checked.stdout
+
+
+def _tamper(dist: Path) -> None:
+    wheel = dist / "drain_router-9.9.9-py3-none-any.whl"
+    body = bytearray(wheel.read_bytes())
+    body[0] ^= 1
+    wheel.write_bytes(bytes(body))
+
+
+def _garble(dist: Path) -> None:
+    sums = dist / "SHA256SUMS"
+    sums.write_text(sums.read_text() + "not a checksum line\n")
+
+
+@pytest.mark.parametrize(
+    ("break_it", "says"),
+    [
+        (_tamper, "drain_router-9.9.9-py3-none-any.whl: FAILED"),
+        (lambda d: (d / "drain-router-9.9.9.tgz").write_bytes(b""), "drain-router-9.9.9.tgz: FAILED"),
+        (
+            lambda d: (d / "drain-router-9.9.9.oci.tar").write_bytes(b"image"),
+            "does not list drain-router-9.9.9.oci.tar",
+        ),
+        (lambda d: (d / "INSTALL.txt").unlink(), "INSTALL.txt: FAILED open or read"),
+        (lambda d: (d / "SHA256SUMS").unlink(), "sha256sums: no "),
+        (_garble, "improperly formatted"),
+    ],
+    ids=["flipped-bit", "truncated", "unlisted-artifact", "missing-artifact", "no-sums", "malformed-sums"],
+)
+def test_sha256sums_verify_fails_on_a_changed_missing_or_unlisted_artifact(tmp_path, break_it, says) -> None:
+    dist = tmp_path / "dist"
+    release_dir(dist)
+    assert sha256sums("write", dist).returncode == 0
+    break_it(dist)
+    checked = sha256sums("verify", dist)
+    assert checked.returncode == 1, checked.stdout
+    assert says in checked.stdout + checked.stderr
+
+
+def test_make_dist_writes_sha256sums_last_and_dist_check_verifies_it() -> None:
+    """scripts/dist.sh writes dist/SHA256SUMS after every other file (INSTALL.txt, which names it,
+    included); scripts/dist-check.sh verifies it before it installs anything."""
+    dist = (REPO / "scripts" / "dist.sh").read_text()
+    code = [line.strip() for line in dist.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    write = code.index("bash scripts/sha256sums.sh write dist >/dev/null")
+    assert code[write + 1 :] == ["ls -1 dist"], "nothing is written to dist/ after SHA256SUMS"
+    assert code.index("install_txt") < write
+    assert 'echo "SHA256SUMS"' in dist, "INSTALL.txt has an entry for SHA256SUMS (dist-check requires one)"
+    check = (REPO / "scripts" / "dist-check.sh").read_text()
+    verify = check.index("bash scripts/sha256sums.sh verify dist")
+    assert verify < check.index('pip" install'), "the download is checked before it is installed"

@@ -175,6 +175,7 @@ TABLE: tuple[Row, ...] = (
     Row(IMAGE, "buildah bud", How.SKIP, "root, buildah and the base image from a registry (the internet)"),
     Row(IMAGE, "scripts/build-image.sh", How.SKIP, "root, buildah and python:3.11 from Docker Hub (the internet)"),
     Row(IMAGE, "scripts/image-smoke.py", How.SKIP, "root, runc and an image built by make image"),
+    Row(INSTALL, "sha256sum --ignore-missing -c SHA256SUMS", How.SKIP, "a release's files (make dist-check)"),
     Row(INSTALL, f"pip install drain_router-{VERSION}-py3-none-any.whl ", How.SKIP, INTERNET + "; make dist-check"),
     Row(INSTALL, f"pip install 'drain_router-{VERSION}-py3-none-any.whl[controller]'", How.SKIP, INTERNET),
     Row(INSTALL, f"pip install 'drain_router-{VERSION}.tar.gz[controller]'", How.SKIP, INTERNET),
