@@ -241,10 +241,7 @@ class Kube:
                 await self._discovery.path(ref, consent.namespace), "PATCH", body=body, content_type=MERGE_PATCH
             )
         except FAILURES as exc:
-            call = failure(self._discovery.call_name("PATCH", ref), exc)
-            if isinstance(exc, ApiException) and exc.status == 409:
-                raise Conflict(call) from exc
-            raise CallFailed(call) from exc
+            raise written(self._discovery.call_name("PATCH", ref), exc) from exc
         return dict(_as_object(answer) or {})
 
     async def list(
@@ -281,10 +278,7 @@ class Kube:
             path = (await self._discovery.path(ref, consent.namespace)).rsplit("/", 1)[0]
             answer = await self._call(path, "POST", body=body)
         except FAILURES as exc:
-            call = failure(self._discovery.call_name("POST", ref), exc)
-            if isinstance(exc, ApiException) and exc.status == 409:
-                raise Conflict(call) from exc
-            raise CallFailed(call) from exc
+            raise written(self._discovery.call_name("POST", ref), exc) from exc
         return dict(_as_object(answer) or {})
 
     # --- the controller's own objects in the activator's namespace: the port map, the policies ------
@@ -317,10 +311,7 @@ class Kube:
                 body = {"metadata": {"resourceVersion": resource_version}, "data": data}
                 await self._call(f"{base}/{name}", "PATCH", body=body, content_type=MERGE_PATCH)
         except FAILURES as exc:
-            call = failure(f"{'POST' if resource_version is None else 'PATCH'} v1 configmaps/{name}", exc)
-            if isinstance(exc, ApiException) and exc.status == 409:
-                raise Conflict(call) from exc
-            raise CallFailed(call) from exc
+            raise written(f"{'POST' if resource_version is None else 'PATCH'} v1 configmaps/{name}", exc) from exc
 
     async def put_networkpolicy(self, body: dict[str, Any], stored: dict[str, Any] | None) -> None:
         """A policy of the controller's own in the activator's namespace: created, or its spec replaced
@@ -336,12 +327,8 @@ class Kube:
                 # a merge patch merges nested objects: lists (ingress, from) are replaced whole
                 await self._call(f"{base}/{meta['name']}", "PATCH", body=patch, content_type=MERGE_PATCH)
         except FAILURES as exc:
-            call = failure(
-                f"{'POST' if stored is None else 'PATCH'} networking.k8s.io/v1 networkpolicies/{meta['name']}", exc
-            )
-            if isinstance(exc, ApiException) and exc.status == 409:
-                raise Conflict(call) from exc
-            raise CallFailed(call) from exc
+            verb = "POST" if stored is None else "PATCH"
+            raise written(f"{verb} networking.k8s.io/v1 networkpolicies/{meta['name']}", exc) from exc
 
     async def delete_networkpolicy(self, namespace: str, name: str) -> int:
         """Delete a policy of the controller's own (404: already gone)."""
@@ -376,6 +363,12 @@ class Kube:
 
 class Conflict(CallFailed):
     """409 on a conditional write: the object changed since it was read."""
+
+
+def written(call: str, exc: BaseException) -> CallFailed:
+    """What a failed write raises: :class:`Conflict` for a 409, :class:`CallFailed` otherwise."""
+    cls = Conflict if isinstance(exc, ApiException) and exc.status == 409 else CallFailed
+    return cls(failure(call, exc))
 
 
 def _as_object(answer: object) -> dict[str, Any] | None:
