@@ -21,7 +21,7 @@ from drain_router_dev import process as process_
 from tests.activator import stand_ins
 
 from . import process_pods
-from .conftest import MSVC, NAMESPACE, eventually
+from .conftest import NAMESPACE, eventually
 from .rules_scenario import deployment, make_service, ready_pods
 from .scenario import OWNED, events
 from .waking_scenario import (
@@ -32,6 +32,7 @@ from .waking_scenario import (
     StandInActivator,
     activator_slice,
     lifecycle,
+    own_the_service,
     stand_in_activator,
 )
 
@@ -84,19 +85,7 @@ async def _service(cluster: Any, kubelet: process_pods.ProcessKubelet, *, timeou
             "spec": {"ports": [{"name": "http", "port": 80, "targetPort": kubelet.main_port}]},
         },
     )
-    response = await server.client.patch(
-        f"/apis/{MSVC.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/modelservices/llama",
-        json={
-            "spec": {
-                "workload": [
-                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"},
-                    {"apiVersion": "v1", "kind": "Service", "name": "llama"},
-                ]
-            }
-        },
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert response.status == 200, await response.text()
+    await own_the_service(server)
 
 
 async def _real_activator_endpoints(emu: Any, admin_port: int) -> None:

@@ -220,19 +220,7 @@ async def service(cluster: Any, routers: Any, *, timeout: int = 600, replicas: i
         "gateway.networking.k8s.io/v1beta1/referencegrants",
         {"metadata": {"name": "llama", "namespace": NAMESPACE, "labels": OWNED}, "spec": {"from": [], "to": []}},
     )
-    response = await server.client.patch(
-        f"/apis/{MSVC.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/modelservices/llama",
-        json={
-            "spec": {
-                "workload": [
-                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"},
-                    {"apiVersion": "v1", "kind": "Service", "name": "llama"},
-                ]
-            }
-        },
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert response.status == 200, await response.text()
+    await own_the_service(server)
     response = await server.client.patch(
         f"/apis/gateway.networking.k8s.io/v1/namespaces/{NAMESPACE}/httproutes/llama",
         json={"spec": {"rules": RULES}},
@@ -265,6 +253,23 @@ async def ask_for_a_wake(server: kmock.Server, emu: Any) -> float:
             assert response.status == 200, await response.text()
             return now
     raise AssertionError("the wake request conflicted 20 times")
+
+
+async def own_the_service(server: kmock.Server) -> None:
+    """The ModelService ``llama`` names the Service ``llama`` in its workload, beside the Deployment."""
+    response = await server.client.patch(
+        f"/apis/{MSVC.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/modelservices/llama",
+        json={
+            "spec": {
+                "workload": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"},
+                    {"apiVersion": "v1", "kind": "Service", "name": "llama"},
+                ]
+            }
+        },
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.status == 200, await response.text()
 
 
 def slice_reads(emu: Any) -> list[Any]:
