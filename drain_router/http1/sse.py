@@ -83,6 +83,8 @@ def kind(target: bytes, status: int, headers: list[tuple[bytes, bytes]]) -> int:
 
 
 _LINE_END = re.compile(rb"[\r\n]")
+_DONE_LINE = b"data: " + DONE_DATA
+_DONE_LINE_TIGHT = b"data:" + DONE_DATA
 _CR = 13
 _COLON = 58
 
@@ -124,11 +126,29 @@ class StreamEnd:
         event in it is dispatched and no line or CR is left pending."""
         return piece.endswith(b"\n\n") and piece.find(DONE_DATA) < 0
 
+    @staticmethod
+    def ends_done(piece: bytes) -> bool:
+        """A read from an event boundary with nothing pending that ends with a whole event whose
+        first line is ``data: [DONE]`` (a model server's last read, often its whole answer): that
+        event is dispatched and the SDK stops there, so the stream ended honestly, judged in C
+        without a line of it taken one by one. (LF LF ends a blank line wherever it is, CRs or not:
+        the first LF may be a CRLF's, skipped, but the second then ends an empty line; so the last
+        event starts after the last LF LF before the final one.)"""
+        if not piece.endswith(b"\n\n"):
+            return False
+        at = piece.rfind(b"\n\n", 0, len(piece) - 2)
+        at = at + 2 if at >= 0 else 0
+        return piece.startswith(_DONE_LINE, at) or piece.startswith(_DONE_LINE_TIGHT, at)
+
     def feed(self, piece: bytes) -> None:
         """One body piece, in order."""
         if self.kind == DONE:
-            if self.quick and self.keeps(piece):
-                return
+            if self.quick:
+                if self.keeps(piece):
+                    return
+                if self.ends_done(piece):
+                    self.done = True
+                    return
         elif self.line == b"" and not self.cr and self.first is None and self.name is None and self.keeps(piece):
             if _CR in piece:
                 self._decode(piece)
