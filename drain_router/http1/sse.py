@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 
+from drain_router.decisions.stream_ends import DONE_DATA, CutMark
 from drain_router.http1.heads import CHUNKED, UNTIL_CLOSE
 
 #: Stream kinds. ``NOT_SSE``: anything else (never touched); ``DONE``: chat and completions streams,
@@ -35,9 +36,6 @@ NOT_SSE, DONE, NAMED = range(3)
 #: What is kept of a line still arriving: its first bytes, enough to tell its field, whether a data
 #: line's value starts with ``[DONE]`` and whether an event name is terminal.
 LINE_PREFIX = 64
-#: The data an event that ends the stream (for the SDK) starts with.
-DONE_DATA = b"[DONE]"
-
 #: The Responses API's terminal events: the response's lifecycle ends with exactly one of them.
 TERMINAL_NAMES = frozenset({b"response.completed", b"response.failed", b"response.incomplete"})
 
@@ -50,11 +48,11 @@ def _event(message: str, kind: str) -> bytes:
 #: Appended when a stream ends without its terminal event (static text: nothing internal).
 TRUNCATED_EVENT = _event(
     "The model server ended the stream without its terminal event: the response is incomplete.",
-    "upstream_truncated",
+    CutMark.UPSTREAM_TRUNCATED,
 )
 #: Sent before the in-flight deadline cuts a stream that is at an event boundary.
 DEADLINE_EVENT = _event(
-    "The stream was cut at the router's drain deadline: the response is incomplete.", "drain_deadline"
+    "The stream was cut at the router's drain deadline: the response is incomplete.", CutMark.DRAIN_DEADLINE
 )
 
 
