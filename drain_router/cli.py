@@ -30,6 +30,10 @@ LAZY_COMMANDS: dict[str, tuple[str, str | None]] = {
         "drain_router.activator.command",
         "Hold the requests of ModelServices scaled to zero, ask for a wake, forward them once ready.",
     ),
+    "front": (
+        "drain_router.front.command",
+        "Front one service's pods: spread, retry refusals, hold, continue cut streams on another pod.",
+    ),
 }
 
 

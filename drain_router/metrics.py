@@ -257,3 +257,55 @@ class ActivatorMetrics:
         )
         for reason in ("not_found", "forbidden", "no_grpc_port"):
             self.refused.labels(reason)
+
+
+#: The gap a client's stream sees at a cut: a warm prefill on another pod is tens of milliseconds, a
+#: cold one up to seconds, a wait for a pod to become ready longer.
+GAP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+#: What became of a cut stream (``front_continuations_total{outcome}``).
+CONTINUATION_OUTCOMES = ("continued", "finished", "given_up", "abandoned")
+
+
+class FrontMetrics:
+    """``drain-router front``'s own series, beside the router's (:class:`Metrics`: in-flight, requests,
+    admission count the front's clients)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.continuations = Counter(
+            PREFIX + "front_continuations",
+            "Cut streams (the router's drain_deadline or upstream_truncated event, or the connection cut "
+            "mid-stream) by what became of each cut: continued (sent to another pod), finished (the "
+            "answer was complete: [DONE] added), given_up (not continuable, or past --max-continuations: "
+            "the honest error relayed), abandoned (the continuation did not extend the answer).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in CONTINUATION_OUTCOMES:
+            self.continuations.labels(outcome)
+        self.gap = Histogram(
+            PREFIX + "front_continuation_gap_seconds",
+            "From a cut to the continuation's first event relayed to the client: what the client's stream waited.",
+            buckets=GAP_BUCKETS,
+            registry=registry,
+        )
+        self.retries = Counter(
+            PREFIX + "front_retries",
+            "Requests sent again to another pod before the model server saw them, by reason: the pod's "
+            "router's refusal (closing, queue_timeout, upstream_unavailable, ...; never a 429) or "
+            "connect_failed (the pod's router could not be reached).",
+            ["reason"],
+            registry=registry,
+        )
+        self.held = Gauge(
+            PREFIX + "front_held_requests",
+            "Requests held because no pod is ready (scaled to zero, or every pod restarting) or past "
+            "--max-concurrent-requests; not in inflight_requests.",
+            registry=registry,
+        )
+        self.ready_pods = Gauge(
+            PREFIX + "front_ready_pods",
+            "Pods the front sends new requests to: ready, and not leaving (no Connection: close since "
+            "their last ready probe).",
+            registry=registry,
+        )

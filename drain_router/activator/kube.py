@@ -95,6 +95,13 @@ class Kube:
         query = urllib.parse.quote(selector, safe="=,!")
         return await self._call("GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector={query}")
 
+    async def list_endpointslices(self, namespace: str, service: str) -> tuple[int, Any]:
+        """The EndpointSlices of the Service ``service`` (its ``kubernetes.io/service-name`` label)."""
+        query = urllib.parse.quote(f"kubernetes.io/service-name={service}", safe="=")
+        return await self._call(
+            "GET", f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices?labelSelector={query}"
+        )
+
     async def router_ready(self, ip: str, port: int) -> bool:
         """The pod's router answers ``/readyz`` on its traffic port 200 (anything else, or no answer:
         not ready)."""

@@ -33,6 +33,7 @@ from drain_router.decisions import activation
 from drain_router.decisions.capacity import Answer, Reason
 from drain_router.decisions.grpc_status import GrpcStatus
 from drain_router.http1 import answers
+from drain_router.http1.exchange import Exchange
 from drain_router.http1.heads import Headers
 from drain_router.http1.upstream.pool import UpstreamPool
 from drain_router.metrics import ActivatorMetrics, Metrics
@@ -66,6 +67,7 @@ class Refused:
     gate: None = None
     pool: None = None
     host_header: bytes = b""
+    exchange_type = Exchange
 
 
 class _Rejections:
@@ -109,6 +111,7 @@ class ServiceSite:
     listeners of its ports."""
 
     refusal = None
+    exchange_type = Exchange
 
     def __init__(self, namespace: str, name: str, table: Sites) -> None:
         self.namespace, self.name = namespace, name

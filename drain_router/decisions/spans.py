@@ -25,6 +25,8 @@ WEBSOCKET_1001_SENT: Final = "drain_router.websocket_1001_sent"
 """The router sent the client Close 1001 (Going Away)."""
 GOAWAY_SENT: Final = "drain_router.goaway_sent"
 """The client's HTTP/2 connection got the graceful GOAWAY while this call was open."""
+CONTINUED: Final = "drain_router.continued"
+"""The front continued this cut stream on another pod (one event per continuation)."""
 
 EVENTS: Final = (
     DRAIN_STARTED,
@@ -33,6 +35,7 @@ EVENTS: Final = (
     DEADLINE_ABORTED,
     WEBSOCKET_1001_SENT,
     GOAWAY_SENT,
+    CONTINUED,
 )
 
 #: Outcomes (``drain_router_requests_total``'s label) that make a span an error.

@@ -87,6 +87,10 @@ class Destination(Protocol):
     def refusal(self) -> answers.Error | None:
         """The answer instead of forwarding (the activator's: no service named, or none known)."""
 
+    @property
+    def exchange_type(self) -> type[Exchange]:
+        """The class of its requests' exchanges: :class:`Exchange`, or the front's."""
+
 
 class Site(Protocol):
     """What every request of a listener shares (the traffic listener)."""

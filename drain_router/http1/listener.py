@@ -26,6 +26,7 @@ from drain_router import logs
 from drain_router.decisions import capacity
 from drain_router.http1 import answers
 from drain_router.http1.client import ClientConnection
+from drain_router.http1.exchange import Exchange
 from drain_router.http1.reader import Sites
 from drain_router.http1.refusals import Refusals
 from drain_router.http1.upstream.pool import UpstreamPool
@@ -40,6 +41,8 @@ MAX_LINGERING_REFUSED = 16
 
 class TrafficListener:
     """The listening socket, its client connections and their deadlines."""
+
+    exchange_type = Exchange
 
     def __init__(
         self,

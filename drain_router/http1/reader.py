@@ -252,7 +252,7 @@ class RequestReader:
             exchange = traced.exchange(tracer, conn, dest, method, url, version, self.keep_alive, verdict, self.headers)
             self.upgrading = exchange if exchange.ws_key is not None else self.upgrading
         elif ws_key is None or request is None:
-            exchange = Exchange(conn, dest, method, url, http10, self.keep_alive, request, problem)
+            exchange = dest.exchange_type(conn, dest, method, url, http10, self.keep_alive, request, problem)
         else:
             exchange = self.upgrading = Handshake(conn, dest, method, url, http10, self.keep_alive, request, ws_key)
         self.headers = []  # admitted: a held stream keeps the head it sent upstream, not the parsed one
