@@ -64,8 +64,10 @@ async def test_chat_stream_has_deltas(client: TestClient) -> None:
     chunks = [json.loads(e) for e in events[:-1]]
     assert status == 200
     assert chunks[0]["object"] == "chat.completion.chunk"
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": " tok0"}
-    assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == " tok0 tok1 tok2"
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == " t0 t1 t2"
+    assert [c["seq"] for c in chunks] == [0, 1, 2, 3]
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None, None, None, "length"]
 
 
 async def test_stream_content_type(client: TestClient) -> None:
@@ -109,11 +111,11 @@ async def test_not_json_is_400(client: TestClient) -> None:
 async def test_non_streaming(client: TestClient) -> None:
     async with client.post("/v1/completions", json={"prompt": "x", "chunks": 2}) as resp:
         body = await resp.json()
-    assert body["choices"][0]["text"] == " tok0 tok1"
+    assert body["choices"][0]["text"] == " t0 t1"
     assert body["usage"]["completion_tokens"] == 2
     async with client.post("/v1/chat/completions", json={"messages": [], "chunks": 1}) as resp:
         body = await resp.json()
-    assert body["choices"][0]["message"] == {"role": "assistant", "content": " tok0"}
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": " t0"}
 
 
 def _http(stats: dict[str, int]) -> dict[str, int]:

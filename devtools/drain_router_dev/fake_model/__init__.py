@@ -1,9 +1,11 @@
 """``drain-router-dev fake-model``: a stand-in OpenAI-compatible streaming model server, and a testing kit.
 
 A demo and test tool, not a model: it "generates" ``chunks`` tokens, one every ``interval_ms``,
-after an optional ``first_token_ms`` of silent "prefill". Every streamed chunk carries a sequence
-number (``seq``, from 0, and ``total``), so a client can tell a complete stream from one that lost
-chunks; a complete stream ends with ``data: [DONE]``. With a batch size (``--batch-size B``) the
+after an optional ``first_token_ms`` of silent "prefill": the sequence `` t0 t1 t2 ...`` resumed
+after the ``t<k>`` that ends the prompt, so a continuation of a cut answer is its rest byte for byte
+(:mod:`.openai`). Every streamed chunk carries a sequence number (``seq``, from 0, and ``total``),
+so a client can tell a complete stream from one that lost chunks; a complete stream ends with
+``data: [DONE]``. With a batch size (``--batch-size B``) the
 completions share the engine's capacity as continuous batching does: past ``B`` at once, each one's
 tokens come slower (:mod:`.capacity`).
 
@@ -21,8 +23,9 @@ tokens come slower (:mod:`.capacity`).
   service) and :mod:`.calls` (what it counts, in :attr:`State.grpc`).
 
 Endpoints: ``POST /v1/completions`` and ``/v1/chat/completions`` (``"stream": true`` answers
-server-sent events; the query parameters or JSON fields ``chunks`` (or ``max_tokens``),
-``interval_ms`` and ``first_token_ms`` override the defaults), ``GET /health`` (200 while serving),
+server-sent events; the query parameters or JSON fields ``chunks`` (or ``max_completion_tokens``,
+``max_tokens``), ``interval_ms`` and ``first_token_ms`` override the defaults; vLLM's
+``continue_final_message``, ``return_token_ids`` and ``stream_options.include_usage`` are honoured), ``GET /health`` (200 while serving),
 ``GET /stats`` (``started``, ``finished``, ``cancelled``, ``active``, ``max_active`` (the peak of
 ``active``), and the realtime ``sessions``
 open now, ``sessions_opened``, ``sessions_closed``; the gRPC calls' counters under ``grpc``),

@@ -65,12 +65,12 @@ async def _completion(request: web.Request, *, chat: bool) -> web.StreamResponse
 async def _chunks(
     gen: openai.Generation, batch: Batch, batch_size: int, *, rid: str, created: int, model: str
 ) -> AsyncIterator[str]:
-    """A streamed completion's chunks, ``gen.interval_ms`` apart, stretched by the load past
-    ``batch_size`` (:meth:`Batch.pause`)."""
-    for seq in range(gen.chunks):
-        if seq:
+    """A streamed completion's chunks (:func:`.openai.stream_chunks`), its tokens ``gen.interval_ms``
+    apart, stretched by the load past ``batch_size`` (:meth:`Batch.pause`)."""
+    for paced, chunk in openai.stream_chunks(gen, rid=rid, created=created, model=model):
+        if paced:
             await batch.pause(gen.interval_ms, batch_size)
-        yield json.dumps(openai.chunk_payload(gen, rid=rid, created=created, model=model, seq=seq))
+        yield json.dumps(chunk)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:

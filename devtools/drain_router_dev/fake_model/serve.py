@@ -105,6 +105,7 @@ async def serve(
         interval_ms=settings.interval_ms,
         first_token_ms=settings.first_token_ms,
         batch_size=settings.batch_size,
+        ignore_continue_final_message=settings.ignore_continue_final_message,
         exit_on_sigterm=exit_on_sigterm,
         shutdown_timeout_secs=shutdown_timeout,
     )
@@ -153,7 +154,7 @@ def _log(event: str, **fields: Any) -> None:
     "chunks",
     type=click.IntRange(0, openai.MAX_CHUNKS),
     metavar="N",
-    help="Chunks (tokens) per completion; a request's 'chunks' or 'max_tokens' overrides it.",
+    help="Chunks (tokens) per completion; a request's 'chunks', 'max_completion_tokens' or 'max_tokens' overrides it.",
 )
 @field_option(
     openai.Settings,
@@ -180,6 +181,14 @@ def _log(event: str, **fields: Any) -> None:
     "start and end, so past B streams every stream slows and the total token rate stays at B per "
     "interval, as on a GPU. 0: no limit (every stream keeps interval-ms). gRPC and realtime "
     "answers keep interval-ms.",
+)
+@field_option(
+    openai.Settings,
+    "ignore_continue_final_message",
+    is_flag=True,
+    help="Behave as llama-cpp-python's server: ignore a chat's continue_final_message (and "
+    "add_generation_prompt) and answer every chat with a new turn from t0. Unset: vLLM's semantics "
+    "(continue the final message; 400 when both are true).",
 )
 @click.option(
     "--shutdown-timeout-secs",
@@ -209,6 +218,7 @@ def command(
     first_token_ms: int,
     model: str,
     batch_size: int,
+    ignore_continue_final_message: bool,
     shutdown_timeout_secs: float,
     exit_on_sigterm: bool,
 ) -> None:
@@ -222,7 +232,9 @@ def command(
     share the engine's capacity: past B at once, each stream's tokens come slower. With --grpc-port, gRPC too: vLLM's engine service (Generate streams
     numbered tokens, Abort, HealthCheck), grpc.health.v1, and a Triton-shaped raw-bytes service
     (inference.GRPCInferenceService: ModelStreamInfer, Echo).
-    It generates nothing real: it paces numbered chunks.
+    It generates nothing real: it paces numbered chunks, the tokens " t0", " t1", ... (ids 1000, 1001,
+    ...), resumed after the t<k> that ends the prompt (or, with continue_final_message, the final
+    chat message), so a continuation's text is the rest of the whole answer.
 
     \b
     On SIGTERM or SIGINT it shuts down as `vllm serve --shutdown-timeout N` does:
@@ -233,7 +245,12 @@ def command(
          get a Close 1001 (Going Away); exit 0.
     """
     settings = openai.Settings(
-        chunks=chunks, interval_ms=interval_ms, first_token_ms=first_token_ms, model=model, batch_size=batch_size
+        chunks=chunks,
+        interval_ms=interval_ms,
+        first_token_ms=first_token_ms,
+        model=model,
+        batch_size=batch_size,
+        ignore_continue_final_message=ignore_continue_final_message,
     )
     try:
         asyncio.run(
