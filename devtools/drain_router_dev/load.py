@@ -44,9 +44,11 @@ async def stream_completion(
     after each read of at most ``SLOW_READ_BYTES``.
     """
     body = {"model": "fake-model", "prompt": "drain", "stream": True, "chunks": chunks, "interval_ms": interval_ms}
+    expected = chunks
     if path.endswith("/chat/completions"):
         body.pop("prompt")
         body["messages"] = [{"role": "user", "content": "drain"}]
+        expected += 1  # the fake model's chat stream opens with a role chunk, numbered too
     status: int | None = None
     events: list[str] = []
     timeout = aiohttp.ClientTimeout(total=None, connect=5, sock_read=read_timeout)
@@ -66,14 +68,16 @@ async def stream_completion(
                     and streams.DONE not in events
                 ):
                     resp.close()  # drop the connection now, as a browser tab closing does
-                    return streams.StreamResult(status=status, events=tuple(events), expected_chunks=chunks, left=True)
+                    return streams.StreamResult(
+                        status=status, events=tuple(events), expected_chunks=expected, left=True
+                    )
                 if read_delay_secs:
                     await asyncio.sleep(read_delay_secs)
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         return streams.StreamResult(
-            status=status, events=tuple(events), expected_chunks=chunks, error=f"{type(exc).__name__}: {exc}"
+            status=status, events=tuple(events), expected_chunks=expected, error=f"{type(exc).__name__}: {exc}"
         )
-    return streams.StreamResult(status=status, events=tuple(events), expected_chunks=chunks)
+    return streams.StreamResult(status=status, events=tuple(events), expected_chunks=expected)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

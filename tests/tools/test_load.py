@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import itertools
 
-from drain_router_dev import load
+import aiohttp
+import pytest
+
+from drain_router_dev import load, streams
 from drain_router_dev.fake_model import testing
 from drain_router_dev.process import wait_until
 
@@ -24,3 +27,11 @@ async def test_staggered_clients_arrive_spread_over_one_stream() -> None:
     gaps = [b - a for a, b in itertools.pairwise(firsts)]
     assert all(0.03 < gap < 0.15 for gap in gaps), gaps
     assert not stream_load.lost
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+async def test_a_whole_stream_is_ok_on_both_paths(path: str) -> None:
+    """The chat stream's role chunk is counted: a whole chat stream is not taken for a bad one."""
+    async with testing.running() as model, aiohttp.ClientSession() as session:
+        result = await load.stream_completion(session, model.url, chunks=4, interval_ms=1, path=path)
+    assert streams.classify(result) is streams.Outcome.OK, result
