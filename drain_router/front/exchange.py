@@ -51,6 +51,8 @@ log = logs.get("drain_router.front")
 NO_POD: answers.Error = (503, "no_ready_pod", "no pod of this service is ready")
 
 CONNECT_FAILED = "connect_failed"
+RETRY_LEG = "retry"
+"""``leg_failed``: the continuation was refused by the pod's router, and goes to another pod."""
 
 
 class FrontExchange(Exchange):
@@ -245,6 +247,12 @@ class FrontExchange(Exchange):
     def _leg_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         """A continuation's head: a 200 event stream goes on; anything else ends the response with
         the honest error (its body is not read)."""
+        if front.retry_reason(status, headers) is not None:
+            # The pod's router refused the continuation before its model server saw it: another pod
+            # (each try counts against --max-continuations). Sent once this read is parsed.
+            log.info("front.continuation_refused", status=status, path=self.path, pod=self._pod_url())
+            self.leg_failed = RETRY_LEG
+            return
         if sse.kind(self.target, status, headers):
             self.leg_answered = True
             self.splitter = front.EventSplitter()
@@ -262,6 +270,11 @@ class FrontExchange(Exchange):
             self.body_at = 0
             if self.resp_done:
                 self._retry_refused()
+            return
+        if self.leg_failed == RETRY_LEG:
+            if self.pod is not None:
+                self.site.pods.leave(self.pod)
+            self._cut()
             return
         if self.leg_failed:
             self._give_up(self.leg_failed, abandoned=False)
@@ -442,12 +455,12 @@ class FrontExchange(Exchange):
         if pod is not None:
             self._to(pod)
         else:
-            self.site.when_ready(self._resume)
+            self.site.when_ready(self._resume, cut_pod)
 
     def _resume(self, ready: bool) -> None:
         if self.finished:
             return
-        pod = (self.site.pods.pick(exclude=self.pod) or self.site.pods.pick()) if ready else None
+        pod = self.site.pods.pick(exclude=self.pod) if ready else None
         if pod is None:
             self._give_up("no_ready_pod", abandoned=False)
             return

@@ -17,7 +17,7 @@ from drain_router import config, logs
 from drain_router.admission.gate import Gate
 from drain_router.decisions.continuation import Dialect
 from drain_router.front.exchange import FrontExchange
-from drain_router.front.pods import Pods
+from drain_router.front.pods import Pod, Pods
 from drain_router.front.settings import FrontSettings
 from drain_router.http1.heads import Headers
 from drain_router.http1.upstream.pool import UpstreamPool
@@ -55,7 +55,7 @@ class FrontSite:
         self.host_header = b"front"
         """``Host`` for an HTTP/1.0 request that came without one."""
         self.pods = Pods(cfg, note_connect, self.changed)
-        self.waiting: dict[Callable[[bool], None], asyncio.TimerHandle] = {}
+        self.waiting: dict[Callable[[bool], None], tuple[asyncio.TimerHandle, Pod | None]] = {}
         """Cut streams waiting for a candidate pod to continue on, and their timeouts."""
         self.wait_timeout = float(admission.queue_timeout_secs)
         self.loop = asyncio.get_running_loop()
@@ -94,31 +94,32 @@ class FrontSite:
             log.info("front.holding", inflight=self.gate.active)
             self.gate.resize(0)
         if candidates:
-            for resume, timer in list(self.waiting.items()):
-                timer.cancel()
-                del self.waiting[resume]
-                resume(True)
+            for resume, (timer, exclude) in list(self.waiting.items()):
+                if self.pods.pick(exclude=exclude) is not None:
+                    timer.cancel()
+                    del self.waiting[resume]
+                    resume(True)
 
-    def when_ready(self, resume: Callable[[bool], None]) -> None:
-        """``resume(True)`` once a pod is a candidate, or ``resume(False)`` after ``--queue-timeout-secs``
-        (or at closing)."""
+    def when_ready(self, resume: Callable[[bool], None], exclude: Pod | None) -> None:
+        """``resume(True)`` once a pod other than ``exclude`` (the pod the stream was cut on) is a
+        candidate, or ``resume(False)`` after ``--queue-timeout-secs``."""
 
         def timed_out() -> None:
             if self.waiting.pop(resume, None) is not None:
                 resume(False)
 
-        self.waiting[resume] = self.loop.call_later(self.wait_timeout, timed_out)
+        self.waiting[resume] = (self.loop.call_later(self.wait_timeout, timed_out), exclude)
 
     def cancel_wait(self, resume: Callable[[bool], None]) -> None:
-        timer = self.waiting.pop(resume, None)
-        if timer is not None:
-            timer.cancel()
+        waiting = self.waiting.pop(resume, None)
+        if waiting is not None:
+            waiting[0].cancel()
 
     def close_queue(self) -> None:
         """Closing: held requests are answered 503 with ``Connection: close`` (the gate's), and cut
         streams waiting for a pod end with their honest error."""
         self.gate.close()
-        for resume, timer in list(self.waiting.items()):
+        for resume, (timer, _) in list(self.waiting.items()):
             timer.cancel()
             del self.waiting[resume]
             resume(False)

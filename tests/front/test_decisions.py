@@ -74,7 +74,7 @@ def _sdk_events(stream: bytes) -> list[str]:
 
 event_texts = st.lists(
     st.tuples(
-        st.text(alphabet="abc {}:\"é", min_size=0, max_size=20),
+        st.text(alphabet='abc {}:"é', min_size=0, max_size=20),
         st.sampled_from(["\n\n", "\r\n\r\n"]),
         st.booleans(),
     ),
