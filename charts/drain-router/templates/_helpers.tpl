@@ -100,6 +100,7 @@ helm.sh/resource-policy: keep
 {{- end -}}
 {{- include "drain-router.validateGrpc" (dict "root" . "engine" $engine) -}}
 {{- include "drain-router.validateAdmission" . -}}
+{{- include "drain-router.validateFront" (dict "root" . "engine" $engine) -}}
 {{- $drain := int .Values.shutdownDrainSecs -}}
 {{- $grace := int .Values.terminationGraceSecs -}}
 {{- if and (gt $drain 0) (ge $drain $grace) -}}
@@ -357,6 +358,75 @@ bound to 127.0.0.1 does not answer). Call with (dict "engine" $engine "timeout" 
 {{- end -}}
 {{- end -}}
 
+{{/* The front's objects' name (Deployment, Service, ServiceAccount, Role, RoleBinding, PDB,
+NetworkPolicy, PodMonitor). */}}
+{{- define "drain-router.frontName" -}}
+{{- printf "%s-front" (include "drain-router.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The front's --continuation: front.continuation, else the engine preset's (custom: completions,
+what every OpenAI-compatible server serves). */}}
+{{- define "drain-router.frontContinuation" -}}
+{{- $presets := dict "vllm" "token-ids" "sglang" "chat" "tgi" "completions" "llamacpp" "completions" "custom" "completions" -}}
+{{- if kindIs "invalid" .Values.front.continuation -}}
+{{- get $presets .Values.modelServer.engine -}}
+{{- else -}}
+{{- .Values.front.continuation -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The traffic ports' `from`, as the model's NetworkPolicy and the front's render it: nothing when
+networkPolicy.trafficFrom is empty (the rule then admits every source), else its peers, and with
+"activator" true the activator's pods (drain-router-controller chart). Call with (dict "root" $
+"activator" bool). */}}
+{{- define "drain-router.trafficFrom" -}}
+{{- $np := .root.Values.networkPolicy -}}
+{{- with $np.trafficFrom }}
+from:
+  {{- toYaml . | nindent 2 }}
+  {{- if $.activator }}
+  # The activator (drain-router-controller chart): relays requests it held while this service
+  # was scaled to zero, and asks the routers' /readyz on this port whether a pod is ready.
+  - namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {{ default $.root.Release.Namespace $np.controller.namespace }}
+    podSelector:
+      matchLabels:
+        {{- toYaml $np.activator.podLabels | nindent 8 }}
+  {{- end }}
+{{- end }}
+{{- end -}}
+
 {{- define "drain-router.inferencePoolName" -}}
 {{- default (include "drain-router.fullname" .) .Values.inferencePool.name -}}
+{{- end -}}
+
+
+{{/* The front's checks. Call with (dict "root" $ "engine" $engine). */}}
+{{- define "drain-router.validateFront" -}}
+{{- $v := .root.Values -}}
+{{- $f := $v.front -}}
+{{- if $f.enabled -}}
+{{- if not $v.modelService.enabled -}}
+{{- fail "front.enabled needs modelService.enabled: the front reads its ModelService (--service) and asks it for a wake when no pod is ready" -}}
+{{- end -}}
+{{- if $v.inferencePool.enabled -}}
+{{- fail "front.enabled with inferencePool.enabled: the front chooses the pod for each request (and the one a cut stream continues on), and so would the pool's endpoint picker; enable one of them" -}}
+{{- end -}}
+{{- if .engine.grpc.only -}}
+{{- fail (printf "front.enabled with grpc.enabled: %s serves gRPC only then, and the front relays HTTP; the GRPCRoute goes to the model's Service without it" $v.modelServer.engine) -}}
+{{- end -}}
+{{- if eq (int $f.port) (int $f.adminPort) -}}
+{{- fail (printf "front.port and front.adminPort are both %v: the front's admin listener (probes, /metrics) must have its own port" $f.port) -}}
+{{- end -}}
+{{- $drain := int $f.shutdownDrainSecs -}}
+{{- $grace := int $f.terminationGracePeriodSeconds -}}
+{{- if ge $drain $grace -}}
+{{- fail (printf "front.shutdownDrainSecs (%d) must be below front.terminationGracePeriodSeconds (%d): the front aborts the streams it holds at grace - 2 s" $drain $grace) -}}
+{{- end -}}
+{{- $window := mul (int $f.readinessProbe.periodSeconds) (int $f.readinessProbe.failureThreshold) -}}
+{{- if and (gt $drain 0) (le $drain (int $window)) -}}
+{{- fail (printf "front.shutdownDrainSecs (%d) must be above the front's readiness probe window (front.readinessProbe.periodSeconds %v x failureThreshold %v = %d s): a draining front pod would close its listener while its Service still sends to it" $drain $f.readinessProbe.periodSeconds $f.readinessProbe.failureThreshold (int $window)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
