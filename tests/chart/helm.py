@@ -126,9 +126,21 @@ def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
     return found[0]
 
 
+def component(doc: dict[str, Any]) -> str | None:
+    """An object's app.kubernetes.io/component label: model-server, front (the chart's two workloads)."""
+    return doc["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+
+
 def model_deployment(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    (dep,) = find(docs, "Deployment")
+    """The model server's Deployment (with front.enabled the front's is the other one)."""
+    (dep,) = [d for d in find(docs, "Deployment") if component(d) == "model-server"]
     return dep
+
+
+def model_service(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The model server pods' Service (with front.enabled the front's is the other one)."""
+    (service,) = [d for d in find(docs, "Service") if component(d) == "model-server"]
+    return service
 
 
 def containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.chart import values_sets
-from tests.chart.helm import Helm, containers, flag, model_deployment, one
+from tests.chart.helm import Helm, component, containers, find, flag, model_deployment, model_service
 
 #: The engine presets' ports (modelServer.port null).
 PRESET_PORTS = {"vllm": 8000, "sglang": 30000, "tgi": 8000, "llamacpp": 8000}
@@ -116,7 +116,7 @@ def test_router_runs_as_non_root(rendered: tuple[dict[str, Any], list[Any]]) -> 
 def test_service_and_pdb_select_only_model_server_pods(rendered: tuple[dict[str, Any], list[Any]]) -> None:
     values, docs = rendered
     pod_labels = model_deployment(docs)["spec"]["template"]["metadata"]["labels"]
-    service = one(docs, "Service")
+    service = model_service(docs)
     grpc_only = values["grpc"]["enabled"] and values["modelServer"]["engine"] in ("vllm", "sglang")
     expected = (
         []
@@ -131,9 +131,16 @@ def test_service_and_pdb_select_only_model_server_pods(rendered: tuple[dict[str,
     assert service["spec"]["ports"] == expected
     selectors = [service["spec"]["selector"]]
     if values["pdb"]["enabled"]:
-        selectors.append(one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"])
+        (pdb,) = [d for d in find(docs, "PodDisruptionBudget") if component(d) == "model-server"]
+        selectors.append(pdb["spec"]["selector"]["matchLabels"])
+    others = [
+        d["spec"]["template"]["metadata"]["labels"] for d in find(docs, "Deployment") if component(d) != "model-server"
+    ]
+    assert len(others) == int(values["front"]["enabled"]), "the front's pods are the only others"
     for selector in selectors:
         assert selector.items() <= pod_labels.items()
+        for labels in others:
+            assert not selector.items() <= labels.items(), "the front's pods are neither served nor budgeted here"
 
 
 def test_default_grace_leaves_room_after_the_drain() -> None:

@@ -18,7 +18,7 @@ from tests.chart.pod_security import CONTROLS, violations
 ENGINES = ["vllm", "sglang", "tgi", "llamacpp"]
 #: The containers the charts render themselves; initContainers and extraContainers are the user's,
 #: passed through verbatim, and carry whatever securityContext the user gave them.
-CHART_CONTAINERS = {"router", "controller", "activator"}
+CHART_CONTAINERS = {"router", "front", "controller", "activator"}
 
 
 def pod_templates(docs: list[dict[str, Any]], own: set[str]) -> list[dict[str, Any]]:
@@ -43,10 +43,16 @@ def pod_templates(docs: list[dict[str, Any]], own: set[str]) -> list[dict[str, A
 )
 def test_every_model_pod_is_admitted_as_restricted(helm: Helm, values: dict[str, Any]) -> None:
     docs = helm.template(values)
-    name = values_sets.merged(values)["modelServer"]["name"]
-    (template,) = pod_templates(docs, CHART_CONTAINERS | {name})
-    assert [c["name"] for c in template["spec"]["containers"]] == ["router", name]
-    assert violations(template) == {}
+    merged = values_sets.merged(values)
+    name = merged["modelServer"]["name"]
+    templates = {
+        t["metadata"]["labels"]["app.kubernetes.io/component"]: t
+        for t in pod_templates(docs, CHART_CONTAINERS | {name})
+    }
+    expected = {"model-server": ["router", name], **({"front": ["front"]} if merged["front"]["enabled"] else {})}
+    assert {c: [x["name"] for x in t["spec"]["containers"]] for c, t in templates.items()} == expected
+    for template in templates.values():
+        assert violations(template) == {}
 
 
 @pytest.mark.parametrize("values", [*values_sets.CONTROLLER_SETS, pytest.param({"activator": {"enabled": True}})])

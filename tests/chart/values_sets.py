@@ -236,6 +236,31 @@ OVERLOAD: dict[str, Any] = {
     "monitoring": {"podMonitor": {"enabled": True}},
 }
 
+FRONT: dict[str, Any] = {
+    # The front between the route and the pods (SGLang: the preset's continuation is chat), its own
+    # admission gate, both ways in restricted to the gateways' namespace, scraped, traced; the
+    # ModelService sleeps the model and the front asks for the wakes.
+    "front": {
+        "enabled": True,
+        "replicas": 3,
+        "admission": {"maxConcurrentRequests": 512, "queueSize": 1024, "queueTimeoutSecs": 20},
+        "podAnnotations": {"example.com/cost-center": "llm"},
+        "nodeSelector": {"node-role.example.com/edge": "true"},
+    },
+    "modelService": {
+        "enabled": True,
+        "lifecycleRules": [{"policy": "ScaleToZero", "condition": {"idleSeconds": 1800}}],
+    },
+    "httpRoute": {"enabled": True, "parentRefs": [{"name": "inference", "namespace": "gateways"}]},
+    "modelServer": {"engine": "sglang"},
+    "router": {"tracing": {"enabled": True, "endpoint": "http://otel-collector.observability:4318"}},
+    "networkPolicy": {
+        "trafficFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateways"}}}],
+        "adminFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+    },
+    "monitoring": {"podMonitor": {"enabled": True}},
+}
+
 #: Model chart sets (every one renders a model server Deployment).
 WITH_WORKLOAD = [
     pytest.param({}, id="defaults"),
@@ -250,6 +275,7 @@ WITH_WORKLOAD = [
     pytest.param(GRPC_POOL, id="grpc-pool"),
     pytest.param(GRPC_TRITON, id="grpc-triton"),
     pytest.param(OVERLOAD, id="overload"),
+    pytest.param(FRONT, id="front"),
 ]
 ALL = WITH_WORKLOAD
 

@@ -365,11 +365,13 @@ NetworkPolicy, PodMonitor). */}}
 {{- end -}}
 
 {{/* The front's --continuation: front.continuation, else the engine preset's (custom: completions,
-what every OpenAI-compatible server serves). */}}
+what every OpenAI-compatible server serves). false is off: YAML reads a bare `off` as false. */}}
 {{- define "drain-router.frontContinuation" -}}
 {{- $presets := dict "vllm" "token-ids" "sglang" "chat" "tgi" "completions" "llamacpp" "completions" "custom" "completions" -}}
 {{- if kindIs "invalid" .Values.front.continuation -}}
 {{- get $presets .Values.modelServer.engine -}}
+{{- else if kindIs "bool" .Values.front.continuation -}}
+off
 {{- else -}}
 {{- .Values.front.continuation -}}
 {{- end -}}
