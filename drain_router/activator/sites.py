@@ -35,6 +35,7 @@ from drain_router.decisions.grpc_status import GrpcStatus
 from drain_router.http1 import answers
 from drain_router.http1.exchange import Exchange
 from drain_router.http1.heads import Headers
+from drain_router.http1.traced import TracedExchange
 from drain_router.http1.upstream.pool import UpstreamPool
 from drain_router.metrics import ActivatorMetrics, Metrics
 
@@ -68,6 +69,7 @@ class Refused:
     pool: None = None
     host_header: bytes = b""
     exchange_type = Exchange
+    traced_exchange_type = TracedExchange
 
 
 class _Rejections:
@@ -112,6 +114,7 @@ class ServiceSite:
 
     refusal = None
     exchange_type = Exchange
+    traced_exchange_type = TracedExchange
 
     def __init__(self, namespace: str, name: str, table: Sites) -> None:
         self.namespace, self.name = namespace, name

@@ -89,6 +89,8 @@ _options = flags.options(
         _router("log-level", LOGS),
         _router("log-format", LOGS),
         _router("access-log", LOGS),
+        _router("tracing", LOGS),
+        _router("tracing-keep-query", LOGS),
     ]
 )
 

@@ -40,7 +40,7 @@ from drain_router.decisions.continuation import (
     StreamTracker,
 )
 from drain_router.front.pods import Pod
-from drain_router.http1 import answers, sse
+from drain_router.http1 import answers, sse, traced
 from drain_router.http1.exchange import Client, Destination, Exchange
 from drain_router.http1.heads import CHUNKED, NONE, RequestHead
 from drain_router.http1.upstream.connection import UpstreamConnection
@@ -502,3 +502,10 @@ class FrontExchange(Exchange):
         if not self.finished and self.cut_at is not None:
             self.site.cancel_wait(self._resume)
         super().finish(outcome)
+
+
+class TracedFrontExchange(traced.Traced, FrontExchange):
+    """A front exchange with a span (``--tracing``): each continuation is a ``drain_router.continued``
+    event on it."""
+
+    __slots__ = traced.SLOTS

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from drain_router import config, logs
 from drain_router.admission.gate import Gate
 from drain_router.decisions.continuation import Dialect
-from drain_router.front.exchange import FrontExchange
+from drain_router.front.exchange import FrontExchange, TracedFrontExchange
 from drain_router.front.pods import Pod, Pods
 from drain_router.front.settings import FrontSettings
 from drain_router.http1.heads import Headers
@@ -45,6 +45,7 @@ class FrontSite:
         note_connect: Callable[[bool], None],
     ) -> None:
         self.exchange_type = FrontExchange
+        self.traced_exchange_type = TracedFrontExchange
         self.settings = settings
         self.dialect: Dialect = settings.dialect
         self.max_continuations = settings.max_continuations

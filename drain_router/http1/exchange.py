@@ -91,6 +91,10 @@ class Destination(Protocol):
     def exchange_type(self) -> type[Exchange]:
         """The class of its requests' exchanges: :class:`Exchange`, or the front's."""
 
+    @property
+    def traced_exchange_type(self) -> type[Exchange]:
+        """The same with a span (``--tracing``): a :class:`~.traced.Traced` subclass."""
+
 
 class Site(Protocol):
     """What every request of a listener shares (the traffic listener)."""

@@ -29,6 +29,7 @@ from drain_router.http1.client import ClientConnection
 from drain_router.http1.exchange import Exchange
 from drain_router.http1.reader import Sites
 from drain_router.http1.refusals import Refusals
+from drain_router.http1.traced import TracedExchange
 from drain_router.http1.upstream.pool import UpstreamPool
 from drain_router.http1.websocket.sessions import OpenTunnels
 from drain_router.state import RouterState
@@ -43,6 +44,7 @@ class TrafficListener:
     """The listening socket, its client connections and their deadlines."""
 
     exchange_type = Exchange
+    traced_exchange_type = TracedExchange
 
     def __init__(
         self,

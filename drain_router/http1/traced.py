@@ -14,6 +14,8 @@ drain's start, a refusal at closing and the Close 1001 (where they happen, throu
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from drain_router import tracing
 from drain_router.decisions import spans
 from drain_router.http1 import answers
@@ -24,9 +26,23 @@ from drain_router.http1.heads import TRACE_CONTEXT, Headers, traced_head
 from drain_router.http1.upstream.connection import UpstreamConnection
 from drain_router.metrics import Outcome
 
+SLOTS = ("first_byte_at", "read_bytes", "reads", "seen", "span", "tracer")
+"""What a traced exchange holds beside its exchange's own."""
 
-class TracedExchange(Exchange):
-    __slots__ = ("first_byte_at", "read_bytes", "reads", "seen", "span", "tracer")
+
+class Traced(Exchange):
+    """What tracing adds to an exchange class, with no slots of its own: a traced class is
+    ``class T(Traced, SomeExchange)`` with ``__slots__ = SLOTS`` (:class:`TracedExchange`, the
+    front's), so it can extend an exchange that has slots of its own."""
+
+    if not TYPE_CHECKING:  # (mypy would refuse the attributes its subclasses' slots hold)
+        __slots__ = ()
+    tracer: tracing.Tracer
+    span: tracing.Span
+    first_byte_at: float | None
+    read_bytes: int
+    reads: int
+    seen: int
 
     def begin(self, tracer: tracing.Tracer, span: tracing.Span, attributes: spans.Attributes) -> None:
         self.tracer = tracer
@@ -80,6 +96,10 @@ class TracedExchange(Exchange):
         self.tracer.end(self.span, attrs, spans.http_error(outcome.value, code))
 
 
+class TracedExchange(Traced):
+    __slots__ = SLOTS
+
+
 class TracedHandshake(TracedExchange, Handshake):
     """A WebSocket handshake, and the session it opens, as one span (ended with the session)."""
 
@@ -124,11 +144,13 @@ def exchange(
         request.head = traced_head(request.head, traceparent, tracestate)
     if not span.is_recording():
         if key is None or request is None:
-            return Exchange(client, dest, method, target, http10, keep_alive, request, problem)
+            return dest.exchange_type(client, dest, method, target, http10, keep_alive, request, problem)
         return Handshake(client, dest, method, target, http10, keep_alive, request, key)
-    made: TracedExchange
+    made: Traced
     if key is None or request is None:
-        made = TracedExchange(client, dest, method, target, http10, keep_alive, request, problem)
+        made = cast(
+            Traced, dest.traced_exchange_type(client, dest, method, target, http10, keep_alive, request, problem)
+        )
     else:
         made = TracedHandshake(client, dest, method, target, http10, keep_alive, request, key)
     peer = client.peer.decode("latin-1")

@@ -216,7 +216,7 @@ def test_top_level_help_lists_lazy_commands_without_importing_them() -> None:
     out = run(["--help"]).output
     listed = [line.split()[0] for line in out.split("Commands:")[1].splitlines() if line[:3].strip()]
     # What runs in a cluster, nothing else: the fake model and the demo are drain-router-dev's.
-    assert listed == ["activator", "check", "controller", "serve"], listed
+    assert listed == ["activator", "check", "controller", "front", "serve"], listed
     assert "kopf" not in sys.modules
 
 
