@@ -165,7 +165,7 @@ class FrontExchange(Exchange):
         body = bytes(self.kept)
         head = request.head
         site = self.site
-        if site.dialect is not cont_.Dialect.OFF and self.method == b"POST":
+        if self.method == b"POST":
             verdict = cont_.assess(self.method, self.target, body, site.dialect)
             if isinstance(verdict, Continuable):
                 self.cont = verdict
