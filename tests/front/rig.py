@@ -94,7 +94,9 @@ class Rig:
         model = await self.model(*model_args)
         return Pod(model, await self.router(model.url, *router_args, drain_secs=drain_secs))
 
-    async def front(self, *pods: Pod | str, ready: int | None = None, **flags: Any) -> RouterProcess:
+    async def front(
+        self, *pods: Pod | str, ready: int | None = None, env: dict[str, str] | None = None, **flags: Any
+    ) -> RouterProcess:
         """``drain-router front --pods ...`` with ``flags`` (``max_continuations=1`` is
         ``--max-continuations 1``), once it listens and has ``ready`` pods ready (all by default)."""
         urls = [p if isinstance(p, str) else p.url for p in pods]
@@ -113,13 +115,13 @@ class Rig:
             "0",
             "--pods",
             ",".join(urls),
-            "--shutdown-drain-secs",
-            "0",
         ]
         flags.setdefault("poll_interval_secs", 0.1)
+        flags.setdefault("shutdown_drain_secs", 0)
         for name, value in flags.items():
-            argv += [f"--{name.replace('_', '-')}", str(value)]
-        proc = process_.Process("front", argv, log_path("front"))
+            flag = f"--{name.replace('_', '-')}"
+            argv += [flag] if value is True else [flag, str(value)]
+        proc = process_.Process("front", argv, log_path("front"), env=env)
         proc.start()
         front = RouterProcess(proc)
         self.stack.push_async_callback(front.kill)
