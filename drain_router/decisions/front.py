@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from drain_router.decisions.stream_ends import CutMark, cut_mark
 from drain_router.decisions.wake_endpoints import MANAGED_BY_LABEL, SERVICE_NAME_LABEL
 
 REFUSED_HEADER = b"x-drain-router-refused"
@@ -23,6 +25,13 @@ MAX_EVENT_BYTES = 1 << 20
 """The largest event-stream event the front follows (1 MiB): an event is held until its end arrives,
 to be judged whole, so this bounds what one stream holds. A bigger one ends the following: the rest
 of the stream is relayed as it comes, and is not continued if cut."""
+
+
+MAX_FOLLOWED_BYTES = 16 << 20
+"""The most event bytes of one response the front follows (16 MiB: about 80,000 tokens of OpenAI
+chunks at some 200 bytes each). Past it the rest is relayed as it comes and the stream is no longer
+continued, so what a tracked stream keeps of its answer (its text, a few bytes a token, and in the
+token-ids dialect 8 bytes a token) is bounded too."""
 
 
 def retry_reason(status: int, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -93,6 +102,16 @@ class EventSplitter:
     def take_rest(self) -> bytes:
         rest, self.rest = self.rest, b""
         return rest
+
+
+def cut_mark_of(data: bytes) -> CutMark | None:
+    """The router's cut mark, when an event's data is its error event (checked cheaply first)."""
+    if b"error" not in data:
+        return None
+    try:
+        return cut_mark(json.loads(data))
+    except (ValueError, RecursionError):
+        return None
 
 
 def event_data(event: bytes) -> bytes | None:

@@ -39,6 +39,7 @@ from drain_router.decisions.continuation import (
     Splice,
     StreamTracker,
 )
+from drain_router.decisions.stream_ends import ends_stream
 from drain_router.front.pods import Pod
 from drain_router.http1 import answers, sse, traced
 from drain_router.http1.exchange import Client, Destination, Exchange
@@ -60,6 +61,7 @@ class FrontExchange(Exchange):
         "cont",
         "cut_at",
         "cut_event",
+        "followed",
         "following",
         "kept",
         "leg_answered",
@@ -67,6 +69,7 @@ class FrontExchange(Exchange):
         "legs",
         "next_pod",
         "out",
+        "passthrough",
         "pod",
         "retries",
         "skipping",
@@ -108,6 +111,11 @@ class FrontExchange(Exchange):
         """The refusal being swallowed (its reason), until its body is read and the retry sent."""
         self.cont: Continuable | None = None
         self.following = False
+        self.passthrough = False
+        """Past :data:`~drain_router.decisions.front.MAX_EVENT_BYTES` or ``MAX_FOLLOWED_BYTES``: relayed
+        as it comes, as the router relays (its ends are the pod's router's)."""
+        self.followed = 0
+        """Event bytes followed so far (at most :data:`~drain_router.decisions.front.MAX_FOLLOWED_BYTES`)."""
         self.tracker: StreamTracker | None = None
         self.splitter: front.EventSplitter | None = None
         self.splice: Splice | None = None
@@ -297,21 +305,24 @@ class FrontExchange(Exchange):
         del out[at:]
         relay: list[bytes] = []
         cut = False
-        if body:
-            if splitter.overflow:
-                relay.append(body)
-            else:
-                cut = self._events(splitter.feed(body), relay)
-                if splitter.overflow and not cut and not self.finished:
-                    # An event past the bound: relayed as it comes, no longer followed.
-                    relay.append(splitter.take_rest())
-                    tracker.unfollowed = True
+        if self.passthrough:
+            relay.append(body)
+        elif body:
+            self.followed += len(body)
+            cut = self._events(splitter.feed(body), relay)
+            if not cut and (splitter.overflow or self.followed > front.MAX_FOLLOWED_BYTES):
+                # An event past its bound, or an answer past its own: the rest is relayed as it
+                # comes, no longer followed (and never continued).
+                relay.append(splitter.take_rest())
+                self.passthrough = True
+                tracker.parts.clear()
         if self.finished:
             return
         if relay:
             data = b"".join(relay)
-            out.append(b"%x\r\n%s\r\n" % (len(data), data))
-        done = tracker.done and not cut
+            if data:
+                out.append(b"%x\r\n%s\r\n" % (len(data), data))
+        done = (tracker.done and not cut) or (self.passthrough and self.resp_done)
         if done:
             out.append(sse.LAST_CHUNK)
         self._write(out)
@@ -339,7 +350,17 @@ class FrontExchange(Exchange):
         assert tracker is not None
         for raw in events:
             data = front.event_data(raw)
-            if data is None or tracker.unfollowed:
+            if data is None:
+                relay.append(raw)  # a comment, a keep-alive
+                continue
+            if tracker.unfollowed:
+                # Not continuable any more (several choices, a tool call): relayed, its end and the
+                # router's cut mark still told apart.
+                if ends_stream(data):
+                    tracker.done = True
+                elif front.cut_mark_of(data) is not None:
+                    self.cut_event = raw
+                    return True
                 relay.append(raw)
                 continue
             event = tracker.feed(data)
@@ -394,6 +415,13 @@ class FrontExchange(Exchange):
         if self.following and self.tracker is not None and self.tracker.done:
             self.upstream = None
             self.finish(Outcome.COMPLETED)  # (its [DONE] and last chunk were written)
+            return
+        if self.following and self.passthrough:
+            # Relayed as the router relays: the cut reaches the client as a cut.
+            self.upstream = None
+            if self.client.transport is not None:
+                self.client.transport.abort()
+            self.finish(Outcome.UPSTREAM_ERROR)
             return
         if self.following or (self.legs and not self.leg_answered):
             self.upstream = None

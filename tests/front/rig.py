@@ -192,12 +192,23 @@ async def post(port: int, path: str, body: dict[str, Any], *, started: Any = Non
 
 
 class ShortEngine:
-    """An engine that streams the fake model's first ``tokens`` tokens and ends its stream there,
-    cleanly and without ``[DONE]`` (the router in front of it then sends its ``upstream_truncated``
-    event); ``/health`` and nothing else."""
+    """An engine that streams the fake model's first ``tokens`` tokens (or the ``events`` given) and
+    ends its stream there, cleanly and without ``[DONE]`` unless ``done`` (the router in front of it
+    then sends its ``upstream_truncated`` event); ``POST /v1/completions`` and
+    ``/v1/chat/completions``, nothing else."""
 
-    def __init__(self, tokens: int) -> None:
-        self.tokens = tokens
+    def __init__(self, tokens: int, events: list[dict[str, Any]] | None = None, done: bool = False) -> None:
+        self.events = events or [
+            {
+                "id": "cmpl-short",
+                "object": "text_completion",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "text": f" t{k}", "logprobs": None, "finish_reason": None}],
+            }
+            for k in range(tokens)
+        ]
+        self.done = done
         self.served = 0
         self.url = ""
 
@@ -205,24 +216,22 @@ class ShortEngine:
         self.served += 1
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for k in range(self.tokens):
-            chunk = {
-                "id": "cmpl-short",
-                "object": "text_completion",
-                "created": 1,
-                "model": "m",
-                "choices": [{"index": 0, "text": f" t{k}", "logprobs": None, "finish_reason": None}],
-            }
-            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        for event in self.events:
+            await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        if self.done:
+            await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
 
 
 @contextlib.asynccontextmanager
-async def short_engine(tokens: int) -> AsyncIterator[ShortEngine]:
-    engine = ShortEngine(tokens)
+async def short_engine(
+    tokens: int, events: list[dict[str, Any]] | None = None, *, done: bool = False
+) -> AsyncIterator[ShortEngine]:
+    engine = ShortEngine(tokens, events, done)
     app = web.Application()
     app.router.add_post("/v1/completions", engine.completions)
+    app.router.add_post("/v1/chat/completions", engine.completions)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.front.rig import Pod, Rig, Streamed, metric, sequence, short_engine, wait_metric
+from tests.front.rig import Pod, Rig, Streamed, metric, post, sequence, short_engine, wait_metric
 from tests.process import RouterProcess
 
 TOKENS = 24
@@ -244,6 +244,26 @@ async def test_a_stream_the_model_server_ended_early_is_continued() -> None:
         assert_one_whole_answer(got)
         assert await metric(front, "drain_router_front_continuations_total", outcome="continued") == 1
         assert engine.served == 1
+
+
+async def test_a_stream_no_longer_followed_still_ends_as_the_engine_ended_it() -> None:
+    """A tool call's delta makes a chat stream not continuable: its events are relayed as they come,
+    and its ``[DONE]`` ends the response, with no error event added."""
+    call = {"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    events = [
+        {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [choice]}
+        for choice in (
+            {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None},
+            {"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None},
+            {"index": 0, "delta": {}, "finish_reason": "tool_calls"},
+        )
+    ]
+    async with Rig() as rig, short_engine(0, events, done=True) as engine:
+        pod = Pod(engine, await rig.router(engine.url))  # type: ignore[arg-type]
+        front = await rig.front(pod, continuation="chat")
+        got = await post(front.port, "/v1/chat/completions", chat())  # type: ignore[arg-type]
+        assert got.status == 200 and not got.cut
+        assert got.events == [*[json.dumps(e) for e in events], "[DONE]"]
 
 
 async def _free_port() -> int:
