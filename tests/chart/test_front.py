@@ -103,6 +103,8 @@ def test_the_default_front_runs_these_flags(helm: Helm) -> None:
         "30",
         "--termination-grace-secs",
         "3600",
+        "--queue-size",
+        "256",
         "--log-format",
         "json",
         "--log-level",
@@ -140,10 +142,11 @@ def test_the_modelservice_named_is_the_one_rendered(helm: Helm) -> None:
     assert {name for rule in role["rules"] for name in rule.get("resourceNames", [])} == {"llama-70b"}
 
 
-def test_admission_flags_only_with_a_limit(helm: Helm) -> None:
+def test_the_holding_queue_always_and_the_limit_only_when_set(helm: Helm) -> None:
+    """The queue holds requests while no model pod is ready, limit or not."""
     args = front_args(helm.template(ENABLED))
-    for name in ("--max-concurrent-requests", "--queue-size", "--queue-timeout-secs"):
-        assert flag(args, name) is None
+    assert flag(args, "--max-concurrent-requests") is None and flag(args, "--queue-timeout-secs") is None
+    assert flag(args, "--queue-size") == "256"
     args = front_args(helm.template(values_sets.FRONT))
     assert flag(args, "--max-concurrent-requests") == "512"
     assert flag(args, "--queue-size") == "1024"
@@ -443,3 +446,34 @@ def test_a_front_of_its_own_per_release(helm: Helm) -> None:
     (rule,) = [r for r in policy["spec"]["ingress"] if "front" in str(r.get("from"))]
     (peer,) = rule["from"]
     assert netpol.selects(peer["podSelector"], second_front) and not netpol.selects(peer["podSelector"], first_front)
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {},
+        {"modelServer": {"engine": "sglang"}},
+        {"modelServer": {"engine": "llamacpp"}},
+        {"front": {"admission": {"maxConcurrentRequests": 64, "queueSize": 32, "queueTimeoutSecs": 20}}},
+        {"front": {"continuation": False}},
+    ],
+    ids=["defaults", "sglang", "llamacpp", "admission", "off"],
+)
+def test_the_rendered_command_line_is_one_the_front_takes(helm: Helm, over: dict[str, Any], monkeypatch) -> None:
+    """The chart's args run through the real ``drain-router front`` command line (its process stubbed):
+    every flag exists and every value passes its checks."""
+    from click.testing import CliRunner
+
+    from drain_router import cli, early_signals
+    from drain_router.front import process
+
+    seen: list[Any] = []
+    monkeypatch.setattr(process, "serve", lambda cfg, settings, **kw: seen.append((cfg, settings)) or 0)
+    monkeypatch.setattr(early_signals, "install", lambda: None)
+    monkeypatch.setattr("drain_router.logs.configure", lambda **kw: None)
+    args = front_args(helm.template(_merge(ENABLED, over)))
+    result = CliRunner().invoke(cli.main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    [(_, settings)] = seen
+    assert settings.service == f"{NAMESPACE}/{FULLNAME}"
+    assert settings.continuation == flag(args, "--continuation")
