@@ -34,7 +34,7 @@ GATEWAYS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name":
 
 #: (apiGroups, resources, resourceNames, verbs): the front's Role, all of it.
 FRONT_RULES: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = [
-    (("discovery.k8s.io",), ("endpointslices",), (), ("get", "list", "watch")),
+    (("discovery.k8s.io",), ("endpointslices",), (), ("list",)),
     (("drainrouter.dev",), ("modelservices",), (FULLNAME,), ("get",)),
     (("drainrouter.dev",), ("modelservices/status",), (FULLNAME,), ("patch",)),
 ]
