@@ -107,7 +107,9 @@ balancer's gRPC side) run beside the streams and the table says how each ended. 
 comparison and what each run lost, writes a PNG timeline. Exits 1 if drain-router lost a
 request or a gRPC call, or cut a session. With --overload it shows admission control instead: the
 engine past its capacity, straight and behind a router. With --wake, a model service scaled to zero
-woken by its first requests through the activator (exits 1 if one was lost).
+woken by its first requests through the activator (exits 1 if one was lost). With --front, streams
+cut by a pod's roll, straight to its router and through the front, which continues them on the other
+pod (exits 1 if the front lost one or an answer is not the uninterrupted one).
 """
 
 
@@ -171,6 +173,14 @@ woken by its first requests through the activator (exits 1 if one was lost).
     "table of the wake (about 10 s).",
 )
 @click.option(
+    "--front",
+    is_flag=True,
+    default=False,
+    help="Instead of the rolling restart: --clients streams (4 unless given) cut by a pod's roll, straight "
+    "to its router and through a real drain-router front, which continues them on the other pod; each "
+    "stream shown as it arrives, and a table (about 10 s).",
+)
+@click.option(
     "--cold-start-secs",
     type=click.FloatRange(0, 120),
     default=3.0,
@@ -182,9 +192,24 @@ woken by its first requests through the activator (exits 1 if one was lost).
     "--live/--plain", default=None, help="A redrawn live view, or plain event lines. Default: live on a terminal."
 )
 def command(
-    png: Path, no_png: bool, live: bool | None, overload: bool, wake: bool, cold_start_secs: float, **params: int
+    png: Path,
+    no_png: bool,
+    live: bool | None,
+    overload: bool,
+    wake: bool,
+    front: bool,
+    cold_start_secs: float,
+    **params: int,
 ) -> None:
     """The demo (its help: :data:`HELP`)."""
+    if front:
+        from drain_router_dev import front_demo
+
+        given = click.get_current_context().get_parameter_source("clients") is not click.core.ParameterSource.DEFAULT
+        clients = params["clients"] if given else front_demo.CLIENTS
+        is_live = sys.stdout.isatty() if live is None else live
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            sys.exit(runner.run(front_demo.run(sys.stdout, clients=clients, live=is_live)))
     if wake:
         from drain_router_dev import wake_demo
 
