@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: engine test check cluster cluster-bin cluster-down unit e2e lint demo demo-overload demo-wake bench soak image dist dist-check chart-readme mutate constraints clean
+.PHONY: engine test check cluster cluster-bin cluster-down unit e2e lint demo demo-overload demo-wake demo-front bench soak image dist dist-check chart-readme mutate constraints clean
 
 # The tested versions: every install here is constrained by constraints.txt (pyproject.toml only
 # declares ranges). The dev tools are the `dev` dependency group, which needs pip >= 25.1.
@@ -100,6 +100,11 @@ demo-overload: $(DEMO_STAMP)
 ## make demo-wake: a model service scaled to zero woken by its first requests through the activator
 demo-wake: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/drain-router-dev demo --wake --clients 20
+
+## make demo-front: streams cut by a pod's roll, straight to its router (lost) and through the front,
+## which continues each on the other pod in the same response
+demo-front: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/drain-router-dev demo --front
 
 ## make soak: SOAK_CYCLES (default 200) rolling-restart cycles per balancer (HAProxy, Envoy) with random
 ## faults, plus a drain-off control; fails on any unaccounted loss or a growing router (not in CI)
