@@ -56,6 +56,14 @@ class Front(lifecycle.Router):
             self.settings, self.config, self.metrics, self.own_metrics, note_connect=self.state.note_connect
         )
         stack.callback(site.close)
+        logs.get("drain_router.front").info(
+            "front.started",
+            service=self.settings.service,
+            pods=self.settings.pod_urls() or None,
+            continuation=site.dialect.value,
+            max_continuations=self.settings.max_continuations,
+            poll_interval_secs=self.settings.poll_interval_secs,
+        )
         self.state.gate = site.gate  # held requests: closing answers them, /admin/inflight counts them
         kube = None
         if self.api is not None:
