@@ -13,7 +13,12 @@ Routes (HTTP/1.1, keep-alive, request bodies by Content-Length or chunked):
   headers and the first event go out at once, the rest every ``MS`` ms (0: back to back). ``hold=1``
   sends the headers and the first event, then holds the stream open until the client leaves.
   ``oneread=1``: the head, the ``N`` events and the end in one ``write`` (a batching engine, or a
-  node so busy that the proxy reads many events at once).
+  node so busy that the proxy reads many events at once). ``done=0``: the stream ends (its last
+  chunk) without the ``[DONE]`` event. The router marks such an end ``upstream_truncated``; a proxy
+  that follows the stream (``drain-router front``) sees the token budget used and ends it with
+  ``[DONE]`` itself: how the tests see that the front follows the ``sse_followed`` streams. A
+  ``POST`` body (an OpenAI request, as that workload sends) is read and not looked at: the query
+  says the stream's shape.
 - ``POST /upload``: reads and discards the body, answers ``{"bytes": n}``.
 - ``GET /v1/realtime`` with ``Upgrade: websocket`` and ``Connection: upgrade``: 101, then a WebSocket echo: every data frame
   from the client comes back as one unmasked frame with the same payload, pings get pongs, a Close
@@ -64,7 +69,8 @@ EVENT = (
 )
 EVENT_CHUNK = b"%x\r\n%s\r\n" % (len(EVENT), EVENT)
 DONE = b"data: [DONE]\n\n"
-DONE_CHUNK = b"%x\r\n%s\r\n0\r\n\r\n" % (len(DONE), DONE)
+LAST_CHUNK = b"0\r\n\r\n"
+DONE_CHUNK = b"%x\r\n%s\r\n%s" % (len(DONE), DONE, LAST_CHUNK)
 SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
     b"Transfer-Encoding: chunked\r\n\r\n"
@@ -245,7 +251,8 @@ class UpstreamProtocol(asyncio.Protocol):
             if query.get("oneread", ["0"])[0] == "1" and not hold:
                 self._one_write(req, chunks)
                 return
-            self._stream(req, chunks, interval, hold)
+            end = LAST_CHUNK if query.get("done", ["1"])[0] == "0" else DONE_CHUNK
+            self._stream(req, chunks, interval, hold, end)
             return
         elif req.path == "/readyz":
             transport.write(READY_RESPONSE)
@@ -295,7 +302,7 @@ class UpstreamProtocol(asyncio.Protocol):
             elif opcode != OP_PONG:
                 self.transport.write(ws_frame(first & 0x8F, payload))  # the data frame, echoed
 
-    def _stream(self, req: _Request, chunks: int, interval: float, hold: bool) -> None:
+    def _stream(self, req: _Request, chunks: int, interval: float, hold: bool, end: bytes) -> None:
         transport = self.transport
         assert transport is not None
         self.busy = True
@@ -306,7 +313,7 @@ class UpstreamProtocol(asyncio.Protocol):
         if interval <= 0 or chunks <= 1:
             for _ in range(chunks - 1):
                 transport.write(EVENT_CHUNK)
-            self._finish(req, resume=False)  # we are inside _advance, which goes on by itself
+            self._finish(req, end, resume=False)  # we are inside _advance, which goes on by itself
             return
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -320,7 +327,7 @@ class UpstreamProtocol(asyncio.Protocol):
             self.transport.write(EVENT_CHUNK)
             sent += 1
             if sent >= chunks:
-                self._finish(req, resume=True)
+                self._finish(req, end, resume=True)
             else:
                 self.timer = loop.call_at(start + sent * interval, tick)
 
@@ -334,9 +341,11 @@ class UpstreamProtocol(asyncio.Protocol):
         if req.close:
             self.transport.close()
 
-    def _finish(self, req: _Request, resume: bool) -> None:
+    def _finish(self, req: _Request, end: bytes, resume: bool) -> None:
+        """The stream's ``end`` (``[DONE]`` and the last chunk, or the last chunk alone), then the
+        next request on this connection."""
         assert self.transport is not None
-        self.transport.write(DONE_CHUNK)
+        self.transport.write(end)
         self.busy = False
         if req.close:
             self.transport.close()

@@ -54,3 +54,21 @@ def test_a_stream_in_one_read_is_one_write_and_a_burst_is_one_write_per_event(qu
     events = _events(b"".join(transport.writes))
     assert len(events) == 65 and events[-1] == b"data: [DONE]"
     assert len(transport.writes) == writes
+
+
+def test_a_posted_request_gets_its_stream_and_done_0_ends_it_without_done():
+    """1. ``POST /v1/completions`` with a JSON body (the followed workload's), asked for 8 events and
+    ``done=0``, then a second request on the same connection.
+    Result: the body is read and the stream is whole (h11 sees its end) with 8 events and no
+    ``[DONE]``; the connection serves the next request."""
+    proto = upstream.UpstreamProtocol()
+    transport = Recording()
+    proto.connection_made(transport)
+    body = b'{"model":"bench","prompt":"hi","stream":true,"max_tokens":8}'
+    head = b"POST /v1/completions?chunks=8&interval_ms=0&done=0 HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n"
+    proto.data_received(head % len(body) + body + b"GET /small HTTP/1.1\r\nHost: t\r\n\r\n")
+    wire = b"".join(transport.writes)
+    stream, _, rest = wire.partition(b"0\r\n\r\n")
+    events = _events(stream + b"0\r\n\r\n")
+    assert len(events) == 8 and all(e.startswith(b'data: {"id"') for e in events)
+    assert rest == upstream.SMALL_RESPONSE
