@@ -270,8 +270,17 @@ class Harness:
         return await loadgen.requests(url, self.plan.small_connections, window, headers=headers)
 
     async def sse(
-        self, target: targets.Target, concurrency: int, chunks: int, interval_ms: float, *, oneread: bool = False
+        self,
+        target: targets.Target,
+        concurrency: int,
+        chunks: int,
+        interval_ms: float,
+        *,
+        oneread: bool = False,
+        body: bytes | None = None,
     ) -> dict[str, Any]:
+        """Streams of ``chunks`` events ``interval_ms`` apart (0: back to back), each a ``GET``, or a
+        ``POST`` of ``body``; ``oneread``: each stream in one upstream write."""
         url = (
             f"{target.url}/v1/completions?chunks={chunks}&interval_ms={interval_ms:g}{'&oneread=1' if oneread else ''}"
         )
@@ -287,6 +296,7 @@ class Harness:
             stagger=stagger,
             warmup=stagger + min(0.2, self.plan.seconds / 4),
             stream_seconds=stream_secs,
+            body=body,
         )
 
 

@@ -199,14 +199,22 @@ class _SseTally:
     first_error: str | None = None
 
 
-async def _one_stream(http: aiohttp.ClientSession, url: str, tally: _SseTally) -> None:
+SSE_HEADERS = {"Accept": "text/event-stream"}
+JSON_SSE_HEADERS = {**SSE_HEADERS, "Content-Type": "application/json"}
+
+
+async def _one_stream(http: aiohttp.ClientSession, url: str, tally: _SseTally, body: bytes | None) -> None:
     t0 = time.perf_counter()
     record = t0 >= tally.warm_at
     events = 0
     last = 0.0
     newline_tail = False
+    if body is None:
+        request = http.get(url, headers=SSE_HEADERS)
+    else:
+        request = http.post(url, data=body, headers=JSON_SSE_HEADERS)  # bytes: sent with a Content-Length
     try:
-        async with http.get(url, headers={"Accept": "text/event-stream"}) as resp:
+        async with request as resp:
             if resp.status != 200:
                 raise RuntimeError(f"HTTP {resp.status}")
             async for data in resp.content.iter_any():
@@ -249,8 +257,10 @@ async def sse(
     stagger: float,
     warmup: float,
     stream_seconds: float,
+    body: bytes | None = None,
 ) -> dict[str, Any]:
-    """Closed loop of ``concurrency`` clients streaming one completion after another.
+    """Closed loop of ``concurrency`` clients streaming one completion after another: each a ``GET``,
+    or with ``body`` a ``POST`` of it (JSON, as an OpenAI client sends its request).
 
     Clients start spread over ``stagger`` seconds; samples count from ``warmup`` on, for ``duration``
     seconds; streams begun by then are let finish. Returns event rate in the window, time to first
@@ -263,7 +273,7 @@ async def sse(
         async def client() -> None:
             await asyncio.sleep(random.random() * stagger)
             while time.perf_counter() < tally.end_at:
-                await _one_stream(http, url, tally)
+                await _one_stream(http, url, tally, body)
 
         tasks = [asyncio.ensure_future(client()) for _ in range(concurrency)]
         _, pending = await asyncio.wait(tasks, timeout=warmup + duration + stream_seconds + 10)
