@@ -61,10 +61,8 @@ class ActivatorTarget(targets.Router):
     def command(self, ctx: targets.Context) -> list[str]:
         assert self.kube is not None
         self.kube.ports = {str(self.port): f"{NS}/{self.service}/http"}  # (the port is picked by start())
-        serve = super().command(ctx)
-        base = serve[: serve.index("serve")]
         return [
-            *base,
+            *self.launcher(),
             "activator",
             "--host",
             "127.0.0.1",
