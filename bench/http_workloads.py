@@ -1,10 +1,12 @@
 """The HTTP workloads of the bench, each round against every target: small GETs, SSE streams (back to
 back, in one upstream write, paced at each concurrency of the plan), 1 MiB uploads and idle held
-streams (a fresh process per round)."""
+streams (a fresh process per round); and, against the targets of :data:`targets.FOLLOWED_TARGETS`
+only, streamed completions the front follows (``sse_followed``)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from bench import loadgen, targets
@@ -39,6 +41,37 @@ async def sse_oneread(bench: Harness, name: str, round_no: int) -> None:
             target,
             "events_total",
             lambda t=target: bench.sse(t, plan.burst_concurrency, plan.burst_chunks, 0, oneread=True),
+        )
+
+
+#: The prompt of a followed completion: a short instruction, about the size of a chat turn.
+FOLLOWED_PROMPT = "Write one short sentence about load balancers, then stop. " * 4
+
+
+def followed_body(max_tokens: int) -> bytes:
+    """A streamed OpenAI completion request, as a client sends it: what ``drain-router front`` keeps
+    and follows (``stream: true``, a text prompt, nothing that rules continuing out)."""
+    request = {"model": "bench", "prompt": FOLLOWED_PROMPT, "stream": True, "max_tokens": max_tokens}
+    return json.dumps(request).encode()
+
+
+async def sse_followed(bench: Harness, name: str, round_no: int) -> None:
+    """The burst's streams (same concurrency, events back to back), each a ``POST
+    /v1/completions`` with a JSON body asking for as many tokens as it gets events: the front keeps
+    the body and follows every event (one ``json.loads`` each, whole events only); the router relays
+    the same request as any other. Against :data:`targets.FOLLOWED_TARGETS` only: another proxy
+    relays a ``POST`` stream as it does ``sse_burst``'s ``GET``."""
+    plan = bench.plan
+    body = followed_body(plan.burst_chunks)
+    for target in bench.targets:
+        if target.name not in targets.FOLLOWED_TARGETS:
+            continue
+        await bench.measure(
+            round_no,
+            name,
+            target,
+            "events_total",
+            lambda t=target: bench.sse(t, plan.burst_concurrency, plan.burst_chunks, 0, body=body),
         )
 
 
@@ -109,6 +142,7 @@ WORKLOADS = (
     Workload("small_get", HTTP, small_get),
     Workload("sse_burst", HTTP, sse_burst),
     Workload("sse_oneread", HTTP, sse_oneread),
+    Workload("sse_followed", HTTP, sse_followed),
     # One record per concurrency of the plan: sse_paced_16, sse_paced_256, ...
     Workload("sse_paced", HTTP, sse_paced, suffixed=True, records=_paced_records),
     Workload("upload_1mib", HTTP, upload),

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bench import activator_report, overload_report, stats, targets, tracing_report
+from bench import activator_report, front_report, overload_report, stats, targets, tracing_report
 from bench.workloads import GROUPS, group_of
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -34,6 +34,13 @@ METRICS: dict[str, list[tuple[str, str, bool]]] = {
         ("loadgen_core", "cores", False),
     ],
     "sse_oneread": [
+        ("streams_per_s", "streams/s", True),
+        ("ttfb_p50_ms", "ms", False),
+        ("target_cpu_us_per_unit", "CPU µs/event", False),
+        ("loadgen_core", "cores", False),
+    ],
+    "sse_followed": [
+        ("events_per_s", "events/s", True),
         ("streams_per_s", "streams/s", True),
         ("ttfb_p50_ms", "ms", False),
         ("target_cpu_us_per_unit", "CPU µs/event", False),
@@ -182,6 +189,7 @@ def noise(summary: dict[str, Any]) -> dict[str, Any]:
         "small_get": "rate",
         "sse_burst": "streams_per_s",
         "sse_oneread": "streams_per_s",
+        "sse_followed": "events_per_s",
         "upload_1mib": "mib_per_s",
         "ws_echo": "messages_per_s",
         "grpc_stream": "messages_per_s",
@@ -452,6 +460,13 @@ ROWS: list[tuple[str, str, str, str]] = [
     ("sse_burst", "target_cpu_us_per_unit", "SSE back to back: proxy CPU per chunk", "µs"),
     ("sse_oneread", "streams_per_s", "SSE 64 chunks in one upstream write, {burst_concurrency} streams: streams/s", ""),
     ("sse_oneread", "target_cpu_us_per_unit", "SSE in one write: proxy CPU per chunk", "µs"),
+    (
+        "sse_followed",
+        "events_per_s",
+        "SSE completions followed (POST), 64 events back to back, {burst_concurrency} streams: events/s",
+        "",
+    ),
+    ("sse_followed", "target_cpu_us_per_unit", "SSE followed: proxy CPU per event", "µs"),
     ("sse_paced_{c}", "events_per_s", "SSE {interval} ms/chunk, {c} streams: chunks/s", ""),
     ("sse_paced_{c}", "ttfb_p50_ms", "SSE {c} streams: p50 time to first byte", "ms"),
     ("sse_paced_{c}", "gap_p99_ms", "SSE {c} streams: p99 inter-chunk gap", "ms"),
@@ -620,6 +635,8 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
             ("sse_burst", "target_cpu_us_per_unit", "CPU per chunk"),
             ("sse_oneread", "streams_per_s", "streams/s"),
             ("sse_oneread", "target_cpu_us_per_unit", "CPU per chunk"),
+            ("sse_followed", "events_per_s", "events/s"),
+            ("sse_followed", "target_cpu_us_per_unit", "CPU per event"),
             *(
                 (f"sse_paced_{c}", m, label)
                 for c in plan["paced_concurrency"]
@@ -643,6 +660,7 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
                     "small_get": "small GET",
                     "sse_burst": "SSE back to back",
                     "sse_oneread": "SSE in one upstream write",
+                    "sse_followed": "SSE completions followed",
                     "upload_1mib": "1 MiB upload",
                     "ws_echo": "WebSocket echo",
                     "grpc_stream": "gRPC streamed tokens",
@@ -675,6 +693,7 @@ def markdown(results: dict[str, Any], derived: dict[str, Any]) -> str:
         overload_report.markdown(results["records"]),
         tracing_report.markdown(results["records"], plan),
         activator_report.markdown(results["records"], plan),
+        front_report.markdown(results["records"], plan),
     ]
     return "\n".join(lines) + "\n" + "".join(f"\n{table}" for table in tables if table)
 
@@ -706,6 +725,7 @@ def chart(results: dict[str, Any], derived: dict[str, Any], path: Path) -> bool:
     colors = {
         "direct": "#999999",
         "router": "#d62728",
+        "front": "#17becf",
         "aiohttp": "#e377c2",
         "raw": "#8c564b",
         "nginx": "#2ca02c",

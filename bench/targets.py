@@ -726,6 +726,11 @@ class Traefik(Target):
 #: router of another checkout, ``before``), and the upstream itself.
 WS_TARGETS = ("direct", "router", "before", "nginx", "envoy")
 
+#: The targets of the followed streams (``sse_followed``): the front, which follows them, the router
+#: alone (and ``before``) and the upstream itself. Another proxy relays a POSTed stream as it relays
+#: ``sse_burst``'s GETs: nothing it would show that the burst does not.
+FOLLOWED_TARGETS = ("direct", "router", "before", "front")
+
 #: The targets of the gRPC workloads: Envoy and nginx as gRPC proxies, HAProxy with HTTP/2 both
 #: sides, the router (and ``before``), and the upstream itself.
 GRPC_TARGETS = ("direct", "router", "before", "nginx", "haproxy", "envoy")
