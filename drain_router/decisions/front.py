@@ -86,14 +86,18 @@ class EventSplitter:
         buffer = self.rest + data if self.rest else data
         events: list[bytes] = []
         start = 0
-        while True:
-            lf = buffer.find(b"\n\n", start)
-            crlf = buffer.find(b"\n\r\n", start)
-            if lf < 0 and crlf < 0:
-                break
+        # The next end of each kind, each searched again only once passed: one scan of the read
+        # (a CRLF search that finds nothing is not repeated for every LF event).
+        lf = buffer.find(b"\n\n")
+        crlf = buffer.find(b"\n\r\n")
+        while lf >= 0 or crlf >= 0:
             end = crlf + 3 if crlf >= 0 and (lf < 0 or crlf < lf) else lf + 2
             events.append(buffer[start:end])
             start = end
+            if 0 <= lf < start:
+                lf = buffer.find(b"\n\n", start)
+            if 0 <= crlf < start:
+                crlf = buffer.find(b"\n\r\n", start)
         self.rest = buffer[start:]
         if len(self.rest) > MAX_EVENT_BYTES:
             self.overflow = True
@@ -117,6 +121,8 @@ def cut_mark_of(data: bytes) -> CutMark | None:
 def event_data(event: bytes) -> bytes | None:
     """The data of one whole event (its ``data`` lines joined by LF, as an SSE client reads it); None
     for an event with no data (a comment, a keep-alive)."""
+    if event.startswith(b"data: ") and event.count(b"\n") == 2 and event.endswith(b"\n\n"):
+        return event[6:-2]  # the common shape: one data line
     lines = event.replace(b"\r\n", b"\n").split(b"\n")
     data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
     return b"\n".join(data) if data else None
