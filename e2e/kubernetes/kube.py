@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import os
 import subprocess
 import time
@@ -163,6 +164,37 @@ class Helm:
         self.run(*args)
 
 
+async def restart(kube: Kube, namespace: str, deployment: str) -> int:
+    """``kubectl rollout restart``: the annotation it writes; the generation that rollout is."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    patched = await kube.patch(
+        "Deployment", namespace, deployment,
+        {"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}}},
+    )  # fmt: skip
+    return int(patched["metadata"]["generation"])
+
+
+async def rolled_out(kube: Kube, namespace: str, deployment: str, generation: int, replicas: int) -> None:
+    """The rollout of ``generation`` complete, as ``kubectl rollout status`` judges it, and every old
+    pod gone."""
+
+    async def done() -> bool:
+        found = await kube.get("Deployment", namespace, deployment)
+        assert found is not None
+        status = found.get("status", {})
+        complete = (
+            status.get("observedGeneration", 0) >= generation
+            and status.get("updatedReplicas") == replicas
+            and status.get("availableReplicas") == replicas
+            and status.get("replicas") == replicas
+        )
+        selector = ",".join(f"{k}={v}" for k, v in found["spec"]["selector"]["matchLabels"].items())
+        pods = await kube.list("Pod", namespace, selector)
+        return complete and len(pods) == replicas
+
+    await kube.wait(f"rollout of {namespace}/{deployment} generation {generation}", done, timeout=240)
+
+
 def load_yaml_dir(directory: Path) -> list[Json]:
     docs: list[Json] = []
     for file in sorted(directory.glob("*.yaml")):
@@ -170,4 +202,4 @@ def load_yaml_dir(directory: Path) -> list[Json]:
     return docs
 
 
-__all__ = ["Api", "ApiError", "Helm", "Json", "Kube", "is_ready", "load_yaml_dir", "path"]
+__all__ = ["Api", "ApiError", "Helm", "Json", "Kube", "is_ready", "load_yaml_dir", "path", "restart", "rolled_out"]

@@ -11,7 +11,6 @@ no stream is lost at any delay; with it off (the control), some are: the clients
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,44 +19,13 @@ import pytest
 from e2e import real_engine
 from e2e.kubernetes import models
 from e2e.kubernetes.gateway import Gateway
-from e2e.kubernetes.kube import MODEL_CHART, Helm, Kube
+from e2e.kubernetes.kube import MODEL_CHART, Helm, Kube, restart, rolled_out
 from e2e.real_engine import Outcome, SdkLoad
 
 NAMESPACE = "team-a"
 CLIENTS = 6
 MAX_TOKENS = models.CHUNKS
 pytestmark = pytest.mark.timeout(600, func_only=True)
-
-
-async def restart(kube: Kube, namespace: str, deployment: str) -> int:
-    """``kubectl rollout restart``: the annotation it writes; the generation that rollout is."""
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    patched = await kube.patch(
-        "Deployment", namespace, deployment,
-        {"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}}},
-    )  # fmt: skip
-    return int(patched["metadata"]["generation"])
-
-
-async def rolled_out(kube: Kube, namespace: str, deployment: str, generation: int, replicas: int) -> None:
-    """The rollout of ``generation`` complete, as ``kubectl rollout status`` judges it, and every old
-    pod gone."""
-
-    async def done() -> bool:
-        found = await kube.get("Deployment", namespace, deployment)
-        assert found is not None
-        status = found.get("status", {})
-        complete = (
-            status.get("observedGeneration", 0) >= generation
-            and status.get("updatedReplicas") == replicas
-            and status.get("availableReplicas") == replicas
-            and status.get("replicas") == replicas
-        )
-        selector = ",".join(f"{k}={v}" for k, v in found["spec"]["selector"]["matchLabels"].items())
-        pods = await kube.list("Pod", namespace, selector)
-        return complete and len(pods) == replicas
-
-    await kube.wait(f"rollout of {namespace}/{deployment} generation {generation}", done, timeout=240)
 
 
 def without_drain(values: dict[str, Any]) -> dict[str, Any]:
