@@ -9,7 +9,7 @@ The tag is ignored: every tag of an image runs the code installed here.
 image (repository)          runs
 ==========================  ====================================================================
 ``drain-router``            ``drain-router`` (this repository's image: the router, the controller,
-                            the activator)
+                            the activator, the front)
 ``drain-router-dev``        ``drain-router-dev`` (the fake model server: ``fake-model ...``)
 ``llama-cpp-server``        ``python -m llama_cpp.server`` (the real engine, ``make engine``)
 ``busybox``                 no entrypoint (the command names a program on this machine)
