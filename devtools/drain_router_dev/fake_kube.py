@@ -1,9 +1,10 @@
-"""A stand-in Kubernetes API for the activator: the port map's ConfigMap (GET), ModelServices (GET,
-and merge patches of their status subresource, with the ``resourceVersion`` checked; a service in
-``forbidden`` answers 403 to both, as RBAC would), and one list of pods (filtered by namespace and
-by the selector for pods that carry labels), recording every call (:class:`FakeKube`, served by
-:func:`kube_api`). What the activator reads of the API and nothing
-more: the tests, the bench and the demo point ``drain-router activator --kube-api`` at it.
+"""A stand-in Kubernetes API for the activator and the front: the port map's ConfigMap (GET),
+ModelServices (GET, and merge patches of their status subresource, with the ``resourceVersion``
+checked; a service in ``forbidden`` answers 403 to both, as RBAC would), one list of pods (filtered
+by namespace and by the selector for pods that carry labels) and one of EndpointSlices (filtered the
+same way), recording every call (:class:`FakeKube`, served by :func:`kube_api`). What the activator
+and the front read of the API and nothing more: the tests, the bench and the demo point
+``drain-router activator --kube-api`` (and ``drain-router front --kube-api``) at it.
 """
 
 from __future__ import annotations
@@ -63,6 +64,24 @@ def pod(
     return {"metadata": meta, "status": {"phase": phase, "podIP": ip}}
 
 
+def endpointslice(
+    service: str,
+    addresses: list[str],
+    *,
+    name: str | None = None,
+    managed_by: str = "endpointslice-controller.k8s.io",
+    namespace: str = NS,
+) -> dict[str, Any]:
+    """An EndpointSlice of the Service ``service`` listing ``addresses``, each its own ready endpoint;
+    ``managed_by`` the controller that wrote it (``drain-router.dev``: the activator's)."""
+    labels = {"kubernetes.io/service-name": service, "endpointslice.kubernetes.io/managed-by": managed_by}
+    return {
+        "metadata": {"name": name or service, "namespace": namespace, "labels": labels},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}} for address in addresses],
+    }
+
+
 def _selected(pod: dict[str, Any], namespace: str, selector: str) -> bool:
     meta = pod["metadata"]
     if meta.get("namespace", namespace) != namespace:
@@ -79,6 +98,8 @@ class FakeKube:
     services: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
     pods: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     """The pods of the one service, as the list returns them."""
+    endpointslices: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """The EndpointSlices, as the list returns them (by namespace and label selector)."""
     conflicts: int = 0
     """The next N status patches answer 409 (another writer came first: the version moves on)."""
     patches: list[tuple[str, dict[str, Any], int]] = dataclasses.field(default_factory=list)
@@ -156,6 +177,11 @@ class FakeKube:
         items = [p for p in self.pods if _selected(p, request.match_info["ns"], selector)]
         return web.json_response({"kind": "PodList", "items": items})
 
+    async def list_endpointslices(self, request: web.Request) -> web.Response:
+        selector = request.query.get("labelSelector", "")
+        items = [s for s in self.endpointslices if _selected(s, request.match_info["ns"], selector)]
+        return web.json_response({"kind": "EndpointSliceList", "items": items})
+
 
 @contextlib.asynccontextmanager
 async def kube_api() -> AsyncIterator[FakeKube]:
@@ -167,6 +193,7 @@ async def kube_api() -> AsyncIterator[FakeKube]:
     app.router.add_patch(path + "/status", kube.patch)
     app.router.add_get("/api/v1/namespaces/{ns}/pods", kube.list_pods)
     app.router.add_get("/api/v1/namespaces/{ns}/configmaps/{name}", kube.configmap)
+    app.router.add_get("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", kube.list_endpointslices)
     async with serving(app, "127.0.0.1") as url:
         kube.url = url
         yield kube
