@@ -11,11 +11,12 @@ uninterrupted one), a real ``drain-router serve`` in front of each (a pod), and 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -94,11 +95,23 @@ class Rig:
         model = await self.model(*model_args)
         return Pod(model, await self.router(model.url, *router_args, drain_secs=drain_secs))
 
+    async def pods(self, count: int, *router_args: str) -> list[Pod]:
+        """``count`` pods, started at once."""
+        return list(await asyncio.gather(*(self.pod(*router_args) for _ in range(count))))
+
+    async def stand_in(self, host: str = "127.0.0.1", port: int = 0) -> StandIn:
+        """A :class:`StandIn` pod listening on ``host`` (``port`` 0: a free one), closed on exit."""
+        pod = StandIn()
+        self.stack.push_async_callback(pod.close)
+        await pod.start(host, port)
+        return pod
+
     async def front(
-        self, *pods: Pod | str, ready: int | None = None, env: dict[str, str] | None = None, **flags: Any
+        self, *pods: Pod | StandIn | str, ready: int | None = None, env: dict[str, str] | None = None, **flags: Any
     ) -> RouterProcess:
         """``drain-router front --pods ...`` with ``flags`` (``max_continuations=1`` is
-        ``--max-continuations 1``), once it listens and has ``ready`` pods ready (all by default)."""
+        ``--max-continuations 1``; with no pods, ``service=...`` and ``kube_api=...`` instead), once
+        it listens and has ``ready`` pods ready (all by default)."""
         urls = [p if isinstance(p, str) else p.url for p in pods]
         argv = [
             sys.executable,
@@ -113,9 +126,9 @@ class Rig:
             "127.0.0.1",
             "--admin-port",
             "0",
-            "--pods",
-            ",".join(urls),
         ]
+        if urls:
+            argv += ["--pods", ",".join(urls)]
         flags.setdefault("poll_interval_secs", 0.1)
         flags.setdefault("shutdown_drain_secs", 0)
         for name, value in flags.items():
@@ -246,3 +259,146 @@ async def short_engine(
 def sequence(start: int, count: int) -> str:
     """The fake model's answer from token ``start``: " t<start> t<start+1> ..."."""
     return "".join(f" t{k}" for k in range(start, start + count))
+
+
+async def model_stats(model: ModelProcess) -> dict[str, Any]:
+    """The fake model's ``/stats``: ``started``, ``active``, ..."""
+    async with aiohttp.ClientSession() as session, session.get(model.url + "/stats") as resp:
+        stats: dict[str, Any] = await resp.json()
+        return stats
+
+
+# -- stand-in pods: a pod's router played by the test, byte for byte ------------------------------
+
+
+@dataclasses.dataclass
+class Seen:
+    """One request as it reached a stand-in pod."""
+
+    method: str
+    target: str
+    headers: dict[str, str]
+    """Names lowercased."""
+    body: bytes
+
+
+Answer = Callable[[asyncio.StreamWriter], Awaitable[bool]]
+"""Writes one answer's bytes (draining as it goes); returns whether the connection is kept for the
+next request (False: it is closed)."""
+
+
+def answer(status: int, headers: tuple[tuple[str, str], ...] = (), body: bytes = b"") -> Answer:
+    """A whole answer with a Content-Length, its connection kept."""
+
+    async def write(writer: asyncio.StreamWriter) -> bool:
+        lines = "".join(f"{name}: {value}\r\n" for name, value in headers)
+        writer.write(f"HTTP/1.1 {status} X\r\n{lines}content-length: {len(body)}\r\n\r\n".encode() + body)
+        await writer.drain()
+        return True
+
+    return write
+
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def completion_event(k: int, *, finish: str | None = None) -> bytes:
+    """The fake model's k-th completions chunk (token " t<k>") as one event."""
+    event = {
+        "id": "cmpl-standin",
+        "object": "text_completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "text": f" t{k}", "logprobs": None, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def event_stream(*events: bytes) -> Answer:
+    """A chunked event stream, one chunk an event, then its last chunk: an honest end."""
+
+    async def write(writer: asyncio.StreamWriter) -> bool:
+        writer.write(SSE_HEAD + b"".join(chunk(e) for e in events) + b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+    return write
+
+
+GOOD_STREAM = (completion_event(0), completion_event(1, finish="length"), DONE)
+"""A short whole answer: what a stand-in answers once its scripted answers are used up."""
+
+
+class StandIn:
+    """A pod's router played by the test over raw sockets: ``GET /readyz`` answers 200 (503 while
+    :attr:`ready` is False); every other request is recorded in :attr:`seen` and answered by the
+    next of :attr:`answers`, or :attr:`default` once they are used up. Keep-alive as the answers
+    say."""
+
+    def __init__(self) -> None:
+        self.ready = True
+        self.answers: list[Answer] = []
+        self.default: Answer = event_stream(*GOOD_STREAM)
+        self.seen: list[Seen] = []
+        self.server: asyncio.Server | None = None
+        self.writers: set[asyncio.StreamWriter] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.url = ""
+
+    async def start(self, host: str, port: int) -> None:
+        self.server = await asyncio.start_server(self._serve, host, port)
+        self.url = f"http://{host}:{self.server.sockets[0].getsockname()[1]}"
+
+    async def stop_listening(self) -> None:
+        """New connections are refused from now on (the connections open go on)."""
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def close(self) -> None:
+        """Every connection cut, and its task ended."""
+        if self.server is not None:
+            self.server.close()
+        for writer in list(self.writers):
+            writer.transport.abort()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
+        self.writers.add(writer)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, target, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    name, sep, value = line.partition(":")
+                    if sep:
+                        headers[name.strip().lower()] = value.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if target == "/readyz":
+                    status = b"200 OK" if self.ready else b"503 Service Unavailable"
+                    writer.write(b"HTTP/1.1 %s\r\ncontent-length: 0\r\n\r\n" % status)
+                    continue
+                self.seen.append(Seen(method, target, headers, body))
+                write = self.answers.pop(0) if self.answers else self.default
+                if not await write(writer):
+                    writer.close()
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.tasks.discard(task)
+            self.writers.discard(writer)
+            if not writer.is_closing():
+                writer.transport.abort()
