@@ -363,11 +363,13 @@ class StandIn:
         await self.server.wait_closed()
 
     async def close(self) -> None:
-        """Every connection cut, and its task ended."""
+        """Every connection cut, and its task ended (an answer still writing, or waiting, stopped)."""
         if self.server is not None:
             self.server.close()
         for writer in list(self.writers):
             writer.transport.abort()
+        for task in self.tasks:
+            task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -397,6 +399,8 @@ class StandIn:
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except asyncio.CancelledError:
+            pass  # (closed: ended here, so that asyncio's server does not log the task as cancelled)
         finally:
             self.tasks.discard(task)
             self.writers.discard(writer)
