@@ -34,16 +34,21 @@ continued, so what a tracked stream keeps of its answer (its text, a few bytes a
 token-ids dialect 8 bytes a token) is bounded too."""
 
 
+def refusal_mark(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The pod's router's refusal mark (its reason), whatever the status; None: not marked."""
+    for name, value in headers:
+        if len(name) == len(REFUSED_HEADER) and name.lower() == REFUSED_HEADER:
+            return value.decode("latin-1").strip() or "refused"
+    return None
+
+
 def retry_reason(status: int, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     """The reason to send a request again to another pod: the router's refusal mark (the model server
     never saw the request), except on a 429. A 429 means the pod is full (its queue, or the model
     server's own limit): a retry would multiply the overload it reports, so the client gets it."""
     if status == TOO_MANY_REQUESTS:
         return None
-    for name, value in headers:
-        if len(name) == len(REFUSED_HEADER) and name.lower() == REFUSED_HEADER:
-            return value.decode("latin-1").strip() or "refused"
-    return None
+    return refusal_mark(headers)
 
 
 def closes(headers: Iterable[tuple[bytes, bytes]]) -> bool:

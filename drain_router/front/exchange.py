@@ -247,6 +247,12 @@ class FrontExchange(Exchange):
                 self.skipping, self.next_pod = reason, other
                 return
         super().response_head(status, headers)
+        mark = front.refusal_mark(headers) if status >= 400 else None
+        if mark is not None and self.body_at:
+            # Relayed as it was (a 429, or no other pod to retry on): the mark stays, for a tier
+            # above the front (the router's head drops it, as a model server's own).
+            head = self.to_client[self.body_at - 1]
+            self.to_client[self.body_at - 1] = head[:-2] + answers.refused(mark) + b"\r\n"
         if self.cont is not None and self.end is not None and self.mode == CHUNKED:
             self.following = True
             self.tracker = StreamTracker(self.cont.api)
@@ -412,6 +418,14 @@ class FrontExchange(Exchange):
             self.upstream = None
             self._retry_refused()
             return
+        if invalid and self.following and (not self.legs or self.leg_answered):
+            # What the read parsed before its invalid bytes (the head with it, on a first read) is
+            # not flushed yet: its whole events reach the client first, as at any read.
+            self.upstream = None
+            legs = self.legs
+            self.flush()
+            if self.finished or self.legs != legs:
+                return  # (ended, or cut and continued, at a cut mark in that read)
         if self.following and self.tracker is not None and self.tracker.done:
             self.upstream = None
             self.finish(Outcome.COMPLETED)  # (its [DONE] and last chunk were written)

@@ -163,6 +163,8 @@ async def test_an_answer_that_is_no_refusal_to_retry_is_relayed(
         assert front.port is not None
         got = await post(front.port, "/v1/completions", SHORT)
         assert (got.status, got.raw, got.headers.get("Retry-After")) == (status, body, "1")
+        # The pod's router's mark is kept for a tier above the front; none is made up.
+        assert got.headers.get(REFUSED) == dict(headers).get(REFUSED)
         assert (len(answering.seen), len(other.seen)) == (1, 0)
         assert await metric(front, RETRIES, reason="queue_full") == 0
 
@@ -177,6 +179,7 @@ async def test_a_request_is_retried_once_only() -> None:
         assert front.port is not None
         got = await post(front.port, "/v1/completions", SHORT)
         assert (got.status, got.raw) == (502, b"second")
+        assert got.headers.get(REFUSED) == "upstream_unavailable"
         assert (len(first.seen), len(second.seen)) == (1, 1)
         assert first.seen[0].body == second.seen[0].body  # the same request, sent again
         assert await metric(front, RETRIES, reason="closing") == 1
