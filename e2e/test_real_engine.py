@@ -35,10 +35,9 @@ from typing import Protocol
 import aiohttp
 import pytest
 
-from drain_router_dev import cluster
 from drain_router_dev.process import Process, wait_until
 from e2e import haproxy, probed, real_engine
-from e2e.real_engine import Engine, Outcome
+from e2e.real_engine import Engine, Outcome, RouterPod
 
 pytestmark = pytest.mark.engine
 
@@ -71,48 +70,6 @@ class Pod(Protocol):
     async def terminate(self, session: aiohttp.ClientSession) -> list[tuple[str, int]]:
         """From the pod's deletion to its exit: each container's exit code, by kind (router, engine)."""
         ...
-
-
-class RouterPod:
-    """An engine with a router in front, ended as the kubelet does with the chart's preStop hook."""
-
-    def __init__(self, name: str, logs: Path, drain_secs: int) -> None:
-        self.name = name
-        self.engine = Engine(f"{name}-engine", logs)
-        self.router = cluster.Replica(
-            name,
-            self.engine.url,
-            logs,
-            shutdown_drain_secs=drain_secs,
-            termination_grace_secs=GRACE_SECS,
-            upstream_health_path=real_engine.HEALTH_PATH,
-        )
-
-    @property
-    def server(self) -> probed.Server:
-        return probed.Server(self.name, self.router.port, self.router.admin_port)
-
-    @property
-    def processes(self) -> list[Process]:
-        return [self.engine.process, self.router.process]
-
-    async def start(self, session: aiohttp.ClientSession) -> None:
-        """Both containers at once; the router turns ready once the engine answers its health check."""
-        self.engine.process.start()
-        await self.router.start(session, timeout=60)
-
-    async def terminate(self, session: aiohttp.ClientSession) -> list[tuple[str, int]]:
-        hook = asyncio.create_task(
-            cluster.get_json(
-                session, f"{self.router.admin_url}/admin/drain-wait?timeout={GRACE_SECS}", timeout=GRACE_SECS + 5
-            )
-        )
-        self.router.sigterm()
-        status, body = await hook
-        assert status == 200 and body["drained"] is True, (status, body)
-        self.engine.process.signal(signal.SIGTERM)
-        router = await self.router.process.wait_exit(timeout=20)
-        return [("router", router), ("engine", await self.engine.process.wait_exit(timeout=20))]
 
 
 class EnginePod:
@@ -166,7 +123,7 @@ async def test_rolling_restarts_of_a_real_engine(
         check_path = real_engine.HEALTH_PATH
     else:
         drain = DRAIN_SECS if arm == "drain-on" else 0
-        pods = [RouterPod(f"pod-{i}", logs, drain) for i in range(REPLICAS)]
+        pods = [RouterPod(f"pod-{i}", logs, drain, GRACE_SECS) for i in range(REPLICAS)]
         check_path = probed.CHECK_PATH
     for pod in pods:
         processes.extend(pod.processes)
@@ -237,7 +194,7 @@ async def test_router_passes_the_engines_stream_unchanged(
     """The same greedy, seeded streamed chat completion, straight to the engine and through a
     router: the same status, content type and SSE bytes, once each completion's ``id`` and
     ``created`` (a fresh uuid and the clock) are masked."""
-    pod = RouterPod("pod", logs, DRAIN_SECS)
+    pod = RouterPod("pod", logs, DRAIN_SECS, GRACE_SECS)
     processes.extend(pod.processes)
     await pod.start(session)
     async with aiohttp.ClientSession() as clients:
@@ -288,7 +245,7 @@ async def test_an_engine_stopped_mid_stream_makes_the_sdk_raise_through_the_rout
     and raises nothing (the engine ends the stream cleanly, without ``data: [DONE]`` or a
     ``finish_reason``). Through a router, the SDK raises the router's ``upstream_truncated`` error
     event, and the router counts the stream ``upstream_error`` and logs it truncated."""
-    pod = RouterPod("pod", logs, DRAIN_SECS)
+    pod = RouterPod("pod", logs, DRAIN_SECS, GRACE_SECS)
     processes.extend(pod.processes)
     await pod.start(session)
 
