@@ -656,6 +656,9 @@ class Splice:
     checked: bool = False
     """The first content was seen and extends the answer (from the start for a retry: nothing to
     extend)."""
+    lead: str = ""
+    """The continuation's content so far while it is whitespace alone (relayed): checked together
+    with the first content that is not."""
 
     @classmethod
     def start(cls, request: Continuable, tracker: StreamTracker, continuation: ContinuationRequest) -> Splice:
@@ -749,6 +752,11 @@ def rewrite(splice: Splice, event: Any) -> tuple[Splice, Rewrite]:
       well-formed, the text is a second answer. Guard: the ``chat`` dialect only for engines that
       honour the field. Turn markers in the text are not looked for (template-specific, and a model
       may write them).
+    - whitespace alone says nothing: a first content of only spaces or newlines is relayed and
+      checked together with the content after it. Nearly every completion starts with a space, and
+      tokenizers emit one alone (SmolLM2's before each number: " ", "6", "4"), so a lone " " would
+      otherwise look like the answer's start echoed back. An echo found after it ends the response
+      with that whitespace relayed before the honest error.
     - a false alarm: a continuation that legitimately starts with the characters the answer started
       with ("The" after "The cat sat. ") is abandoned: an honest error, never a wrong stream."""
     if not isinstance(event, dict):
@@ -772,9 +780,12 @@ def rewrite(splice: Splice, event: Any) -> tuple[Splice, Rewrite]:
         if not splice.checked and (text or role):
             if role and text:
                 return splice, Rewrite(action=RewriteAction.ABANDON)
-            if text and (splice.partial.startswith(text) or text.startswith(splice.partial)):
+            seen = splice.lead + text
+            if seen and not seen.strip():
+                splice = dataclasses.replace(splice, lead=seen)
+            elif seen and (splice.partial.startswith(seen) or seen.startswith(splice.partial)):
                 return splice, Rewrite(action=RewriteAction.ABANDON)
-            if text:
+            elif seen:
                 splice = dataclasses.replace(splice, checked=True)
         choice.pop("prompt_token_ids", None)
         if splice.reframe:
