@@ -126,7 +126,8 @@ class FrontExchange(Exchange):
         self.leg_failed: str | None = None
         """Why the current continuation's answer is not an event stream (the response then ends)."""
         self.cut_at: float | None = None
-        """Loop time of the last cut, until the continuation's first event reaches the client."""
+        """Loop time of the cut the client is waiting since, until a continuation's first event
+        reaches it (a continuation cut before its first event keeps the earlier cut's time)."""
         self.cut_event: bytes | None = None
         """The router's cut-mark event, relayed if the stream is not continued."""
 
@@ -477,7 +478,8 @@ class FrontExchange(Exchange):
         self.legs += 1
         self.leg_answered = False
         self.leg_failed = None
-        self.cut_at = now
+        if self.cut_at is None:
+            self.cut_at = now
         self.resp_done = False
         body = json.dumps(request.body).encode()
         head, _ = self.out

@@ -15,6 +15,7 @@ text so far, so the client's answer can be compared with the uninterrupted one, 
    ``--max-continuations``; and a continuation that starts a new answer (an engine that ignores
    ``continue_final_message``) is abandoned with the error event.
 4. A cut with no other pod ready waits for one that becomes ready.
+5. The gap at a cut runs from the first cut when the continuation is cut too before its first event.
 """
 
 from __future__ import annotations
@@ -270,3 +271,26 @@ async def _free_port() -> int:
     from drain_router_dev.process import free_port
 
     return free_port()
+
+
+async def test_the_gap_runs_from_the_first_cut_when_a_continuation_is_cut_before_its_first_event() -> None:
+    """The continuation is cut too, half a second into its pod's prefill (its router killed before
+    the first token), and goes on to a third pod (a prefill of 1.5 s): the gap observed is the
+    client's whole wait from the first cut, at least 0.5 + 1.5 s, not the wait from the second."""
+    async with Rig() as rig:
+        first = await rig.pod()
+        slow = [await rig.pod(model_args=("--first-token-ms", "1500")) for _ in range(2)]
+        front = await rig.front(first, *slow)
+
+        async def cut_twice(pod: Pod) -> None:
+            await pod.router.kill()
+            await front.wait_event("front.continuing")
+            second = await _busy(slow)
+            await asyncio.sleep(0.5)  # the scenario's time in the prefill, not a wait for an event
+            await second.router.kill()
+
+        got = await stream_and_cut(front, [first], "/v1/completions", completions(), cut_twice)
+        assert_one_whole_answer(got)
+        assert await metric(front, "drain_router_front_continuations_total", outcome="continued") == 2
+        assert await metric(front, "drain_router_front_continuation_gap_seconds_count") == 1
+        assert await metric(front, "drain_router_front_continuation_gap_seconds_sum") >= 2.0
