@@ -268,6 +268,12 @@ class SdkLoad:
     records: list[Record] = dataclasses.field(default_factory=list)
     _stopping: bool = False
     _tasks: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
+    _sent: dict[int, float] = dataclasses.field(default_factory=dict)
+    """When each client sent its latest request (monotonic), by client."""
+
+    def settled_since(self, moment: float) -> bool:
+        """Every stream that was in flight at ``moment`` (monotonic) has ended."""
+        return all(sent > moment for sent in self._sent.values())
 
     async def start(self) -> None:
         import openai
@@ -291,6 +297,7 @@ class SdkLoad:
                 if self._stopping:
                     return
                 client = clients[turn % len(clients)]
+                self._sent[number] = time.monotonic()
                 if self.prompts:
                     record = await sdk_completion(client, self.prompts[turn % len(self.prompts)], self.max_tokens)
                 else:
