@@ -627,6 +627,14 @@ class RewriteAction(enum.Enum):
     """Not for the client (the continuation's own role-only delta)."""
     ABANDON = "abandon"
     """The continuation does not extend the answer: close it and end with the honest error."""
+    HOLD = "hold"
+    """Not yet for the client: its content so far could be the answer's start echoed back. Held
+    until the next content decides (RELAY: the held events go first; ABANDON: they are dropped)."""
+
+
+ECHO_CHARS = 24
+"""How much of a continuation's first content (whitespace aside) that repeats the answer's start
+makes it an echo (or a new answer): up to this, its events are held and judged on what follows."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -757,10 +765,16 @@ def rewrite(splice: Splice, event: Any) -> tuple[Splice, Rewrite]:
       tokenizers emit one alone (SmolLM2's before each number: " ", "6", "4"), so a lone " " would
       otherwise look like the answer's start echoed back. An echo found after it ends the response
       with that whitespace relayed before the honest error.
-    - a false alarm: a continuation that legitimately starts with the characters the answer started
-      with ("The" after "The cat sat. ") is abandoned: an honest error, never a wrong stream."""
+    - a continuation that starts with the characters the answer started with ("The" after "The cat
+      sat. ") is held (HOLD), not judged: a first word is often the same by chance (a cut at about
+      1 % of token positions in everyday answers). What follows decides: its content parting from the
+      answer's start releases the held events (RELAY), :data:`ECHO_CHARS` of the answer's start
+      repeated (or all of it) abandons it, an end (``finish_reason``) releases them. A false alarm is
+      left only for a continuation whose first 24 characters are the answer's first 24: an honest
+      error, never a wrong stream."""
     if not isinstance(event, dict):
         return splice, Rewrite(action=RewriteAction.RELAY, data=json.dumps(event).encode())
+    hold = False
     out = dict(event)
     for key, value in (("id", splice.id), ("created", splice.created), ("model", splice.model)):
         if value is not None:
@@ -783,8 +797,16 @@ def rewrite(splice: Splice, event: Any) -> tuple[Splice, Rewrite]:
             seen = splice.lead + text
             if seen and not seen.strip():
                 splice = dataclasses.replace(splice, lead=seen)
-            elif seen and (splice.partial.startswith(seen) or seen.startswith(splice.partial)):
+            elif seen and seen.startswith(splice.partial):
                 return splice, Rewrite(action=RewriteAction.ABANDON)
+            elif seen and splice.partial.startswith(seen):
+                if len(seen.strip()) >= ECHO_CHARS:
+                    return splice, Rewrite(action=RewriteAction.ABANDON)
+                if choice.get("finish_reason"):
+                    splice = dataclasses.replace(splice, checked=True)  # it ended: too short to judge
+                else:
+                    splice = dataclasses.replace(splice, lead=seen)
+                    hold = True
             elif seen:
                 splice = dataclasses.replace(splice, checked=True)
         choice.pop("prompt_token_ids", None)
@@ -811,4 +833,5 @@ def rewrite(splice: Splice, event: Any) -> tuple[Splice, Rewrite]:
             if isinstance(logprobs, dict) and "text_offset" in logprobs:
                 choice["logprobs"] = {k: v for k, v in logprobs.items() if k != "text_offset"}
         out["choices"] = [choice, *choices[1:]]
-    return splice, Rewrite(action=RewriteAction.RELAY, data=json.dumps(out).encode())
+    action = RewriteAction.HOLD if hold else RewriteAction.RELAY
+    return splice, Rewrite(action=action, data=json.dumps(out).encode())

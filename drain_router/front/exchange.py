@@ -63,6 +63,7 @@ class FrontExchange(Exchange):
         "cut_event",
         "followed",
         "following",
+        "held",
         "kept",
         "leg_answered",
         "leg_failed",
@@ -111,6 +112,8 @@ class FrontExchange(Exchange):
         """The refusal being swallowed (its reason), until its body is read and the retry sent."""
         self.cont: Continuable | None = None
         self.following = False
+        self.held: list[bytes] = []
+        """A continuation's first events while they could be the answer's start echoed back."""
         self.passthrough = False
         """Past :data:`~drain_router.decisions.front.MAX_EVENT_BYTES` or ``MAX_FOLLOWED_BYTES``: relayed
         as it comes, as the router relays (its ends are the pod's router's)."""
@@ -352,13 +355,15 @@ class FrontExchange(Exchange):
 
     def _events(self, events: list[bytes], relay: list[bytes]) -> bool:
         """Follow and relay whole events; True at the router's cut mark (it and what follows it in
-        this leg are not relayed)."""
+        this leg are not relayed). A continuation's events that could still be the answer echoed
+        back wait in :attr:`held` until the next content decides."""
         tracker = self.tracker
         assert tracker is not None
+        held = self.held
         for raw in events:
             data = front.event_data(raw)
             if data is None:
-                relay.append(raw)  # a comment, a keep-alive
+                self._relay(relay, raw)  # a comment, a keep-alive
                 continue
             if tracker.unfollowed:
                 # Not continuable any more (several choices, a tool call): relayed, its end and the
@@ -368,25 +373,36 @@ class FrontExchange(Exchange):
                 elif front.cut_mark_of(data) is not None:
                     self.cut_event = raw
                     return True
-                relay.append(raw)
+                self._relay(relay, raw)
                 continue
             event = tracker.feed(data)
             if event.kind is EventKind.CUT:
                 self.cut_event = raw
                 return True
             if self.legs == 0 or event.kind is not EventKind.CHUNK or self.splice is None:
-                relay.append(raw)
+                self._relay(relay, raw)
                 continue
             self.splice, rewritten = cont_.rewrite(self.splice, event.json)
-            if rewritten.action is RewriteAction.ABANDON:
+            action = rewritten.action
+            if action is RewriteAction.ABANDON:
                 self._abandon()
                 return False
-            if rewritten.action is RewriteAction.RELAY:
-                relay.append(b"data: " + rewritten.data + b"\n\n")
-                if self.cut_at is not None:
-                    self.site.own.gap.observe(self.site.loop.time() - self.cut_at)
-                    self.cut_at = None
+            if action is RewriteAction.HOLD:
+                held.append(b"data: " + rewritten.data + b"\n\n")
+            elif action is RewriteAction.RELAY:
+                self._relay(relay, b"data: " + rewritten.data + b"\n\n")
         return False
+
+    def _relay(self, relay: list[bytes], event: bytes) -> None:
+        """``event`` to the client, after the events held before it; the first of a continuation's
+        ends the gap at its cut."""
+        if self.held:
+            relay.extend(self.held)
+            self.held.clear()
+        relay.append(event)
+        if self.cut_at is not None and self.legs:
+            self.site.own.gap.observe(self.site.loop.time() - self.cut_at)
+            self.cut_at = None
 
     def _retry_refused(self) -> None:
         """The refusal was read whole: its connection goes back (or closes), the request goes to the
@@ -455,8 +471,14 @@ class FrontExchange(Exchange):
             up.pool.done_with(up, False, False, False)
 
     def _cut(self) -> None:
-        """The stream was cut (or ended without ``[DONE]``): continue it, finish it or end it honestly."""
+        """The stream was cut (or ended without ``[DONE]``): continue it, finish it or end it honestly.
+        A continuation cut while its first events are held (undecided: the answer's start, or more
+        of it) ends honestly: the tracker has followed text the client never got."""
         self._drop_upstream()
+        if self.held:
+            self.held.clear()
+            self._give_up(cont_.Reason.NOT_EXTENDED.value, abandoned=True)
+            return
         assert self.cont is not None and self.tracker is not None
         now = self.site.loop.time()
         decision = cont_.at_cut(

@@ -29,6 +29,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from drain_router_dev.process import wait_until
 from tests.front.rig import Pod, Rig, Streamed, metric, post, sequence, short_engine, wait_metric
 from tests.process import RouterProcess
 
@@ -37,14 +38,20 @@ CUT_AFTER = b" t5"
 """The cut comes once the client has this token."""
 
 
-async def _busy(pods: list[Pod]) -> Pod:
-    """The pod whose model server is generating."""
-    async with aiohttp.ClientSession() as session:
-        for pod in pods:
-            async with session.get(pod.model.url + "/stats") as resp:
-                if (await resp.json())["active"]:
-                    return pod
-    raise AssertionError("no model server is generating")
+async def _busy(pods: list[Pod], timeout: float = 10.0) -> Pod:
+    """The pod whose model server is generating, once one is (a request sent may not have reached it
+    yet)."""
+
+    async def generating() -> Pod | None:
+        async with aiohttp.ClientSession() as session:
+            for pod in pods:
+                async with session.get(pod.model.url + "/stats") as resp:
+                    if (await resp.json())["active"]:
+                        return pod
+        return None
+
+    busy: Pod = await wait_until(generating, timeout, "a model server generating")
+    return busy
 
 
 async def stream_and_cut(
@@ -265,6 +272,30 @@ async def test_a_stream_no_longer_followed_still_ends_as_the_engine_ended_it() -
         got = await post(front.port, "/v1/chat/completions", chat())  # type: ignore[arg-type]
         assert got.status == 200 and not got.cut
         assert got.events == [*[json.dumps(e) for e in events], "[DONE]"]
+
+
+async def test_a_continuation_starting_with_the_answers_first_word_is_held_then_relayed() -> None:
+    """The continuation's first token is the answer's first (" t" of " t0", by chance): its events are
+    held until the next content parts from the answer's start, then relayed, nothing lost."""
+
+    def text(value: str) -> dict[str, Any]:
+        return {
+            "id": "c",
+            "object": "text_completion",
+            "created": 2,
+            "model": "m",
+            "choices": [{"index": 0, "text": value, "logprobs": None, "finish_reason": None}],
+        }
+
+    rest = [text(" t"), text("6"), *(text(f" t{k}") for k in range(7, TOKENS))]
+    rest[-1]["choices"][0]["finish_reason"] = "length"
+    async with Rig() as rig, short_engine(6) as cut_engine, short_engine(0, rest, done=True) as other_engine:
+        cut_pod = Pod(cut_engine, await rig.router(cut_engine.url))  # type: ignore[arg-type]
+        other = Pod(other_engine, await rig.router(other_engine.url))  # type: ignore[arg-type]
+        front = await rig.front(cut_pod, other)
+        got = await stream_and_cut(front, [], "/v1/completions", completions(), None)
+        assert_one_whole_answer(got)
+        assert (cut_engine.served, other_engine.served) == (1, 1)
 
 
 async def _free_port() -> int:
