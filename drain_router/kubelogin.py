@@ -169,3 +169,11 @@ async def access(found: InCluster | Kubeconfig) -> Access:
         return str(settings["BearerToken"]["value"]) if "BearerToken" in settings else None
 
     return Access(server=server, ssl=tls, authorization=from_kubeconfig)
+
+
+async def given_or_found(kube_api: str | None) -> Access:
+    """``--kube-api URL`` (a stand-in, called without credentials), else :func:`locate`'s; raises
+    :class:`NoCluster` when there is neither."""
+    if kube_api is not None:
+        return Access(server=kube_api, ssl=False)
+    return await access(locate())

@@ -7,38 +7,23 @@ settings, with the activator's headings and help; its own are declared whole in 
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from typing import Any
 
 import click
 
-from drain_router import config, early_signals
+from drain_router import early_signals
 from drain_router.activator import settings as settings_
 from drain_router.activator.settings import DRAIN, LISTENERS, LOGS
 from drain_router.config import flags, usage
+from drain_router.config.command import CommandOptions
 from drain_router.decisions import activator
 
 COMMAND = "activator"
 """Whose variables: ``DRAIN_ROUTER_ACTIVATOR_<FLAG>`` (:func:`~drain_router.config.flags.env_name`)."""
 
-_ROUTER = {flag.name: (field, flag) for _, field, flag in config.settings()}
-_OWN = {flag.name: (field, flag) for field, flag in flags.fields(settings_.ActivatorSettings)}
-
-
-def _router(name: str, heading: str, help: str | None = None) -> flags.Decorator[Any]:
-    """The option of the router's setting ``--<name>``: its default, metavar and parser are the
-    router's (:func:`~drain_router.config.build_config` reads it), its heading and help (when given)
-    the activator's. Its choices, if any, are matched with case."""
-    field, flag = _ROUTER[name]
-    ours = dataclasses.replace(flag, heading=heading, help=flag.help if help is None else help, case_sensitive=True)
-    return flags.option(ours, field.default, command=COMMAND)
-
-
-def _own(name: str) -> flags.Decorator[Any]:
-    """The option of :class:`~.settings.ActivatorSettings`' setting ``--<name>``, all of it declared there."""
-    field, flag = _OWN[name]
-    return flags.option(flag, field.default, command=COMMAND, name=field.name)
+OPTIONS = CommandOptions(COMMAND, settings_.ActivatorSettings, no_upstream=settings_.NO_UPSTREAM, case_sensitive=True)
+_router, _own = OPTIONS.router, OPTIONS.mine
 
 
 _options = flags.options(
@@ -90,17 +75,7 @@ _options = flags.options(
 def command(**given: Any) -> None:
     """Hold the requests of ModelServices scaled to zero, ask for a wake, forward them once ready."""
     early_signals.install()
-    own = {field.name: given.pop(field.name) for field, _ in _OWN.values()}
-    try:
-        cfg = config.build_config(upstream=settings_.NO_UPSTREAM, **given)
-    except config.ConfigError as exc:
-        raise click.BadParameter(
-            f"{exc.value!r}: {exc.reason}", param_hint=f"'{config.flag_name(exc.field)}'"
-        ) from None
-    try:
-        settings = settings_.ActivatorSettings(**own)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    cfg, settings = OPTIONS.split(given)
     if settings.ports_configmap is None:
         raise click.UsageError("--ports-configmap NAMESPACE/NAME is required (the controller's port map)")
     from drain_router.activator import kube

@@ -158,12 +158,9 @@ def serve(cfg: config.Config, settings: ActivatorSettings, *, pending_signals: I
     ``activator.no_cluster`` line (where it looked, the remedy) and ``EXIT_NO_CLUSTER``."""
     tuning.raise_open_files_limit()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        if settings.kube_api is not None:
-            api = kubelogin.Access(server=settings.kube_api, ssl=False)
-        else:
-            try:
-                api = runner.run(kubelogin.access(kubelogin.locate()))
-            except kubelogin.NoCluster as exc:
-                logs.get("drain_router.activator").error("activator.no_cluster", error=str(exc), remedy=REMEDY)
-                return kubelogin.EXIT_NO_CLUSTER
+        try:
+            api = runner.run(kubelogin.given_or_found(settings.kube_api))
+        except kubelogin.NoCluster as exc:
+            logs.get("drain_router.activator").error("activator.no_cluster", error=str(exc), remedy=REMEDY)
+            return kubelogin.EXIT_NO_CLUSTER
         return runner.run(Activator(cfg, settings, api=api).run(pending_signals=pending_signals))

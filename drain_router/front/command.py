@@ -5,7 +5,6 @@ admission, drain, logs and tracing: validated by :func:`~drain_router.config.bui
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from typing import Any
 
@@ -13,25 +12,14 @@ import click
 
 from drain_router import config, early_signals
 from drain_router.config import flags, usage
+from drain_router.config.command import CommandOptions
 from drain_router.front import settings as settings_
 from drain_router.front.settings import DRAIN, HOLDING, LISTENERS, LOGS
 
 COMMAND = "front"
 
-_ROUTER = {flag.name: (field, flag) for _, field, flag in config.settings()}
-_OWN = {flag.name: (field, flag) for field, flag in flags.fields(settings_.FrontSettings)}
-
-
-def _router(name: str, heading: str, help: str | None = None) -> flags.Decorator[Any]:
-    """The option of the router's setting ``--<name>``, with the front's heading and help (when given)."""
-    field, flag = _ROUTER[name]
-    ours = dataclasses.replace(flag, heading=heading, help=flag.help if help is None else help)
-    return flags.option(ours, field.default, command=COMMAND)
-
-
-def _own(name: str) -> flags.Decorator[Any]:
-    field, flag = _OWN[name]
-    return flags.option(flag, field.default, command=COMMAND, name=field.name)
+OPTIONS = CommandOptions(COMMAND, settings_.FrontSettings, no_upstream=settings_.NO_UPSTREAM)
+_router, _own = OPTIONS.router, OPTIONS.mine
 
 
 _options = flags.options(
@@ -104,19 +92,12 @@ _options = flags.options(
 def command(**given: Any) -> None:
     """Front one service's pods: spread, retry refusals, hold, continue cut streams on another pod."""
     early_signals.install()
-    own = {field.name: given.pop(field.name) for field, _ in _OWN.values()}
-    try:
-        cfg = config.build_config(upstream=settings_.NO_UPSTREAM, **given)
-    except config.ConfigError as exc:
-        raise click.BadParameter(
-            f"{exc.value!r}: {exc.reason}", param_hint=f"'{config.flag_name(exc.field)}'"
-        ) from None
-    try:
-        settings = settings_.FrontSettings(**own)
-        if settings.service is not None:
+    cfg, settings = OPTIONS.split(given)
+    if settings.service is not None:
+        try:
             settings.service_ref()
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
     for url in settings.pod_urls():
         try:
             config.parse_upstream(url)

@@ -96,12 +96,9 @@ def serve(cfg: config.Config, settings: FrontSettings, *, pending_signals: Itera
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         api = None
         if settings.service is not None:
-            if settings.kube_api is not None:
-                api = kubelogin.Access(server=settings.kube_api, ssl=False)
-            else:
-                try:
-                    api = runner.run(kubelogin.access(kubelogin.locate()))
-                except kubelogin.NoCluster as exc:
-                    logs.get("drain_router.front").error("front.no_cluster", error=str(exc), remedy=REMEDY)
-                    return kubelogin.EXIT_NO_CLUSTER
+            try:
+                api = runner.run(kubelogin.given_or_found(settings.kube_api))
+            except kubelogin.NoCluster as exc:
+                logs.get("drain_router.front").error("front.no_cluster", error=str(exc), remedy=REMEDY)
+                return kubelogin.EXIT_NO_CLUSTER
         return runner.run(Front(cfg, settings, api=api).run(pending_signals=pending_signals))
