@@ -609,6 +609,24 @@ def at_cut(request: Continuable, tracker: StreamTracker, *, continuations: int, 
     return CutDecision(action=CutAction.CONTINUE, request=continuation)
 
 
+def finish_event(tracker: StreamTracker) -> bytes | None:
+    """The event that ends an answer finished by its token budget whose ``finish_reason`` was cut
+    (:attr:`CutAction.FINISH` with none relayed): a last chunk with ``finish_reason: "length"`` in
+    the stream's own shape, its ``id``, ``created`` and ``model``; None when the stream relayed its
+    ``finish_reason`` already."""
+    if tracker.finish_reason:
+        return None
+    choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length"}
+    if tracker.api is Api.CHAT:
+        choice["delta"] = {}
+        kind = "chat.completion.chunk"
+    else:
+        choice["text"] = ""
+        kind = "text_completion"
+    event = {"id": tracker.id, "object": kind, "created": tracker.created, "model": tracker.model}
+    return b"data: " + json.dumps({**event, "choices": [choice]}).encode() + b"\n\n"
+
+
 def _chat_as_completions(body: dict[str, Any], left: dict[str, int | None]) -> dict[str, Any]:
     """A chat body as a ``/v1/completions`` body (its prompt set by the caller): ``max_tokens`` the
     least of what is left of both budgets, explicitly ``null`` when neither is set (completions'

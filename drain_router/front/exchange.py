@@ -487,7 +487,8 @@ class FrontExchange(Exchange):
         if decision.action is CutAction.FINISH:
             self.site.own.continuations.labels("finished").inc()
             log.info("front.stream_finished", path=self.path, legs=self.legs)
-            self._end(sse.framed(cont_.DONE_EVENT, CHUNKED) + sse.LAST_CHUNK, Outcome.COMPLETED)
+            last = cont_.finish_event(self.tracker) or b""
+            self._end(sse.framed(last + cont_.DONE_EVENT, CHUNKED) + sse.LAST_CHUNK, Outcome.COMPLETED)
             return
         if decision.action is CutAction.GIVE_UP:
             assert decision.reason is not None

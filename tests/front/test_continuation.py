@@ -336,3 +336,20 @@ def test_a_spliced_stream_reads_as_one_answer(
         ]
     else:
         assert usages == []
+
+
+@pytest.mark.parametrize("api", list(c.Api))
+def test_an_answer_finished_by_its_budget_gets_its_finish_reason_when_it_was_cut(api: c.Api) -> None:
+    """Cut between its last token and its finish_reason: the front ends it with a last chunk of the
+    stream's shape saying "length", read by the SDK as such; none when the finish_reason came."""
+    tracker = c.StreamTracker(api)
+    tracker.feed(data({"text": "Hi"} if api is c.Api.COMPLETIONS else {"content": "Hi"}, api))
+    last = c.finish_event(tracker)
+    assert last is not None
+    [event] = [e for e in SSEDecoder().iter_bytes(iter([last])) if e.data]
+    chunk = json.loads(event.data)
+    assert (chunk["id"], chunk["created"], chunk["model"]) == ("orig", 100, "m")
+    assert chunk["object"] == OBJECTS[api]
+    assert chunk["choices"][0]["finish_reason"] == "length"
+    tracker.feed(data({"text": "", "finish_reason": "stop"}, api))
+    assert c.finish_event(tracker) is None

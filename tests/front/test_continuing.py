@@ -298,6 +298,28 @@ async def test_a_continuation_starting_with_the_answers_first_word_is_held_then_
         assert (cut_engine.served, other_engine.served) == (1, 1)
 
 
+async def test_an_answer_cut_after_its_last_token_is_finished_not_continued() -> None:
+    """The engine sent all its budget's tokens and was cut before its finish_reason: the answer is
+    whole, so the front ends it (a last chunk with finish_reason "length", then [DONE]) instead of
+    asking another pod for nothing."""
+    async with Rig() as rig, short_engine(6) as engine:
+        pod = Pod(engine, await rig.router(engine.url))  # type: ignore[arg-type]
+        other = await rig.pod()
+        front = await rig.front(pod, other)
+        got = await stream_and_cut(front, [], "/v1/completions", completions(max_tokens=6), None)
+        assert got.status == 200 and got.events[-1] == "[DONE]" and got.events.count("[DONE]") == 1
+        assert got.text() == sequence(0, 6)
+        assert got.chunks[-1]["choices"][0]["finish_reason"] == "length"
+        assert {c["id"] for c in got.chunks} == {"cmpl-short"}
+        assert await metric(front, "drain_router_front_continuations_total", outcome="finished") == 1
+        assert (await model_started(other)) == 0
+
+
+async def model_started(pod: Pod) -> int:
+    async with aiohttp.ClientSession() as session, session.get(pod.model.url + "/stats") as resp:
+        return int((await resp.json())["started"])
+
+
 async def _free_port() -> int:
     from drain_router_dev.process import free_port
 
