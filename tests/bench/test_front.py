@@ -120,8 +120,8 @@ def test_the_front_follows_the_followed_workload_and_relays_the_others() -> None
     """1. the bench upstream, the router and the front in front of it, started as the bench starts
     them 2. through each, the followed workload's request for 8 events whose stream the upstream
     ends without ``[DONE]`` 3. through the front, the same stream as a ``GET`` (the burst's).
-    Result: through the front the POST's stream ends with a ``[DONE]`` the upstream never sent (the
-    front followed every event and saw the budget used); through the router, and as a GET through
+    Result: through the front the POST's stream ends with a ``finish_reason: "length"`` chunk and a
+    ``[DONE]`` the upstream never sent (the front followed every event and saw the budget used); through the router, and as a GET through
     the front (relayed, not followed), it ends with the router's honest ``upstream_truncated`` event
     after the 8 events."""
     bench = harness.Harness(runner.PLANS["smoke"], ["router", "front"], lambda _: None)
@@ -132,7 +132,8 @@ def test_the_front_follows_the_followed_workload_and_relays_the_others() -> None
         router, front = bench.targets
         path, body = "/v1/completions?chunks=8&interval_ms=0&done=0", http_workloads.followed_body(8)
         followed = _stream(front.port, "POST", path, body)
-        assert len(followed) == 9 and followed[-1] == b"[DONE]", followed[-2:]
+        assert len(followed) == 10 and followed[-1] == b"[DONE]", followed[-2:]
+        assert json.loads(followed[-2])["choices"][0]["finish_reason"] == "length"
         assert json.loads(followed[0])["choices"][0]["text"] == " token"
         for relayed in (_stream(router.port, "POST", path, body), _stream(front.port, "GET", path, None)):
             assert len(relayed) == 9 and b"upstream_truncated" in relayed[-1], relayed[-2:]
