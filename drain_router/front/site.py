@@ -116,15 +116,6 @@ class FrontSite:
         if waiting is not None:
             waiting[0].cancel()
 
-    def close_queue(self) -> None:
-        """Closing: held requests are answered 503 with ``Connection: close`` (the gate's), and cut
-        streams waiting for a pod end with their honest error."""
-        self.gate.close()
-        for resume, (timer, _) in list(self.waiting.items()):
-            timer.cancel()
-            del self.waiting[resume]
-            resume(False)
-
     def close(self) -> None:
         self.pods.close()
         if self.nowhere is not None:
